@@ -1,0 +1,601 @@
+//! The OpenAPI documents (v2 and v3) describing the PodSet API, built once from the Rust types.
+//!
+//! PATCH operations list JSON patch and JSON merge patch only: with no strategic-merge-patch on offer, kubectl apply
+//! sends a merge patch, as it does for custom resources.
+
+use k8s_openapi::api::autoscaling::v1::Scale;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, Status, WatchEvent};
+use schemars::generate::SchemaSettings;
+use serde_json::{json, Map, Value};
+
+use super::{PodSet, PodSetList, GROUP, KIND, PLURAL, VERSION};
+
+const PODSET: &str = "io.k8s.demo.v1alpha1.PodSet";
+const PODSET_LIST: &str = "io.k8s.demo.v1alpha1.PodSetList";
+const SCALE: &str = "io.k8s.api.autoscaling.v1.Scale";
+const STATUS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Status";
+const DELETE_OPTIONS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions";
+const WATCH_EVENT: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.WatchEvent";
+const PATCH: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Patch";
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Flavor {
+    V2,
+    V3,
+}
+
+impl Flavor {
+    fn ref_to(self, name: &str) -> Value {
+        match self {
+            Flavor::V2 => json!({"$ref": format!("#/definitions/{name}")}),
+            Flavor::V3 => json!({"$ref": format!("#/components/schemas/{name}")}),
+        }
+    }
+}
+
+fn definitions(flavor: Flavor) -> Map<String, Value> {
+    let settings = match flavor {
+        Flavor::V2 => {
+            SchemaSettings::openapi3().with(|s| s.definitions_path = "/definitions".into())
+        }
+        Flavor::V3 => SchemaSettings::openapi3(),
+    };
+    let mut generator = settings.into_generator();
+    generator.subschema_for::<PodSet>();
+    generator.subschema_for::<PodSetList>();
+    generator.subschema_for::<Scale>();
+    generator.subschema_for::<Status>();
+    generator.subschema_for::<DeleteOptions>();
+    generator.subschema_for::<WatchEvent<PodSet>>();
+    let mut defs = generator.take_definitions(true);
+    defs.values_mut().for_each(|d| normalize(d, flavor));
+    let gvk = |group: &str, version: &str, kind: &str| json!([{"group": group, "version": version, "kind": kind}]);
+    let mut extend = |name: &str, key: &str, value: Value| {
+        if let Some(Value::Object(def)) = defs.get_mut(name) {
+            def.insert(key.into(), value);
+        }
+    };
+    extend(
+        SCALE,
+        "x-kubernetes-group-version-kind",
+        gvk("autoscaling", "v1", "Scale"),
+    );
+    extend(
+        STATUS,
+        "x-kubernetes-group-version-kind",
+        gvk("", "v1", "Status"),
+    );
+    extend(
+        DELETE_OPTIONS,
+        "x-kubernetes-group-version-kind",
+        gvk(GROUP, VERSION, "DeleteOptions"),
+    );
+    extend(
+        WATCH_EVENT,
+        "x-kubernetes-group-version-kind",
+        gvk(GROUP, VERSION, "WatchEvent"),
+    );
+    // schemars names the generic WatchEvent after its parameter; publish it under the Kubernetes name.
+    if let Some(key) = defs
+        .keys()
+        .find(|k| k.contains("WatchEvent") && *k != WATCH_EVENT)
+        .cloned()
+    {
+        let v = defs.remove(&key).expect("present");
+        defs.insert(WATCH_EVENT.into(), v);
+    }
+    defs.insert(
+        PATCH.into(),
+        json!({"type": "object", "description": "Patch is provided to give a concrete name and type to the Kubernetes PATCH request body."}),
+    );
+    defs
+}
+
+/// Rewrites schemars' output into the shapes kube-apiserver publishes: optional fields are plain (no
+/// `anyOf [X, null]`, no `nullable`); a described reference is `allOf: [$ref]` in v3 and `$ref` beside its
+/// description in v2 (Swagger 2.0 has neither `anyOf` nor `nullable`).
+fn normalize(v: &mut Value, flavor: Flavor) {
+    match v {
+        Value::Object(m) => {
+            m.remove("nullable");
+            if let Some(Value::Array(any)) = m.get("anyOf") {
+                let is_null = |s: &Value| s.get("enum").is_some_and(|e| e == &json!([null]));
+                if any.len() == 2 && any.iter().any(is_null) {
+                    let inner = any
+                        .iter()
+                        .find(|s| !is_null(s))
+                        .cloned()
+                        .unwrap_or_default();
+                    m.remove("anyOf");
+                    if inner.get("$ref").is_some() {
+                        m.insert("allOf".into(), json!([inner]));
+                    } else if let Value::Object(fields) = inner {
+                        for (k, val) in fields {
+                            m.entry(k).or_insert(val);
+                        }
+                    }
+                }
+            }
+            if flavor == Flavor::V2 {
+                let single_ref = match m.get("allOf") {
+                    Some(Value::Array(all)) if all.len() == 1 => all[0].get("$ref").cloned(),
+                    _ => None,
+                };
+                if let Some(r) = single_ref {
+                    m.remove("allOf");
+                    m.insert("$ref".into(), r);
+                }
+            }
+            m.values_mut().for_each(|x| normalize(x, flavor));
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| normalize(x, flavor)),
+        _ => {}
+    }
+}
+
+struct Param {
+    name: &'static str,
+    location: &'static str,
+    kind: &'static str,
+    description: &'static str,
+}
+
+const fn param(
+    name: &'static str,
+    location: &'static str,
+    kind: &'static str,
+    description: &'static str,
+) -> Param {
+    Param {
+        name,
+        location,
+        kind,
+        description,
+    }
+}
+
+const NAME: Param = param("name", "path", "string", "name of the PodSet");
+const NAMESPACE: Param = param(
+    "namespace",
+    "path",
+    "string",
+    "object name and auth scope, such as for teams and projects",
+);
+const PRETTY: Param = param(
+    "pretty",
+    "query",
+    "string",
+    "If 'true', then the output is pretty printed.",
+);
+const DRY_RUN: Param = param("dryRun", "query", "string", "When present, indicates that modifications should not be persisted. Valid values are: - All: all dry run stages will be processed");
+const FIELD_MANAGER: Param = param(
+    "fieldManager",
+    "query",
+    "string",
+    "fieldManager is a name associated with the actor or entity that is making these changes.",
+);
+const FIELD_VALIDATION: Param = param("fieldValidation", "query", "string", "fieldValidation instructs the server on how to handle objects in the request containing unknown or duplicate fields. Valid values are: Ignore, Warn (default), Strict.");
+const FORCE: Param = param("force", "query", "boolean", "Force is going to \"force\" Apply requests. It means user will re-acquire conflicting fields owned by other people. Force flag must be unset for non-apply patch requests.");
+const GRACE: Param = param(
+    "gracePeriodSeconds",
+    "query",
+    "integer",
+    "The duration in seconds before the object should be deleted.",
+);
+const PROPAGATION: Param = param("propagationPolicy", "query", "string", "Whether and how garbage collection will be performed. Acceptable values are: 'Orphan', 'Background', 'Foreground'.");
+const LIST_PARAMS: &[Param] = &[
+    param("allowWatchBookmarks", "query", "boolean", "allowWatchBookmarks requests watch events with type \"BOOKMARK\"."),
+    param("continue", "query", "string", "The continue option should be set when retrieving more results from the server."),
+    param("fieldSelector", "query", "string", "A selector to restrict the list of returned objects by their fields (metadata.name, metadata.namespace)."),
+    param("labelSelector", "query", "string", "A selector to restrict the list of returned objects by their labels."),
+    param("limit", "query", "integer", "limit is a maximum number of responses to return for a list call."),
+    param("resourceVersion", "query", "string", "resourceVersion sets a constraint on what resource versions a request may be served from."),
+    param("resourceVersionMatch", "query", "string", "resourceVersionMatch determines how resourceVersion is applied to list calls."),
+    param("sendInitialEvents", "query", "boolean", "`sendInitialEvents=true` may be set together with `watch=true`: the stream begins with synthetic events for all objects, then a bookmark."),
+    param("timeoutSeconds", "query", "integer", "Timeout for the list/watch call."),
+    param("watch", "query", "boolean", "Watch for changes to the described resources and return them as a stream of add, update, and remove notifications."),
+];
+
+fn render_params(flavor: Flavor, params: &[&Param]) -> Value {
+    params
+        .iter()
+        .map(|p| {
+            let mut v = json!({"name": p.name, "in": p.location, "description": p.description});
+            if p.location == "path" {
+                v["required"] = json!(true);
+            }
+            match flavor {
+                Flavor::V2 => v["type"] = json!(p.kind),
+                Flavor::V3 => v["schema"] = json!({"type": p.kind}),
+            }
+            v
+        })
+        .collect()
+}
+
+struct Operation<'a> {
+    method: &'static str,
+    action: &'static str,
+    id: String,
+    body: Option<&'a [&'static str]>,
+    body_schema: &'static str,
+    response: &'static str,
+    kind: (&'static str, &'static str, &'static str),
+    params: Vec<&'static Param>,
+}
+
+fn render_operation(flavor: Flavor, op: &Operation) -> Value {
+    let mut parameters = render_params(flavor, &op.params);
+    let response = json!({"description": "OK", "schema": flavor.ref_to(op.response)});
+    let mut v = json!({
+        "operationId": op.id,
+        "tags": ["demoV1alpha1"],
+        "description": format!("{} PodSet", op.action),
+        "x-kubernetes-action": op.action,
+        "x-kubernetes-group-version-kind": {"group": op.kind.0, "version": op.kind.1, "kind": op.kind.2},
+    });
+    let produces = ["application/json", "application/yaml"];
+    match flavor {
+        Flavor::V2 => {
+            if let (Some(_), Value::Array(list)) = (op.body, &mut parameters) {
+                list.push(json!({"name": "body", "in": "body", "required": true, "schema": flavor.ref_to(op.body_schema)}));
+            }
+            v["parameters"] = parameters;
+            v["produces"] = json!(produces);
+            if let Some(types) = op.body {
+                v["consumes"] = json!(types);
+            }
+            v["schemes"] = json!(["https"]);
+            v["responses"] = json!({"200": response, "401": {"description": "Unauthorized"}});
+        }
+        Flavor::V3 => {
+            v["parameters"] = parameters;
+            if let Some(types) = op.body {
+                let content: Map<String, Value> = types
+                    .iter()
+                    .map(|t| {
+                        (
+                            t.to_string(),
+                            json!({"schema": flavor.ref_to(op.body_schema)}),
+                        )
+                    })
+                    .collect();
+                v["requestBody"] = json!({"required": true, "content": content});
+            }
+            let content: Map<String, Value> = produces
+                .iter()
+                .map(|t| (t.to_string(), json!({"schema": flavor.ref_to(op.response)})))
+                .collect();
+            v["responses"] = json!({"200": {"description": "OK", "content": content}, "401": {"description": "Unauthorized"}});
+        }
+    }
+    v
+}
+
+const PATCH_TYPES: &[&str] = &[
+    "application/json-patch+json",
+    "application/merge-patch+json",
+];
+const JSON_BODY: &[&str] = &["application/json", "application/yaml"];
+
+fn paths(flavor: Flavor) -> Map<String, Value> {
+    let ps = (GROUP, VERSION, KIND);
+    let scale = ("autoscaling", "v1", "Scale");
+    let base = format!("/apis/{GROUP}/{VERSION}");
+    let op = |method,
+              action,
+              id: &str,
+              body,
+              body_schema,
+              response,
+              kind,
+              params: Vec<&'static Param>| Operation {
+        method,
+        action,
+        id: id.to_owned(),
+        body,
+        body_schema,
+        response,
+        kind,
+        params,
+    };
+    let list_params = |extra: Vec<&'static Param>| -> Vec<&'static Param> {
+        let mut p: Vec<&'static Param> = extra;
+        p.push(&PRETTY);
+        p.extend(LIST_PARAMS.iter());
+        p
+    };
+    let write = |extra: Vec<&'static Param>| -> Vec<&'static Param> {
+        let mut p = extra;
+        p.extend([&PRETTY, &DRY_RUN, &FIELD_MANAGER, &FIELD_VALIDATION]);
+        p
+    };
+    let patch = |extra: Vec<&'static Param>| -> Vec<&'static Param> {
+        let mut p = write(extra);
+        p.push(&FORCE);
+        p
+    };
+    let delete = |extra: Vec<&'static Param>| -> Vec<&'static Param> {
+        let mut p = extra;
+        p.extend([&PRETTY, &DRY_RUN, &GRACE, &PROPAGATION]);
+        p
+    };
+    let item = vec![&NAME, &NAMESPACE];
+    let entries: Vec<(String, Vec<Operation>)> = vec![
+        (
+            format!("{base}/{PLURAL}"),
+            vec![op(
+                "get",
+                "list",
+                "listDemoV1alpha1PodSetForAllNamespaces",
+                None,
+                PODSET_LIST,
+                PODSET_LIST,
+                ps,
+                list_params(vec![]),
+            )],
+        ),
+        (
+            format!("{base}/namespaces/{{namespace}}/{PLURAL}"),
+            vec![
+                op(
+                    "get",
+                    "list",
+                    "listDemoV1alpha1NamespacedPodSet",
+                    None,
+                    PODSET_LIST,
+                    PODSET_LIST,
+                    ps,
+                    list_params(vec![&NAMESPACE]),
+                ),
+                op(
+                    "post",
+                    "post",
+                    "createDemoV1alpha1NamespacedPodSet",
+                    Some(JSON_BODY),
+                    PODSET,
+                    PODSET,
+                    ps,
+                    write(vec![&NAMESPACE]),
+                ),
+                op(
+                    "delete",
+                    "deletecollection",
+                    "deleteDemoV1alpha1CollectionNamespacedPodSet",
+                    None,
+                    DELETE_OPTIONS,
+                    STATUS,
+                    ps,
+                    {
+                        let mut p = delete(vec![&NAMESPACE]);
+                        p.extend(LIST_PARAMS.iter());
+                        p
+                    },
+                ),
+            ],
+        ),
+        (
+            format!("{base}/namespaces/{{namespace}}/{PLURAL}/{{name}}"),
+            vec![
+                op(
+                    "get",
+                    "get",
+                    "readDemoV1alpha1NamespacedPodSet",
+                    None,
+                    PODSET,
+                    PODSET,
+                    ps,
+                    {
+                        let mut p = item.clone();
+                        p.push(&PRETTY);
+                        p
+                    },
+                ),
+                op(
+                    "put",
+                    "put",
+                    "replaceDemoV1alpha1NamespacedPodSet",
+                    Some(JSON_BODY),
+                    PODSET,
+                    PODSET,
+                    ps,
+                    write(item.clone()),
+                ),
+                op(
+                    "patch",
+                    "patch",
+                    "patchDemoV1alpha1NamespacedPodSet",
+                    Some(PATCH_TYPES),
+                    PATCH,
+                    PODSET,
+                    ps,
+                    patch(item.clone()),
+                ),
+                op(
+                    "delete",
+                    "delete",
+                    "deleteDemoV1alpha1NamespacedPodSet",
+                    None,
+                    DELETE_OPTIONS,
+                    STATUS,
+                    ps,
+                    delete(item.clone()),
+                ),
+            ],
+        ),
+        (
+            format!("{base}/namespaces/{{namespace}}/{PLURAL}/{{name}}/status"),
+            vec![
+                op(
+                    "get",
+                    "get",
+                    "readDemoV1alpha1NamespacedPodSetStatus",
+                    None,
+                    PODSET,
+                    PODSET,
+                    ps,
+                    {
+                        let mut p = item.clone();
+                        p.push(&PRETTY);
+                        p
+                    },
+                ),
+                op(
+                    "put",
+                    "put",
+                    "replaceDemoV1alpha1NamespacedPodSetStatus",
+                    Some(JSON_BODY),
+                    PODSET,
+                    PODSET,
+                    ps,
+                    write(item.clone()),
+                ),
+                op(
+                    "patch",
+                    "patch",
+                    "patchDemoV1alpha1NamespacedPodSetStatus",
+                    Some(PATCH_TYPES),
+                    PATCH,
+                    PODSET,
+                    ps,
+                    patch(item.clone()),
+                ),
+            ],
+        ),
+        (
+            format!("{base}/namespaces/{{namespace}}/{PLURAL}/{{name}}/scale"),
+            vec![
+                op(
+                    "get",
+                    "get",
+                    "readDemoV1alpha1NamespacedPodSetScale",
+                    None,
+                    SCALE,
+                    SCALE,
+                    scale,
+                    {
+                        let mut p = item.clone();
+                        p.push(&PRETTY);
+                        p
+                    },
+                ),
+                op(
+                    "put",
+                    "put",
+                    "replaceDemoV1alpha1NamespacedPodSetScale",
+                    Some(JSON_BODY),
+                    SCALE,
+                    SCALE,
+                    scale,
+                    write(item.clone()),
+                ),
+                op(
+                    "patch",
+                    "patch",
+                    "patchDemoV1alpha1NamespacedPodSetScale",
+                    Some(PATCH_TYPES),
+                    PATCH,
+                    SCALE,
+                    scale,
+                    patch(item.clone()),
+                ),
+            ],
+        ),
+    ];
+    entries
+        .into_iter()
+        .map(|(path, ops)| {
+            let item: Map<String, Value> = ops
+                .iter()
+                .map(|o| (o.method.to_owned(), render_operation(flavor, o)))
+                .collect();
+            (path, Value::Object(item))
+        })
+        .collect()
+}
+
+/// The Swagger 2.0 document served at `/openapi/v2`.
+pub fn openapi_v2() -> Value {
+    json!({
+        "swagger": "2.0",
+        "info": {"title": "podset-apiserver", "version": VERSION},
+        "paths": paths(Flavor::V2),
+        "definitions": definitions(Flavor::V2),
+    })
+}
+
+/// The OpenAPI 3.0 document served at `/openapi/v3/apis/demo.k8s.io/v1alpha1`.
+pub fn openapi_v3() -> Value {
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "podset-apiserver", "version": VERSION},
+        "paths": paths(Flavor::V3),
+        "components": {"schemas": definitions(Flavor::V3)},
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn podset_schema_carries_its_gvk_and_field_docs() {
+        for (doc, defs) in [
+            (openapi_v2(), "/definitions"),
+            (openapi_v3(), "/components/schemas"),
+        ] {
+            let ps = doc
+                .pointer(&format!("{defs}/{PODSET}"))
+                .expect("PodSet definition");
+            assert_eq!(ps["x-kubernetes-group-version-kind"][0]["kind"], "PodSet");
+            let spec = &ps["properties"]["spec"];
+            let spec_ref = spec
+                .pointer("/$ref")
+                .or(spec.pointer("/allOf/0/$ref"))
+                .and_then(Value::as_str)
+                .expect("spec ref");
+            let spec_name = spec_ref.rsplit('/').next().unwrap();
+            let replicas = doc
+                .pointer(&format!("{defs}/{spec_name}/properties/replicas"))
+                .expect("replicas");
+            assert!(replicas["description"]
+                .as_str()
+                .unwrap()
+                .contains("Defaults to 1"));
+            assert!(doc
+                .pointer(&format!("{defs}/io.k8s.api.core.v1.PodTemplateSpec"))
+                .is_some());
+            let text = doc.to_string();
+            assert!(!text.contains("strategic-merge-patch"));
+            assert!(
+                !text.contains("anyOf") && !text.contains("nullable"),
+                "schemars-only shapes left"
+            );
+            // Every reference resolves inside the document.
+            for r in text.split("\"$ref\":\"").skip(1) {
+                let target = &r[..r.find('"').unwrap()];
+                let ptr = target.trim_start_matches('#').replace("~1", "/");
+                assert!(doc.pointer(&ptr).is_some(), "dangling {target}");
+            }
+        }
+    }
+
+    #[test]
+    fn patch_operations_offer_merge_and_json_patch_with_write_params() {
+        let doc = openapi_v3();
+        let patch = &doc["paths"]
+            ["/apis/demo.k8s.io/v1alpha1/namespaces/{namespace}/podsets/{name}"]["patch"];
+        let content = patch["requestBody"]["content"].as_object().unwrap();
+        assert!(content.contains_key("application/merge-patch+json"));
+        assert!(content.contains_key("application/json-patch+json"));
+        let names: Vec<&str> = patch["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        for want in ["dryRun", "fieldValidation", "fieldManager", "force"] {
+            assert!(names.contains(&want), "{want} missing from {names:?}");
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! Discovery documents (`/apis`, the group, the group-version, aggregated discovery v2), OpenAPI and `/version`,
+//! all built once at start with their ETags.
+
+use bytes::Bytes;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    APIGroup, APIGroupList, APIResource, APIResourceList, GroupVersionForDiscovery,
+};
+use kube::core::discovery::v2::{
+    APIGroupDiscovery, APIGroupDiscoveryList, APIResourceDiscovery, APISubresourceDiscovery,
+    APIVersionDiscovery, GroupVersionKind,
+};
+use serde::Serialize;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use crate::api::schema::{openapi_v2, openapi_v3};
+use crate::api::{API_VERSION, CATEGORIES, GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION};
+
+/// A precomputed response body with its strong ETag.
+#[derive(Clone)]
+pub struct Doc {
+    pub body: Bytes,
+    pub etag: String,
+}
+
+impl Doc {
+    fn new(value: &impl Serialize) -> Self {
+        let body = Bytes::from(serde_json::to_vec(value).expect("discovery documents serialize"));
+        let etag = format!("\"{}\"", hex(&Sha256::digest(&body)[..16]));
+        Self { body, etag }
+    }
+
+    /// The hash used in `/openapi/v3` URLs.
+    pub fn hash(&self) -> &str {
+        self.etag.trim_matches('"')
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02X}")).collect()
+}
+
+pub struct Discovery {
+    pub group_list: Doc,
+    pub group: Doc,
+    pub resource_list: Doc,
+    pub aggregated_v2: Doc,
+    pub aggregated_v2beta1: Doc,
+    pub openapi_v2: Doc,
+    pub openapi_v3: Doc,
+    pub openapi_v3_root: Doc,
+    pub version: Doc,
+}
+
+const VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+const SUB_VERBS: &[&str] = &["get", "patch", "update"];
+
+fn strings(s: &[&str]) -> Vec<String> {
+    s.iter().map(|v| v.to_string()).collect()
+}
+
+fn group_version() -> GroupVersionForDiscovery {
+    GroupVersionForDiscovery {
+        group_version: API_VERSION.into(),
+        version: VERSION.into(),
+    }
+}
+
+fn api_group() -> APIGroup {
+    APIGroup {
+        name: GROUP.into(),
+        versions: vec![group_version()],
+        preferred_version: Some(group_version()),
+        server_address_by_client_cidrs: None,
+    }
+}
+
+fn resource_list() -> APIResourceList {
+    let sub = |name: &str, group: Option<&str>, version: Option<&str>, kind: &str| APIResource {
+        name: name.into(),
+        singular_name: String::new(),
+        namespaced: true,
+        group: group.map(Into::into),
+        version: version.map(Into::into),
+        kind: kind.into(),
+        verbs: strings(SUB_VERBS),
+        ..Default::default()
+    };
+    APIResourceList {
+        group_version: API_VERSION.into(),
+        resources: vec![
+            APIResource {
+                name: PLURAL.into(),
+                singular_name: SINGULAR.into(),
+                namespaced: true,
+                kind: KIND.into(),
+                verbs: strings(VERBS),
+                short_names: Some(strings(SHORT_NAMES)),
+                categories: Some(strings(CATEGORIES)),
+                ..Default::default()
+            },
+            sub(&format!("{PLURAL}/status"), None, None, KIND),
+            sub(
+                &format!("{PLURAL}/scale"),
+                Some("autoscaling"),
+                Some("v1"),
+                "Scale",
+            ),
+        ],
+    }
+}
+
+fn gvk(group: &str, version: &str, kind: &str) -> Option<GroupVersionKind> {
+    Some(GroupVersionKind {
+        group: Some(group.into()),
+        version: Some(version.into()),
+        kind: Some(kind.into()),
+    })
+}
+
+/// `APIGroupDiscoveryList` with its type fields (kube-core's struct leaves them to the caller).
+#[derive(Serialize)]
+struct Typed<'a, T> {
+    kind: &'static str,
+    #[serde(rename = "apiVersion")]
+    api_version: String,
+    #[serde(flatten)]
+    inner: &'a T,
+}
+
+fn aggregated(version: &str) -> Doc {
+    let sub = |name: &str, kind: Option<GroupVersionKind>| APISubresourceDiscovery {
+        subresource: Some(name.into()),
+        response_kind: kind,
+        accepted_types: Vec::new(),
+        verbs: strings(SUB_VERBS),
+    };
+    let list = APIGroupDiscoveryList {
+        metadata: None,
+        items: vec![APIGroupDiscovery {
+            metadata: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(GROUP.into()),
+                ..Default::default()
+            }),
+            versions: vec![APIVersionDiscovery {
+                version: Some(VERSION.into()),
+                resources: vec![APIResourceDiscovery {
+                    resource: Some(PLURAL.into()),
+                    response_kind: gvk(GROUP, VERSION, KIND),
+                    scope: Some("Namespaced".into()),
+                    singular_resource: Some(SINGULAR.into()),
+                    verbs: strings(VERBS),
+                    short_names: strings(SHORT_NAMES),
+                    categories: strings(CATEGORIES),
+                    subresources: vec![
+                        sub("status", gvk(GROUP, VERSION, KIND)),
+                        sub("scale", gvk("autoscaling", "v1", "Scale")),
+                    ],
+                }],
+                freshness: Some("Current".into()),
+            }],
+        }],
+    };
+    Doc::new(&Typed {
+        kind: "APIGroupDiscoveryList",
+        api_version: format!("apidiscovery.k8s.io/{version}"),
+        inner: &list,
+    })
+}
+
+impl Discovery {
+    pub fn build() -> Self {
+        let openapi_v3 = Doc::new(&openapi_v3());
+        let root = json!({"paths": {
+            format!("apis/{GROUP}/{VERSION}"): {
+                "serverRelativeURL": format!("/openapi/v3/apis/{GROUP}/{VERSION}?hash={}", openapi_v3.hash())
+            }
+        }});
+        Self {
+            group_list: Doc::new(&APIGroupList {
+                groups: vec![api_group()],
+            }),
+            group: Doc::new(&api_group()),
+            resource_list: Doc::new(&resource_list()),
+            aggregated_v2: aggregated("v2"),
+            aggregated_v2beta1: aggregated("v2beta1"),
+            openapi_v2: Doc::new(&openapi_v2()),
+            openapi_v3_root: Doc::new(&root),
+            openapi_v3,
+            version: Doc::new(&json!({
+                "major": "0",
+                "minor": "1",
+                "gitVersion": concat!("v", env!("CARGO_PKG_VERSION")),
+                "gitCommit": "",
+                "gitTreeState": "",
+                "buildDate": "",
+                "goVersion": "",
+                "compiler": "rustc",
+                "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
+            })),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn documents_carry_type_fields_and_response_kinds() {
+        let d = Discovery::build();
+        let v: serde_json::Value = serde_json::from_slice(&d.resource_list.body).unwrap();
+        assert_eq!(v["kind"], "APIResourceList");
+        assert_eq!(v["resources"][0]["shortNames"][0], "ps");
+        assert_eq!(v["resources"][2]["name"], "podsets/scale");
+        assert_eq!(v["resources"][2]["group"], "autoscaling");
+        let v: serde_json::Value = serde_json::from_slice(&d.aggregated_v2.body).unwrap();
+        assert_eq!(v["kind"], "APIGroupDiscoveryList");
+        assert_eq!(v["apiVersion"], "apidiscovery.k8s.io/v2");
+        let res = &v["items"][0]["versions"][0]["resources"][0];
+        assert_eq!(res["responseKind"]["kind"], "PodSet");
+        for sub in res["subresources"].as_array().unwrap() {
+            assert!(sub["responseKind"]["kind"].is_string(), "{sub}");
+        }
+        let v: serde_json::Value = serde_json::from_slice(&d.group_list.body).unwrap();
+        assert_eq!(v["kind"], "APIGroupList");
+        assert_eq!(
+            v["groups"][0]["preferredVersion"]["groupVersion"],
+            "demo.k8s.io/v1alpha1"
+        );
+    }
+}

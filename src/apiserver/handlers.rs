@@ -1,0 +1,432 @@
+//! The request pipeline: identity → request info → dispatch → representation. Every error becomes a Status here.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use serde_json::Value;
+
+use super::authn::{Authenticator, ConnInfo};
+use super::discovery::{Discovery, Doc};
+use super::error::{ApiError, ApiResult};
+use super::negotiate::{body_format, negotiate, BodyFormat, Output, APIS, OBJECTS, PLAIN};
+use super::registry::{
+    parse_body, scale_json, DeleteOptions, ListRequest, Part, Registry, ScaleChange,
+};
+use super::render::{
+    bytes_response, list_response, object_response, value_response, with_warnings, JSON,
+};
+use super::request::{Query, ResourceRequest, Subresource, Target, Verb};
+use super::watch::{self, WatchConfig, WatchRequest};
+use crate::api::selector::{FieldSelector, Selector};
+use crate::api::LIST_KIND;
+
+/// Request bodies above this are refused with 413, as kube-apiserver does.
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// Everything a request needs, shared by all connections.
+pub struct App {
+    pub registry: Registry,
+    pub authenticator: Authenticator,
+    pub discovery: Discovery,
+    pub watch: WatchConfig,
+}
+
+pub async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let uri = req.uri().clone();
+    let conn = req.extensions().get::<ConnInfo>().cloned();
+    let (resp, user) = match serve(&app, req, conn.as_ref()).await {
+        Ok(r) => r,
+        Err((e, user)) => (e.into_response(), user),
+    };
+    tracing::info!(
+        target: "podset_apiserver::http",
+        method = %method,
+        uri = %uri,
+        user = user.as_deref().unwrap_or(""),
+        remote = conn.as_ref().map(|c| c.remote.to_string()).unwrap_or_default(),
+        status = resp.status().as_u16(),
+        latency_us = started.elapsed().as_micros() as u64,
+        "request"
+    );
+    resp
+}
+
+type Served = Result<(Response, Option<String>), (ApiError, Option<String>)>;
+
+async fn serve(app: &App, req: Request, conn: Option<&ConnInfo>) -> Served {
+    let target = Target::parse(req.uri().path()).map_err(|e| (e, None))?;
+    if target == Target::Health {
+        return Ok((health(req.method()).map_err(|e| (e, None))?, None));
+    }
+    let conn = conn.ok_or_else(|| (ApiError::unauthorized(), None))?;
+    let user = app
+        .authenticator
+        .authenticate(conn, req.headers())
+        .map_err(|e| (e, None))?;
+    let name = Some(user.name.clone());
+    match dispatch(app, target, req).await {
+        Ok(r) => Ok((r, name)),
+        Err(e) => Err((e, name)),
+    }
+}
+
+fn health(method: &Method) -> ApiResult<Response> {
+    if method != Method::GET && method != Method::HEAD {
+        return Err(ApiError::method_not_allowed(method, "health"));
+    }
+    let mut resp = (StatusCode::OK, "ok").into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    Ok(resp)
+}
+
+fn accept(headers: &HeaderMap) -> Option<&str> {
+    headers.get(header::ACCEPT).and_then(|v| v.to_str().ok())
+}
+
+fn doc_response(doc: &Doc, content_type: &'static str, headers: &HeaderMap) -> Response {
+    let matches = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(',')
+                .any(|t| t.trim() == doc.etag || t.trim() == "*")
+        });
+    let mut resp = if matches {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        bytes_response(StatusCode::OK, content_type, doc.body.clone())
+    };
+    let h = resp.headers_mut();
+    if matches {
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    }
+    if let Ok(etag) = HeaderValue::from_str(&doc.etag) {
+        h.insert(header::ETAG, etag);
+    }
+    h.insert(header::VARY, HeaderValue::from_static("Accept"));
+    resp
+}
+
+async fn dispatch(app: &App, target: Target, req: Request) -> ApiResult<Response> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let read_only = |m: &Method| m == Method::GET || m == Method::HEAD;
+    let headers = req.headers();
+    let d = &app.discovery;
+    match target {
+        Target::Resource(r) => resource(app, r, req).await,
+        Target::Unknown => Err(ApiError::path_not_found(&path)),
+        _ if !read_only(&method) => Err(ApiError::method_not_allowed(&method, &path)),
+        Target::Apis => Ok(match negotiate(accept(headers), APIS)? {
+            Output::Discovery("v2") => doc_response(
+                &d.aggregated_v2,
+                "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+                headers,
+            ),
+            Output::Discovery(_) => doc_response(
+                &d.aggregated_v2beta1,
+                "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList",
+                headers,
+            ),
+            _ => doc_response(&d.group_list, JSON, headers),
+        }),
+        Target::Group => plain_doc(&d.group, headers),
+        Target::GroupVersion => plain_doc(&d.resource_list, headers),
+        Target::OpenApiV2 => plain_doc(&d.openapi_v2, headers),
+        Target::OpenApiV3Root => plain_doc(&d.openapi_v3_root, headers),
+        Target::OpenApiV3GroupVersion => {
+            let mut resp = plain_doc(&d.openapi_v3, headers)?;
+            let hashed = req
+                .uri()
+                .query()
+                .is_some_and(|q| q.contains(&format!("hash={}", d.openapi_v3.hash())));
+            let cache = if hashed {
+                "public, immutable"
+            } else {
+                "no-cache, private"
+            };
+            resp.headers_mut()
+                .insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
+            Ok(resp)
+        }
+        Target::Version => plain_doc(&d.version, headers),
+        Target::Health => health(&method),
+    }
+}
+
+fn plain_doc(doc: &Doc, headers: &HeaderMap) -> ApiResult<Response> {
+    negotiate(accept(headers), PLAIN)?;
+    Ok(doc_response(doc, JSON, headers))
+}
+
+async fn read_body(body: Body) -> ApiResult<Bytes> {
+    match Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(b) => Ok(b.to_bytes()),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(ApiError::too_large(MAX_BODY_BYTES))
+        }
+        Err(e) => Err(ApiError::bad_request(format!(
+            "reading the request body: {e}"
+        ))),
+    }
+}
+
+fn selectors(q: &Query, name: Option<&str>) -> ApiResult<(Selector, FieldSelector)> {
+    let labels = Selector::parse(q.label_selector.as_deref().unwrap_or(""))
+        .map_err(ApiError::bad_request)?;
+    let mut fields = q.field_selector.clone().unwrap_or_default();
+    if let Some(n) = name {
+        // A watch on one object is a watch filtered by name.
+        fields = if fields.is_empty() {
+            format!("metadata.name={n}")
+        } else {
+            format!("{fields},metadata.name={n}")
+        };
+    }
+    let fields = FieldSelector::parse(&fields).map_err(ApiError::bad_request)?;
+    Ok((labels, fields))
+}
+
+async fn resource(app: &App, r: ResourceRequest, req: Request) -> ApiResult<Response> {
+    let (parts, body) = req.into_parts();
+    let q = Query::parse(parts.uri.query())?;
+    let method = parts.method;
+    let path = parts.uri.path();
+    let verb = Verb::of(&method, &r, q.watch)
+        .ok_or_else(|| ApiError::method_not_allowed(&method, path))?;
+    if let Some(len) = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+    {
+        if len > MAX_BODY_BYTES {
+            return Err(ApiError::too_large(MAX_BODY_BYTES));
+        }
+    }
+    let offers = if r.subresource == Some(Subresource::Scale) {
+        PLAIN
+    } else {
+        OBJECTS
+    };
+    let out = negotiate(accept(&parts.headers), offers)?;
+    let content_type = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let reg = &app.registry;
+    let ns = r.namespace.as_deref();
+    let name = r.name.as_deref().unwrap_or("");
+    let include = q.include_object;
+    let not_allowed = || ApiError::method_not_allowed(&method, path);
+
+    match (verb, r.subresource) {
+        (Verb::Watch, None) => {
+            let (labels, fields) = selectors(&q, r.name.as_deref())?;
+            let output = if out == Output::Yaml {
+                Output::Json
+            } else {
+                out
+            };
+            let wr = WatchRequest {
+                namespace: r.namespace.clone(),
+                labels,
+                fields,
+                query: q,
+                output,
+            };
+            watch::serve(reg, &app.watch, wr).await
+        }
+        (Verb::List, None) => {
+            if q.continue_token.is_some() && q.resource_version.is_some() {
+                return Err(ApiError::bad_request(
+                    "specifying resource version is not allowed when using continue",
+                ));
+            }
+            let (labels, fields) = selectors(&q, None)?;
+            let exact = q.resource_version_match.as_deref() == Some("Exact");
+            if q.resource_version_match.is_some() && q.resource_version.is_none() {
+                return Err(ApiError::bad_request(
+                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                ));
+            }
+            if exact && q.resource_version.as_deref() == Some("0") {
+                return Err(ApiError::bad_request(
+                    "resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"",
+                ));
+            }
+            let page = reg
+                .list(ListRequest {
+                    namespace: r.namespace.clone(),
+                    labels,
+                    fields,
+                    limit: q.limit,
+                    continue_token: q.continue_token.clone(),
+                    resource_version: q.revision()?,
+                    exact,
+                })
+                .await?;
+            list_response(out, &page, include)
+        }
+        (Verb::Get, None | Some(Subresource::Status)) => {
+            let obj = reg.get(ns.unwrap_or_default(), name).await?;
+            object_response(StatusCode::OK, out, &obj, include)
+        }
+        (Verb::Get, Some(Subresource::Scale)) => {
+            let obj = reg.get(ns.unwrap_or_default(), name).await?;
+            value_response(StatusCode::OK, out, &scale_json(&obj)?)
+        }
+        (Verb::Create, None) => {
+            let ns = ns.ok_or_else(not_allowed)?;
+            let format = body_format(content_type.as_deref())?;
+            if !matches!(format, BodyFormat::Json | BodyFormat::Yaml) {
+                return Err(ApiError::unsupported_media_type(
+                    content_type.as_deref().unwrap_or(""),
+                ));
+            }
+            let body = parse_body(&read_body(body).await?, format)?;
+            let written = reg.create(ns, body, q.field_validation, q.dry_run).await?;
+            Ok(with_warnings(
+                object_response(StatusCode::CREATED, out, &written.object, include)?,
+                &written.warnings,
+            ))
+        }
+        (Verb::Update, sub) => {
+            let format = body_format(content_type.as_deref())?;
+            if !matches!(format, BodyFormat::Json | BodyFormat::Yaml) {
+                return Err(ApiError::unsupported_media_type(
+                    content_type.as_deref().unwrap_or(""),
+                ));
+            }
+            let body = parse_body(&read_body(body).await?, format)?;
+            let ns = ns.unwrap_or_default();
+            match sub {
+                Some(Subresource::Scale) => {
+                    let written = reg
+                        .update_scale(ns, name, ScaleChange::Replace(body), q.dry_run)
+                        .await?;
+                    value_response(StatusCode::OK, out, &scale_json(&written.object)?)
+                }
+                sub => {
+                    let part = if sub == Some(Subresource::Status) {
+                        Part::Status
+                    } else {
+                        Part::Main
+                    };
+                    let written = reg
+                        .replace(ns, name, body, part, q.field_validation, q.dry_run)
+                        .await?;
+                    Ok(with_warnings(
+                        object_response(StatusCode::OK, out, &written.object, include)?,
+                        &written.warnings,
+                    ))
+                }
+            }
+        }
+        (Verb::Patch, sub) => {
+            let format = body_format(content_type.as_deref())?;
+            let patch = read_body(body).await?;
+            let ns = ns.unwrap_or_default();
+            match sub {
+                Some(Subresource::Scale) => {
+                    let written = reg
+                        .update_scale(ns, name, ScaleChange::Patch(&patch, format), q.dry_run)
+                        .await?;
+                    value_response(StatusCode::OK, out, &scale_json(&written.object)?)
+                }
+                sub => {
+                    let part = if sub == Some(Subresource::Status) {
+                        Part::Status
+                    } else {
+                        Part::Main
+                    };
+                    let written = reg
+                        .patch(
+                            ns,
+                            name,
+                            &patch,
+                            format,
+                            part,
+                            q.field_validation,
+                            q.dry_run,
+                        )
+                        .await?;
+                    Ok(with_warnings(
+                        object_response(StatusCode::OK, out, &written.object, include)?,
+                        &written.warnings,
+                    ))
+                }
+            }
+        }
+        (Verb::Delete, None) => {
+            let opts = delete_options(&q, &read_body(body).await?)?;
+            let obj = reg
+                .delete(ns.unwrap_or_default(), name, &opts, q.dry_run)
+                .await?;
+            object_response(StatusCode::OK, out, &obj, include)
+        }
+        (Verb::DeleteCollection, None) => {
+            let ns = ns.ok_or_else(not_allowed)?;
+            let opts = delete_options(&q, &read_body(body).await?)?;
+            let (labels, fields) = selectors(&q, None)?;
+            let req = ListRequest {
+                namespace: Some(ns.to_owned()),
+                labels,
+                fields,
+                ..Default::default()
+            };
+            let (items, revision) = reg.delete_collection(req, &opts, q.dry_run).await?;
+            let items: Vec<&Value> = items.iter().map(|o| &*o.value).collect();
+            let list = serde_json::json!({
+                "apiVersion": crate::api::API_VERSION,
+                "kind": LIST_KIND,
+                "metadata": {"resourceVersion": revision.to_string()},
+                "items": items,
+            });
+            value_response(
+                StatusCode::OK,
+                if out == Output::Yaml {
+                    out
+                } else {
+                    Output::Json
+                },
+                &list,
+            )
+        }
+        _ => Err(not_allowed()),
+    }
+}
+
+/// DeleteOptions from the body (if any), overridden by query parameters.
+fn delete_options(q: &Query, body: &[u8]) -> ApiResult<DeleteOptions> {
+    let mut opts: DeleteOptions = if body.iter().all(u8::is_ascii_whitespace) {
+        DeleteOptions::default()
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
+    };
+    if q.propagation_policy.is_some() {
+        opts.propagation_policy = q.propagation_policy.clone();
+    }
+    if q.orphan_dependents.is_some() {
+        opts.orphan_dependents = q.orphan_dependents;
+    }
+    if q.grace_period_seconds.is_some() {
+        opts.grace_period_seconds = q.grace_period_seconds;
+    }
+    Ok(opts)
+}

@@ -1,0 +1,151 @@
+//! The HTTPS server: rustls (HTTP/2 and HTTP/1.1), per-connection client identity, the axum app, graceful shutdown.
+
+pub mod authn;
+pub mod discovery;
+pub mod error;
+mod handlers;
+pub mod negotiate;
+pub mod registry;
+mod render;
+pub mod request;
+pub mod tls;
+mod watch;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+pub use authn::{Authenticator, ConnInfo, RequestHeader, User};
+pub use handlers::{App, MAX_BODY_BYTES};
+pub use watch::WatchConfig;
+
+use crate::storage::Store;
+
+/// How long a client has to finish the TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct ServerConfig {
+    pub tls: rustls::ServerConfig,
+    pub authenticator: Authenticator,
+    pub bookmark_interval: Duration,
+    /// How long in-flight requests may take to finish after shutdown starts.
+    pub shutdown_grace: Duration,
+}
+
+/// A bound, not yet serving, server.
+pub struct Server {
+    listener: TcpListener,
+    app: Arc<App>,
+    acceptor: TlsAcceptor,
+    shutdown_grace: Duration,
+}
+
+impl Server {
+    pub async fn bind(
+        addr: SocketAddr,
+        store: Arc<dyn Store>,
+        cfg: ServerConfig,
+        shutdown: CancellationToken,
+    ) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(addr).await?;
+        let app = Arc::new(App {
+            registry: registry::Registry::new(store),
+            authenticator: cfg.authenticator,
+            discovery: discovery::Discovery::build(),
+            watch: WatchConfig {
+                bookmark_interval: cfg.bookmark_interval,
+                shutdown,
+            },
+        });
+        Ok(Self {
+            listener,
+            app,
+            acceptor: TlsAcceptor::from(Arc::new(cfg.tls)),
+            shutdown_grace: cfg.shutdown_grace,
+        })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until the shutdown token fires, then lets in-flight requests finish (watches end at once).
+    pub async fn serve(self) {
+        let router = Router::new()
+            .fallback(handlers::handle)
+            .with_state(self.app.clone());
+        let graceful = GracefulShutdown::new();
+        let shutdown = self.app.watch.shutdown.clone();
+        loop {
+            let (tcp, remote) = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                accepted = self.listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let _ = tcp.set_nodelay(true);
+            let acceptor = self.acceptor.clone();
+            let app = self.app.clone();
+            let router = router.clone();
+            let watcher = graceful.watcher();
+            tokio::spawn(async move {
+                let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
+                {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(e)) => {
+                        tracing::debug!(%remote, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => return,
+                };
+                let front_proxy = app
+                    .authenticator
+                    .front_proxy_identity(tls.get_ref().1.peer_certificates());
+                let conn = ConnInfo {
+                    remote,
+                    front_proxy,
+                };
+                let svc = router.map_request(
+                    move |mut req: axum::extract::Request<hyper::body::Incoming>| {
+                        req.extensions_mut().insert(conn.clone());
+                        req
+                    },
+                );
+                let builder = auto::Builder::new(TokioExecutor::new());
+                let connection = builder.serve_connection_with_upgrades(
+                    TokioIo::new(tls),
+                    TowerToHyperService::new(svc),
+                );
+                if let Err(e) = watcher.watch(connection.into_owned()).await {
+                    tracing::debug!(%remote, error = %e, "connection ended with an error");
+                }
+            });
+        }
+        drop(self.listener);
+        tracing::info!("shutting down: waiting for in-flight requests");
+        if tokio::time::timeout(self.shutdown_grace, graceful.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "in-flight requests did not finish within {:?}",
+                self.shutdown_grace
+            );
+        }
+    }
+}

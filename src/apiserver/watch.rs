@@ -1,0 +1,295 @@
+//! Watch: a chunked stream of JSON `WatchEvent`s, with kube-apiserver's watch-cache semantics — initial events,
+//! selector transitions as ADDED/DELETED, bookmarks, WatchList's end marker, 410 as an ERROR event.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::{BufMut, Bytes, BytesMut};
+use futures::StreamExt;
+use http::{header, HeaderValue, StatusCode};
+use kube::core::watch::{Bookmark, BookmarkMeta};
+use kube::core::{TypeMeta, WatchEvent};
+use rand::Rng;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+
+use super::error::{ApiError, ApiResult, StatusBody};
+use super::negotiate::Output;
+use super::registry::{prefix, ListRequest, Registry};
+use super::render::{partial_metadata, single_row_table};
+use super::request::{IncludeObject, Query};
+use crate::api::selector::{FieldSelector, Selector};
+use crate::api::validation::FieldError;
+use crate::api::{API_VERSION, KIND};
+use crate::storage::{EventType, Object, Revision, StorageError};
+
+/// Settings for every watch this server serves.
+#[derive(Clone)]
+pub struct WatchConfig {
+    pub bookmark_interval: Duration,
+    pub shutdown: CancellationToken,
+}
+
+/// One watch request, parsed.
+pub struct WatchRequest {
+    pub namespace: Option<String>,
+    pub labels: Selector,
+    pub fields: FieldSelector,
+    pub query: Query,
+    pub output: Output,
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Added => "ADDED",
+            Kind::Modified => "MODIFIED",
+            Kind::Deleted => "DELETED",
+        }
+    }
+}
+
+struct Encoder {
+    output: Output,
+    include: IncludeObject,
+}
+
+impl Encoder {
+    fn event(&self, kind: Kind, obj: &Object) -> Bytes {
+        let mut buf = BytesMut::with_capacity(obj.bytes.len() + 40);
+        buf.put_slice(b"{\"type\":\"");
+        buf.put_slice(kind.as_str().as_bytes());
+        buf.put_slice(b"\",\"object\":");
+        match self.output {
+            Output::Table => buf.put_slice(
+                &serde_json::to_vec(&single_row_table(&obj.value, self.include))
+                    .unwrap_or_default(),
+            ),
+            Output::Metadata => buf
+                .put_slice(&serde_json::to_vec(&partial_metadata(&obj.value)).unwrap_or_default()),
+            _ => buf.put_slice(&obj.bytes),
+        }
+        buf.put_slice(b"}\n");
+        buf.freeze()
+    }
+
+    fn bookmark(&self, revision: Revision, initial_events_end: bool) -> Bytes {
+        let mut annotations = std::collections::BTreeMap::new();
+        if initial_events_end {
+            annotations.insert("k8s.io/initial-events-end".to_owned(), "true".to_owned());
+        }
+        let types = match self.output {
+            Output::Metadata => TypeMeta {
+                api_version: "meta.k8s.io/v1".into(),
+                kind: "PartialObjectMetadata".into(),
+            },
+            _ => TypeMeta {
+                api_version: API_VERSION.into(),
+                kind: KIND.into(),
+            },
+        };
+        let ev: WatchEvent<Value> = WatchEvent::Bookmark(Bookmark {
+            types,
+            metadata: BookmarkMeta {
+                resource_version: revision.to_string(),
+                annotations,
+            },
+        });
+        line(&ev)
+    }
+
+    fn error(&self, e: &ApiError) -> Bytes {
+        let mut v = serde_json::Map::new();
+        v.insert("type".into(), Value::String("ERROR".into()));
+        v.insert(
+            "object".into(),
+            serde_json::to_value(StatusBody::new(&e.status)).unwrap_or_default(),
+        );
+        line(&v)
+    }
+}
+
+fn line(v: &impl serde::Serialize) -> Bytes {
+    let mut out = serde_json::to_vec(v).unwrap_or_default();
+    out.push(b'\n');
+    Bytes::from(out)
+}
+
+fn restamp(obj: &Object, revision: Revision) -> Object {
+    let mut value = (*obj.value).clone();
+    if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.insert(
+            "resourceVersion".into(),
+            Value::String(revision.to_string()),
+        );
+    }
+    let bytes = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
+    Object {
+        key: obj.key.clone(),
+        value: Arc::new(value),
+        bytes,
+        mod_revision: revision,
+    }
+}
+
+fn invalid_options(errors: &[FieldError]) -> ApiError {
+    ApiError::invalid_kind("ListOptions.meta.k8s.io", "", errors)
+}
+
+/// Starts a watch and returns the streaming response.
+pub async fn serve(
+    registry: &Registry,
+    cfg: &WatchConfig,
+    req: WatchRequest,
+) -> ApiResult<Response> {
+    let q = &req.query;
+    let requested = q.revision()?;
+    let not_older_than = q.resource_version_match.as_deref() == Some("NotOlderThan");
+    if q.send_initial_events.is_some() {
+        let mut errors = Vec::new();
+        if !not_older_than {
+            errors.push(FieldError::forbidden(
+                "resourceVersionMatch",
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
+        }
+        if q.send_initial_events == Some(true) && !q.allow_watch_bookmarks {
+            errors.push(FieldError::forbidden(
+                "allowWatchBookmarks",
+                "sendInitialEvents requires setting allowWatchBookmarks to true",
+            ));
+        }
+        if !errors.is_empty() {
+            return Err(invalid_options(&errors));
+        }
+    } else if q.resource_version_match.is_some() {
+        return Err(invalid_options(&[FieldError::forbidden(
+            "resourceVersionMatch",
+            "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+        )]));
+    }
+
+    // Where the stream starts, and whether it opens with the current state.
+    let (start, initial, end_marker) = match (q.send_initial_events, requested) {
+        (Some(true), rv) => (registry.read_revision(rv, false).await?, true, true),
+        (Some(false), rv) => (registry.read_revision(rv, false).await?, false, false),
+        (None, None | Some(0)) => (registry.store().current_revision(), true, false),
+        (None, Some(rv)) => (rv, false, false),
+    };
+
+    let encoder = Encoder {
+        output: req.output,
+        include: q.include_object,
+    };
+    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
+    let response = || {
+        let mut resp = Response::new(Body::from_stream(ReceiverStream::new(rx)));
+        *resp.status_mut() = StatusCode::OK;
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        resp
+    };
+
+    let prefix = prefix(req.namespace.as_deref());
+    let mut events = match registry.store().watch(&prefix, start) {
+        Ok(s) => s,
+        Err(e @ StorageError::Expired { .. }) => {
+            // As the watch cache: HTTP 200 and one ERROR event, so clients relist instead of retrying forever.
+            let _ = tx.try_send(Ok(encoder.error(&ApiError::from_storage(e, ""))));
+            return Ok(response());
+        }
+        Err(e) => return Err(ApiError::from_storage(e, "")),
+    };
+
+    let mut first: Vec<Bytes> = Vec::new();
+    if initial {
+        let page = registry
+            .list(ListRequest {
+                namespace: req.namespace.clone(),
+                labels: req.labels.clone(),
+                fields: req.fields.clone(),
+                resource_version: Some(start),
+                exact: true,
+                ..Default::default()
+            })
+            .await?;
+        first.extend(page.items.iter().map(|o| encoder.event(Kind::Added, o)));
+        if end_marker {
+            first.push(encoder.bookmark(start, true));
+        }
+    }
+
+    let timeout = match q.timeout_seconds {
+        Some(s) => Duration::from_secs(s),
+        // kube-apiserver spreads unbounded watches over [30, 60) minutes.
+        None => Duration::from_secs(rand::rng().random_range(1800..3600)),
+    };
+    let bookmarks = q.allow_watch_bookmarks;
+    let (labels, fields) = (req.labels, req.fields);
+    let matches = move |o: &Object| labels.matches_json(&o.value) && fields.matches_json(&o.value);
+    let cfg = cfg.clone();
+
+    tokio::spawn(async move {
+        for chunk in first {
+            if tx.send(Ok(chunk)).await.is_err() {
+                return;
+            }
+        }
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let mut ticker = tokio::time::interval_at(
+            tokio::time::Instant::now() + cfg.bookmark_interval,
+            cfg.bookmark_interval,
+        );
+        let mut seen = start;
+        loop {
+            let chunk = tokio::select! {
+                _ = &mut deadline => return,
+                _ = cfg.shutdown.cancelled() => return,
+                _ = tx.closed() => return,
+                _ = ticker.tick(), if bookmarks => encoder.bookmark(seen, false),
+                next = events.next() => match next {
+                    None => return,
+                    Some(Err(e)) => {
+                        let _ = tx.send(Ok(encoder.error(&ApiError::from_storage(e, "")))).await;
+                        return;
+                    }
+                    Some(Ok(ev)) => {
+                        seen = ev.revision;
+                        let now_in = matches(&ev.object);
+                        let was_in = ev.prev.as_deref().is_some_and(&matches);
+                        match (ev.kind, was_in, now_in) {
+                            (EventType::Added, _, true) => encoder.event(Kind::Added, &ev.object),
+                            (EventType::Modified, true, true) => encoder.event(Kind::Modified, &ev.object),
+                            (EventType::Modified, false, true) => encoder.event(Kind::Added, &ev.object),
+                            (EventType::Modified, true, false) => {
+                                let prev = ev.prev.as_deref().expect("was_in implies prev");
+                                encoder.event(Kind::Deleted, &restamp(prev, ev.revision))
+                            }
+                            (EventType::Deleted, true, _) => encoder.event(Kind::Deleted, &ev.object),
+                            _ => continue,
+                        }
+                    }
+                },
+            };
+            if tx.send(Ok(chunk)).await.is_err() {
+                return;
+            }
+        }
+    });
+    Ok(response())
+}

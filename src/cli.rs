@@ -1,0 +1,232 @@
+//! Command-line flags (named as k8s.io/apiserver names them) and the wiring from flags to a running server.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, ValueEnum};
+use tokio_util::sync::CancellationToken;
+
+use crate::apiserver::tls::{self, ClientCa};
+use crate::apiserver::{Authenticator, RequestHeader, Server, ServerConfig};
+use crate::storage::{HistoryLimits, SledStore, Store};
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// podset-apiserver serves the PodSet API (demo.k8s.io/v1alpha1) to a Kubernetes cluster as an aggregated API
+/// server: register it with deploy/apiservice.yaml and kube-apiserver forwards /apis/demo.k8s.io/v1alpha1 here.
+/// PodSets are stored in this server's own database (--data-dir), not in the cluster's etcd.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "podset-apiserver", version, about, long_about = None)]
+pub struct Options {
+    /// IP address to listen on for HTTPS.
+    #[arg(long, default_value = "0.0.0.0", env = "PODSET_BIND_ADDRESS")]
+    pub bind_address: IpAddr,
+
+    /// Port to serve HTTPS on (0 picks a free one and logs it).
+    #[arg(long, default_value_t = 8443, env = "PODSET_SECURE_PORT")]
+    pub secure_port: u16,
+
+    /// Serving certificate (PEM). Without it, a self-signed CA and certificate are made under --cert-dir and the CA's
+    /// path is logged: put that CA in the APIService's caBundle.
+    #[arg(long, requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// Private key for --tls-cert-file (PEM).
+    #[arg(long, requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
+
+    /// Where self-signed certificates are written. Default: <data-dir>/certs.
+    #[arg(long)]
+    pub cert_dir: Option<PathBuf>,
+
+    /// Extra host names or IPs for the self-signed serving certificate (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub tls_sans: Vec<String>,
+
+    /// CA bundle that signs the front proxy's client certificate (kube-apiserver's --proxy-client-cert-file).
+    /// X-Remote-* identity headers are believed only on connections presenting a certificate it verifies.
+    #[arg(long)]
+    pub requestheader_client_ca_file: Option<PathBuf>,
+
+    /// Common names allowed for the front proxy's client certificate (comma-separated; empty allows any).
+    #[arg(long, value_delimiter = ',')]
+    pub requestheader_allowed_names: Vec<String>,
+
+    /// Headers carrying the user name, first match wins.
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-User")]
+    pub requestheader_username_headers: Vec<String>,
+
+    /// Headers carrying the user's groups.
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-Group")]
+    pub requestheader_group_headers: Vec<String>,
+
+    /// Header prefixes carrying extra user attributes.
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-Extra-")]
+    pub requestheader_extra_headers_prefix: Vec<String>,
+
+    /// Directory of the embedded database (sled) and self-signed certificates.
+    #[arg(long, default_value = "podset-data", env = "PODSET_DATA_DIR")]
+    pub data_dir: PathBuf,
+
+    /// Kubeconfig of the main API server, for the embedded controller. In a cluster, the in-cluster config is used.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// DEVELOPMENT ONLY: treat every request as coming from an administrator. Never use on a reachable network.
+    #[arg(long)]
+    pub insecure_allow_all: bool,
+
+    /// Keep at least this many of the newest changes for watches to resume from.
+    #[arg(long, default_value_t = 10_000)]
+    pub watch_history_events: usize,
+
+    /// Also keep every change younger than this many seconds (up to --watch-history-max-events).
+    #[arg(long, default_value_t = 300)]
+    pub watch_history_seconds: u64,
+
+    /// Hard cap on kept changes.
+    #[arg(long, default_value_t = 200_000)]
+    pub watch_history_max_events: usize,
+
+    /// Seconds between BOOKMARK events on watches that allow them.
+    #[arg(long, default_value_t = 60)]
+    pub watch_bookmark_interval: u64,
+
+    /// Seconds in-flight requests get to finish after SIGTERM.
+    #[arg(long, default_value_t = 30)]
+    pub shutdown_timeout: u64,
+
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+pub fn init_tracing(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn in_cluster() -> bool {
+    std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+}
+
+/// Runs the server until SIGTERM or SIGINT.
+pub async fn run(opts: Options) -> anyhow::Result<()> {
+    tls::provider();
+    std::fs::create_dir_all(&opts.data_dir)
+        .with_context(|| format!("creating --data-dir {}", opts.data_dir.display()))?;
+
+    let (certs, key) = match (&opts.tls_cert_file, &opts.tls_private_key_file) {
+        (Some(c), Some(k)) => (tls::read_certs(c)?, tls::read_key(k)?),
+        _ => {
+            let dir = opts
+                .cert_dir
+                .clone()
+                .unwrap_or_else(|| opts.data_dir.join("certs"));
+            let mut hosts = vec![
+                "podset-apiserver.podset-system.svc".to_owned(),
+                "podset-apiserver.podset-system.svc.cluster.local".to_owned(),
+                "podset-apiserver.podset-system".to_owned(),
+                "podset-apiserver".to_owned(),
+                "localhost".to_owned(),
+                "127.0.0.1".to_owned(),
+            ];
+            if !opts.bind_address.is_unspecified() {
+                hosts.push(opts.bind_address.to_string());
+            }
+            hosts.extend(opts.tls_sans.iter().cloned());
+            let s = tls::ensure_self_signed(&dir, &hosts)?;
+            tracing::info!(ca = %s.ca.display(), cert = %s.cert.display(), "serving with a self-signed certificate; use this CA as the APIService caBundle");
+            (tls::read_certs(&s.cert)?, tls::read_key(&s.key)?)
+        }
+    };
+
+    let request_header = match &opts.requestheader_client_ca_file {
+        Some(path) => Some(RequestHeader {
+            ca: ClientCa::from_file(path)?,
+            allowed_names: opts.requestheader_allowed_names.clone(),
+            username_headers: opts.requestheader_username_headers.clone(),
+            group_headers: opts.requestheader_group_headers.clone(),
+            extra_headers_prefixes: opts.requestheader_extra_headers_prefix.clone(),
+        }),
+        None => None,
+    };
+    if opts.insecure_allow_all {
+        tracing::warn!("--insecure-allow-all: EVERY REQUEST IS TREATED AS AN ADMINISTRATOR. For local development and tests only.");
+    } else if request_header.is_none() {
+        tracing::warn!(
+            "no --requestheader-client-ca-file: every API request will be refused with 401"
+        );
+    }
+
+    match (&opts.kubeconfig, in_cluster()) {
+        (None, false) => tracing::info!("no --kubeconfig and not in a cluster: running without the embedded controller"),
+        _ => tracing::info!("the embedded controller is not part of this build yet: PodSets are stored and served, no Pods are made"),
+    }
+
+    let limits = HistoryLimits {
+        min_events: opts.watch_history_events,
+        min_age: Duration::from_secs(opts.watch_history_seconds),
+        max_events: opts.watch_history_max_events.max(opts.watch_history_events),
+    };
+    let db_dir = opts.data_dir.join("db");
+    let store = tokio::task::spawn_blocking(move || SledStore::open(&db_dir, limits)).await??;
+    let store: Arc<dyn Store> = Arc::new(store);
+
+    let shutdown = CancellationToken::new();
+    let cfg = ServerConfig {
+        tls: tls::server_config(certs, key)?,
+        authenticator: Authenticator {
+            request_header,
+            insecure_allow_all: opts.insecure_allow_all,
+        },
+        bookmark_interval: Duration::from_secs(opts.watch_bookmark_interval.max(1)),
+        shutdown_grace: Duration::from_secs(opts.shutdown_timeout),
+    };
+    let addr = SocketAddr::new(opts.bind_address, opts.secure_port);
+    let server = Server::bind(addr, store.clone(), cfg, shutdown.clone())
+        .await
+        .with_context(|| format!("listening on {addr}"))?;
+    tracing::info!(address = %server.local_addr()?, "serving demo.k8s.io/v1alpha1 over HTTPS");
+
+    let signal = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("signal received, shutting down");
+        signal.cancel();
+    });
+    server.serve().await;
+    drop(store);
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}

@@ -1,0 +1,176 @@
+//! Revisioned object storage: the `Store` trait every backend implements, and the sled backend.
+//!
+//! The model is etcd's: one global, strictly increasing revision; every write gets the next revision and one event
+//! in a bounded history; reads can be served at an older revision inside that history; watches replay it.
+
+mod codec;
+mod sled_backend;
+mod state;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use serde_json::Value;
+
+pub use sled_backend::SledStore;
+
+/// A revision of the whole store. 0 means "nothing written yet".
+pub type Revision = u64;
+
+/// One stored object: its parsed form (for selectors and metadata) and its JSON, serialized once per revision with
+/// `metadata.resourceVersion` already set to `mod_revision`.
+#[derive(Debug, Clone)]
+pub struct Object {
+    pub key: String,
+    pub value: Arc<Value>,
+    pub bytes: Bytes,
+    pub mod_revision: Revision,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+/// A change. For `Deleted`, `object` is the last state stamped with the deletion's revision (as kube-apiserver
+/// reports it); `prev` is the state before this event, if any.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub revision: Revision,
+    pub kind: EventType,
+    pub object: Arc<Object>,
+    pub prev: Option<Arc<Object>>,
+}
+
+/// What a list reads.
+#[derive(Default)]
+pub struct ListOptions {
+    /// Only keys starting with this.
+    pub prefix: String,
+    /// Read at this revision (must be inside the kept history); `None` = current.
+    pub revision: Option<Revision>,
+    /// First key to return (inclusive), for pagination.
+    pub start_key: Option<String>,
+    /// Maximum number of items (after filtering).
+    pub limit: Option<usize>,
+    /// Items that fail this are skipped (they do not count toward `limit`).
+    pub predicate: Option<Predicate>,
+}
+
+pub type Predicate = Box<dyn Fn(&Object) -> bool + Send + Sync>;
+
+#[derive(Debug)]
+pub struct ListResult {
+    pub items: Vec<Arc<Object>>,
+    /// The revision the list was read at.
+    pub revision: Revision,
+    /// When `limit` cut the list: the key the next page starts at.
+    pub next_key: Option<String>,
+    /// When `limit` cut the list and no predicate was given: how many items follow.
+    pub remaining: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("key {key:?} not found")]
+    NotFound { key: String },
+    #[error("key {key:?} already exists")]
+    AlreadyExists { key: String },
+    #[error("key {key:?}: expected revision {expected}, found {actual}")]
+    Conflict {
+        key: String,
+        expected: Revision,
+        actual: Revision,
+    },
+    #[error("revision {requested} has been compacted (oldest kept: {oldest})")]
+    Expired {
+        requested: Revision,
+        oldest: Revision,
+    },
+    #[error("revision {requested} is newer than the current revision {current}")]
+    TooLarge {
+        requested: Revision,
+        current: Revision,
+    },
+    #[error("object has no metadata to stamp a resourceVersion on")]
+    InvalidObject,
+    #[error("storage is shutting down")]
+    Closed,
+    #[error("storage backend: {0}")]
+    Backend(String),
+    #[error("corrupt data in storage: {0}")]
+    Corrupt(String),
+}
+
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;
+
+/// A stream of events after a revision, in order, without gaps or duplicates. It yields one `Err(Expired)` and ends
+/// if the watcher falls behind the kept history.
+pub type WatchStream = BoxStream<'static, Result<Arc<Event>>>;
+
+/// How much history the event log keeps for watches and old-revision reads.
+#[derive(Debug, Clone, Copy)]
+pub struct HistoryLimits {
+    /// Always keep at least this many of the newest events.
+    pub min_events: usize,
+    /// Keep events younger than this even beyond `min_events` ...
+    pub min_age: Duration,
+    /// ... but never more than this many.
+    pub max_events: usize,
+}
+
+impl Default for HistoryLimits {
+    fn default() -> Self {
+        Self {
+            min_events: 10_000,
+            min_age: Duration::from_secs(300),
+            max_events: 200_000,
+        }
+    }
+}
+
+/// A revisioned key-value store of Kubernetes objects. Writes are durable when they return.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    async fn get(&self, key: &str) -> Result<Option<Arc<Object>>>;
+    async fn list(&self, opts: ListOptions) -> Result<ListResult>;
+    /// Creates `key`; sets `metadata.resourceVersion` to the new revision.
+    async fn create(&self, key: &str, value: Value) -> Result<Arc<Object>>;
+    /// Replaces `key`, if its revision is still `expected` (when given).
+    async fn update(
+        &self,
+        key: &str,
+        value: Value,
+        expected: Option<Revision>,
+    ) -> Result<Arc<Object>>;
+    /// Removes `key`, if its revision is still `expected` (when given). Returns the deleted object.
+    async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<Arc<Object>>;
+    /// Events under `prefix` with a revision greater than `after`.
+    fn watch(&self, prefix: &str, after: Revision) -> Result<WatchStream>;
+    fn current_revision(&self) -> Revision;
+    /// The oldest revision a read or watch can still start from (`after` >= this).
+    fn compacted_revision(&self) -> Revision;
+    /// Drops history up to and including `revision`.
+    async fn compact(&self, revision: Revision) -> Result<()>;
+}
+
+/// Sets `metadata.resourceVersion` on a JSON object.
+pub(crate) fn stamp_resource_version(value: &mut Value, revision: Revision) -> Result<()> {
+    let meta = value
+        .as_object_mut()
+        .ok_or(StorageError::InvalidObject)?
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Default::default()));
+    meta.as_object_mut()
+        .ok_or(StorageError::InvalidObject)?
+        .insert(
+            "resourceVersion".into(),
+            Value::String(revision.to_string()),
+        );
+    Ok(())
+}
