@@ -112,10 +112,7 @@ pub fn init_tracing(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -135,10 +132,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let (certs, key) = match (&opts.tls_cert_file, &opts.tls_private_key_file) {
         (Some(c), Some(k)) => (tls::read_certs(c)?, tls::read_key(k)?),
         _ => {
-            let dir = opts
-                .cert_dir
-                .clone()
-                .unwrap_or_else(|| opts.data_dir.join("certs"));
+            let dir = opts.cert_dir.clone().unwrap_or_else(|| opts.data_dir.join("certs"));
             let mut hosts = vec![
                 "podset-apiserver.podset-system.svc".to_owned(),
                 "podset-apiserver.podset-system.svc.cluster.local".to_owned(),
@@ -168,16 +162,20 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         None => None,
     };
     if opts.insecure_allow_all {
-        tracing::warn!("--insecure-allow-all: EVERY REQUEST IS TREATED AS AN ADMINISTRATOR. For local development and tests only.");
-    } else if request_header.is_none() {
         tracing::warn!(
-            "no --requestheader-client-ca-file: every API request will be refused with 401"
+            "--insecure-allow-all: EVERY REQUEST IS TREATED AS AN ADMINISTRATOR. For local development and tests only."
         );
+    } else if request_header.is_none() {
+        tracing::warn!("no --requestheader-client-ca-file: every API request will be refused with 401");
     }
 
     match (&opts.kubeconfig, in_cluster()) {
-        (None, false) => tracing::info!("no --kubeconfig and not in a cluster: running without the embedded controller"),
-        _ => tracing::info!("the embedded controller is not part of this build yet: PodSets are stored and served, no Pods are made"),
+        (None, false) => {
+            tracing::info!("no --kubeconfig and not in a cluster: running without the embedded controller")
+        }
+        _ => tracing::info!(
+            "the embedded controller is not part of this build yet: PodSets are stored and served, no Pods are made"
+        ),
     }
 
     let limits = HistoryLimits {
@@ -192,10 +190,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let cfg = ServerConfig {
         tls: tls::server_config(certs, key)?,
-        authenticator: Authenticator {
-            request_header,
-            insecure_allow_all: opts.insecure_allow_all,
-        },
+        authenticator: Authenticator { request_header, insecure_allow_all: opts.insecure_allow_all },
         bookmark_interval: Duration::from_secs(opts.watch_bookmark_interval.max(1)),
         shutdown_grace: Duration::from_secs(opts.shutdown_timeout),
     };

@@ -29,12 +29,7 @@ pub fn default_podset(ps: &mut PodSet) {
     let meta = template.metadata.get_or_insert_with(ObjectMeta::default);
     let labels = meta.labels.get_or_insert_with(BTreeMap::new);
     if labels.is_empty() {
-        match spec
-            .selector
-            .as_ref()
-            .and_then(|s| s.match_labels.as_ref())
-            .filter(|m| !m.is_empty())
-        {
+        match spec.selector.as_ref().and_then(|s| s.match_labels.as_ref()).filter(|m| !m.is_empty()) {
             Some(wanted) => labels.extend(wanted.clone()),
             None => {
                 labels.insert(DEFAULT_LABEL.to_owned(), name);
@@ -43,8 +38,5 @@ pub fn default_podset(ps: &mut PodSet) {
     }
     let labels = labels.clone();
     template.spec.get_or_insert_with(default_pod_spec);
-    spec.selector.get_or_insert_with(|| LabelSelector {
-        match_labels: Some(labels),
-        match_expressions: None,
-    });
+    spec.selector.get_or_insert_with(|| LabelSelector { match_labels: Some(labels), match_expressions: None });
 }

@@ -35,9 +35,7 @@ impl Flavor {
 
 fn definitions(flavor: Flavor) -> Map<String, Value> {
     let settings = match flavor {
-        Flavor::V2 => {
-            SchemaSettings::openapi3().with(|s| s.definitions_path = "/definitions".into())
-        }
+        Flavor::V2 => SchemaSettings::openapi3().with(|s| s.definitions_path = "/definitions".into()),
         Flavor::V3 => SchemaSettings::openapi3(),
     };
     let mut generator = settings.into_generator();
@@ -55,32 +53,12 @@ fn definitions(flavor: Flavor) -> Map<String, Value> {
             def.insert(key.into(), value);
         }
     };
-    extend(
-        SCALE,
-        "x-kubernetes-group-version-kind",
-        gvk("autoscaling", "v1", "Scale"),
-    );
-    extend(
-        STATUS,
-        "x-kubernetes-group-version-kind",
-        gvk("", "v1", "Status"),
-    );
-    extend(
-        DELETE_OPTIONS,
-        "x-kubernetes-group-version-kind",
-        gvk(GROUP, VERSION, "DeleteOptions"),
-    );
-    extend(
-        WATCH_EVENT,
-        "x-kubernetes-group-version-kind",
-        gvk(GROUP, VERSION, "WatchEvent"),
-    );
+    extend(SCALE, "x-kubernetes-group-version-kind", gvk("autoscaling", "v1", "Scale"));
+    extend(STATUS, "x-kubernetes-group-version-kind", gvk("", "v1", "Status"));
+    extend(DELETE_OPTIONS, "x-kubernetes-group-version-kind", gvk(GROUP, VERSION, "DeleteOptions"));
+    extend(WATCH_EVENT, "x-kubernetes-group-version-kind", gvk(GROUP, VERSION, "WatchEvent"));
     // schemars names the generic WatchEvent after its parameter; publish it under the Kubernetes name.
-    if let Some(key) = defs
-        .keys()
-        .find(|k| k.contains("WatchEvent") && *k != WATCH_EVENT)
-        .cloned()
-    {
+    if let Some(key) = defs.keys().find(|k| k.contains("WatchEvent") && *k != WATCH_EVENT).cloned() {
         let v = defs.remove(&key).expect("present");
         defs.insert(WATCH_EVENT.into(), v);
     }
@@ -101,11 +79,7 @@ fn normalize(v: &mut Value, flavor: Flavor) {
             if let Some(Value::Array(any)) = m.get("anyOf") {
                 let is_null = |s: &Value| s.get("enum").is_some_and(|e| e == &json!([null]));
                 if any.len() == 2 && any.iter().any(is_null) {
-                    let inner = any
-                        .iter()
-                        .find(|s| !is_null(s))
-                        .cloned()
-                        .unwrap_or_default();
+                    let inner = any.iter().find(|s| !is_null(s)).cloned().unwrap_or_default();
                     m.remove("anyOf");
                     if inner.get("$ref").is_some() {
                         m.insert("allOf".into(), json!([inner]));
@@ -140,33 +114,14 @@ struct Param {
     description: &'static str,
 }
 
-const fn param(
-    name: &'static str,
-    location: &'static str,
-    kind: &'static str,
-    description: &'static str,
-) -> Param {
-    Param {
-        name,
-        location,
-        kind,
-        description,
-    }
+const fn param(name: &'static str, location: &'static str, kind: &'static str, description: &'static str) -> Param {
+    Param { name, location, kind, description }
 }
 
 const NAME: Param = param("name", "path", "string", "name of the PodSet");
-const NAMESPACE: Param = param(
-    "namespace",
-    "path",
-    "string",
-    "object name and auth scope, such as for teams and projects",
-);
-const PRETTY: Param = param(
-    "pretty",
-    "query",
-    "string",
-    "If 'true', then the output is pretty printed.",
-);
+const NAMESPACE: Param =
+    param("namespace", "path", "string", "object name and auth scope, such as for teams and projects");
+const PRETTY: Param = param("pretty", "query", "string", "If 'true', then the output is pretty printed.");
 const DRY_RUN: Param = param("dryRun", "query", "string", "When present, indicates that modifications should not be persisted. Valid values are: - All: all dry run stages will be processed");
 const FIELD_MANAGER: Param = param(
     "fieldManager",
@@ -176,12 +131,8 @@ const FIELD_MANAGER: Param = param(
 );
 const FIELD_VALIDATION: Param = param("fieldValidation", "query", "string", "fieldValidation instructs the server on how to handle objects in the request containing unknown or duplicate fields. Valid values are: Ignore, Warn (default), Strict.");
 const FORCE: Param = param("force", "query", "boolean", "Force is going to \"force\" Apply requests. It means user will re-acquire conflicting fields owned by other people. Force flag must be unset for non-apply patch requests.");
-const GRACE: Param = param(
-    "gracePeriodSeconds",
-    "query",
-    "integer",
-    "The duration in seconds before the object should be deleted.",
-);
+const GRACE: Param =
+    param("gracePeriodSeconds", "query", "integer", "The duration in seconds before the object should be deleted.");
 const PROPAGATION: Param = param("propagationPolicy", "query", "string", "Whether and how garbage collection will be performed. Acceptable values are: 'Orphan', 'Background', 'Foreground'.");
 const LIST_PARAMS: &[Param] = &[
     param("allowWatchBookmarks", "query", "boolean", "allowWatchBookmarks requests watch events with type \"BOOKMARK\"."),
@@ -238,7 +189,9 @@ fn render_operation(flavor: Flavor, op: &Operation) -> Value {
     match flavor {
         Flavor::V2 => {
             if let (Some(_), Value::Array(list)) = (op.body, &mut parameters) {
-                list.push(json!({"name": "body", "in": "body", "required": true, "schema": flavor.ref_to(op.body_schema)}));
+                list.push(
+                    json!({"name": "body", "in": "body", "required": true, "schema": flavor.ref_to(op.body_schema)}),
+                );
             }
             v["parameters"] = parameters;
             v["produces"] = json!(produces);
@@ -251,45 +204,27 @@ fn render_operation(flavor: Flavor, op: &Operation) -> Value {
         Flavor::V3 => {
             v["parameters"] = parameters;
             if let Some(types) = op.body {
-                let content: Map<String, Value> = types
-                    .iter()
-                    .map(|t| {
-                        (
-                            t.to_string(),
-                            json!({"schema": flavor.ref_to(op.body_schema)}),
-                        )
-                    })
-                    .collect();
+                let content: Map<String, Value> =
+                    types.iter().map(|t| (t.to_string(), json!({"schema": flavor.ref_to(op.body_schema)}))).collect();
                 v["requestBody"] = json!({"required": true, "content": content});
             }
-            let content: Map<String, Value> = produces
-                .iter()
-                .map(|t| (t.to_string(), json!({"schema": flavor.ref_to(op.response)})))
-                .collect();
-            v["responses"] = json!({"200": {"description": "OK", "content": content}, "401": {"description": "Unauthorized"}});
+            let content: Map<String, Value> =
+                produces.iter().map(|t| (t.to_string(), json!({"schema": flavor.ref_to(op.response)}))).collect();
+            v["responses"] =
+                json!({"200": {"description": "OK", "content": content}, "401": {"description": "Unauthorized"}});
         }
     }
     v
 }
 
-const PATCH_TYPES: &[&str] = &[
-    "application/json-patch+json",
-    "application/merge-patch+json",
-];
+const PATCH_TYPES: &[&str] = &["application/json-patch+json", "application/merge-patch+json"];
 const JSON_BODY: &[&str] = &["application/json", "application/yaml"];
 
 fn paths(flavor: Flavor) -> Map<String, Value> {
     let ps = (GROUP, VERSION, KIND);
     let scale = ("autoscaling", "v1", "Scale");
     let base = format!("/apis/{GROUP}/{VERSION}");
-    let op = |method,
-              action,
-              id: &str,
-              body,
-              body_schema,
-              response,
-              kind,
-              params: Vec<&'static Param>| Operation {
+    let op = |method, action, id: &str, body, body_schema, response, kind, params: Vec<&'static Param>| Operation {
         method,
         action,
         id: id.to_owned(),
@@ -377,20 +312,11 @@ fn paths(flavor: Flavor) -> Map<String, Value> {
         (
             format!("{base}/namespaces/{{namespace}}/{PLURAL}/{{name}}"),
             vec![
-                op(
-                    "get",
-                    "get",
-                    "readDemoV1alpha1NamespacedPodSet",
-                    None,
-                    PODSET,
-                    PODSET,
-                    ps,
-                    {
-                        let mut p = item.clone();
-                        p.push(&PRETTY);
-                        p
-                    },
-                ),
+                op("get", "get", "readDemoV1alpha1NamespacedPodSet", None, PODSET, PODSET, ps, {
+                    let mut p = item.clone();
+                    p.push(&PRETTY);
+                    p
+                }),
                 op(
                     "put",
                     "put",
@@ -426,20 +352,11 @@ fn paths(flavor: Flavor) -> Map<String, Value> {
         (
             format!("{base}/namespaces/{{namespace}}/{PLURAL}/{{name}}/status"),
             vec![
-                op(
-                    "get",
-                    "get",
-                    "readDemoV1alpha1NamespacedPodSetStatus",
-                    None,
-                    PODSET,
-                    PODSET,
-                    ps,
-                    {
-                        let mut p = item.clone();
-                        p.push(&PRETTY);
-                        p
-                    },
-                ),
+                op("get", "get", "readDemoV1alpha1NamespacedPodSetStatus", None, PODSET, PODSET, ps, {
+                    let mut p = item.clone();
+                    p.push(&PRETTY);
+                    p
+                }),
                 op(
                     "put",
                     "put",
@@ -465,20 +382,11 @@ fn paths(flavor: Flavor) -> Map<String, Value> {
         (
             format!("{base}/namespaces/{{namespace}}/{PLURAL}/{{name}}/scale"),
             vec![
-                op(
-                    "get",
-                    "get",
-                    "readDemoV1alpha1NamespacedPodSetScale",
-                    None,
-                    SCALE,
-                    SCALE,
-                    scale,
-                    {
-                        let mut p = item.clone();
-                        p.push(&PRETTY);
-                        p
-                    },
-                ),
+                op("get", "get", "readDemoV1alpha1NamespacedPodSetScale", None, SCALE, SCALE, scale, {
+                    let mut p = item.clone();
+                    p.push(&PRETTY);
+                    p
+                }),
                 op(
                     "put",
                     "put",
@@ -505,10 +413,8 @@ fn paths(flavor: Flavor) -> Map<String, Value> {
     entries
         .into_iter()
         .map(|(path, ops)| {
-            let item: Map<String, Value> = ops
-                .iter()
-                .map(|o| (o.method.to_owned(), render_operation(flavor, o)))
-                .collect();
+            let item: Map<String, Value> =
+                ops.iter().map(|o| (o.method.to_owned(), render_operation(flavor, o))).collect();
             (path, Value::Object(item))
         })
         .collect()
@@ -540,37 +446,19 @@ mod tests {
 
     #[test]
     fn podset_schema_carries_its_gvk_and_field_docs() {
-        for (doc, defs) in [
-            (openapi_v2(), "/definitions"),
-            (openapi_v3(), "/components/schemas"),
-        ] {
-            let ps = doc
-                .pointer(&format!("{defs}/{PODSET}"))
-                .expect("PodSet definition");
+        for (doc, defs) in [(openapi_v2(), "/definitions"), (openapi_v3(), "/components/schemas")] {
+            let ps = doc.pointer(&format!("{defs}/{PODSET}")).expect("PodSet definition");
             assert_eq!(ps["x-kubernetes-group-version-kind"][0]["kind"], "PodSet");
             let spec = &ps["properties"]["spec"];
-            let spec_ref = spec
-                .pointer("/$ref")
-                .or(spec.pointer("/allOf/0/$ref"))
-                .and_then(Value::as_str)
-                .expect("spec ref");
+            let spec_ref =
+                spec.pointer("/$ref").or(spec.pointer("/allOf/0/$ref")).and_then(Value::as_str).expect("spec ref");
             let spec_name = spec_ref.rsplit('/').next().unwrap();
-            let replicas = doc
-                .pointer(&format!("{defs}/{spec_name}/properties/replicas"))
-                .expect("replicas");
-            assert!(replicas["description"]
-                .as_str()
-                .unwrap()
-                .contains("Defaults to 1"));
-            assert!(doc
-                .pointer(&format!("{defs}/io.k8s.api.core.v1.PodTemplateSpec"))
-                .is_some());
+            let replicas = doc.pointer(&format!("{defs}/{spec_name}/properties/replicas")).expect("replicas");
+            assert!(replicas["description"].as_str().unwrap().contains("Defaults to 1"));
+            assert!(doc.pointer(&format!("{defs}/io.k8s.api.core.v1.PodTemplateSpec")).is_some());
             let text = doc.to_string();
             assert!(!text.contains("strategic-merge-patch"));
-            assert!(
-                !text.contains("anyOf") && !text.contains("nullable"),
-                "schemars-only shapes left"
-            );
+            assert!(!text.contains("anyOf") && !text.contains("nullable"), "schemars-only shapes left");
             // Every reference resolves inside the document.
             for r in text.split("\"$ref\":\"").skip(1) {
                 let target = &r[..r.find('"').unwrap()];
@@ -583,17 +471,12 @@ mod tests {
     #[test]
     fn patch_operations_offer_merge_and_json_patch_with_write_params() {
         let doc = openapi_v3();
-        let patch = &doc["paths"]
-            ["/apis/demo.k8s.io/v1alpha1/namespaces/{namespace}/podsets/{name}"]["patch"];
+        let patch = &doc["paths"]["/apis/demo.k8s.io/v1alpha1/namespaces/{namespace}/podsets/{name}"]["patch"];
         let content = patch["requestBody"]["content"].as_object().unwrap();
         assert!(content.contains_key("application/merge-patch+json"));
         assert!(content.contains_key("application/json-patch+json"));
-        let names: Vec<&str> = patch["parameters"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["name"].as_str().unwrap())
-            .collect();
+        let names: Vec<&str> =
+            patch["parameters"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
         for want in ["dryRun", "fieldValidation", "fieldManager", "force"] {
             assert!(names.contains(&want), "{want} missing from {names:?}");
         }

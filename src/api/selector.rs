@@ -39,18 +39,16 @@ impl Requirement {
         }
         match operator {
             Operator::In | Operator::NotIn if values.is_empty() => {
-                return Err(format!(
-                    "for 'in', 'notin' operators, values set can't be empty (key {key:?})"
-                ))
+                return Err(format!("for 'in', 'notin' operators, values set can't be empty (key {key:?})"))
             }
             Operator::Exists | Operator::DoesNotExist if !values.is_empty() => {
-                return Err(format!(
-                    "values set must be empty for exists and does not exist (key {key:?})"
-                ))
+                return Err(format!("values set must be empty for exists and does not exist (key {key:?})"))
             }
             Operator::GreaterThan | Operator::LessThan => {
                 if values.len() != 1 || values[0].parse::<i64>().is_err() {
-                    return Err(format!("for 'Gt', 'Lt' operators, exactly one integer value is required (key {key:?})"));
+                    return Err(format!(
+                        "for 'Gt', 'Lt' operators, exactly one integer value is required (key {key:?})"
+                    ));
                 }
             }
             _ => {}
@@ -64,11 +62,7 @@ impl Requirement {
         }
         values.sort();
         values.dedup();
-        Ok(Self {
-            key: key.to_owned(),
-            operator,
-            values,
-        })
+        Ok(Self { key: key.to_owned(), operator, values })
     }
 
     fn matches(&self, labels: &dyn Fn(&str) -> Option<String>) -> bool {
@@ -80,10 +74,8 @@ impl Requirement {
             Operator::Exists => value.is_some(),
             Operator::DoesNotExist => value.is_none(),
             Operator::GreaterThan | Operator::LessThan => {
-                let (Some(v), Ok(bound)) = (
-                    value.and_then(|v| v.parse::<i64>().ok()),
-                    self.values[0].parse::<i64>(),
-                ) else {
+                let (Some(v), Ok(bound)) = (value.and_then(|v| v.parse::<i64>().ok()), self.values[0].parse::<i64>())
+                else {
                     return false;
                 };
                 if self.operator == Operator::GreaterThan {
@@ -134,9 +126,7 @@ impl Selector {
                 if input.trim().is_empty() {
                     continue;
                 }
-                return Err(format!(
-                    "unable to parse requirement in {input:?}: empty requirement"
-                ));
+                return Err(format!("unable to parse requirement in {input:?}: empty requirement"));
             }
             requirements.push(parse_requirement(part)?);
         }
@@ -158,11 +148,7 @@ impl Selector {
                 "DoesNotExist" => Operator::DoesNotExist,
                 other => return Err(format!("{other:?} is not a valid label selector operator")),
             };
-            requirements.push(Requirement::new(
-                &e.key,
-                op,
-                e.values.clone().unwrap_or_default(),
-            )?);
+            requirements.push(Requirement::new(&e.key, op, e.values.clone().unwrap_or_default())?);
         }
         requirements.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(Self { requirements })
@@ -173,22 +159,15 @@ impl Selector {
     }
 
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.requirements
-            .iter()
-            .all(|r| r.matches(&|k| labels.get(k).cloned()))
+        self.requirements.iter().all(|r| r.matches(&|k| labels.get(k).cloned()))
     }
 
     /// Matches the `metadata.labels` of a JSON object.
     pub fn matches_json(&self, object: &serde_json::Value) -> bool {
         let labels = object.pointer("/metadata/labels");
-        self.requirements.iter().all(|r| {
-            r.matches(&|k| {
-                labels
-                    .and_then(|l| l.get(k))
-                    .and_then(|v| v.as_str())
-                    .map(str::to_owned)
-            })
-        })
+        self.requirements
+            .iter()
+            .all(|r| r.matches(&|k| labels.and_then(|l| l.get(k)).and_then(|v| v.as_str()).map(str::to_owned)))
     }
 }
 
@@ -201,9 +180,7 @@ fn split_top_level(input: &str) -> Result<Vec<&str>, String> {
             ')' => {
                 depth -= 1;
                 if depth < 0 {
-                    return Err(format!(
-                        "unable to parse requirement in {input:?}: unbalanced parentheses"
-                    ));
+                    return Err(format!("unable to parse requirement in {input:?}: unbalanced parentheses"));
                 }
             }
             ',' if depth == 0 => {
@@ -214,9 +191,7 @@ fn split_top_level(input: &str) -> Result<Vec<&str>, String> {
         }
     }
     if depth != 0 {
-        return Err(format!(
-            "unable to parse requirement in {input:?}: unbalanced parentheses"
-        ));
+        return Err(format!("unable to parse requirement in {input:?}: unbalanced parentheses"));
     }
     parts.push(&input[start..]);
     Ok(parts)
@@ -229,28 +204,16 @@ fn parse_requirement(part: &str) -> Result<Requirement, String> {
     // Set-based: `key in (a,b)` / `key notin (a,b)`.
     if let Some(open) = part.find('(') {
         let head = part[..open].trim();
-        let close = part
-            .rfind(')')
-            .filter(|&c| c > open && part[c + 1..].trim().is_empty());
+        let close = part.rfind(')').filter(|&c| c > open && part[c + 1..].trim().is_empty());
         let Some(close) = close else {
-            return Err(format!(
-                "unable to parse requirement {part:?}: expected ')'"
-            ));
+            return Err(format!("unable to parse requirement {part:?}: expected ')'"));
         };
         let (key, op) = match head.rsplit_once(char::is_whitespace) {
             Some((k, "in")) => (k.trim(), Operator::In),
             Some((k, "notin")) => (k.trim(), Operator::NotIn),
-            _ => {
-                return Err(format!(
-                    "unable to parse requirement {part:?}: expected 'in' or 'notin'"
-                ))
-            }
+            _ => return Err(format!("unable to parse requirement {part:?}: expected 'in' or 'notin'")),
         };
-        let values = part[open + 1..close]
-            .split(',')
-            .map(|v| v.trim().to_owned())
-            .filter(|v| !v.is_empty())
-            .collect();
+        let values = part[open + 1..close].split(',').map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()).collect();
         return Requirement::new(key, op, values);
     }
     for (token, op) in [
@@ -308,10 +271,7 @@ impl FieldSelector {
 
     /// The one name this selector requires, if it is `metadata.name=<name>`.
     pub fn exact_name(&self) -> Option<&str> {
-        self.terms
-            .iter()
-            .find(|(f, eq, _)| matches!(f, Field::Name) && *eq)
-            .map(|(_, _, v)| v.as_str())
+        self.terms.iter().find(|(f, eq, _)| matches!(f, Field::Name) && *eq).map(|(_, _, v)| v.as_str())
     }
 
     pub fn matches_json(&self, object: &serde_json::Value) -> bool {
@@ -331,65 +291,24 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     #[test]
     fn parses_and_matches_every_operator() {
-        let s = Selector::parse("app=web, tier in (a, b),env notin (prod),!legacy,track,gen>2")
-            .unwrap();
-        assert!(s.matches(&labels(&[
-            ("app", "web"),
-            ("tier", "a"),
-            ("track", "x"),
-            ("gen", "3")
-        ])));
-        assert!(!s.matches(&labels(&[
-            ("app", "web"),
-            ("tier", "c"),
-            ("track", "x"),
-            ("gen", "3")
-        ])));
-        assert!(!s.matches(&labels(&[
-            ("app", "web"),
-            ("tier", "a"),
-            ("env", "prod"),
-            ("track", "x"),
-            ("gen", "3")
-        ])));
-        assert!(!s.matches(&labels(&[
-            ("app", "web"),
-            ("tier", "a"),
-            ("legacy", ""),
-            ("track", "x"),
-            ("gen", "3")
-        ])));
+        let s = Selector::parse("app=web, tier in (a, b),env notin (prod),!legacy,track,gen>2").unwrap();
+        assert!(s.matches(&labels(&[("app", "web"), ("tier", "a"), ("track", "x"), ("gen", "3")])));
+        assert!(!s.matches(&labels(&[("app", "web"), ("tier", "c"), ("track", "x"), ("gen", "3")])));
+        assert!(!s.matches(&labels(&[("app", "web"), ("tier", "a"), ("env", "prod"), ("track", "x"), ("gen", "3")])));
+        assert!(!s.matches(&labels(&[("app", "web"), ("tier", "a"), ("legacy", ""), ("track", "x"), ("gen", "3")])));
         assert!(!s.matches(&labels(&[("app", "web"), ("tier", "a"), ("gen", "3")])));
-        assert!(!s.matches(&labels(&[
-            ("app", "web"),
-            ("tier", "a"),
-            ("track", "x"),
-            ("gen", "1")
-        ])));
-        assert_eq!(
-            s.to_string(),
-            "app=web,env notin (prod),gen>2,!legacy,tier in (a,b),track"
-        );
+        assert!(!s.matches(&labels(&[("app", "web"), ("tier", "a"), ("track", "x"), ("gen", "1")])));
+        assert_eq!(s.to_string(), "app=web,env notin (prod),gen>2,!legacy,tier in (a,b),track");
     }
 
     #[test]
     fn rejects_malformed_selectors() {
-        for bad in [
-            "a in (b",
-            "a in ()",
-            "Bad Key=1",
-            "a=b=c/",
-            "a notin x",
-            "-a=b",
-        ] {
+        for bad in ["a in (b", "a in ()", "Bad Key=1", "a=b=c/", "a notin x", "-a=b"] {
             assert!(Selector::parse(bad).is_err(), "{bad}");
         }
         assert!(Selector::parse("").unwrap().is_empty());
@@ -410,23 +329,10 @@ mod tests {
     #[test]
     fn field_selectors() {
         let obj = serde_json::json!({"metadata": {"name": "a", "namespace": "ns"}});
-        assert!(FieldSelector::parse("metadata.name=a")
-            .unwrap()
-            .matches_json(&obj));
-        assert!(!FieldSelector::parse("metadata.name!=a")
-            .unwrap()
-            .matches_json(&obj));
-        assert!(
-            FieldSelector::parse("metadata.namespace==ns,metadata.name=a")
-                .unwrap()
-                .matches_json(&obj)
-        );
+        assert!(FieldSelector::parse("metadata.name=a").unwrap().matches_json(&obj));
+        assert!(!FieldSelector::parse("metadata.name!=a").unwrap().matches_json(&obj));
+        assert!(FieldSelector::parse("metadata.namespace==ns,metadata.name=a").unwrap().matches_json(&obj));
         assert!(FieldSelector::parse("spec.replicas=1").is_err());
-        assert_eq!(
-            FieldSelector::parse("metadata.name=a")
-                .unwrap()
-                .exact_name(),
-            Some("a")
-        );
+        assert_eq!(FieldSelector::parse("metadata.name=a").unwrap().exact_name(), Some("a"));
     }
 }

@@ -36,13 +36,7 @@ pub struct TableRow {
 
 impl Table {
     pub fn new(metadata: ListMeta, rows: Vec<TableRow>) -> Self {
-        Self {
-            api_version: "meta.k8s.io/v1",
-            kind: "Table",
-            metadata,
-            column_definitions: columns(),
-            rows,
-        }
+        Self { api_version: "meta.k8s.io/v1", kind: "Table", metadata, column_definitions: columns(), rows }
     }
 }
 
@@ -56,49 +50,13 @@ pub fn columns() -> Vec<TableColumnDefinition> {
         priority,
     };
     vec![
-        col(
-            "Name",
-            "string",
-            "name",
-            "Name must be unique within a namespace.",
-            0,
-        ),
-        col(
-            "Desired",
-            "integer",
-            "",
-            "Number of desired pods (spec.replicas).",
-            0,
-        ),
-        col(
-            "Current",
-            "integer",
-            "",
-            "Number of pods the controller counts (status.replicas).",
-            0,
-        ),
-        col(
-            "Ready",
-            "integer",
-            "",
-            "Number of ready pods (status.readyReplicas).",
-            0,
-        ),
+        col("Name", "string", "name", "Name must be unique within a namespace.", 0),
+        col("Desired", "integer", "", "Number of desired pods (spec.replicas).", 0),
+        col("Current", "integer", "", "Number of pods the controller counts (status.replicas).", 0),
+        col("Ready", "integer", "", "Number of ready pods (status.readyReplicas).", 0),
         col("Age", "string", "", "Time since the PodSet was created.", 0),
-        col(
-            "Pods",
-            "string",
-            "",
-            "Names of the pods (status.podNames).",
-            1,
-        ),
-        col(
-            "Selector",
-            "string",
-            "",
-            "Label selector of the pods (spec.selector).",
-            1,
-        ),
+        col("Pods", "string", "", "Names of the pods (status.podNames).", 1),
+        col("Selector", "string", "", "Label selector of the pods (spec.selector).", 1),
     ]
 }
 
@@ -116,12 +74,7 @@ pub fn cells(obj: &Value, now: Timestamp) -> Vec<Value> {
         .pointer("/status/podNames")
         .and_then(Value::as_array)
         .filter(|a| !a.is_empty())
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join(",")
-        })
+        .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(","))
         .unwrap_or_else(|| "<none>".into());
     let selector = obj
         .pointer("/spec/selector")
@@ -154,11 +107,7 @@ pub fn human_duration(seconds: i64) -> String {
     let minutes = seconds / 60;
     if minutes < 10 {
         let s = seconds % 60;
-        return if s == 0 {
-            format!("{minutes}m")
-        } else {
-            format!("{minutes}m{s}s")
-        };
+        return if s == 0 { format!("{minutes}m") } else { format!("{minutes}m{s}s") };
     }
     if minutes < 180 {
         return format!("{minutes}m");
@@ -166,33 +115,21 @@ pub fn human_duration(seconds: i64) -> String {
     let hours = minutes / 60;
     if hours < 8 {
         let m = minutes % 60;
-        return if m == 0 {
-            format!("{hours}h")
-        } else {
-            format!("{hours}h{m}m")
-        };
+        return if m == 0 { format!("{hours}h") } else { format!("{hours}h{m}m") };
     }
     if hours < 48 {
         return format!("{hours}h");
     }
     if hours < 24 * 8 {
         let h = hours % 24;
-        return if h == 0 {
-            format!("{}d", hours / 24)
-        } else {
-            format!("{}d{h}h", hours / 24)
-        };
+        return if h == 0 { format!("{}d", hours / 24) } else { format!("{}d{h}h", hours / 24) };
     }
     if hours < 24 * 365 * 2 {
         return format!("{}d", hours / 24);
     }
     if hours < 24 * 365 * 8 {
         let dy = (hours / 24) % 365;
-        return if dy == 0 {
-            format!("{}y", hours / 24 / 365)
-        } else {
-            format!("{}y{dy}d", hours / 24 / 365)
-        };
+        return if dy == 0 { format!("{}y", hours / 24 / 365) } else { format!("{}y{dy}d", hours / 24 / 365) };
     }
     format!("{}y", hours / 24 / 365)
 }
@@ -220,15 +157,7 @@ mod tests {
         let now: Timestamp = "2026-01-01T00:01:00Z".parse().unwrap();
         assert_eq!(
             cells(&obj, now),
-            vec![
-                json!("web"),
-                json!(3),
-                json!(2),
-                json!(1),
-                json!("60s"),
-                json!("web-a,web-b"),
-                json!("app=web")
-            ]
+            vec![json!("web"), json!(3), json!(2), json!(1), json!("60s"), json!("web-a,web-b"), json!("app=web")]
         );
     }
 }

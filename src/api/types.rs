@@ -1,7 +1,5 @@
 use k8s_openapi::api::core::v1::PodTemplateSpec;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    Condition, LabelSelector, ListMeta, ObjectMeta,
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, ListMeta, ObjectMeta};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -93,4 +91,28 @@ pub struct PodSetList {
     pub metadata: ListMeta,
     /// Items is the list of PodSets.
     pub items: Vec<PodSet>,
+}
+
+impl kube::Resource for PodSet {
+    type DynamicType = ();
+    type Scope = kube::core::NamespaceResourceScope;
+
+    fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+        super::KIND.into()
+    }
+    fn group(_: &()) -> std::borrow::Cow<'_, str> {
+        super::GROUP.into()
+    }
+    fn version(_: &()) -> std::borrow::Cow<'_, str> {
+        super::VERSION.into()
+    }
+    fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+        super::PLURAL.into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
 }

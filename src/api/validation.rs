@@ -30,34 +30,15 @@ pub struct FieldError {
 }
 
 impl FieldError {
-    pub fn invalid(
-        field: impl Into<String>,
-        value: impl fmt::Debug,
-        detail: impl Into<String>,
-    ) -> Self {
+    pub fn invalid(field: impl Into<String>, value: impl fmt::Debug, detail: impl Into<String>) -> Self {
         let value = format!("{value:?}");
-        Self {
-            field: field.into(),
-            kind: ErrorType::Invalid,
-            value: Some(value),
-            detail: detail.into(),
-        }
+        Self { field: field.into(), kind: ErrorType::Invalid, value: Some(value), detail: detail.into() }
     }
     pub fn required(field: impl Into<String>, detail: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            kind: ErrorType::Required,
-            value: None,
-            detail: detail.into(),
-        }
+        Self { field: field.into(), kind: ErrorType::Required, value: None, detail: detail.into() }
     }
     pub fn forbidden(field: impl Into<String>, detail: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            kind: ErrorType::Forbidden,
-            value: None,
-            detail: detail.into(),
-        }
+        Self { field: field.into(), kind: ErrorType::Forbidden, value: None, detail: detail.into() }
     }
 
     /// `metav1.CauseType` of this error.
@@ -156,11 +137,7 @@ pub fn qualified_name_errors(s: &str) -> Vec<String> {
         if p.is_empty() {
             errs.push("prefix part must be non-empty".to_owned());
         } else {
-            errs.extend(
-                dns1123_subdomain_errors(p)
-                    .into_iter()
-                    .map(|e| format!("prefix part {e}")),
-            );
+            errs.extend(dns1123_subdomain_errors(p).into_iter().map(|e| format!("prefix part {e}")));
         }
     }
     if name.is_empty() {
@@ -208,10 +185,7 @@ pub fn validate_labels(labels: &BTreeMap<String, String>, path: &str) -> Vec<Fie
 fn validate_object_meta(meta: &ObjectMeta) -> Vec<FieldError> {
     let mut errs = Vec::new();
     match meta.name.as_deref() {
-        None | Some("") => errs.push(FieldError::required(
-            "metadata.name",
-            "name or generateName is required",
-        )),
+        None | Some("") => errs.push(FieldError::required("metadata.name", "name or generateName is required")),
         Some(name) => {
             for e in dns1123_subdomain_errors(name) {
                 errs.push(FieldError::invalid("metadata.name", name, e));
@@ -240,28 +214,15 @@ fn validate_object_meta(meta: &ObjectMeta) -> Vec<FieldError> {
     }
     for (i, f) in meta.finalizers.iter().flatten().enumerate() {
         for e in qualified_name_errors(f) {
-            errs.push(FieldError::invalid(
-                format!("metadata.finalizers[{i}]"),
-                f,
-                e,
-            ));
+            errs.push(FieldError::invalid(format!("metadata.finalizers[{i}]"), f, e));
         }
     }
     let mut controllers = 0;
     for (i, r) in meta.owner_references.iter().flatten().enumerate() {
         let path = format!("metadata.ownerReferences[{i}]");
-        for (field, value) in [
-            ("apiVersion", &r.api_version),
-            ("kind", &r.kind),
-            ("name", &r.name),
-            ("uid", &r.uid),
-        ] {
+        for (field, value) in [("apiVersion", &r.api_version), ("kind", &r.kind), ("name", &r.name), ("uid", &r.uid)] {
             if value.is_empty() {
-                errs.push(FieldError::invalid(
-                    format!("{path}.{field}"),
-                    value,
-                    format!("{field} must not be empty"),
-                ));
+                errs.push(FieldError::invalid(format!("{path}.{field}"), value, format!("{field} must not be empty")));
             }
         }
         controllers += usize::from(r.controller == Some(true));
@@ -284,19 +245,11 @@ fn validate_status(status: &PodSetStatus) -> Vec<FieldError> {
         ("status.availableReplicas", status.available_replicas),
     ] {
         if v < 0 {
-            errs.push(FieldError::invalid(
-                field,
-                v,
-                "must be greater than or equal to 0",
-            ));
+            errs.push(FieldError::invalid(field, v, "must be greater than or equal to 0"));
         }
     }
     if let Some(g) = status.observed_generation.filter(|g| *g < 0) {
-        errs.push(FieldError::invalid(
-            "status.observedGeneration",
-            g,
-            "must be greater than or equal to 0",
-        ));
+        errs.push(FieldError::invalid("status.observedGeneration", g, "must be greater than or equal to 0"));
     }
     errs
 }
@@ -306,11 +259,7 @@ pub fn validate(ps: &PodSet) -> Vec<FieldError> {
     let mut errs = validate_object_meta(&ps.metadata);
     let spec = &ps.spec;
     if let Some(r) = spec.replicas.filter(|r| *r < 0) {
-        errs.push(FieldError::invalid(
-            "spec.replicas",
-            r,
-            "must be greater than or equal to 0",
-        ));
+        errs.push(FieldError::invalid("spec.replicas", r, "must be greater than or equal to 0"));
     }
     let selector = match &spec.selector {
         None => {
@@ -321,21 +270,13 @@ pub fn validate(ps: &PodSet) -> Vec<FieldError> {
             if ls.match_labels.as_ref().is_none_or(|m| m.is_empty())
                 && ls.match_expressions.as_ref().is_none_or(|m| m.is_empty()) =>
         {
-            errs.push(FieldError::invalid(
-                "spec.selector",
-                "{}",
-                "empty selector is invalid for a PodSet",
-            ));
+            errs.push(FieldError::invalid("spec.selector", "{}", "empty selector is invalid for a PodSet"));
             None
         }
         Some(ls) => match Selector::from_label_selector(ls) {
             Ok(s) => Some(s),
             Err(e) => {
-                errs.push(FieldError::invalid(
-                    "spec.selector",
-                    Selector::default().to_string(),
-                    e,
-                ));
+                errs.push(FieldError::invalid("spec.selector", Selector::default().to_string(), e));
                 None
             }
         },
@@ -343,11 +284,7 @@ pub fn validate(ps: &PodSet) -> Vec<FieldError> {
     match &spec.template {
         None => errs.push(FieldError::required("spec.template", "")),
         Some(t) => {
-            let labels = t
-                .metadata
-                .as_ref()
-                .and_then(|m| m.labels.clone())
-                .unwrap_or_default();
+            let labels = t.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
             errs.extend(validate_labels(&labels, "spec.template.metadata.labels"));
             if let Some(sel) = &selector {
                 if !sel.matches(&labels) {
@@ -358,21 +295,13 @@ pub fn validate(ps: &PodSet) -> Vec<FieldError> {
                     ));
                 }
             }
-            let containers = t
-                .spec
-                .as_ref()
-                .map(|s| s.containers.as_slice())
-                .unwrap_or_default();
+            let containers = t.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
             if containers.is_empty() {
                 errs.push(FieldError::required("spec.template.spec.containers", ""));
             }
             for (i, c) in containers.iter().enumerate() {
                 for e in dns1123_label_errors(&c.name) {
-                    errs.push(FieldError::invalid(
-                        format!("spec.template.spec.containers[{i}].name"),
-                        &c.name,
-                        e,
-                    ));
+                    errs.push(FieldError::invalid(format!("spec.template.spec.containers[{i}].name"), &c.name, e));
                 }
             }
         }
@@ -434,19 +363,11 @@ mod tests {
             }
         }));
         let errs: Vec<String> = validate(&ps).iter().map(|e| e.to_string()).collect();
-        assert!(errs.iter().any(
-            |e| e.starts_with("metadata.name: Invalid value: \"Web_1\": a lowercase RFC 1123")
-        ));
-        assert!(errs
-            .iter()
-            .any(|e| e == "spec.replicas: Invalid value: -1: must be greater than or equal to 0"));
-        assert!(errs.iter().any(
-            |e| e.starts_with("spec.template.metadata.labels: Invalid value")
-                && e.ends_with("`selector` does not match template `labels`")
-        ));
-        assert!(errs
-            .iter()
-            .any(|e| e.starts_with("metadata.labels: Invalid value: \"bad key!\"")));
+        assert!(errs.iter().any(|e| e.starts_with("metadata.name: Invalid value: \"Web_1\": a lowercase RFC 1123")));
+        assert!(errs.iter().any(|e| e == "spec.replicas: Invalid value: -1: must be greater than or equal to 0"));
+        assert!(errs.iter().any(|e| e.starts_with("spec.template.metadata.labels: Invalid value")
+            && e.ends_with("`selector` does not match template `labels`")));
+        assert!(errs.iter().any(|e| e.starts_with("metadata.labels: Invalid value: \"bad key!\"")));
         assert_eq!(errs.len(), 4, "{errs:#?}");
     }
 
@@ -457,11 +378,7 @@ mod tests {
         new.spec.selector = Some(Default::default());
         new.spec.selector.as_mut().unwrap().match_labels = Some([("a".into(), "b".into())].into());
         let errs = validate_update(&new, &old);
-        assert!(
-            errs.iter()
-                .any(|e| e.field == "spec.selector" && e.detail == "field is immutable"),
-            "{errs:?}"
-        );
+        assert!(errs.iter().any(|e| e.field == "spec.selector" && e.detail == "field is immutable"), "{errs:?}");
     }
 
     #[test]

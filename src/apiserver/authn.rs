@@ -68,26 +68,12 @@ impl Authenticator {
 }
 
 fn values<'a>(headers: &'a HeaderMap, name: &str) -> impl Iterator<Item = &'a str> {
-    headers
-        .get_all(name)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
+    headers.get_all(name).iter().filter_map(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty())
 }
 
 fn from_headers(rh: &RequestHeader, headers: &HeaderMap) -> Option<User> {
-    let name = rh
-        .username_headers
-        .iter()
-        .find_map(|h| values(headers, h).next())?
-        .to_owned();
-    let groups = rh
-        .group_headers
-        .iter()
-        .flat_map(|h| values(headers, h))
-        .map(str::to_owned)
-        .collect();
+    let name = rh.username_headers.iter().find_map(|h| values(headers, h).next())?.to_owned();
+    let groups = rh.group_headers.iter().flat_map(|h| values(headers, h)).map(str::to_owned).collect();
     let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (header, value) in headers {
         let lower = header.as_str();
@@ -101,11 +87,7 @@ fn from_headers(rh: &RequestHeader, headers: &HeaderMap) -> Option<User> {
             }
         }
     }
-    Some(User {
-        name,
-        groups,
-        extra,
-    })
+    Some(User { name, groups, extra })
 }
 
 /// Extra keys are percent-encoded in header names (kube-apiserver's `headerKeyEscape`).
@@ -141,17 +123,11 @@ mod tests {
     #[test]
     fn no_trusted_connection_means_unauthorized() {
         let a = Authenticator::default();
-        let conn = ConnInfo {
-            remote: "127.0.0.1:1".parse().unwrap(),
-            front_proxy: None,
-        };
+        let conn = ConnInfo { remote: "127.0.0.1:1".parse().unwrap(), front_proxy: None };
         let mut h = HeaderMap::new();
         h.insert("x-remote-user", "admin".parse().unwrap());
         assert_eq!(a.authenticate(&conn, &h).unwrap_err().code(), 401);
-        let open = Authenticator {
-            insecure_allow_all: true,
-            ..Default::default()
-        };
+        let open = Authenticator { insecure_allow_all: true, ..Default::default() };
         assert_eq!(open.authenticate(&conn, &h).unwrap().name, "system:admin");
     }
 }

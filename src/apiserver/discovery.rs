@@ -6,8 +6,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     APIGroup, APIGroupList, APIResource, APIResourceList, GroupVersionForDiscovery,
 };
 use kube::core::discovery::v2::{
-    APIGroupDiscovery, APIGroupDiscoveryList, APIResourceDiscovery, APISubresourceDiscovery,
-    APIVersionDiscovery, GroupVersionKind,
+    APIGroupDiscovery, APIGroupDiscoveryList, APIResourceDiscovery, APISubresourceDiscovery, APIVersionDiscovery,
+    GroupVersionKind,
 };
 use serde::Serialize;
 use serde_json::json;
@@ -52,16 +52,7 @@ pub struct Discovery {
     pub version: Doc,
 }
 
-const VERBS: &[&str] = &[
-    "create",
-    "delete",
-    "deletecollection",
-    "get",
-    "list",
-    "patch",
-    "update",
-    "watch",
-];
+const VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
 const SUB_VERBS: &[&str] = &["get", "patch", "update"];
 
 fn strings(s: &[&str]) -> Vec<String> {
@@ -69,10 +60,7 @@ fn strings(s: &[&str]) -> Vec<String> {
 }
 
 fn group_version() -> GroupVersionForDiscovery {
-    GroupVersionForDiscovery {
-        group_version: API_VERSION.into(),
-        version: VERSION.into(),
-    }
+    GroupVersionForDiscovery { group_version: API_VERSION.into(), version: VERSION.into() }
 }
 
 fn api_group() -> APIGroup {
@@ -109,22 +97,13 @@ fn resource_list() -> APIResourceList {
                 ..Default::default()
             },
             sub(&format!("{PLURAL}/status"), None, None, KIND),
-            sub(
-                &format!("{PLURAL}/scale"),
-                Some("autoscaling"),
-                Some("v1"),
-                "Scale",
-            ),
+            sub(&format!("{PLURAL}/scale"), Some("autoscaling"), Some("v1"), "Scale"),
         ],
     }
 }
 
 fn gvk(group: &str, version: &str, kind: &str) -> Option<GroupVersionKind> {
-    Some(GroupVersionKind {
-        group: Some(group.into()),
-        version: Some(version.into()),
-        kind: Some(kind.into()),
-    })
+    Some(GroupVersionKind { group: Some(group.into()), version: Some(version.into()), kind: Some(kind.into()) })
 }
 
 /// `APIGroupDiscoveryList` with its type fields (kube-core's struct leaves them to the caller).
@@ -186,9 +165,7 @@ impl Discovery {
             }
         }});
         Self {
-            group_list: Doc::new(&APIGroupList {
-                groups: vec![api_group()],
-            }),
+            group_list: Doc::new(&APIGroupList { groups: vec![api_group()] }),
             group: Doc::new(&api_group()),
             resource_list: Doc::new(&resource_list()),
             aggregated_v2: aggregated("v2"),
@@ -233,9 +210,6 @@ mod tests {
         }
         let v: serde_json::Value = serde_json::from_slice(&d.group_list.body).unwrap();
         assert_eq!(v["kind"], "APIGroupList");
-        assert_eq!(
-            v["groups"][0]["preferredVersion"]["groupVersion"],
-            "demo.k8s.io/v1alpha1"
-        );
+        assert_eq!(v["groups"][0]["preferredVersion"]["groupVersion"], "demo.k8s.io/v1alpha1");
     }
 }

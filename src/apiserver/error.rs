@@ -29,11 +29,7 @@ pub struct StatusBody<'a> {
 
 impl<'a> StatusBody<'a> {
     pub fn new(status: &'a Status) -> Self {
-        Self {
-            kind: "Status",
-            api_version: "v1",
-            status,
-        }
+        Self { kind: "Status", api_version: "v1", status }
     }
 }
 
@@ -80,34 +76,24 @@ impl ApiError {
     }
 
     pub fn not_found(name: &str) -> Self {
-        Self::new(
-            404,
-            "NotFound",
-            format!("podsets.{GROUP} \"{name}\" not found"),
-        )
-        .with_details(details(name))
+        Self::new(404, "NotFound", format!("podsets.{GROUP} \"{name}\" not found")).with_details(details(name))
     }
 
     pub fn already_exists(name: &str) -> Self {
-        Self::new(
-            409,
-            "AlreadyExists",
-            format!("podsets.{GROUP} \"{name}\" already exists"),
-        )
-        .with_details(details(name))
+        Self::new(409, "AlreadyExists", format!("podsets.{GROUP} \"{name}\" already exists"))
+            .with_details(details(name))
     }
 
     pub fn conflict(name: &str, why: &str) -> Self {
-        Self::new(
-            409,
-            "Conflict",
-            format!("Operation cannot be fulfilled on podsets.{GROUP} \"{name}\": {why}"),
-        )
-        .with_details(details(name))
+        Self::new(409, "Conflict", format!("Operation cannot be fulfilled on podsets.{GROUP} \"{name}\": {why}"))
+            .with_details(details(name))
     }
 
     pub fn stale(name: &str) -> Self {
-        Self::conflict(name, "the object has been modified; please apply your changes to the latest version and try again")
+        Self::conflict(
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
     }
 
     pub fn invalid(name: &str, errors: &[FieldError]) -> Self {
@@ -118,29 +104,15 @@ impl ApiError {
     pub fn invalid_kind(kind_group: &str, name: &str, errors: &[FieldError]) -> Self {
         let summary = match errors {
             [one] => one.to_string(),
-            many => format!(
-                "[{}]",
-                many.iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+            many => format!("[{}]", many.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")),
         };
         let causes = errors
             .iter()
-            .map(|e| StatusCause {
-                reason: e.reason().to_owned(),
-                message: e.body(),
-                field: e.field.clone(),
-            })
+            .map(|e| StatusCause { reason: e.reason().to_owned(), message: e.body(), field: e.field.clone() })
             .collect();
         let (kind, group) = kind_group.split_once('.').unwrap_or((kind_group, ""));
-        Self::new(
-            422,
-            "Invalid",
-            format!("{kind_group} \"{name}\" is invalid: {summary}"),
-        )
-        .with_details(status_details(name, group, kind, causes))
+        Self::new(422, "Invalid", format!("{kind_group} \"{name}\" is invalid: {summary}"))
+            .with_details(status_details(name, group, kind, causes))
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -155,14 +127,16 @@ impl ApiError {
         Self::new(
             405,
             "MethodNotAllowed",
-            format!(
-                "the server does not allow this method on the requested resource ({method} {path})"
-            ),
+            format!("the server does not allow this method on the requested resource ({method} {path})"),
         )
     }
 
     pub fn not_acceptable(accept: &str) -> Self {
-        Self::new(406, "NotAcceptable", format!("the server was unable to respond with a content type that the client supports ({accept})"))
+        Self::new(
+            406,
+            "NotAcceptable",
+            format!("the server was unable to respond with a content type that the client supports ({accept})"),
+        )
     }
 
     pub fn unsupported_media_type(content_type: &str) -> Self {
@@ -174,19 +148,11 @@ impl ApiError {
     }
 
     pub fn too_large(limit: usize) -> Self {
-        Self::new(
-            413,
-            "RequestEntityTooLarge",
-            format!("Request entity too large: limit is {limit}"),
-        )
+        Self::new(413, "RequestEntityTooLarge", format!("Request entity too large: limit is {limit}"))
     }
 
     pub fn path_not_found(path: &str) -> Self {
-        Self::new(
-            404,
-            "NotFound",
-            format!("the server could not find the requested resource ({path})"),
-        )
+        Self::new(404, "NotFound", format!("the server could not find the requested resource ({path})"))
     }
 
     pub fn expired(message: impl Into<String>) -> Self {
@@ -194,28 +160,18 @@ impl ApiError {
     }
 
     pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(
-            500,
-            "InternalError",
-            format!("Internal error occurred: {}", message.into()),
-        )
+        Self::new(500, "InternalError", format!("Internal error occurred: {}", message.into()))
     }
 
     pub fn too_large_resource_version(requested: u64, current: u64) -> Self {
-        let mut e = Self::new(
-            504,
-            "Timeout",
-            format!("Timeout: Too large resource version: {requested}, current: {current}"),
-        );
+        let mut e =
+            Self::new(504, "Timeout", format!("Timeout: Too large resource version: {requested}, current: {current}"));
         let cause = StatusCause {
             reason: "ResourceVersionTooLarge".into(),
             message: format!("Too large resource version: {requested}, current: {current}"),
             field: String::new(),
         };
-        e.status.details = Some(StatusDetails {
-            retry_after_seconds: 1,
-            ..status_details("", "", "", vec![cause])
-        });
+        e.status.details = Some(StatusDetails { retry_after_seconds: 1, ..status_details("", "", "", vec![cause]) });
         e
     }
 
@@ -232,9 +188,7 @@ impl ApiError {
             StorageError::Expired { requested, oldest } => {
                 Self::expired(format!("too old resource version: {requested} ({oldest})"))
             }
-            StorageError::TooLarge { requested, current } => {
-                Self::too_large_resource_version(requested, current)
-            }
+            StorageError::TooLarge { requested, current } => Self::too_large_resource_version(requested, current),
             StorageError::Closed => Self::service_unavailable("the server is shutting down"),
             other => Self::internal(other.to_string()),
         }
@@ -247,23 +201,11 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let code =
-            StatusCode::from_u16(self.status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let code = StatusCode::from_u16(self.status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut resp = (code, self.to_json()).into_response();
-        resp.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        if let Some(d) = self
-            .status
-            .details
-            .as_ref()
-            .filter(|d| d.retry_after_seconds > 0)
-        {
-            resp.headers_mut().insert(
-                header::RETRY_AFTER,
-                HeaderValue::from(d.retry_after_seconds),
-            );
+        resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(d) = self.status.details.as_ref().filter(|d| d.retry_after_seconds > 0) {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(d.retry_after_seconds));
         }
         resp
     }

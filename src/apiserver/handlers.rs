@@ -8,19 +8,15 @@ use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use serde_json::Value;
 
 use super::authn::{Authenticator, ConnInfo};
 use super::discovery::{Discovery, Doc};
 use super::error::{ApiError, ApiResult};
 use super::negotiate::{body_format, negotiate, BodyFormat, Output, APIS, OBJECTS, PLAIN};
-use super::registry::{
-    parse_body, scale_json, DeleteOptions, ListRequest, Part, Registry, ScaleChange,
-};
-use super::render::{
-    bytes_response, list_response, object_response, value_response, with_warnings, JSON,
-};
+use super::registry::{parse_body, scale_json, DeleteOptions, ListRequest, Part, Registry, ScaleChange};
+use super::render::{bytes_response, list_response, object_response, value_response, with_warnings, JSON};
 use super::request::{Query, ResourceRequest, Subresource, Target, Verb};
 use super::watch::{self, WatchConfig, WatchRequest};
 use crate::api::selector::{FieldSelector, Selector};
@@ -28,6 +24,7 @@ use crate::api::LIST_KIND;
 
 /// Request bodies above this are refused with 413, as kube-apiserver does.
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+const DRAIN_BYTES: usize = 16 * 1024 * 1024;
 
 /// Everything a request needs, shared by all connections.
 pub struct App {
@@ -67,10 +64,7 @@ async fn serve(app: &App, req: Request, conn: Option<&ConnInfo>) -> Served {
         return Ok((health(req.method()).map_err(|e| (e, None))?, None));
     }
     let conn = conn.ok_or_else(|| (ApiError::unauthorized(), None))?;
-    let user = app
-        .authenticator
-        .authenticate(conn, req.headers())
-        .map_err(|e| (e, None))?;
+    let user = app.authenticator.authenticate(conn, req.headers()).map_err(|e| (e, None))?;
     let name = Some(user.name.clone());
     match dispatch(app, target, req).await {
         Ok(r) => Ok((r, name)),
@@ -83,10 +77,7 @@ fn health(method: &Method) -> ApiResult<Response> {
         return Err(ApiError::method_not_allowed(method, "health"));
     }
     let mut resp = (StatusCode::OK, "ok").into_response();
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
     Ok(resp)
 }
 
@@ -98,10 +89,7 @@ fn doc_response(doc: &Doc, content_type: &'static str, headers: &HeaderMap) -> R
     let matches = headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.split(',')
-                .any(|t| t.trim() == doc.etag || t.trim() == "*")
-        });
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == doc.etag || t.trim() == "*"));
     let mut resp = if matches {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
@@ -147,17 +135,9 @@ async fn dispatch(app: &App, target: Target, req: Request) -> ApiResult<Response
         Target::OpenApiV3Root => plain_doc(&d.openapi_v3_root, headers),
         Target::OpenApiV3GroupVersion => {
             let mut resp = plain_doc(&d.openapi_v3, headers)?;
-            let hashed = req
-                .uri()
-                .query()
-                .is_some_and(|q| q.contains(&format!("hash={}", d.openapi_v3.hash())));
-            let cache = if hashed {
-                "public, immutable"
-            } else {
-                "no-cache, private"
-            };
-            resp.headers_mut()
-                .insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
+            let hashed = req.uri().query().is_some_and(|q| q.contains(&format!("hash={}", d.openapi_v3.hash())));
+            let cache = if hashed { "public, immutable" } else { "no-cache, private" };
+            resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
             Ok(resp)
         }
         Target::Version => plain_doc(&d.version, headers),
@@ -170,32 +150,34 @@ fn plain_doc(doc: &Doc, headers: &HeaderMap) -> ApiResult<Response> {
     Ok(doc_response(doc, JSON, headers))
 }
 
-async fn read_body(body: Body) -> ApiResult<Bytes> {
-    match Limited::new(body, MAX_BODY_BYTES).collect().await {
-        Ok(b) => Ok(b.to_bytes()),
-        Err(e)
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            Err(ApiError::too_large(MAX_BODY_BYTES))
+/// Reads a body of at most `MAX_BODY_BYTES`. A larger one is read on (and dropped) up to `DRAIN_BYTES`, so a
+/// client still writing it gets the 413 rather than a broken pipe.
+async fn read_body(mut body: Body) -> ApiResult<Bytes> {
+    let mut buf = bytes::BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?;
+        let Ok(data) = frame.into_data() else { continue };
+        seen += data.len();
+        if seen > DRAIN_BYTES {
+            break;
         }
-        Err(e) => Err(ApiError::bad_request(format!(
-            "reading the request body: {e}"
-        ))),
+        if seen <= MAX_BODY_BYTES {
+            buf.extend_from_slice(&data);
+        }
     }
+    if seen > MAX_BODY_BYTES {
+        return Err(ApiError::too_large(MAX_BODY_BYTES));
+    }
+    Ok(buf.freeze())
 }
 
 fn selectors(q: &Query, name: Option<&str>) -> ApiResult<(Selector, FieldSelector)> {
-    let labels = Selector::parse(q.label_selector.as_deref().unwrap_or(""))
-        .map_err(ApiError::bad_request)?;
+    let labels = Selector::parse(q.label_selector.as_deref().unwrap_or("")).map_err(ApiError::bad_request)?;
     let mut fields = q.field_selector.clone().unwrap_or_default();
     if let Some(n) = name {
         // A watch on one object is a watch filtered by name.
-        fields = if fields.is_empty() {
-            format!("metadata.name={n}")
-        } else {
-            format!("{fields},metadata.name={n}")
-        };
+        fields = if fields.is_empty() { format!("metadata.name={n}") } else { format!("{fields},metadata.name={n}") };
     }
     let fields = FieldSelector::parse(&fields).map_err(ApiError::bad_request)?;
     Ok((labels, fields))
@@ -206,28 +188,15 @@ async fn resource(app: &App, r: ResourceRequest, req: Request) -> ApiResult<Resp
     let q = Query::parse(parts.uri.query())?;
     let method = parts.method;
     let path = parts.uri.path();
-    let verb = Verb::of(&method, &r, q.watch)
-        .ok_or_else(|| ApiError::method_not_allowed(&method, path))?;
-    if let Some(len) = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
-    {
-        if len > MAX_BODY_BYTES {
+    let verb = Verb::of(&method, &r, q.watch).ok_or_else(|| ApiError::method_not_allowed(&method, path))?;
+    if let Some(len) = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok()) {
+        if len > DRAIN_BYTES {
             return Err(ApiError::too_large(MAX_BODY_BYTES));
         }
     }
-    let offers = if r.subresource == Some(Subresource::Scale) {
-        PLAIN
-    } else {
-        OBJECTS
-    };
+    let offers = if r.subresource == Some(Subresource::Scale) { PLAIN } else { OBJECTS };
     let out = negotiate(accept(&parts.headers), offers)?;
-    let content_type = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+    let content_type = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let reg = &app.registry;
     let ns = r.namespace.as_deref();
     let name = r.name.as_deref().unwrap_or("");
@@ -237,25 +206,13 @@ async fn resource(app: &App, r: ResourceRequest, req: Request) -> ApiResult<Resp
     match (verb, r.subresource) {
         (Verb::Watch, None) => {
             let (labels, fields) = selectors(&q, r.name.as_deref())?;
-            let output = if out == Output::Yaml {
-                Output::Json
-            } else {
-                out
-            };
-            let wr = WatchRequest {
-                namespace: r.namespace.clone(),
-                labels,
-                fields,
-                query: q,
-                output,
-            };
+            let output = if out == Output::Yaml { Output::Json } else { out };
+            let wr = WatchRequest { namespace: r.namespace.clone(), labels, fields, query: q, output };
             watch::serve(reg, &app.watch, wr).await
         }
         (Verb::List, None) => {
             if q.continue_token.is_some() && q.resource_version.is_some() {
-                return Err(ApiError::bad_request(
-                    "specifying resource version is not allowed when using continue",
-                ));
+                return Err(ApiError::bad_request("specifying resource version is not allowed when using continue"));
             }
             let (labels, fields) = selectors(&q, None)?;
             let exact = q.resource_version_match.as_deref() == Some("Exact");
@@ -294,42 +251,27 @@ async fn resource(app: &App, r: ResourceRequest, req: Request) -> ApiResult<Resp
             let ns = ns.ok_or_else(not_allowed)?;
             let format = body_format(content_type.as_deref())?;
             if !matches!(format, BodyFormat::Json | BodyFormat::Yaml) {
-                return Err(ApiError::unsupported_media_type(
-                    content_type.as_deref().unwrap_or(""),
-                ));
+                return Err(ApiError::unsupported_media_type(content_type.as_deref().unwrap_or("")));
             }
             let body = parse_body(&read_body(body).await?, format)?;
             let written = reg.create(ns, body, q.field_validation, q.dry_run).await?;
-            Ok(with_warnings(
-                object_response(StatusCode::CREATED, out, &written.object, include)?,
-                &written.warnings,
-            ))
+            Ok(with_warnings(object_response(StatusCode::CREATED, out, &written.object, include)?, &written.warnings))
         }
         (Verb::Update, sub) => {
             let format = body_format(content_type.as_deref())?;
             if !matches!(format, BodyFormat::Json | BodyFormat::Yaml) {
-                return Err(ApiError::unsupported_media_type(
-                    content_type.as_deref().unwrap_or(""),
-                ));
+                return Err(ApiError::unsupported_media_type(content_type.as_deref().unwrap_or("")));
             }
             let body = parse_body(&read_body(body).await?, format)?;
             let ns = ns.unwrap_or_default();
             match sub {
                 Some(Subresource::Scale) => {
-                    let written = reg
-                        .update_scale(ns, name, ScaleChange::Replace(body), q.dry_run)
-                        .await?;
+                    let written = reg.update_scale(ns, name, ScaleChange::Replace(body), q.dry_run).await?;
                     value_response(StatusCode::OK, out, &scale_json(&written.object)?)
                 }
                 sub => {
-                    let part = if sub == Some(Subresource::Status) {
-                        Part::Status
-                    } else {
-                        Part::Main
-                    };
-                    let written = reg
-                        .replace(ns, name, body, part, q.field_validation, q.dry_run)
-                        .await?;
+                    let part = if sub == Some(Subresource::Status) { Part::Status } else { Part::Main };
+                    let written = reg.replace(ns, name, body, part, q.field_validation, q.dry_run).await?;
                     Ok(with_warnings(
                         object_response(StatusCode::OK, out, &written.object, include)?,
                         &written.warnings,
@@ -343,28 +285,12 @@ async fn resource(app: &App, r: ResourceRequest, req: Request) -> ApiResult<Resp
             let ns = ns.unwrap_or_default();
             match sub {
                 Some(Subresource::Scale) => {
-                    let written = reg
-                        .update_scale(ns, name, ScaleChange::Patch(&patch, format), q.dry_run)
-                        .await?;
+                    let written = reg.update_scale(ns, name, ScaleChange::Patch(&patch, format), q.dry_run).await?;
                     value_response(StatusCode::OK, out, &scale_json(&written.object)?)
                 }
                 sub => {
-                    let part = if sub == Some(Subresource::Status) {
-                        Part::Status
-                    } else {
-                        Part::Main
-                    };
-                    let written = reg
-                        .patch(
-                            ns,
-                            name,
-                            &patch,
-                            format,
-                            part,
-                            q.field_validation,
-                            q.dry_run,
-                        )
-                        .await?;
+                    let part = if sub == Some(Subresource::Status) { Part::Status } else { Part::Main };
+                    let written = reg.patch(ns, name, &patch, format, part, q.field_validation, q.dry_run).await?;
                     Ok(with_warnings(
                         object_response(StatusCode::OK, out, &written.object, include)?,
                         &written.warnings,
@@ -374,21 +300,14 @@ async fn resource(app: &App, r: ResourceRequest, req: Request) -> ApiResult<Resp
         }
         (Verb::Delete, None) => {
             let opts = delete_options(&q, &read_body(body).await?)?;
-            let obj = reg
-                .delete(ns.unwrap_or_default(), name, &opts, q.dry_run)
-                .await?;
+            let obj = reg.delete(ns.unwrap_or_default(), name, &opts, q.dry_run).await?;
             object_response(StatusCode::OK, out, &obj, include)
         }
         (Verb::DeleteCollection, None) => {
             let ns = ns.ok_or_else(not_allowed)?;
             let opts = delete_options(&q, &read_body(body).await?)?;
             let (labels, fields) = selectors(&q, None)?;
-            let req = ListRequest {
-                namespace: Some(ns.to_owned()),
-                labels,
-                fields,
-                ..Default::default()
-            };
+            let req = ListRequest { namespace: Some(ns.to_owned()), labels, fields, ..Default::default() };
             let (items, revision) = reg.delete_collection(req, &opts, q.dry_run).await?;
             let items: Vec<&Value> = items.iter().map(|o| &*o.value).collect();
             let list = serde_json::json!({
@@ -397,15 +316,7 @@ async fn resource(app: &App, r: ResourceRequest, req: Request) -> ApiResult<Resp
                 "metadata": {"resourceVersion": revision.to_string()},
                 "items": items,
             });
-            value_response(
-                StatusCode::OK,
-                if out == Output::Yaml {
-                    out
-                } else {
-                    Output::Json
-                },
-                &list,
-            )
+            value_response(StatusCode::OK, if out == Output::Yaml { out } else { Output::Json }, &list)
         }
         _ => Err(not_allowed()),
     }
@@ -416,8 +327,7 @@ fn delete_options(q: &Query, body: &[u8]) -> ApiResult<DeleteOptions> {
     let mut opts: DeleteOptions = if body.iter().all(u8::is_ascii_whitespace) {
         DeleteOptions::default()
     } else {
-        serde_json::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
+        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
     };
     if q.propagation_policy.is_some() {
         opts.propagation_policy = q.propagation_policy.clone();

@@ -62,17 +62,9 @@ impl Server {
             registry: registry::Registry::new(store),
             authenticator: cfg.authenticator,
             discovery: discovery::Discovery::build(),
-            watch: WatchConfig {
-                bookmark_interval: cfg.bookmark_interval,
-                shutdown,
-            },
+            watch: WatchConfig { bookmark_interval: cfg.bookmark_interval, shutdown },
         });
-        Ok(Self {
-            listener,
-            app,
-            acceptor: TlsAcceptor::from(Arc::new(cfg.tls)),
-            shutdown_grace: cfg.shutdown_grace,
-        })
+        Ok(Self { listener, app, acceptor: TlsAcceptor::from(Arc::new(cfg.tls)), shutdown_grace: cfg.shutdown_grace })
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -81,9 +73,7 @@ impl Server {
 
     /// Serves until the shutdown token fires, then lets in-flight requests finish (watches end at once).
     pub async fn serve(self) {
-        let router = Router::new()
-            .fallback(handlers::handle)
-            .with_state(self.app.clone());
+        let router = Router::new().fallback(handlers::handle).with_state(self.app.clone());
         let graceful = GracefulShutdown::new();
         let shutdown = self.app.watch.shutdown.clone();
         loop {
@@ -104,8 +94,7 @@ impl Server {
             let router = router.clone();
             let watcher = graceful.watcher();
             tokio::spawn(async move {
-                let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
-                {
+                let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                     Ok(Ok(tls)) => tls,
                     Ok(Err(e)) => {
                         tracing::debug!(%remote, error = %e, "TLS handshake failed");
@@ -113,24 +102,15 @@ impl Server {
                     }
                     Err(_) => return,
                 };
-                let front_proxy = app
-                    .authenticator
-                    .front_proxy_identity(tls.get_ref().1.peer_certificates());
-                let conn = ConnInfo {
-                    remote,
-                    front_proxy,
-                };
-                let svc = router.map_request(
-                    move |mut req: axum::extract::Request<hyper::body::Incoming>| {
-                        req.extensions_mut().insert(conn.clone());
-                        req
-                    },
-                );
+                let front_proxy = app.authenticator.front_proxy_identity(tls.get_ref().1.peer_certificates());
+                let conn = ConnInfo { remote, front_proxy };
+                let svc = router.map_request(move |mut req: axum::extract::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(conn.clone());
+                    req
+                });
                 let builder = auto::Builder::new(TokioExecutor::new());
-                let connection = builder.serve_connection_with_upgrades(
-                    TokioIo::new(tls),
-                    TowerToHyperService::new(svc),
-                );
+                let connection =
+                    builder.serve_connection_with_upgrades(TokioIo::new(tls), TowerToHyperService::new(svc));
                 if let Err(e) = watcher.watch(connection.into_owned()).await {
                     tracing::debug!(%remote, error = %e, "connection ended with an error");
                 }
@@ -138,14 +118,8 @@ impl Server {
         }
         drop(self.listener);
         tracing::info!("shutting down: waiting for in-flight requests");
-        if tokio::time::timeout(self.shutdown_grace, graceful.shutdown())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                "in-flight requests did not finish within {:?}",
-                self.shutdown_grace
-            );
+        if tokio::time::timeout(self.shutdown_grace, graceful.shutdown()).await.is_err() {
+            tracing::warn!("in-flight requests did not finish within {:?}", self.shutdown_grace);
         }
     }
 }

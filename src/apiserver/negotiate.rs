@@ -22,18 +22,9 @@ pub struct Offers {
     pub discovery: bool,
 }
 
-pub const OBJECTS: Offers = Offers {
-    table_and_metadata: true,
-    discovery: false,
-};
-pub const PLAIN: Offers = Offers {
-    table_and_metadata: false,
-    discovery: false,
-};
-pub const APIS: Offers = Offers {
-    table_and_metadata: false,
-    discovery: true,
-};
+pub const OBJECTS: Offers = Offers { table_and_metadata: true, discovery: false };
+pub const PLAIN: Offers = Offers { table_and_metadata: false, discovery: false };
+pub const APIS: Offers = Offers { table_and_metadata: false, discovery: true };
 
 struct MediaRange<'a> {
     essence: String,
@@ -81,10 +72,7 @@ pub fn negotiate(accept: Option<&str>, offers: Offers) -> ApiResult<Output> {
             continue;
         }
         let param = |name: &str| r.params.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
-        let json_like = matches!(
-            r.essence.as_str(),
-            "application/json" | "application/*" | "*/*"
-        );
+        let json_like = matches!(r.essence.as_str(), "application/json" | "application/*" | "*/*");
         match (param("as"), param("g"), param("v")) {
             (None, _, _) => {
                 if json_like {
@@ -103,14 +91,10 @@ pub fn negotiate(accept: Option<&str>, offers: Offers) -> ApiResult<Output> {
                 Some("PartialObjectMetadata" | "PartialObjectMetadataList"),
                 Some("meta.k8s.io"),
                 Some("v1" | "v1beta1"),
-            ) if offers.table_and_metadata && r.essence == "application/json" => {
-                return Ok(Output::Metadata)
-            }
-            (
-                Some("APIGroupDiscoveryList"),
-                Some("apidiscovery.k8s.io"),
-                Some(v @ ("v2" | "v2beta1")),
-            ) if offers.discovery && r.essence == "application/json" => {
+            ) if offers.table_and_metadata && r.essence == "application/json" => return Ok(Output::Metadata),
+            (Some("APIGroupDiscoveryList"), Some("apidiscovery.k8s.io"), Some(v @ ("v2" | "v2beta1")))
+                if offers.discovery && r.essence == "application/json" =>
+            {
                 return Ok(Output::Discovery(if v == "v2" { "v2" } else { "v2beta1" }));
             }
             _ => {}
@@ -132,12 +116,7 @@ pub enum BodyFormat {
 
 pub fn body_format(content_type: Option<&str>) -> ApiResult<BodyFormat> {
     let raw = content_type.unwrap_or("");
-    let essence = raw
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
+    let essence = raw.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
     Ok(match essence.as_str() {
         "application/json" | "" => BodyFormat::Json,
         "application/yaml" | "application/x-yaml" | "text/yaml" => BodyFormat::Yaml,
@@ -163,43 +142,25 @@ mod tests {
         let proto = "application/vnd.kubernetes.protobuf, */*";
         assert_eq!(negotiate(Some(proto), OBJECTS).unwrap(), Output::Json);
         let disco = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
-        assert_eq!(
-            negotiate(Some(disco), APIS).unwrap(),
-            Output::Discovery("v2")
-        );
+        assert_eq!(negotiate(Some(disco), APIS).unwrap(), Output::Discovery("v2"));
         assert_eq!(negotiate(Some(disco), PLAIN).unwrap(), Output::Json);
-        assert_eq!(
-            negotiate(Some("application/yaml"), OBJECTS).unwrap(),
-            Output::Yaml
-        );
+        assert_eq!(negotiate(Some("application/yaml"), OBJECTS).unwrap(), Output::Yaml);
         assert_eq!(negotiate(None, OBJECTS).unwrap(), Output::Json);
     }
 
     #[test]
     fn nothing_acceptable_is_406() {
-        for accept in [
-            "application/vnd.kubernetes.protobuf",
-            "text/html",
-            "application/json;as=Table;g=meta.k8s.io;v=v9",
-        ] {
-            assert_eq!(
-                negotiate(Some(accept), OBJECTS).unwrap_err().code(),
-                406,
-                "{accept}"
-            );
+        for accept in
+            ["application/vnd.kubernetes.protobuf", "text/html", "application/json;as=Table;g=meta.k8s.io;v=v9"]
+        {
+            assert_eq!(negotiate(Some(accept), OBJECTS).unwrap_err().code(), 406, "{accept}");
         }
     }
 
     #[test]
     fn body_formats() {
-        assert_eq!(
-            body_format(Some("application/json; charset=utf-8")).unwrap(),
-            BodyFormat::Json
-        );
-        assert_eq!(
-            body_format(Some("application/merge-patch+json")).unwrap(),
-            BodyFormat::MergePatch
-        );
+        assert_eq!(body_format(Some("application/json; charset=utf-8")).unwrap(), BodyFormat::Json);
+        assert_eq!(body_format(Some("application/merge-patch+json")).unwrap(), BodyFormat::MergePatch);
         assert_eq!(body_format(Some("text/plain")).unwrap_err().code(), 415);
     }
 }

@@ -100,21 +100,17 @@ struct ContinueToken {
 }
 
 fn encode_continue(rv: i64, start: &str) -> String {
-    let t = ContinueToken {
-        v: "meta.k8s.io/v1".into(),
-        rv,
-        start: start.to_owned(),
-    };
+    let t = ContinueToken { v: "meta.k8s.io/v1".into(), rv, start: start.to_owned() };
     base64::engine::general_purpose::URL_SAFE.encode(serde_json::to_vec(&t).unwrap_or_default())
 }
 
 fn decode_continue(token: &str) -> ApiResult<ContinueToken> {
     let bad = || {
-        ApiError::bad_request("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)")
+        ApiError::bad_request(
+            "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
+        )
     };
-    let raw = base64::engine::general_purpose::URL_SAFE
-        .decode(token)
-        .map_err(|_| bad())?;
+    let raw = base64::engine::general_purpose::URL_SAFE.decode(token).map_err(|_| bad())?;
     let t: ContinueToken = serde_json::from_slice(&raw).map_err(|_| bad())?;
     if t.v != "meta.k8s.io/v1" || t.start.contains("..") || t.start.starts_with('/') {
         return Err(bad());
@@ -138,26 +134,20 @@ fn stored_podset(obj: &Object) -> ApiResult<PodSet> {
 /// An object that was not stored (dry run): its JSON without a new resourceVersion.
 fn unstored(value: Value) -> Arc<Object> {
     let bytes = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
-    Arc::new(Object {
-        key: String::new(),
-        value: Arc::new(value),
-        bytes,
-        mod_revision: 0,
-    })
+    Arc::new(Object { key: String::new(), value: Arc::new(value), bytes, mod_revision: 0 })
 }
 
 /// Parses a request body (JSON or YAML) into a JSON object.
 pub fn parse_body(body: &[u8], format: BodyFormat) -> ApiResult<Value> {
-    let value: Value = match format {
-        BodyFormat::Yaml => serde_yaml::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("error parsing YAML body: {e}")))?,
-        _ => serde_json::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("error decoding JSON body: {e}")))?,
-    };
+    let value: Value =
+        match format {
+            BodyFormat::Yaml => serde_yaml::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("error parsing YAML body: {e}")))?,
+            _ => serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding JSON body: {e}")))?,
+        };
     if !value.is_object() {
-        return Err(ApiError::bad_request(
-            "the request body must be a JSON object",
-        ));
+        return Err(ApiError::bad_request("the request body must be a JSON object"));
     }
     Ok(value)
 }
@@ -166,20 +156,14 @@ pub fn parse_body(body: &[u8], format: BodyFormat) -> ApiResult<Value> {
 pub fn decode_podset(value: Value, fv: FieldValidation) -> ApiResult<(PodSet, Vec<String>)> {
     check_type(&value, API_VERSION, KIND)?;
     let mut unknown = Vec::new();
-    let ps: PodSet = serde_ignored::deserialize(value, |path| unknown.push(path.to_string()))
-        .map_err(|e| {
-            ApiError::bad_request(format!(
-                "PodSet in version \"v1alpha1\" cannot be handled as a PodSet: {e}"
-            ))
-        })?;
+    let ps: PodSet = serde_ignored::deserialize(value, |path| unknown.push(path.to_string())).map_err(|e| {
+        ApiError::bad_request(format!("PodSet in version \"v1alpha1\" cannot be handled as a PodSet: {e}"))
+    })?;
     unknown_fields(unknown, fv, "PodSet").map(|w| (ps, w))
 }
 
 fn unknown_fields(unknown: Vec<String>, fv: FieldValidation, kind: &str) -> ApiResult<Vec<String>> {
-    let messages: Vec<String> = unknown
-        .iter()
-        .map(|p| format!("unknown field \"{p}\""))
-        .collect();
+    let messages: Vec<String> = unknown.iter().map(|p| format!("unknown field \"{p}\"")).collect();
     match fv {
         FieldValidation::Strict if !messages.is_empty() => Err(ApiError::bad_request(format!(
             "{kind} in version \"v1alpha1\" cannot be handled as a {kind}: strict decoding error: {}",
@@ -242,12 +226,7 @@ pub fn apply_patch(doc: &mut Value, patch: &[u8], format: BodyFormat) -> ApiResu
 
 fn scale_of(obj: &Object) -> ApiResult<Scale> {
     let ps = stored_podset(obj)?;
-    let selector = ps
-        .spec
-        .selector
-        .as_ref()
-        .and_then(|s| Selector::from_label_selector(s).ok())
-        .map(|s| s.to_string());
+    let selector = ps.spec.selector.as_ref().and_then(|s| Selector::from_label_selector(s).ok()).map(|s| s.to_string());
     Ok(Scale {
         metadata: ObjectMeta {
             name: ps.metadata.name,
@@ -257,13 +236,8 @@ fn scale_of(obj: &Object) -> ApiResult<Scale> {
             creation_timestamp: ps.metadata.creation_timestamp,
             ..Default::default()
         },
-        spec: Some(ScaleSpec {
-            replicas: ps.spec.replicas,
-        }),
-        status: Some(ScaleStatus {
-            replicas: ps.status.map(|s| s.replicas).unwrap_or(0),
-            selector,
-        }),
+        spec: Some(ScaleSpec { replicas: ps.spec.replicas }),
+        status: Some(ScaleStatus { replicas: ps.status.map(|s| s.replicas).unwrap_or(0), selector }),
     })
 }
 
@@ -295,11 +269,7 @@ impl Registry {
     }
 
     /// Resolves which revision a list or watch reads at (`resourceVersion` + `resourceVersionMatch`).
-    pub async fn read_revision(
-        &self,
-        requested: Option<Revision>,
-        exact: bool,
-    ) -> ApiResult<Revision> {
+    pub async fn read_revision(&self, requested: Option<Revision>, exact: bool) -> ApiResult<Revision> {
         let current = self.store.current_revision();
         match requested {
             None | Some(0) => Ok(current),
@@ -309,10 +279,7 @@ impl Registry {
                 let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
                 while self.store.current_revision() < rv {
                     if tokio::time::Instant::now() >= deadline {
-                        return Err(ApiError::too_large_resource_version(
-                            rv,
-                            self.store.current_revision(),
-                        ));
+                        return Err(ApiError::too_large_resource_version(rv, self.store.current_revision()));
                     }
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
@@ -326,26 +293,16 @@ impl Registry {
         let (revision, start_key) = match &req.continue_token {
             Some(token) => {
                 let t = decode_continue(token)?;
-                let rv = if t.rv <= 0 {
-                    self.store.current_revision()
-                } else {
-                    t.rv as u64
-                };
+                let rv = if t.rv <= 0 { self.store.current_revision() } else { t.rv as u64 };
                 (rv, Some(format!("{prefix}{}", t.start)))
             }
-            None => (
-                self.read_revision(req.resource_version, req.exact).await?,
-                None,
-            ),
+            None => (self.read_revision(req.resource_version, req.exact).await?, None),
         };
         let (labels, fields) = (req.labels, req.fields);
-        let predicate: Option<crate::storage::Predicate> = if labels.is_empty() && fields.is_empty()
-        {
+        let predicate: Option<crate::storage::Predicate> = if labels.is_empty() && fields.is_empty() {
             None
         } else {
-            Some(Box::new(move |o: &Object| {
-                labels.matches_json(&o.value) && fields.matches_json(&o.value)
-            }))
+            Some(Box::new(move |o: &Object| labels.matches_json(&o.value) && fields.matches_json(&o.value)))
         };
         let opts = ListOptions {
             prefix: prefix.clone(),
@@ -356,11 +313,7 @@ impl Registry {
         };
         let result = match self.store.list(opts).await {
             Err(StorageError::Expired { .. }) if req.continue_token.is_some() => {
-                let start = start_key
-                    .as_deref()
-                    .unwrap_or(&prefix)
-                    .strip_prefix(&prefix)
-                    .unwrap_or("");
+                let start = start_key.as_deref().unwrap_or(&prefix).strip_prefix(&prefix).unwrap_or("");
                 let mut e = ApiError::expired(
                     "The provided continue parameter is too old to display a consistent list result. You can start a new \
                      list without the continue parameter, or use the continue token in this response to retrieve the \
@@ -379,21 +332,10 @@ impl Registry {
             .next_key
             .as_deref()
             .map(|k| encode_continue(result.revision as i64, k.strip_prefix(&prefix).unwrap_or(k)));
-        Ok(ListPage {
-            items: result.items,
-            revision: result.revision,
-            continue_token,
-            remaining: result.remaining,
-        })
+        Ok(ListPage { items: result.items, revision: result.revision, continue_token, remaining: result.remaining })
     }
 
-    pub async fn create(
-        &self,
-        namespace: &str,
-        body: Value,
-        fv: FieldValidation,
-        dry_run: bool,
-    ) -> ApiResult<Written> {
+    pub async fn create(&self, namespace: &str, body: Value, fv: FieldValidation, dry_run: bool) -> ApiResult<Written> {
         let (mut ps, warnings) = decode_podset(body, fv)?;
         let meta = &mut ps.metadata;
         match meta.namespace.as_deref() {
@@ -404,21 +346,10 @@ impl Registry {
             }
             _ => meta.namespace = Some(namespace.to_owned()),
         }
-        if meta
-            .resource_version
-            .as_deref()
-            .is_some_and(|rv| !rv.is_empty())
-        {
-            return Err(ApiError::bad_request(
-                "resourceVersion should not be set on objects to be created",
-            ));
+        if meta.resource_version.as_deref().is_some_and(|rv| !rv.is_empty()) {
+            return Err(ApiError::bad_request("resourceVersion should not be set on objects to be created"));
         }
-        let generate = meta
-            .name
-            .as_deref()
-            .is_none_or(str::is_empty)
-            .then(|| meta.generate_name.clone())
-            .flatten();
+        let generate = meta.name.as_deref().is_none_or(str::is_empty).then(|| meta.generate_name.clone()).flatten();
         meta.uid = Some(uuid::Uuid::new_v4().to_string());
         meta.creation_timestamp = Some(now());
         meta.generation = Some(1);
@@ -432,11 +363,7 @@ impl Registry {
 
         for attempt in 0.. {
             if let Some(prefix) = &generate {
-                ps.metadata.name = Some(format!(
-                    "{}{}",
-                    truncate_generate_name(prefix),
-                    random_suffix()
-                ));
+                ps.metadata.name = Some(format!("{}{}", truncate_generate_name(prefix), random_suffix()));
             }
             let name = ps.metadata.name.clone().unwrap_or_default();
             let mut candidate = ps.clone();
@@ -447,16 +374,11 @@ impl Registry {
             }
             let value = to_value(&candidate)?;
             if dry_run {
-                return Ok(Written {
-                    object: unstored(value),
-                    warnings,
-                });
+                return Ok(Written { object: unstored(value), warnings });
             }
             match self.store.create(&key(namespace, &name), value).await {
                 Ok(object) => return Ok(Written { object, warnings }),
-                Err(StorageError::AlreadyExists { .. }) if generate.is_some() && attempt < 8 => {
-                    continue
-                }
+                Err(StorageError::AlreadyExists { .. }) if generate.is_some() && attempt < 8 => continue,
                 Err(e) => return Err(ApiError::from_storage(e, &name)),
             }
         }
@@ -481,33 +403,20 @@ impl Registry {
             let current = self.get(namespace, name).await?;
             let old = stored_podset(&current)?;
             let (proposed, warnings) = propose(&old, &current)?;
-            let precondition = proposed
-                .metadata
-                .resource_version
-                .clone()
-                .filter(|rv| !rv.is_empty());
-            if precondition
-                .as_deref()
-                .is_some_and(|rv| rv != current.mod_revision.to_string())
-            {
+            let precondition = proposed.metadata.resource_version.clone().filter(|rv| !rv.is_empty());
+            if precondition.as_deref().is_some_and(|rv| rv != current.mod_revision.to_string()) {
                 return Err(ApiError::stale(name));
             }
             let new = prepare_update(proposed, &old, part, name, namespace)?;
             if new == old {
-                return Ok(Written {
-                    object: current,
-                    warnings,
-                });
+                return Ok(Written { object: current, warnings });
             }
             let mut value = to_value(&new)?;
             if dry_run {
-                return Ok(Written {
-                    object: unstored(value),
-                    warnings,
-                });
+                return Ok(Written { object: unstored(value), warnings });
             }
-            let deleting = new.metadata.deletion_timestamp.is_some()
-                && new.metadata.finalizers.as_ref().is_none_or(Vec::is_empty);
+            let deleting =
+                new.metadata.deletion_timestamp.is_some() && new.metadata.finalizers.as_ref().is_none_or(Vec::is_empty);
             let result = if deleting {
                 // The last finalizer is gone: the object goes now, as kube-apiserver does.
                 if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -515,9 +424,7 @@ impl Registry {
                 }
                 self.store.delete(&key, Some(current.mod_revision)).await
             } else {
-                self.store
-                    .update(&key, value, Some(current.mod_revision))
-                    .await
+                self.store.update(&key, value, Some(current.mod_revision)).await
             };
             match result {
                 Ok(object) => return Ok(Written { object, warnings }),
@@ -540,10 +447,7 @@ impl Registry {
     ) -> ApiResult<Written> {
         let (ps, warnings) = decode_podset(body, fv)?;
         check_identity(&ps.metadata, namespace, name)?;
-        self.update_with(namespace, name, part, dry_run, |_, _| {
-            Ok((ps.clone(), warnings.clone()))
-        })
-        .await
+        self.update_with(namespace, name, part, dry_run, |_, _| Ok((ps.clone(), warnings.clone()))).await
     }
 
     /// PATCH of the whole object or its status.
@@ -586,9 +490,7 @@ impl Registry {
             };
             check_type(&scale_value, "autoscaling/v1", "Scale")?;
             let scale: Scale = serde_json::from_value(scale_value).map_err(|e| {
-                ApiError::bad_request(format!(
-                    "Scale in version \"v1\" cannot be handled as a Scale: {e}"
-                ))
+                ApiError::bad_request(format!("Scale in version \"v1\" cannot be handled as a Scale: {e}"))
             })?;
             check_identity(&scale.metadata, namespace, name)?;
             let replicas = scale.spec.and_then(|s| s.replicas).unwrap_or(0);
@@ -596,11 +498,7 @@ impl Registry {
                 return Err(ApiError::invalid_kind(
                     "Scale.autoscaling",
                     name,
-                    &[FieldError::invalid(
-                        "spec.replicas",
-                        replicas,
-                        "must be greater than or equal to 0",
-                    )],
+                    &[FieldError::invalid("spec.replicas", replicas, "must be greater than or equal to 0")],
                 ));
             }
             let mut new = old.clone();
@@ -623,24 +521,16 @@ impl Registry {
             let current = self.get(namespace, name).await?;
             let mut ps = stored_podset(&current)?;
             if let Some(p) = &opts.preconditions {
-                if let Some(uid) = p
-                    .uid
-                    .as_deref()
-                    .filter(|u| Some(*u) != ps.metadata.uid.as_deref())
-                {
+                if let Some(uid) = p.uid.as_deref().filter(|u| Some(*u) != ps.metadata.uid.as_deref()) {
                     return Err(ApiError::conflict(
                         name,
                         &format!(
-                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                        ps.metadata.uid.as_deref().unwrap_or("")
-                    ),
+                            "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                            ps.metadata.uid.as_deref().unwrap_or("")
+                        ),
                     ));
                 }
-                if let Some(rv) = p
-                    .resource_version
-                    .as_deref()
-                    .filter(|rv| *rv != current.mod_revision.to_string())
-                {
+                if let Some(rv) = p.resource_version.as_deref().filter(|rv| *rv != current.mod_revision.to_string()) {
                     return Err(ApiError::conflict(name, &format!(
                         "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
                         current.mod_revision
@@ -648,22 +538,15 @@ impl Registry {
                 }
             }
             let mut finalizers = ps.metadata.finalizers.clone().unwrap_or_default();
-            let policy = opts
-                .propagation_policy
-                .as_deref()
-                .or(match opts.orphan_dependents {
-                    Some(true) => Some("Orphan"),
-                    Some(false) => Some("Background"),
-                    None => None,
-                });
+            let policy = opts.propagation_policy.as_deref().or(match opts.orphan_dependents {
+                Some(true) => Some("Orphan"),
+                Some(false) => Some("Background"),
+                None => None,
+            });
             match policy {
                 Some("Orphan") => set_finalizer(&mut finalizers, "orphan", "foregroundDeletion"),
-                Some("Foreground") => {
-                    set_finalizer(&mut finalizers, "foregroundDeletion", "orphan")
-                }
-                Some("Background") => {
-                    finalizers.retain(|f| f != "orphan" && f != "foregroundDeletion")
-                }
+                Some("Foreground") => set_finalizer(&mut finalizers, "foregroundDeletion", "orphan"),
+                Some("Background") => finalizers.retain(|f| f != "orphan" && f != "foregroundDeletion"),
                 None => {}
                 Some(other) => {
                     return Err(ApiError::invalid_kind(
@@ -698,9 +581,7 @@ impl Registry {
                 if dry_run {
                     return Ok(unstored(value));
                 }
-                self.store
-                    .update(&key, value, Some(current.mod_revision))
-                    .await
+                self.store.update(&key, value, Some(current.mod_revision)).await
             };
             match result {
                 Ok(o) => return Ok(o),
@@ -718,27 +599,11 @@ impl Registry {
         opts: &DeleteOptions,
         dry_run: bool,
     ) -> ApiResult<(Vec<Arc<Object>>, Revision)> {
-        let page = self
-            .list(ListRequest {
-                limit: None,
-                continue_token: None,
-                ..req
-            })
-            .await?;
+        let page = self.list(ListRequest { limit: None, continue_token: None, ..req }).await?;
         let mut deleted = Vec::with_capacity(page.items.len());
         for item in page.items {
-            let ns = item
-                .value
-                .pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned();
-            let name = item
-                .value
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned();
+            let ns = item.value.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default().to_owned();
+            let name = item.value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
             match self.delete(&ns, &name, opts, dry_run).await {
                 Ok(o) => deleted.push(o),
                 Err(e) if e.code() == 404 => {}
@@ -768,11 +633,7 @@ fn check_identity(meta: &ObjectMeta, namespace: &str, name: &str) -> ApiResult<(
             "the name of the object ({n}) does not match the name on the URL ({name})"
         )));
     }
-    if meta
-        .namespace
-        .as_deref()
-        .is_some_and(|ns| !ns.is_empty() && ns != namespace)
-    {
+    if meta.namespace.as_deref().is_some_and(|ns| !ns.is_empty() && ns != namespace) {
         return Err(ApiError::bad_request(
             "the namespace of the provided object does not match the namespace sent on the request",
         ));
@@ -781,23 +642,14 @@ fn check_identity(meta: &ObjectMeta, namespace: &str, name: &str) -> ApiResult<(
 }
 
 /// Carries the server-owned fields over from `old`, bumps `generation` on a spec change, defaults and validates.
-fn prepare_update(
-    mut new: PodSet,
-    old: &PodSet,
-    part: Part,
-    name: &str,
-    namespace: &str,
-) -> ApiResult<PodSet> {
-    if let (Some(want), Some(have)) = (
-        new.metadata.uid.as_deref().filter(|u| !u.is_empty()),
-        old.metadata.uid.as_deref(),
-    ) {
+fn prepare_update(mut new: PodSet, old: &PodSet, part: Part, name: &str, namespace: &str) -> ApiResult<PodSet> {
+    if let (Some(want), Some(have)) =
+        (new.metadata.uid.as_deref().filter(|u| !u.is_empty()), old.metadata.uid.as_deref())
+    {
         if want != have {
             return Err(ApiError::conflict(
                 name,
-                &format!(
-                    "Precondition failed: UID in precondition: {want}, UID in object meta: {have}"
-                ),
+                &format!("Precondition failed: UID in precondition: {want}, UID in object meta: {have}"),
             ));
         }
     }
@@ -830,11 +682,7 @@ fn prepare_update(
                 return Err(ApiError::invalid(name, &errors));
             }
             let generation = old.metadata.generation.unwrap_or(1);
-            new.metadata.generation = Some(if new.spec != old.spec {
-                generation + 1
-            } else {
-                generation
-            });
+            new.metadata.generation = Some(if new.spec != old.spec { generation + 1 } else { generation });
             new
         }
     };
@@ -861,9 +709,7 @@ fn truncate_generate_name(prefix: &str) -> &str {
 fn random_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut rng = rand::rng();
-    (0..5)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
+    (0..5).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect()
 }
 
 #[cfg(test)]
@@ -875,8 +721,8 @@ mod tests {
         let t = decode_continue(&encode_continue(42, "ns/b\u{0}")).unwrap();
         assert_eq!((t.rv, t.start.as_str()), (42, "ns/b\u{0}"));
         assert_eq!(decode_continue("not base64!").unwrap_err().code(), 400);
-        let sneaky = base64::engine::general_purpose::URL_SAFE
-            .encode(br#"{"v":"meta.k8s.io/v1","rv":1,"start":"../x"}"#);
+        let sneaky =
+            base64::engine::general_purpose::URL_SAFE.encode(br#"{"v":"meta.k8s.io/v1","rv":1,"start":"../x"}"#);
         assert_eq!(decode_continue(&sneaky).unwrap_err().code(), 400);
     }
 
@@ -884,36 +730,20 @@ mod tests {
     fn generated_names_have_five_random_characters() {
         let s = random_suffix();
         assert_eq!(s.len(), 5);
-        assert!(s
-            .bytes()
-            .all(|b| b"bcdfghjklmnpqrstvwxz2456789".contains(&b)));
+        assert!(s.bytes().all(|b| b"bcdfghjklmnpqrstvwxz2456789".contains(&b)));
         assert_eq!(truncate_generate_name(&"a".repeat(80)).len(), 58);
     }
 
     #[test]
     fn strict_decoding_rejects_unknown_fields_and_warn_reports_them() {
-        let v =
-            serde_json::json!({"metadata": {"name": "a"}, "spec": {"replicas": 1, "bogus": true}});
+        let v = serde_json::json!({"metadata": {"name": "a"}, "spec": {"replicas": 1, "bogus": true}});
         let err = decode_podset(v.clone(), FieldValidation::Strict).unwrap_err();
         assert_eq!(err.code(), 400);
-        assert!(
-            err.status.message.contains("unknown field \"spec.bogus\""),
-            "{}",
-            err.status.message
-        );
+        assert!(err.status.message.contains("unknown field \"spec.bogus\""), "{}", err.status.message);
         let (_, warnings) = decode_podset(v.clone(), FieldValidation::Warn).unwrap();
         assert_eq!(warnings, vec!["unknown field \"spec.bogus\"".to_owned()]);
-        assert!(decode_podset(v, FieldValidation::Ignore)
-            .unwrap()
-            .1
-            .is_empty());
-        let wrong_kind =
-            serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}});
-        assert_eq!(
-            decode_podset(wrong_kind, FieldValidation::Warn)
-                .unwrap_err()
-                .code(),
-            400
-        );
+        assert!(decode_podset(v, FieldValidation::Ignore).unwrap().1.is_empty());
+        let wrong_kind = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}});
+        assert_eq!(decode_podset(wrong_kind, FieldValidation::Warn).unwrap_err().code(), 400);
     }
 }

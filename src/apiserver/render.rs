@@ -21,25 +21,18 @@ pub const YAML: &str = "application/yaml";
 
 pub fn bytes_response(status: StatusCode, content_type: &'static str, body: Bytes) -> Response {
     let mut resp = (status, body).into_response();
-    resp.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     resp
 }
 
 fn yaml(value: &Value) -> ApiResult<Bytes> {
-    serde_yaml::to_string(value)
-        .map(Bytes::from)
-        .map_err(|e| ApiError::internal(e.to_string()))
+    serde_yaml::to_string(value).map(Bytes::from).map_err(|e| ApiError::internal(e.to_string()))
 }
 
 pub fn value_response(status: StatusCode, out: Output, value: &Value) -> ApiResult<Response> {
     Ok(match out {
         Output::Yaml => bytes_response(status, YAML, yaml(value)?),
-        _ => bytes_response(
-            status,
-            JSON,
-            Bytes::from(serde_json::to_vec(value).unwrap_or_default()),
-        ),
+        _ => bytes_response(status, JSON, Bytes::from(serde_json::to_vec(value).unwrap_or_default())),
     })
 }
 
@@ -57,10 +50,7 @@ pub fn table_row(obj: &Value, include: IncludeObject, now: Timestamp) -> TableRo
         IncludeObject::Metadata => Some(partial_metadata(obj)),
         IncludeObject::Object => Some(obj.clone()),
     };
-    TableRow {
-        cells: cells(obj, now),
-        object,
-    }
+    TableRow { cells: cells(obj, now), object }
 }
 
 fn table_value(table: &Table) -> Value {
@@ -69,26 +59,12 @@ fn table_value(table: &Table) -> Value {
 
 /// A Table of one object, as a watch event or a GET carries it.
 pub fn single_row_table(obj: &Value, include: IncludeObject) -> Value {
-    let rv = obj
-        .pointer("/metadata/resourceVersion")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let meta = ListMeta {
-        resource_version: rv,
-        ..Default::default()
-    };
-    table_value(&Table::new(
-        meta,
-        vec![table_row(obj, include, Timestamp::now())],
-    ))
+    let rv = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_owned);
+    let meta = ListMeta { resource_version: rv, ..Default::default() };
+    table_value(&Table::new(meta, vec![table_row(obj, include, Timestamp::now())]))
 }
 
-pub fn object_response(
-    status: StatusCode,
-    out: Output,
-    obj: &Object,
-    include: IncludeObject,
-) -> ApiResult<Response> {
+pub fn object_response(status: StatusCode, out: Output, obj: &Object, include: IncludeObject) -> ApiResult<Response> {
     match out {
         Output::Json | Output::Discovery(_) => Ok(bytes_response(status, JSON, obj.bytes.clone())),
         Output::Yaml => Ok(bytes_response(status, YAML, yaml(&obj.value)?)),
@@ -113,8 +89,7 @@ pub fn list_response(out: Output, page: &ListPage, include: IncludeObject) -> Ap
             // Splice the stored bytes: each object was serialized once, when it was written.
             let head = json!({"apiVersion": API_VERSION, "kind": LIST_KIND, "metadata": meta});
             let head = serde_json::to_vec(&head).unwrap_or_default();
-            let size =
-                head.len() + page.items.iter().map(|o| o.bytes.len() + 1).sum::<usize>() + 16;
+            let size = head.len() + page.items.iter().map(|o| o.bytes.len() + 1).sum::<usize>() + 16;
             let mut buf = BytesMut::with_capacity(size);
             buf.put_slice(&head[..head.len() - 1]);
             buf.put_slice(b",\"items\":[");
@@ -134,19 +109,11 @@ pub fn list_response(out: Output, page: &ListPage, include: IncludeObject) -> Ap
         }
         Output::Table => {
             let now = Timestamp::now();
-            let rows = page
-                .items
-                .iter()
-                .map(|o| table_row(&o.value, include, now))
-                .collect();
+            let rows = page.items.iter().map(|o| table_row(&o.value, include, now)).collect();
             value_response(StatusCode::OK, out, &table_value(&Table::new(meta, rows)))
         }
         Output::Metadata => {
-            let items: Vec<Value> = page
-                .items
-                .iter()
-                .map(|o| partial_metadata(&o.value))
-                .collect();
+            let items: Vec<Value> = page.items.iter().map(|o| partial_metadata(&o.value)).collect();
             let v = json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "items": items});
             value_response(StatusCode::OK, out, &v)
         }

@@ -52,9 +52,7 @@ impl Target {
             ["apis", g, v, rest @ ..] if *g == GROUP && *v == VERSION => parse_resource(rest)?,
             ["openapi", "v2"] => Target::OpenApiV2,
             ["openapi", "v3"] => Target::OpenApiV3Root,
-            ["openapi", "v3", "apis", g, v] if *g == GROUP && *v == VERSION => {
-                Target::OpenApiV3GroupVersion
-            }
+            ["openapi", "v3", "apis", g, v] if *g == GROUP && *v == VERSION => Target::OpenApiV3GroupVersion,
             ["version"] => Target::Version,
             ["healthz" | "livez" | "readyz", ..] => Target::Health,
             _ => Target::Unknown,
@@ -86,9 +84,7 @@ fn parse_resource(parts: &[&str]) -> ApiResult<Target> {
     };
     if let Some(ns) = namespace {
         if let Some(e) = dns1123_label_errors(ns).into_iter().next() {
-            return Err(ApiError::bad_request(format!(
-                "invalid namespace {ns:?}: {e}"
-            )));
+            return Err(ApiError::bad_request(format!("invalid namespace {ns:?}: {e}")));
         }
     }
     if name.is_some_and(str::is_empty) {
@@ -177,17 +173,13 @@ fn parse_bool(name: &str, v: &str) -> ApiResult<bool> {
     match v {
         "true" | "1" | "True" | "TRUE" | "t" | "T" => Ok(true),
         "false" | "0" | "False" | "FALSE" | "f" | "F" | "" => Ok(false),
-        _ => Err(ApiError::bad_request(format!(
-            "invalid value {v:?} for query parameter {name}: must be a boolean"
-        ))),
+        _ => Err(ApiError::bad_request(format!("invalid value {v:?} for query parameter {name}: must be a boolean"))),
     }
 }
 
 fn parse_int<T: std::str::FromStr>(name: &str, v: &str) -> ApiResult<T> {
     v.parse().map_err(|_| {
-        ApiError::bad_request(format!(
-            "invalid value {v:?} for query parameter {name}: must be an integer"
-        ))
+        ApiError::bad_request(format!("invalid value {v:?} for query parameter {name}: must be an integer"))
     })
 }
 
@@ -210,7 +202,11 @@ impl Query {
                 "dryRun" => match v {
                     "All" => q.dry_run = true,
                     "" => {}
-                    other => return Err(ApiError::bad_request(format!("Invalid dry run value: {other:?}; supported values are: \"All\""))),
+                    other => {
+                        return Err(ApiError::bad_request(format!(
+                            "Invalid dry run value: {other:?}; supported values are: \"All\""
+                        )))
+                    }
                 },
                 "fieldValidation" => {
                     q.field_validation = match v {
@@ -259,10 +255,7 @@ impl Query {
     pub fn revision(&self) -> ApiResult<Option<u64>> {
         self.resource_version
             .as_deref()
-            .map(|rv| {
-                rv.parse::<u64>()
-                    .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv}")))
-            })
+            .map(|rv| rv.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv}"))))
             .transpose()
     }
 }
@@ -286,26 +279,14 @@ mod tests {
         assert_eq!(p("/apis"), Target::Apis);
         assert_eq!(p("/apis/demo.k8s.io/"), Target::Group);
         assert_eq!(p("/apis/demo.k8s.io/v1alpha1"), Target::GroupVersion);
-        assert_eq!(
-            p("/apis/demo.k8s.io/v1alpha1/podsets"),
-            res(None, None, None)
-        );
-        assert_eq!(
-            p("/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets"),
-            res(Some("ns"), None, None)
-        );
-        assert_eq!(
-            p("/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets/a"),
-            res(Some("ns"), Some("a"), None)
-        );
+        assert_eq!(p("/apis/demo.k8s.io/v1alpha1/podsets"), res(None, None, None));
+        assert_eq!(p("/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets"), res(Some("ns"), None, None));
+        assert_eq!(p("/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets/a"), res(Some("ns"), Some("a"), None));
         assert_eq!(
             p("/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets/a/scale"),
             res(Some("ns"), Some("a"), Some(Subresource::Scale))
         );
-        assert_eq!(
-            p("/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets/a/exec"),
-            Target::Unknown
-        );
+        assert_eq!(p("/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets/a/exec"), Target::Unknown);
         assert_eq!(p("/apis/demo.k8s.io/v1alpha1/foos"), Target::Unknown);
         assert_eq!(p("/apis/demo.k8s.io/v1alpha1/podsets/a"), Target::Unknown);
         assert_eq!(p("/api/v1/pods"), Target::Unknown);
@@ -314,21 +295,12 @@ mod tests {
 
     #[test]
     fn parses_query_options_and_rejects_bad_ones() {
-        let q = Query::parse(Some(
-            "watch=1&limit=5&labelSelector=a%3Db&dryRun=All&fieldValidation=Strict",
-        ))
-        .unwrap();
+        let q = Query::parse(Some("watch=1&limit=5&labelSelector=a%3Db&dryRun=All&fieldValidation=Strict")).unwrap();
         assert!(q.watch && q.dry_run);
         assert_eq!(q.limit, Some(5));
         assert_eq!(q.label_selector.as_deref(), Some("a=b"));
         assert_eq!(q.field_validation, FieldValidation::Strict);
-        for bad in [
-            "watch=maybe",
-            "limit=x",
-            "dryRun=Some",
-            "fieldValidation=Loose",
-            "resourceVersionMatch=Newest",
-        ] {
+        for bad in ["watch=maybe", "limit=x", "dryRun=Some", "fieldValidation=Loose", "resourceVersionMatch=Newest"] {
             assert_eq!(Query::parse(Some(bad)).unwrap_err().code(), 400, "{bad}");
         }
     }

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    SanType,
 };
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
@@ -15,22 +15,14 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{
-    DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
-};
+use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     #[error("reading {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("writing {path}: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Write { path: PathBuf, source: std::io::Error },
     #[error("{path} holds no usable {what}")]
     Pem { path: PathBuf, what: &'static str },
     #[error("generating certificates: {0}")]
@@ -38,10 +30,7 @@ pub enum TlsError {
     #[error("TLS configuration: {0}")]
     Rustls(#[from] rustls::Error),
     #[error("client CA {path}: {source}")]
-    Verifier {
-        path: PathBuf,
-        source: rustls::server::VerifierBuilderError,
-    },
+    Verifier { path: PathBuf, source: rustls::server::VerifierBuilderError },
 }
 
 /// The process-wide crypto provider (ring, as kube and rcgen use).
@@ -50,44 +39,25 @@ pub fn provider() -> Arc<CryptoProvider> {
         return p.clone();
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
-    CryptoProvider::get_default()
-        .cloned()
-        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()))
+    CryptoProvider::get_default().cloned().unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()))
 }
 
 pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let pem = std::fs::read(path).map_err(|source| TlsError::Read {
-        path: path.into(),
-        source,
-    })?;
-    let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem)
-        .filter_map(Result::ok)
-        .collect();
+    let pem = std::fs::read(path).map_err(|source| TlsError::Read { path: path.into(), source })?;
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem).filter_map(Result::ok).collect();
     if certs.is_empty() {
-        return Err(TlsError::Pem {
-            path: path.into(),
-            what: "certificate",
-        });
+        return Err(TlsError::Pem { path: path.into(), what: "certificate" });
     }
     Ok(certs)
 }
 
 pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    let pem = std::fs::read(path).map_err(|source| TlsError::Read {
-        path: path.into(),
-        source,
-    })?;
-    PrivateKeyDer::from_pem_slice(&pem).map_err(|_| TlsError::Pem {
-        path: path.into(),
-        what: "private key",
-    })
+    let pem = std::fs::read(path).map_err(|source| TlsError::Read { path: path.into(), source })?;
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|_| TlsError::Pem { path: path.into(), what: "private key" })
 }
 
 fn write(path: &Path, contents: &str) -> Result<(), TlsError> {
-    std::fs::write(path, contents).map_err(|source| TlsError::Write {
-        path: path.into(),
-        source,
-    })
+    std::fs::write(path, contents).map_err(|source| TlsError::Write { path: path.into(), source })
 }
 
 /// Where a self-signed serving certificate lives under the data directory.
@@ -99,18 +69,11 @@ pub struct SelfSigned {
 
 /// Makes (once) a CA and a serving certificate signed by it for `hosts`, under `dir`. Reuses them if present.
 pub fn ensure_self_signed(dir: &Path, hosts: &[String]) -> Result<SelfSigned, TlsError> {
-    let out = SelfSigned {
-        ca: dir.join("ca.crt"),
-        cert: dir.join("tls.crt"),
-        key: dir.join("tls.key"),
-    };
+    let out = SelfSigned { ca: dir.join("ca.crt"), cert: dir.join("tls.crt"), key: dir.join("tls.key") };
     if out.ca.exists() && out.cert.exists() && out.key.exists() {
         return Ok(out);
     }
-    std::fs::create_dir_all(dir).map_err(|source| TlsError::Write {
-        path: dir.into(),
-        source,
-    })?;
+    std::fs::create_dir_all(dir).map_err(|source| TlsError::Write { path: dir.into(), source })?;
     let (ca_pem, ca_key, ca_params) = make_ca("podset-apiserver-ca")?;
     let issuer = Issuer::new(ca_params, &ca_key);
     let (cert_pem, key_pem) = make_serving_cert(&issuer, hosts)?;
@@ -133,15 +96,9 @@ fn restrict(_: &Path) {}
 /// A self-signed CA: its PEM, key and parameters (for signing).
 pub fn make_ca(common_name: &str) -> Result<(String, KeyPair, CertificateParams), TlsError> {
     let mut params = CertificateParams::default();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, common_name);
+    params.distinguished_name.push(DnType::CommonName, common_name);
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
     params.not_after = rcgen::date_time_ymd(2100, 1, 1);
     let key = KeyPair::generate()?;
     let cert = params.self_signed(&key)?;
@@ -149,18 +106,9 @@ pub fn make_ca(common_name: &str) -> Result<(String, KeyPair, CertificateParams)
 }
 
 /// A serving certificate for `hosts` (DNS names or IP addresses), signed by `issuer`: (cert PEM, key PEM).
-pub fn make_serving_cert(
-    issuer: &Issuer<'_, &KeyPair>,
-    hosts: &[String],
-) -> Result<(String, String), TlsError> {
+pub fn make_serving_cert(issuer: &Issuer<'_, &KeyPair>, hosts: &[String]) -> Result<(String, String), TlsError> {
     let mut params = CertificateParams::default();
-    params.distinguished_name.push(
-        DnType::CommonName,
-        hosts
-            .first()
-            .map(String::as_str)
-            .unwrap_or("podset-apiserver"),
-    );
+    params.distinguished_name.push(DnType::CommonName, hosts.first().map(String::as_str).unwrap_or("podset-apiserver"));
     params.subject_alt_names = hosts
         .iter()
         .map(|h| match h.parse::<std::net::IpAddr>() {
@@ -169,10 +117,7 @@ pub fn make_serving_cert(
         })
         .collect::<Result<_, _>>()?;
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
     params.not_after = rcgen::date_time_ymd(2100, 1, 1);
     let key = KeyPair::generate()?;
     let cert = params.signed_by(&key, issuer)?;
@@ -214,12 +159,7 @@ impl ClientCertVerifier for RequestClientCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn verify_tls13_signature(
@@ -228,18 +168,11 @@ impl ClientCertVerifier for RequestClientCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
+        self.provider.signature_verification_algorithms.supported_schemes()
     }
 }
 
@@ -267,38 +200,24 @@ impl ClientCa {
     pub fn from_file(path: &Path) -> Result<Self, TlsError> {
         let mut roots = RootCertStore::empty();
         for cert in read_certs(path)? {
-            roots.add(cert).map_err(|_| TlsError::Pem {
-                path: path.into(),
-                what: "CA certificate",
-            })?;
+            roots.add(cert).map_err(|_| TlsError::Pem { path: path.into(), what: "CA certificate" })?;
         }
         let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
             .build()
-            .map_err(|source| TlsError::Verifier {
-                path: path.into(),
-                source,
-            })?;
+            .map_err(|source| TlsError::Verifier { path: path.into(), source })?;
         Ok(Self { verifier })
     }
 
     /// The common name of the client certificate, if the chain verifies against this CA.
     pub fn verify(&self, chain: &[CertificateDer<'_>]) -> Option<String> {
         let (leaf, intermediates) = chain.split_first()?;
-        self.verifier
-            .verify_client_cert(leaf, intermediates, UnixTime::now())
-            .ok()?;
+        self.verifier.verify_client_cert(leaf, intermediates, UnixTime::now()).ok()?;
         common_name(leaf)
     }
 }
 
 pub fn common_name(cert: &CertificateDer<'_>) -> Option<String> {
     let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
-    let cn = parsed
-        .subject()
-        .iter_common_name()
-        .next()?
-        .as_str()
-        .ok()?
-        .to_owned();
+    let cn = parsed.subject().iter_common_name().next()?.as_str().ok()?.to_owned();
     Some(cn)
 }

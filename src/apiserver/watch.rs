@@ -73,12 +73,10 @@ impl Encoder {
         buf.put_slice(kind.as_str().as_bytes());
         buf.put_slice(b"\",\"object\":");
         match self.output {
-            Output::Table => buf.put_slice(
-                &serde_json::to_vec(&single_row_table(&obj.value, self.include))
-                    .unwrap_or_default(),
-            ),
-            Output::Metadata => buf
-                .put_slice(&serde_json::to_vec(&partial_metadata(&obj.value)).unwrap_or_default()),
+            Output::Table => {
+                buf.put_slice(&serde_json::to_vec(&single_row_table(&obj.value, self.include)).unwrap_or_default())
+            }
+            Output::Metadata => buf.put_slice(&serde_json::to_vec(&partial_metadata(&obj.value)).unwrap_or_default()),
             _ => buf.put_slice(&obj.bytes),
         }
         buf.put_slice(b"}\n");
@@ -91,21 +89,12 @@ impl Encoder {
             annotations.insert("k8s.io/initial-events-end".to_owned(), "true".to_owned());
         }
         let types = match self.output {
-            Output::Metadata => TypeMeta {
-                api_version: "meta.k8s.io/v1".into(),
-                kind: "PartialObjectMetadata".into(),
-            },
-            _ => TypeMeta {
-                api_version: API_VERSION.into(),
-                kind: KIND.into(),
-            },
+            Output::Metadata => TypeMeta { api_version: "meta.k8s.io/v1".into(), kind: "PartialObjectMetadata".into() },
+            _ => TypeMeta { api_version: API_VERSION.into(), kind: KIND.into() },
         };
         let ev: WatchEvent<Value> = WatchEvent::Bookmark(Bookmark {
             types,
-            metadata: BookmarkMeta {
-                resource_version: revision.to_string(),
-                annotations,
-            },
+            metadata: BookmarkMeta { resource_version: revision.to_string(), annotations },
         });
         line(&ev)
     }
@@ -113,10 +102,7 @@ impl Encoder {
     fn error(&self, e: &ApiError) -> Bytes {
         let mut v = serde_json::Map::new();
         v.insert("type".into(), Value::String("ERROR".into()));
-        v.insert(
-            "object".into(),
-            serde_json::to_value(StatusBody::new(&e.status)).unwrap_or_default(),
-        );
+        v.insert("object".into(), serde_json::to_value(StatusBody::new(&e.status)).unwrap_or_default());
         line(&v)
     }
 }
@@ -130,18 +116,10 @@ fn line(v: &impl serde::Serialize) -> Bytes {
 fn restamp(obj: &Object, revision: Revision) -> Object {
     let mut value = (*obj.value).clone();
     if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.insert(
-            "resourceVersion".into(),
-            Value::String(revision.to_string()),
-        );
+        m.insert("resourceVersion".into(), Value::String(revision.to_string()));
     }
     let bytes = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
-    Object {
-        key: obj.key.clone(),
-        value: Arc::new(value),
-        bytes,
-        mod_revision: revision,
-    }
+    Object { key: obj.key.clone(), value: Arc::new(value), bytes, mod_revision: revision }
 }
 
 fn invalid_options(errors: &[FieldError]) -> ApiError {
@@ -149,11 +127,7 @@ fn invalid_options(errors: &[FieldError]) -> ApiError {
 }
 
 /// Starts a watch and returns the streaming response.
-pub async fn serve(
-    registry: &Registry,
-    cfg: &WatchConfig,
-    req: WatchRequest,
-) -> ApiResult<Response> {
+pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) -> ApiResult<Response> {
     let q = &req.query;
     let requested = q.revision()?;
     let not_older_than = q.resource_version_match.as_deref() == Some("NotOlderThan");
@@ -189,18 +163,12 @@ pub async fn serve(
         (None, Some(rv)) => (rv, false, false),
     };
 
-    let encoder = Encoder {
-        output: req.output,
-        include: q.include_object,
-    };
+    let encoder = Encoder { output: req.output, include: q.include_object };
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
     let response = || {
         let mut resp = Response::new(Body::from_stream(ReceiverStream::new(rx)));
         *resp.status_mut() = StatusCode::OK;
-        resp.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
+        resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         resp
     };
 
@@ -251,10 +219,8 @@ pub async fn serve(
         }
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
-        let mut ticker = tokio::time::interval_at(
-            tokio::time::Instant::now() + cfg.bookmark_interval,
-            cfg.bookmark_interval,
-        );
+        let mut ticker =
+            tokio::time::interval_at(tokio::time::Instant::now() + cfg.bookmark_interval, cfg.bookmark_interval);
         let mut seen = start;
         loop {
             let chunk = tokio::select! {

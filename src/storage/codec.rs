@@ -25,9 +25,7 @@ pub fn encode_u64(v: u64) -> [u8; 8] {
 }
 
 pub fn decode_u64(b: &[u8]) -> Result<u64> {
-    let arr: [u8; 8] = b
-        .try_into()
-        .map_err(|_| corrupt("counter is not 8 bytes"))?;
+    let arr: [u8; 8] = b.try_into().map_err(|_| corrupt("counter is not 8 bytes"))?;
     Ok(u64::from_be_bytes(arr))
 }
 
@@ -52,14 +50,8 @@ pub fn decode_object(key: &str, raw: &[u8]) -> Result<Object> {
 }
 
 pub fn object_from_json(key: &str, bytes: Bytes, mod_revision: Revision) -> Result<Object> {
-    let value = serde_json::from_slice(&bytes)
-        .map_err(|e| StorageError::Corrupt(format!("object {key:?}: {e}")))?;
-    Ok(Object {
-        key: key.to_owned(),
-        value: Arc::new(value),
-        bytes,
-        mod_revision,
-    })
+    let value = serde_json::from_slice(&bytes).map_err(|e| StorageError::Corrupt(format!("object {key:?}: {e}")))?;
+    Ok(Object { key: key.to_owned(), value: Arc::new(value), bytes, mod_revision })
 }
 
 /// `[kind u8][key len u32][key][object record len u32][object record][prev record len u32, 0 = none][prev record]`
@@ -88,32 +80,19 @@ pub fn decode_event(revision: Revision, raw: &[u8]) -> Result<Event> {
             return Err(corrupt("event record truncated"));
         }
         let len = u32::from_be_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
-        let part = rest
-            .get(4..4 + len)
-            .ok_or_else(|| corrupt("event record truncated"))?;
+        let part = rest.get(4..4 + len).ok_or_else(|| corrupt("event record truncated"))?;
         rest = &rest[4 + len..];
         Ok(part)
     };
-    let key = std::str::from_utf8(take()?)
-        .map_err(|_| corrupt("event key is not UTF-8"))?
-        .to_owned();
+    let key = std::str::from_utf8(take()?).map_err(|_| corrupt("event key is not UTF-8"))?.to_owned();
     let object = Arc::new(decode_object(&key, take()?)?);
     let prev_raw = take()?;
-    let prev = if prev_raw.is_empty() {
-        None
-    } else {
-        Some(Arc::new(decode_object(&key, prev_raw)?))
-    };
+    let prev = if prev_raw.is_empty() { None } else { Some(Arc::new(decode_object(&key, prev_raw)?)) };
     let kind = match kind {
         0 => EventType::Added,
         1 => EventType::Modified,
         2 => EventType::Deleted,
         _ => return Err(corrupt("unknown event kind")),
     };
-    Ok(Event {
-        revision,
-        kind,
-        object,
-        prev,
-    })
+    Ok(Event { revision, kind, object, prev })
 }

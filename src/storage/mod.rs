@@ -82,21 +82,11 @@ pub enum StorageError {
     #[error("key {key:?} already exists")]
     AlreadyExists { key: String },
     #[error("key {key:?}: expected revision {expected}, found {actual}")]
-    Conflict {
-        key: String,
-        expected: Revision,
-        actual: Revision,
-    },
+    Conflict { key: String, expected: Revision, actual: Revision },
     #[error("revision {requested} has been compacted (oldest kept: {oldest})")]
-    Expired {
-        requested: Revision,
-        oldest: Revision,
-    },
+    Expired { requested: Revision, oldest: Revision },
     #[error("revision {requested} is newer than the current revision {current}")]
-    TooLarge {
-        requested: Revision,
-        current: Revision,
-    },
+    TooLarge { requested: Revision, current: Revision },
     #[error("object has no metadata to stamp a resourceVersion on")]
     InvalidObject,
     #[error("storage is shutting down")]
@@ -126,11 +116,7 @@ pub struct HistoryLimits {
 
 impl Default for HistoryLimits {
     fn default() -> Self {
-        Self {
-            min_events: 10_000,
-            min_age: Duration::from_secs(300),
-            max_events: 200_000,
-        }
+        Self { min_events: 10_000, min_age: Duration::from_secs(300), max_events: 200_000 }
     }
 }
 
@@ -142,12 +128,7 @@ pub trait Store: Send + Sync + 'static {
     /// Creates `key`; sets `metadata.resourceVersion` to the new revision.
     async fn create(&self, key: &str, value: Value) -> Result<Arc<Object>>;
     /// Replaces `key`, if its revision is still `expected` (when given).
-    async fn update(
-        &self,
-        key: &str,
-        value: Value,
-        expected: Option<Revision>,
-    ) -> Result<Arc<Object>>;
+    async fn update(&self, key: &str, value: Value, expected: Option<Revision>) -> Result<Arc<Object>>;
     /// Removes `key`, if its revision is still `expected` (when given). Returns the deleted object.
     async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<Arc<Object>>;
     /// Events under `prefix` with a revision greater than `after`.
@@ -168,9 +149,6 @@ pub(crate) fn stamp_resource_version(value: &mut Value, revision: Revision) -> R
         .or_insert_with(|| Value::Object(Default::default()));
     meta.as_object_mut()
         .ok_or(StorageError::InvalidObject)?
-        .insert(
-            "resourceVersion".into(),
-            Value::String(revision.to_string()),
-        );
+        .insert("resourceVersion".into(), Value::String(revision.to_string()));
     Ok(())
 }

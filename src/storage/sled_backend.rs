@@ -18,8 +18,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::codec::{self, EVENT_PREFIX, META_COMPACTED, META_REVISION, OBJECT_PREFIX};
 use super::state::State;
 use super::{
-    stamp_resource_version, Event, EventType, HistoryLimits, ListOptions, ListResult, Object,
-    Result, Revision, StorageError, Store, WatchStream,
+    stamp_resource_version, Event, EventType, HistoryLimits, ListOptions, ListResult, Object, Result, Revision,
+    StorageError, Store, WatchStream,
 };
 
 /// Most requests committed by one flush.
@@ -28,22 +28,10 @@ const MAX_GROUP: usize = 1024;
 const WATCH_BATCH: usize = 256;
 
 enum Op {
-    Create {
-        key: String,
-        value: Value,
-    },
-    Update {
-        key: String,
-        value: Value,
-        expected: Option<Revision>,
-    },
-    Delete {
-        key: String,
-        expected: Option<Revision>,
-    },
-    Compact {
-        revision: Revision,
-    },
+    Create { key: String, value: Value },
+    Update { key: String, value: Value, expected: Option<Revision> },
+    Delete { key: String, expected: Option<Revision> },
+    Compact { revision: Revision },
 }
 
 struct Request {
@@ -78,12 +66,7 @@ impl SledStore {
             "opened sled store"
         );
         let (revision, _) = watch::channel(state.revision);
-        let shared = Arc::new(Shared {
-            state: RwLock::new(state),
-            revision,
-            db,
-            limits,
-        });
+        let shared = Arc::new(Shared { state: RwLock::new(state), revision, db, limits });
         let (requests, rx) = mpsc::channel(4 * MAX_GROUP);
         let writer = shared.clone();
         std::thread::Builder::new()
@@ -104,10 +87,7 @@ impl SledStore {
 
     async fn submit(&self, op: Op) -> Result<Option<Arc<Object>>> {
         let (reply, rx) = oneshot::channel();
-        self.requests
-            .send(Request { op, reply })
-            .await
-            .map_err(|_| StorageError::Closed)?;
+        self.requests.send(Request { op, reply }).await.map_err(|_| StorageError::Closed)?;
         rx.await.map_err(|_| StorageError::Closed)?
     }
 }
@@ -119,11 +99,7 @@ fn backend(e: sled::Error) -> StorageError {
 fn load(db: &sled::Db) -> Result<State> {
     let mut state = State::default();
     let meta = |k: &[u8]| -> Result<u64> {
-        db.get(k)
-            .map_err(backend)?
-            .map(|v| codec::decode_u64(&v))
-            .transpose()
-            .map(|v| v.unwrap_or(0))
+        db.get(k).map_err(backend)?.map(|v| codec::decode_u64(&v)).transpose().map(|v| v.unwrap_or(0))
     };
     state.revision = meta(META_REVISION)?;
     state.compacted = meta(META_COMPACTED)?;
@@ -146,9 +122,7 @@ fn load(db: &sled::Db) -> Result<State> {
             )));
         }
         expected += 1;
-        state
-            .log
-            .push_back((now, Arc::new(codec::decode_event(revision, &v)?)));
+        state.log.push_back((now, Arc::new(codec::decode_event(revision, &v)?)));
     }
     if expected != state.revision + 1 {
         return Err(StorageError::Corrupt(format!(
@@ -178,20 +152,11 @@ fn run_writer(shared: Arc<Shared>, mut rx: mpsc::Receiver<Request>) {
 
 fn make_object(key: &str, mut value: Value, revision: Revision) -> Result<Object> {
     stamp_resource_version(&mut value, revision)?;
-    let bytes =
-        Bytes::from(serde_json::to_vec(&value).map_err(|e| StorageError::Backend(e.to_string()))?);
-    Ok(Object {
-        key: key.to_owned(),
-        value: Arc::new(value),
-        bytes,
-        mod_revision: revision,
-    })
+    let bytes = Bytes::from(serde_json::to_vec(&value).map_err(|e| StorageError::Backend(e.to_string()))?);
+    Ok(Object { key: key.to_owned(), value: Arc::new(value), bytes, mod_revision: revision })
 }
 
-type Reply = (
-    oneshot::Sender<Result<Option<Arc<Object>>>>,
-    Result<Option<Arc<Object>>>,
-);
+type Reply = (oneshot::Sender<Result<Option<Arc<Object>>>>, Result<Option<Arc<Object>>>);
 
 impl Shared {
     fn commit(&self, group: Vec<Request>) {
@@ -205,15 +170,8 @@ impl Shared {
             let state = self.state.read();
             let mut revision = state.revision;
             for Request { op, reply } in group {
-                let result = self.apply(
-                    &state,
-                    &mut overlay,
-                    &mut batch,
-                    &mut revision,
-                    op,
-                    &mut events,
-                    &mut compact_to,
-                );
+                let result =
+                    self.apply(&state, &mut overlay, &mut batch, &mut revision, op, &mut events, &mut compact_to);
                 replies.push((reply, result));
             }
             let drop_count = state.events_to_drop(&self.limits, events.len(), now);
@@ -243,10 +201,7 @@ impl Shared {
         }
         batch.insert(META_REVISION, &codec::encode_u64(end_revision));
 
-        let durable = self
-            .db
-            .apply_batch(batch)
-            .and_then(|_| self.db.flush().map(|_| ()));
+        let durable = self.db.apply_batch(batch).and_then(|_| self.db.flush().map(|_| ()));
         if let Err(e) = durable {
             tracing::error!(error = %e, "store write failed; the whole group is refused");
             for (reply, result) in replies {
@@ -303,11 +258,7 @@ impl Shared {
                 batch.insert(codec::object_key(&key), codec::encode_object(&obj));
                 (key, EventType::Added, obj, None)
             }
-            Op::Update {
-                key,
-                value,
-                expected,
-            } => {
+            Op::Update { key, value, expected } => {
                 let Some(prev) = current(&key) else {
                     return Err(StorageError::NotFound { key });
                 };
@@ -328,12 +279,7 @@ impl Shared {
         };
         *revision += 1;
         let object = Arc::new(object);
-        let event = Event {
-            revision: *revision,
-            kind,
-            object: object.clone(),
-            prev,
-        };
+        let event = Event { revision: *revision, kind, object: object.clone(), prev };
         batch.insert(codec::event_key(*revision), codec::encode_event(&event));
         events.push(Arc::new(event));
         overlay.insert(key, (kind != EventType::Deleted).then(|| object.clone()));
@@ -343,11 +289,9 @@ impl Shared {
 
 fn check_expected(key: &str, current: &Object, expected: Option<Revision>) -> Result<()> {
     match expected {
-        Some(e) if e != current.mod_revision => Err(StorageError::Conflict {
-            key: key.to_owned(),
-            expected: e,
-            actual: current.mod_revision,
-        }),
+        Some(e) if e != current.mod_revision => {
+            Err(StorageError::Conflict { key: key.to_owned(), expected: e, actual: current.mod_revision })
+        }
         _ => Ok(()),
     }
 }
@@ -363,38 +307,17 @@ impl Store for SledStore {
     }
 
     async fn create(&self, key: &str, value: Value) -> Result<Arc<Object>> {
-        let obj = self
-            .submit(Op::Create {
-                key: key.to_owned(),
-                value,
-            })
-            .await?;
+        let obj = self.submit(Op::Create { key: key.to_owned(), value }).await?;
         obj.ok_or(StorageError::Closed)
     }
 
-    async fn update(
-        &self,
-        key: &str,
-        value: Value,
-        expected: Option<Revision>,
-    ) -> Result<Arc<Object>> {
-        let obj = self
-            .submit(Op::Update {
-                key: key.to_owned(),
-                value,
-                expected,
-            })
-            .await?;
+    async fn update(&self, key: &str, value: Value, expected: Option<Revision>) -> Result<Arc<Object>> {
+        let obj = self.submit(Op::Update { key: key.to_owned(), value, expected }).await?;
         obj.ok_or(StorageError::Closed)
     }
 
     async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<Arc<Object>> {
-        let obj = self
-            .submit(Op::Delete {
-                key: key.to_owned(),
-                expected,
-            })
-            .await?;
+        let obj = self.submit(Op::Delete { key: key.to_owned(), expected }).await?;
         obj.ok_or(StorageError::Closed)
     }
 
@@ -402,10 +325,7 @@ impl Store for SledStore {
         {
             let state = self.shared.state.read();
             if after < state.compacted {
-                return Err(StorageError::Expired {
-                    requested: after,
-                    oldest: state.compacted,
-                });
+                return Err(StorageError::Expired { requested: after, oldest: state.compacted });
             }
         }
         let cursor = WatchCursor {
@@ -452,11 +372,7 @@ impl WatchCursor {
             }
             // Mark the current revision seen before reading, so a commit after the read still wakes us.
             self.changed.borrow_and_update();
-            let read = self
-                .shared
-                .state
-                .read()
-                .events_after(&self.prefix, self.after, WATCH_BATCH);
+            let read = self.shared.state.read().events_after(&self.prefix, self.after, WATCH_BATCH);
             match read {
                 Err(e) => {
                     self.done = true;

@@ -7,9 +7,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{
-    Event, HistoryLimits, ListOptions, ListResult, Object, Result, Revision, StorageError,
-};
+use super::{Event, HistoryLimits, ListOptions, ListResult, Object, Result, Revision, StorageError};
 
 #[derive(Default)]
 pub(crate) struct State {
@@ -50,16 +48,10 @@ impl State {
 
     pub fn check_readable(&self, revision: Revision) -> Result<()> {
         if revision < self.compacted {
-            return Err(StorageError::Expired {
-                requested: revision,
-                oldest: self.compacted,
-            });
+            return Err(StorageError::Expired { requested: revision, oldest: self.compacted });
         }
         if revision > self.revision {
-            return Err(StorageError::TooLarge {
-                requested: revision,
-                current: self.revision,
-            });
+            return Err(StorageError::TooLarge { requested: revision, current: self.revision });
         }
         Ok(())
     }
@@ -130,26 +122,13 @@ impl State {
             remaining += 1;
         }
         let remaining = (next_key.is_some() && opts.predicate.is_none()).then_some(remaining);
-        Ok(ListResult {
-            items,
-            revision: at,
-            next_key,
-            remaining,
-        })
+        Ok(ListResult { items, revision: at, next_key, remaining })
     }
 
     /// Up to `max` events under `prefix` after revision `after`, and the revision the scan reached.
-    pub fn events_after(
-        &self,
-        prefix: &str,
-        after: Revision,
-        max: usize,
-    ) -> Result<(Vec<Arc<Event>>, Revision)> {
+    pub fn events_after(&self, prefix: &str, after: Revision, max: usize) -> Result<(Vec<Arc<Event>>, Revision)> {
         if after < self.compacted {
-            return Err(StorageError::Expired {
-                requested: after,
-                oldest: self.compacted,
-            });
+            return Err(StorageError::Expired { requested: after, oldest: self.compacted });
         }
         if after >= self.revision {
             return Ok((Vec::new(), after));

@@ -1,0 +1,186 @@
+//! Test support: runs the real `podset-apiserver` binary on a free port and gives clients for it.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::BodyExt;
+use tempfile::TempDir;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_podset-apiserver");
+
+/// A running server process. Killed on drop; its log is printed if the test failed.
+pub struct TestServer {
+    pub child: Option<Child>,
+    pub addr: SocketAddr,
+    pub data_dir: PathBuf,
+    pub ca: PathBuf,
+    logs: Arc<Mutex<Vec<String>>>,
+    _tmp: Option<Arc<TempDir>>,
+    extra_args: Vec<String>,
+}
+
+impl TestServer {
+    /// Starts a server in a fresh data dir with `--insecure-allow-all` plus `args`.
+    pub fn start(args: &[&str]) -> Self {
+        let tmp = Arc::new(tempfile::tempdir().expect("temp dir"));
+        let mut all = vec!["--insecure-allow-all".to_owned()];
+        all.extend(args.iter().map(|s| s.to_string()));
+        Self::start_in(tmp.path().to_owned(), Some(tmp), all)
+    }
+
+    /// Starts a server on `data_dir` with exactly `args` (plus port, address, data dir and log format).
+    pub fn start_in(data_dir: PathBuf, tmp: Option<Arc<TempDir>>, args: Vec<String>) -> Self {
+        let mut child = Command::new(BIN)
+            .args(["--bind-address", "127.0.0.1", "--secure-port", "0", "--log-format", "json", "--data-dir"])
+            .arg(&data_dir)
+            .args(&args)
+            .env("RUST_LOG", "info")
+            .env_remove("KUBECONFIG")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start podset-apiserver");
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stderr = child.stderr.take().expect("stderr");
+        let sink = logs.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
+                    if let Some(addr) = v.pointer("/fields/address").and_then(|a| a.as_str()) {
+                        let _ = tx.send(addr.to_owned());
+                    }
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(a) => a.parse().expect("address"),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("server did not start:\n{}", logs.lock().unwrap().join("\n"));
+            }
+        };
+        let ca = data_dir.join("certs/ca.crt");
+        Self { child: Some(child), addr, data_dir, ca, logs, _tmp: tmp, extra_args: args }
+    }
+
+    pub fn url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    pub fn logs(&self) -> String {
+        self.logs.lock().unwrap().join("\n")
+    }
+
+    /// SIGKILL, no chance to flush anything.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("running");
+        let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(s) = c.try_wait().expect("wait") {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "server ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Starts the same server again on the same data dir.
+    pub fn restart(&self) -> Self {
+        Self::start_in(self.data_dir.clone(), self._tmp.clone(), self.extra_args.clone())
+    }
+
+    pub fn kube_config(&self) -> kube::Config {
+        let mut cfg = kube::Config::new(self.url().parse().unwrap());
+        cfg.root_cert = Some(vec![pem_to_der(&self.ca)]);
+        cfg.read_timeout = Some(Duration::from_secs(300));
+        cfg
+    }
+
+    pub fn client(&self) -> kube::Client {
+        podset_apiserver::apiserver::tls::provider();
+        kube::Client::try_from(self.kube_config()).expect("client")
+    }
+
+    /// A kubeconfig file for kubectl.
+    pub fn write_kubeconfig(&self, dir: &Path) -> PathBuf {
+        let path = dir.join("kubeconfig");
+        let ca = base64::engine::general_purpose::STANDARD.encode(std::fs::read(&self.ca).unwrap());
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: podsets\n  cluster:\n    server: {}\n    certificate-authority-data: {ca}\ncontexts:\n- name: podsets\n  context:\n    cluster: podsets\n    user: dev\n    namespace: default\ncurrent-context: podsets\nusers:\n- name: dev\n  user: {{}}\n",
+                self.url()
+            ),
+        )
+        .unwrap();
+        path
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.kill9();
+        if std::thread::panicking() {
+            eprintln!("----- podset-apiserver log -----\n{}\n-----", self.logs());
+        }
+    }
+}
+
+pub fn pem_to_der(path: &Path) -> Vec<u8> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::pem_file_iter(path).unwrap().next().unwrap().unwrap().to_vec()
+}
+
+/// A raw request through a kube client: (status, headers, body).
+pub async fn raw(client: &kube::Client, req: Request<Vec<u8>>) -> (u16, http::HeaderMap, Bytes) {
+    let req = req.map(kube::client::Body::from);
+    let resp: Response<kube::client::Body> = client.send(req).await.expect("send");
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    (status, headers, body)
+}
+
+pub fn json(body: &Bytes) -> serde_json::Value {
+    serde_json::from_slice(body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(body)))
+}
+
+pub const PODSETS: &str = "/apis/demo.k8s.io/v1alpha1/namespaces/default/podsets";
+
+pub fn podset(name: &str, replicas: i32) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "demo.k8s.io/v1alpha1",
+        "kind": "PodSet",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {"replicas": replicas}
+    })
+}
+
+/// Where the test binaries live: `KUBEBUILDER_ASSETS` (set by hack/test.sh).
+pub fn assets_dir() -> PathBuf {
+    let dir = std::env::var_os("KUBEBUILDER_ASSETS").map(PathBuf::from).expect(
+        "KUBEBUILDER_ASSETS is not set: run the tests with ./hack/test.sh, which installs kubectl and the control plane",
+    );
+    assert!(dir.join("kubectl").exists(), "no kubectl in KUBEBUILDER_ASSETS={}", dir.display());
+    dir
+}
