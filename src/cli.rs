@@ -207,7 +207,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         signal.cancel();
     });
     server.serve().await;
-    drop(store);
+    let _ = tokio::task::spawn_blocking(move || drop(store)).await;
     tracing::info!("stopped");
     Ok(())
 }

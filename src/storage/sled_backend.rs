@@ -46,11 +46,26 @@ struct Shared {
     limits: HistoryLimits,
 }
 
-/// The sled-backed `Store`. Cloning shares the same store.
+/// The sled-backed `Store`. Cloning shares the same store; when the last clone is dropped, pending writes are
+/// committed and the database is closed before the drop returns.
 #[derive(Clone)]
 pub struct SledStore {
     shared: Arc<Shared>,
-    requests: mpsc::Sender<Request>,
+    handle: Arc<Handle>,
+}
+
+struct Handle {
+    requests: Option<mpsc::Sender<Request>>,
+    writer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.requests.take();
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
+    }
 }
 
 impl SledStore {
@@ -69,11 +84,11 @@ impl SledStore {
         let shared = Arc::new(Shared { state: RwLock::new(state), revision, db, limits });
         let (requests, rx) = mpsc::channel(4 * MAX_GROUP);
         let writer = shared.clone();
-        std::thread::Builder::new()
+        let writer = std::thread::Builder::new()
             .name("sled-writer".into())
             .spawn(move || run_writer(writer, rx))
             .map_err(|e| StorageError::Backend(format!("cannot start writer thread: {e}")))?;
-        Ok(Self { shared, requests })
+        Ok(Self { shared, handle: Arc::new(Handle { requests: Some(requests), writer: Some(writer) }) })
     }
 
     /// Number of objects currently stored.
@@ -87,7 +102,8 @@ impl SledStore {
 
     async fn submit(&self, op: Op) -> Result<Option<Arc<Object>>> {
         let (reply, rx) = oneshot::channel();
-        self.requests.send(Request { op, reply }).await.map_err(|_| StorageError::Closed)?;
+        let requests = self.handle.requests.as_ref().ok_or(StorageError::Closed)?;
+        requests.send(Request { op, reply }).await.map_err(|_| StorageError::Closed)?;
         rx.await.map_err(|_| StorageError::Closed)?
     }
 }

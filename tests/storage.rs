@@ -1,0 +1,282 @@
+//! The storage conformance suite: written against the `Store` trait, run for every backend.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use podset_apiserver::storage::{EventType, HistoryLimits, ListOptions, SledStore, StorageError, Store};
+use serde_json::{json, Value};
+
+/// A backend under test: opens a store on a directory (again, after a restart).
+trait Backend {
+    fn open(&self, dir: &Path, limits: HistoryLimits) -> Arc<dyn Store>;
+}
+
+struct Sled;
+
+impl Backend for Sled {
+    fn open(&self, dir: &Path, limits: HistoryLimits) -> Arc<dyn Store> {
+        Arc::new(SledStore::open(dir, limits).expect("open sled store"))
+    }
+}
+
+fn obj(name: &str, n: i64) -> Value {
+    json!({"metadata": {"name": name}, "spec": {"n": n}})
+}
+
+fn n_of(v: &Value) -> i64 {
+    v["spec"]["n"].as_i64().unwrap()
+}
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+}
+
+fn fixture() -> Fixture {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    Fixture { _tmp: tmp, dir }
+}
+
+const SMALL: HistoryLimits = HistoryLimits { min_events: 5, min_age: Duration::ZERO, max_events: 5 };
+
+async fn writes_get_strictly_increasing_revisions(b: &dyn Backend) {
+    let f = fixture();
+    let s = b.open(&f.dir, HistoryLimits::default());
+    assert_eq!(s.current_revision(), 0);
+    let a = s.create("/p/ns/a", obj("a", 1)).await.unwrap();
+    assert_eq!(a.mod_revision, 1);
+    assert_eq!(a.value["metadata"]["resourceVersion"], "1", "the stored JSON carries its revision");
+    let parsed: Value = serde_json::from_slice(&a.bytes).unwrap();
+    assert_eq!(parsed, *a.value);
+    let b2 = s.create("/p/ns/b", obj("b", 1)).await.unwrap();
+    let a2 = s.update("/p/ns/a", obj("a", 2), Some(1)).await.unwrap();
+    assert_eq!((b2.mod_revision, a2.mod_revision), (2, 3));
+    let gone = s.delete("/p/ns/b", None).await.unwrap();
+    assert_eq!(gone.mod_revision, 4);
+    assert_eq!(gone.value["metadata"]["resourceVersion"], "4", "a deletion reports its own revision");
+    assert_eq!(s.current_revision(), 4);
+    assert!(s.get("/p/ns/b").await.unwrap().is_none());
+    assert_eq!(n_of(&s.get("/p/ns/a").await.unwrap().unwrap().value), 2);
+}
+
+async fn compare_and_swap_conflicts(b: &dyn Backend) {
+    let f = fixture();
+    let s = b.open(&f.dir, HistoryLimits::default());
+    s.create("/p/ns/a", obj("a", 1)).await.unwrap();
+    assert!(matches!(s.create("/p/ns/a", obj("a", 1)).await, Err(StorageError::AlreadyExists { .. })));
+    assert!(matches!(s.update("/p/ns/a", obj("a", 2), Some(7)).await, Err(StorageError::Conflict { actual: 1, .. })));
+    assert!(matches!(s.delete("/p/ns/a", Some(7)).await, Err(StorageError::Conflict { .. })));
+    assert!(matches!(s.update("/p/ns/x", obj("x", 1), None).await, Err(StorageError::NotFound { .. })));
+    assert!(matches!(s.delete("/p/ns/x", None).await, Err(StorageError::NotFound { .. })));
+    assert_eq!(s.current_revision(), 1, "failed writes take no revision");
+}
+
+async fn concurrent_read_modify_write_loses_nothing(b: &dyn Backend) {
+    let f = fixture();
+    let s = b.open(&f.dir, HistoryLimits::default());
+    s.create("/p/ns/counter", obj("counter", 0)).await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..20 {
+                loop {
+                    let cur = s.get("/p/ns/counter").await.unwrap().unwrap();
+                    let next = obj("counter", n_of(&cur.value) + 1);
+                    match s.update("/p/ns/counter", next, Some(cur.mod_revision)).await {
+                        Ok(_) => break,
+                        Err(StorageError::Conflict { .. }) => continue,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(n_of(&s.get("/p/ns/counter").await.unwrap().unwrap().value), 320);
+    assert_eq!(s.current_revision(), 321);
+}
+
+async fn watch_replays_in_order_without_gaps_then_goes_live(b: &dyn Backend) {
+    let f = fixture();
+    let s = b.open(&f.dir, HistoryLimits::default());
+    for i in 0..10 {
+        s.create(&format!("/p/ns/o{i}"), obj("o", i)).await.unwrap();
+        s.create(&format!("/p/other/o{i}"), obj("o", i)).await.unwrap();
+    }
+    s.delete("/p/ns/o3", None).await.unwrap();
+    let mut w = s.watch("/p/ns/", 4).unwrap();
+    let mut revisions = Vec::new();
+    let mut kinds = Vec::new();
+    for _ in 0..9 {
+        let ev = w.next().await.unwrap().unwrap();
+        assert!(ev.object.key.starts_with("/p/ns/"));
+        revisions.push(ev.revision);
+        kinds.push(ev.kind);
+    }
+    assert_eq!(revisions, vec![5, 7, 9, 11, 13, 15, 17, 19, 21], "only the prefix, every event once, in order");
+    assert_eq!(kinds[8], EventType::Deleted);
+    let live = s.update("/p/ns/o0", obj("o", 100), None).await.unwrap();
+    let ev = tokio::time::timeout(Duration::from_secs(5), w.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!((ev.revision, ev.kind), (live.mod_revision, EventType::Modified));
+    assert_eq!(n_of(&ev.prev.as_ref().unwrap().value), 0, "events carry the previous state");
+}
+
+async fn watch_before_kept_history_is_expired(b: &dyn Backend) {
+    let f = fixture();
+    let s = b.open(&f.dir, SMALL);
+    for i in 0..20 {
+        s.create(&format!("/p/ns/o{i}"), obj("o", i)).await.unwrap();
+    }
+    assert!(s.compacted_revision() >= 15, "history is bounded");
+    assert!(matches!(s.watch("/p/", 1), Err(StorageError::Expired { .. })));
+    let oldest = s.compacted_revision();
+    let mut w = s.watch("/p/", oldest).unwrap();
+    assert_eq!(w.next().await.unwrap().unwrap().revision, oldest + 1);
+
+    // A watcher that falls behind the history gets one Expired and ends.
+    let mut slow = s.watch("/p/", s.current_revision()).unwrap();
+    for i in 0..20 {
+        s.update(&format!("/p/ns/o{i}"), obj("o", -1), None).await.unwrap();
+    }
+    assert!(matches!(slow.next().await, Some(Err(StorageError::Expired { .. }))));
+    assert!(slow.next().await.is_none());
+
+    s.compact(s.current_revision()).await.unwrap();
+    assert_eq!(s.compacted_revision(), s.current_revision());
+}
+
+async fn list_reads_a_consistent_snapshot(b: &dyn Backend) {
+    let f = fixture();
+    let s = b.open(&f.dir, HistoryLimits::default());
+    for i in 0..10 {
+        s.create(&format!("/p/ns/o{i}"), obj("o", i)).await.unwrap();
+    }
+    let at = s.current_revision();
+    let page = s.list(ListOptions { prefix: "/p/ns/".into(), limit: Some(4), ..Default::default() }).await.unwrap();
+    assert_eq!(page.items.len(), 4);
+    assert_eq!(page.revision, at);
+    assert_eq!(page.next_key.as_deref(), Some("/p/ns/o4"));
+    assert_eq!(page.remaining, Some(6));
+
+    // Change everything, then read the rest at the first page's revision.
+    s.delete("/p/ns/o5", None).await.unwrap();
+    s.update("/p/ns/o6", obj("o", 66), None).await.unwrap();
+    s.create("/p/ns/o45", obj("new", 0)).await.unwrap();
+    let rest = s
+        .list(ListOptions {
+            prefix: "/p/ns/".into(),
+            revision: Some(at),
+            start_key: page.next_key.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let keys: Vec<&str> = rest.items.iter().map(|o| o.key.as_str()).collect();
+    assert_eq!(keys, vec!["/p/ns/o4", "/p/ns/o5", "/p/ns/o6", "/p/ns/o7", "/p/ns/o8", "/p/ns/o9"]);
+    assert_eq!(n_of(&rest.items[2].value), 6, "the old state of a changed object");
+    assert_eq!(rest.items[2].mod_revision, 7);
+    assert!(rest.next_key.is_none());
+
+    let now = s.list(ListOptions { prefix: "/p/ns/".into(), ..Default::default() }).await.unwrap();
+    assert_eq!(now.items.len(), 10);
+    let filtered = s
+        .list(ListOptions {
+            prefix: "/p/".into(),
+            limit: Some(2),
+            predicate: Some(Box::new(|o| n_of(&o.value) % 2 == 1)),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(filtered.items.iter().all(|o| n_of(&o.value) % 2 == 1));
+    assert_eq!(filtered.items.len(), 2);
+    assert!(filtered.next_key.is_some() && filtered.remaining.is_none());
+    assert!(matches!(
+        s.list(ListOptions { revision: Some(s.current_revision() + 5), ..Default::default() }).await,
+        Err(StorageError::TooLarge { .. })
+    ));
+}
+
+async fn old_revisions_expire_with_history(b: &dyn Backend) {
+    let f = fixture();
+    let s = b.open(&f.dir, SMALL);
+    for i in 0..20 {
+        s.create(&format!("/p/ns/o{i}"), obj("o", i)).await.unwrap();
+    }
+    let r = s.list(ListOptions { prefix: "/p/".into(), revision: Some(2), ..Default::default() }).await;
+    assert!(matches!(r, Err(StorageError::Expired { .. })));
+}
+
+async fn restart_keeps_objects_revision_and_history(b: &dyn Backend) {
+    let f = fixture();
+    {
+        let s = b.open(&f.dir, HistoryLimits::default());
+        for i in 0..5 {
+            s.create(&format!("/p/ns/o{i}"), obj("o", i)).await.unwrap();
+        }
+        s.update("/p/ns/o1", obj("o", 11), None).await.unwrap();
+        s.delete("/p/ns/o2", None).await.unwrap();
+    }
+    let s = b.open(&f.dir, HistoryLimits::default());
+    assert_eq!(s.current_revision(), 7);
+    assert_eq!(n_of(&s.get("/p/ns/o1").await.unwrap().unwrap().value), 11);
+    assert!(s.get("/p/ns/o2").await.unwrap().is_none());
+    let mut w = s.watch("/p/", 0).unwrap();
+    let mut kinds = Vec::new();
+    for _ in 0..7 {
+        kinds.push(w.next().await.unwrap().unwrap().kind);
+    }
+    assert_eq!(kinds[5..], [EventType::Modified, EventType::Deleted]);
+    let next = s.create("/p/ns/o9", obj("o", 9)).await.unwrap();
+    assert_eq!(next.mod_revision, 8, "the revision continues");
+    let old = s.list(ListOptions { prefix: "/p/".into(), revision: Some(5), ..Default::default() }).await.unwrap();
+    assert_eq!(old.items.len(), 5, "reads at a revision from before the restart");
+}
+
+async fn concurrent_writers_share_flushes(b: &dyn Backend) {
+    let f = fixture();
+    let s = b.open(&f.dir, HistoryLimits::default());
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let s = s.clone();
+            tokio::spawn(async move { s.create(&format!("/p/ns/o{i:03}"), obj("o", i)).await.unwrap().mod_revision })
+        })
+        .collect();
+    let mut revs = Vec::new();
+    for t in tasks {
+        revs.push(t.await.unwrap());
+    }
+    revs.sort();
+    assert_eq!(revs, (1..=200).collect::<Vec<u64>>());
+}
+
+macro_rules! conformance {
+    ($module:ident, $backend:ident: $($case:ident),* $(,)?) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(&super::$backend).await;
+                }
+            )*
+        }
+    };
+}
+
+conformance!(sled, Sled:
+    writes_get_strictly_increasing_revisions,
+    compare_and_swap_conflicts,
+    concurrent_read_modify_write_loses_nothing,
+    watch_replays_in_order_without_gaps_then_goes_live,
+    watch_before_kept_history_is_expired,
+    list_reads_a_consistent_snapshot,
+    old_revisions_expire_with_history,
+    restart_keeps_objects_revision_and_history,
+    concurrent_writers_share_flushes,
+);
