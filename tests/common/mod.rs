@@ -128,7 +128,7 @@ impl TestServer {
         std::fs::write(
             &path,
             format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: podsets\n  cluster:\n    server: {}\n    certificate-authority-data: {ca}\ncontexts:\n- name: podsets\n  context:\n    cluster: podsets\n    user: dev\n    namespace: default\ncurrent-context: podsets\nusers:\n- name: dev\n  user: {{}}\n",
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: podsets\n  cluster:\n    server: {}\n    certificate-authority-data: {ca}\ncontexts:\n- name: podsets\n  context:\n    cluster: podsets\n    user: dev\n    namespace: default\ncurrent-context: podsets\nusers:\n- name: dev\n  user:\n    token: dev\n",
                 self.url()
             ),
         )
