@@ -156,6 +156,16 @@ fn aggregated(version: &str) -> Doc {
     })
 }
 
+/// Architecture names as Kubernetes (Go) spells them.
+fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        other => other,
+    }
+}
+
 impl Discovery {
     pub fn build() -> Self {
         let openapi_v3 = Doc::new(&openapi_v3());
@@ -182,7 +192,7 @@ impl Discovery {
                 "buildDate": "",
                 "goVersion": "",
                 "compiler": "rustc",
-                "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
+                "platform": format!("{}/{}", std::env::consts::OS, go_arch()),
             })),
         }
     }
