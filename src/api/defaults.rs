@@ -38,5 +38,5 @@ pub fn default_podset(ps: &mut PodSet) {
     }
     let labels = labels.clone();
     template.spec.get_or_insert_with(default_pod_spec);
-    spec.selector.get_or_insert_with(|| LabelSelector { match_labels: Some(labels), match_expressions: None });
+    spec.selector.get_or_insert(LabelSelector { match_labels: Some(labels), match_expressions: None });
 }

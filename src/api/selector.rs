@@ -44,12 +44,8 @@ impl Requirement {
             Operator::Exists | Operator::DoesNotExist if !values.is_empty() => {
                 return Err(format!("values set must be empty for exists and does not exist (key {key:?})"))
             }
-            Operator::GreaterThan | Operator::LessThan => {
-                if values.len() != 1 || values[0].parse::<i64>().is_err() {
-                    return Err(format!(
-                        "for 'Gt', 'Lt' operators, exactly one integer value is required (key {key:?})"
-                    ));
-                }
+            Operator::GreaterThan | Operator::LessThan if values.len() != 1 || values[0].parse::<i64>().is_err() => {
+                return Err(format!("for 'Gt', 'Lt' operators, exactly one integer value is required (key {key:?})"));
             }
             _ => {}
         }

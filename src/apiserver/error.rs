@@ -14,7 +14,8 @@ use crate::storage::StorageError;
 /// A failed request, as kube-apiserver would describe it.
 #[derive(Debug, Clone)]
 pub struct ApiError {
-    pub status: Status,
+    /// Boxed: errors travel in every `Result` on the request path.
+    pub status: Box<Status>,
 }
 
 /// `metav1.Status` with its type fields: client-go only recognises an error body that says `kind: Status`.
@@ -51,14 +52,14 @@ fn details(name: &str) -> StatusDetails {
 impl ApiError {
     pub fn new(code: u16, reason: &str, message: impl Into<String>) -> Self {
         Self {
-            status: Status {
+            status: Box::new(Status {
                 status: Some(StatusSummary::Failure),
                 code,
                 message: message.into(),
                 metadata: Some(ListMeta::default()),
                 reason: reason.to_owned(),
                 details: None,
-            },
+            }),
         }
     }
 

@@ -15,7 +15,7 @@ use super::authn::{Authenticator, ConnInfo};
 use super::discovery::{Discovery, Doc};
 use super::error::{ApiError, ApiResult};
 use super::negotiate::{body_format, negotiate, BodyFormat, Output, APIS, OBJECTS, PLAIN};
-use super::registry::{parse_body, scale_json, DeleteOptions, ListRequest, Part, Registry, ScaleChange};
+use super::registry::{parse_body, scale_json, DeleteOptions, ListRequest, Part, Registry, ScaleChange, WriteOptions};
 use super::render::{bytes_response, list_response, object_response, value_response, with_warnings, JSON};
 use super::request::{Query, ResourceRequest, Subresource, Target, Verb};
 use super::watch::{self, WatchConfig, WatchRequest};
@@ -201,6 +201,7 @@ async fn resource(app: &App, r: ResourceRequest, req: Request) -> ApiResult<Resp
     let ns = r.namespace.as_deref();
     let name = r.name.as_deref().unwrap_or("");
     let include = q.include_object;
+    let write_opts = WriteOptions { field_validation: q.field_validation, dry_run: q.dry_run };
     let not_allowed = || ApiError::method_not_allowed(&method, path);
 
     match (verb, r.subresource) {
@@ -254,7 +255,7 @@ async fn resource(app: &App, r: ResourceRequest, req: Request) -> ApiResult<Resp
                 return Err(ApiError::unsupported_media_type(content_type.as_deref().unwrap_or("")));
             }
             let body = parse_body(&read_body(body).await?, format)?;
-            let written = reg.create(ns, body, q.field_validation, q.dry_run).await?;
+            let written = reg.create(ns, body, write_opts).await?;
             Ok(with_warnings(object_response(StatusCode::CREATED, out, &written.object, include)?, &written.warnings))
         }
         (Verb::Update, sub) => {
@@ -271,7 +272,7 @@ async fn resource(app: &App, r: ResourceRequest, req: Request) -> ApiResult<Resp
                 }
                 sub => {
                     let part = if sub == Some(Subresource::Status) { Part::Status } else { Part::Main };
-                    let written = reg.replace(ns, name, body, part, q.field_validation, q.dry_run).await?;
+                    let written = reg.replace(ns, name, body, part, write_opts).await?;
                     Ok(with_warnings(
                         object_response(StatusCode::OK, out, &written.object, include)?,
                         &written.warnings,
@@ -290,7 +291,7 @@ async fn resource(app: &App, r: ResourceRequest, req: Request) -> ApiResult<Resp
                 }
                 sub => {
                     let part = if sub == Some(Subresource::Status) { Part::Status } else { Part::Main };
-                    let written = reg.patch(ns, name, &patch, format, part, q.field_validation, q.dry_run).await?;
+                    let written = reg.patch(ns, name, &patch, format, part, write_opts).await?;
                     Ok(with_warnings(
                         object_response(StatusCode::OK, out, &written.object, include)?,
                         &written.warnings,
@@ -300,7 +301,7 @@ async fn resource(app: &App, r: ResourceRequest, req: Request) -> ApiResult<Resp
         }
         (Verb::Delete, None) => {
             let opts = delete_options(&q, &read_body(body).await?)?;
-            let obj = reg.delete(ns.unwrap_or_default(), name, &opts, q.dry_run).await?;
+            let obj = reg.delete(ns.unwrap_or_default(), name, &opts, q.dry_run || opts.dry_run_all()).await?;
             object_response(StatusCode::OK, out, &obj, include)
         }
         (Verb::DeleteCollection, None) => {
@@ -308,7 +309,7 @@ async fn resource(app: &App, r: ResourceRequest, req: Request) -> ApiResult<Resp
             let opts = delete_options(&q, &read_body(body).await?)?;
             let (labels, fields) = selectors(&q, None)?;
             let req = ListRequest { namespace: Some(ns.to_owned()), labels, fields, ..Default::default() };
-            let (items, revision) = reg.delete_collection(req, &opts, q.dry_run).await?;
+            let (items, revision) = reg.delete_collection(req, &opts, q.dry_run || opts.dry_run_all()).await?;
             let items: Vec<&Value> = items.iter().map(|o| &*o.value).collect();
             let list = serde_json::json!({
                 "apiVersion": crate::api::API_VERSION,

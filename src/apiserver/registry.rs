@@ -43,6 +43,13 @@ pub struct Written {
     pub warnings: Vec<String>,
 }
 
+/// How a create, update or patch treats its body.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WriteOptions {
+    pub field_validation: FieldValidation,
+    pub dry_run: bool,
+}
+
 /// Which part of a PodSet a write may change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Part {
@@ -64,6 +71,13 @@ pub struct DeleteOptions {
     pub preconditions: Option<Preconditions>,
     #[serde(default)]
     pub dry_run: Option<Vec<String>>,
+}
+
+impl DeleteOptions {
+    /// `dryRun: [All]` in the body.
+    pub fn dry_run_all(&self) -> bool {
+        self.dry_run.iter().flatten().any(|d| d == "All")
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -335,8 +349,9 @@ impl Registry {
         Ok(ListPage { items: result.items, revision: result.revision, continue_token, remaining: result.remaining })
     }
 
-    pub async fn create(&self, namespace: &str, body: Value, fv: FieldValidation, dry_run: bool) -> ApiResult<Written> {
-        let (mut ps, warnings) = decode_podset(body, fv)?;
+    pub async fn create(&self, namespace: &str, body: Value, opts: WriteOptions) -> ApiResult<Written> {
+        let dry_run = opts.dry_run;
+        let (mut ps, warnings) = decode_podset(body, opts.field_validation)?;
         let meta = &mut ps.metadata;
         match meta.namespace.as_deref() {
             Some(ns) if !ns.is_empty() && ns != namespace => {
@@ -442,12 +457,11 @@ impl Registry {
         name: &str,
         body: Value,
         part: Part,
-        fv: FieldValidation,
-        dry_run: bool,
+        opts: WriteOptions,
     ) -> ApiResult<Written> {
-        let (ps, warnings) = decode_podset(body, fv)?;
+        let (ps, warnings) = decode_podset(body, opts.field_validation)?;
         check_identity(&ps.metadata, namespace, name)?;
-        self.update_with(namespace, name, part, dry_run, |_, _| Ok((ps.clone(), warnings.clone()))).await
+        self.update_with(namespace, name, part, opts.dry_run, |_, _| Ok((ps.clone(), warnings.clone()))).await
     }
 
     /// PATCH of the whole object or its status.
@@ -458,13 +472,12 @@ impl Registry {
         patch: &[u8],
         format: BodyFormat,
         part: Part,
-        fv: FieldValidation,
-        dry_run: bool,
+        opts: WriteOptions,
     ) -> ApiResult<Written> {
-        self.update_with(namespace, name, part, dry_run, |_, current| {
+        self.update_with(namespace, name, part, opts.dry_run, |_, current| {
             let mut doc = (*current.value).clone();
             apply_patch(&mut doc, patch, format)?;
-            let (ps, warnings) = decode_podset(doc, fv)?;
+            let (ps, warnings) = decode_podset(doc, opts.field_validation)?;
             check_identity(&ps.metadata, namespace, name)?;
             Ok((ps, warnings))
         })
