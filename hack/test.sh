@@ -5,4 +5,4 @@ cd "$(dirname "$0")/.."
 KUBEBUILDER_ASSETS="$(hack/install-test-assets.sh)"
 export KUBEBUILDER_ASSETS
 echo "test assets: $KUBEBUILDER_ASSETS" >&2
-cargo test --locked "$@"
+cargo test --locked --lib --bins --tests "$@"
