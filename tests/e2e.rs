@@ -86,6 +86,7 @@ fn kubectl_through_the_aggregator() {
             }
         }
         let _ = watch.kill();
+        let _ = watch.wait();
         let kinds: Vec<&str> = events.iter().map(|e| e.split_whitespace().next().unwrap()).collect();
         assert_eq!(kinds.first(), Some(&"ADDED"), "{events:?}");
         assert!(kinds.contains(&"MODIFIED"), "{events:?}");
