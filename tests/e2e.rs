@@ -158,7 +158,7 @@ fn garbage_collector_and_namespace_deletion_reach_podsets() {
                     "apiVersion": "demo.k8s.io/v1alpha1", "kind": "PodSet", "name": "owner",
                     "uid": owner.metadata.uid.clone().unwrap(), "controller": true, "blockOwnerDeletion": true
                 }]},
-                "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+                "spec": {"automountServiceAccountToken": false, "containers": [{"name": "c", "image": "busybox"}]}
             }))
             .unwrap();
             pods.create(&PostParams::default(), &pod).await.unwrap();

@@ -319,6 +319,10 @@ impl Cluster {
             ])
             .is_ok_and(|s| s == "True")
         });
+        // Available comes from one controller, the proxy route from another: wait until requests get through.
+        self.wait_for("kube-apiserver to proxy demo.k8s.io", Duration::from_secs(60), |c| {
+            c.kubectl_try(&["get", "--raw", "/apis/demo.k8s.io/v1alpha1"]).is_ok()
+        });
     }
 
     fn start_controller_manager(&mut self, assets: &Path) {
