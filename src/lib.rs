@@ -4,4 +4,6 @@
 pub mod api;
 pub mod apiserver;
 pub mod cli;
+#[cfg(feature = "envtest")]
+pub mod envtest;
 pub mod storage;

@@ -8,12 +8,13 @@ use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::cluster::{in_namespace, Cluster};
+use common::cluster::in_namespace;
 use futures::{StreamExt, TryStreamExt};
 use http::Request;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use podset_apiserver::api::PodSet;
+use podset_apiserver::envtest::Cluster;
 use serde_json::json;
 
 const WEB: &str = "apiVersion: demo.k8s.io/v1alpha1
@@ -37,7 +38,7 @@ fn runtime() -> tokio::runtime::Runtime {
 #[test]
 fn kubectl_through_the_aggregator() {
     in_namespace("kubectl_through_the_aggregator", || {
-        let c = Cluster::start();
+        let c = common::cluster::start();
         let out = c.kubectl(&["api-resources", "--api-group=demo.k8s.io"]);
         let line = out.lines().find(|l| l.starts_with("podsets")).unwrap_or_else(|| panic!("{out}"));
         assert_eq!(
@@ -100,7 +101,7 @@ fn kubectl_through_the_aggregator() {
 #[test]
 fn kube_rs_watch_resumes_and_forged_identity_is_refused() {
     in_namespace("kube_rs_watch_resumes_and_forged_identity_is_refused", || {
-        let c = Cluster::start();
+        let c = common::cluster::start();
         runtime().block_on(async {
             let client = c.client().await;
             let api: Api<PodSet> = Api::namespaced(client.clone(), "default");
@@ -144,7 +145,7 @@ fn kube_rs_watch_resumes_and_forged_identity_is_refused() {
 #[test]
 fn garbage_collector_and_namespace_deletion_reach_podsets() {
     in_namespace("garbage_collector_and_namespace_deletion_reach_podsets", || {
-        let c = Cluster::start();
+        let c = common::cluster::start();
         runtime().block_on(async {
             let client = c.client().await;
             let podsets: Api<PodSet> = Api::namespaced(client.clone(), "default");
@@ -209,4 +210,21 @@ where
         assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+#[test]
+fn local_cluster_quick_start_runs_a_command() {
+    if podset_apiserver::envtest::inside_namespace() {
+        return;
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_podset-local-cluster"))
+        .args(["--", "kubectl", "api-resources", "--api-group=demo.k8s.io"])
+        .env("KUBEBUILDER_ASSETS", common::assets_dir())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.lines().any(|l| l.starts_with("podsets") && l.contains("demo.k8s.io/v1alpha1")), "{stdout}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("KUBECONFIG="));
 }

@@ -178,11 +178,4 @@ pub fn podset(name: &str, replicas: i32) -> serde_json::Value {
     })
 }
 
-/// Where the test binaries live: `KUBEBUILDER_ASSETS` (set by hack/test.sh).
-pub fn assets_dir() -> PathBuf {
-    let dir = std::env::var_os("KUBEBUILDER_ASSETS").map(PathBuf::from).expect(
-        "KUBEBUILDER_ASSETS is not set: run the tests with ./hack/test.sh, which installs kubectl and the control plane",
-    );
-    assert!(dir.join("kubectl").exists(), "no kubectl in KUBEBUILDER_ASSETS={}", dir.display());
-    dir
-}
+pub use podset_apiserver::envtest::assets_dir;

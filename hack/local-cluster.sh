@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The quick start: a local control plane with podset-apiserver registered, and a shell to use it (needs root).
+# Arguments after -- run instead of the shell: hack/local-cluster.sh -- kubectl get podsets
+set -euo pipefail
+cd "$(dirname "$0")/.."
+KUBEBUILDER_ASSETS="$(hack/install-test-assets.sh)"
+export KUBEBUILDER_ASSETS
+cargo build --release --locked --features envtest --bin podset-local-cluster >&2
+exec target/release/podset-local-cluster "$@"

@@ -1,0 +1,437 @@
+//! A real control plane on one machine, like controller-runtime's envtest: etcd, kube-apiserver and
+//! kube-controller-manager from a `KUBEBUILDER_ASSETS` directory, our server registered through
+//! `deploy/apiservice.yaml`. Used by the end-to-end tests and by `podset-local-cluster`.
+//!
+//! It runs inside a private network and PID namespace ([`namespace_command`]) so nothing leaves the machine and
+//! nothing outlives it. kube-apiserver refuses Endpoints in 127.0.0.0/8, so our server listens on [`NODE_IP`], an
+//! address that exists only on the namespace's loopback.
+#![allow(clippy::missing_panics_doc)]
+
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Read};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::apiserver::tls::make_ca;
+use base64::Engine;
+use rcgen::{
+    CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair, KeyUsagePurpose, SanType,
+    PKCS_ECDSA_P256_SHA256,
+};
+
+pub const NODE_IP: &str = "10.250.0.10";
+
+const NAMESPACE_YAML: &str = include_str!("../../deploy/namespace.yaml");
+const APISERVICE_YAML: &str = include_str!("../../deploy/apiservice.yaml");
+
+/// Set in the environment of a process running inside the namespace.
+pub const INSIDE: &str = "PODSET_ENVTEST_INSIDE_NAMESPACE";
+
+/// True inside a namespace made by [`namespace_command`].
+pub fn inside_namespace() -> bool {
+    std::env::var_os(INSIDE).is_some()
+}
+
+/// A command that runs `program args...` in a fresh network + PID namespace (as root): loopback up, [`NODE_IP`] on
+/// it, and every process in it killed when `program` exits.
+pub fn namespace_command(program: &Path, args: &[String]) -> Command {
+    let script = format!("ip link set lo up && ip addr add {NODE_IP}/32 dev lo && exec \"$@\"");
+    let mut c = Command::new("unshare");
+    c.args(["--net", "--pid", "--fork", "--kill-child", "--", "sh", "-c", &script, "sh"])
+        .arg(program)
+        .args(args)
+        .env(INSIDE, "1");
+    c
+}
+
+/// Where the control-plane binaries are: `KUBEBUILDER_ASSETS` (see hack/install-test-assets.sh).
+pub fn assets_dir() -> PathBuf {
+    let dir = std::env::var_os("KUBEBUILDER_ASSETS").map(PathBuf::from).expect(
+        "KUBEBUILDER_ASSETS is not set: hack/install-test-assets.sh installs the binaries and prints their directory",
+    );
+    assert!(dir.join("kubectl").exists(), "no kubectl in KUBEBUILDER_ASSETS={}", dir.display());
+    dir
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A child process whose output is kept in memory and printed if the test fails.
+struct Proc {
+    name: &'static str,
+    child: Child,
+    log: Arc<Mutex<String>>,
+}
+
+impl Proc {
+    fn spawn(name: &'static str, cmd: &mut Command) -> Self {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {name}: {e}"));
+        let log = Arc::new(Mutex::new(String::new()));
+        for stream in
+            [Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>, Box::new(child.stderr.take().unwrap())]
+        {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    let mut l = log.lock().unwrap();
+                    l.push_str(&line);
+                    l.push('\n');
+                }
+            });
+        }
+        Self { name, child, log }
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+/// PEM files of everything the cluster needs, made in process.
+struct Pki {
+    dir: PathBuf,
+}
+
+fn leaf(issuer: &Issuer<'_, &KeyPair>, cn: &str, orgs: &[&str], sans: &[&str], server: bool) -> (String, String) {
+    let mut p = CertificateParams::default();
+    p.distinguished_name.push(DnType::CommonName, cn);
+    for o in orgs {
+        p.distinguished_name.push(DnType::OrganizationName, *o);
+    }
+    p.subject_alt_names = sans
+        .iter()
+        .map(|s| match s.parse::<std::net::IpAddr>() {
+            Ok(ip) => SanType::IpAddress(ip),
+            Err(_) => SanType::DnsName(s.to_string().try_into().unwrap()),
+        })
+        .collect();
+    p.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    p.extended_key_usages =
+        vec![if server { ExtendedKeyUsagePurpose::ServerAuth } else { ExtendedKeyUsagePurpose::ClientAuth }];
+    let key = KeyPair::generate().unwrap();
+    let cert = p.signed_by(&key, issuer).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+impl Pki {
+    fn make(dir: &Path) -> Self {
+        std::fs::create_dir_all(dir).unwrap();
+        let write = |name: &str, pem: &str| std::fs::write(dir.join(name), pem).unwrap();
+        let (ca_pem, ca_key, ca_params) = make_ca("kubernetes-ca").unwrap();
+        write("ca.crt", &ca_pem);
+        let ca = Issuer::new(ca_params, &ca_key);
+        let (c, k) = leaf(
+            &ca,
+            "kube-apiserver",
+            &[],
+            &[
+                "127.0.0.1",
+                NODE_IP,
+                "10.96.0.1",
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+            ],
+            true,
+        );
+        write("apiserver.crt", &c);
+        write("apiserver.key", &k);
+        let (c, k) = leaf(&ca, "admin", &["system:masters"], &[], false);
+        write("admin.crt", &c);
+        write("admin.key", &k);
+
+        let (fp_pem, fp_key, fp_params) = make_ca("front-proxy-ca").unwrap();
+        write("front-proxy-ca.crt", &fp_pem);
+        let fp = Issuer::new(fp_params, &fp_key);
+        let (c, k) = leaf(&fp, "front-proxy-client", &[], &[], false);
+        write("front-proxy-client.crt", &c);
+        write("front-proxy-client.key", &k);
+
+        let (pc_pem, pc_key, pc_params) = make_ca("podset-apiserver-ca").unwrap();
+        write("podset-ca.crt", &pc_pem);
+        let pc = Issuer::new(pc_params, &pc_key);
+        let (c, k) = leaf(
+            &pc,
+            "podset-apiserver.podset-system.svc",
+            &[],
+            &["podset-apiserver.podset-system.svc", "podset-apiserver.podset-system", NODE_IP],
+            true,
+        );
+        write("podset.crt", &c);
+        write("podset.key", &k);
+
+        let sa = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        write("sa.key", &sa.serialize_pem());
+        write("sa.pub", &sa.public_key_pem());
+        Self { dir: dir.to_owned() }
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.join(name).to_str().unwrap().to_owned()
+    }
+
+    fn b64(&self, name: &str) -> String {
+        base64::engine::general_purpose::STANDARD.encode(std::fs::read(self.dir.join(name)).unwrap())
+    }
+}
+
+/// etcd + kube-apiserver + kube-controller-manager + podset-apiserver, registered and Available.
+/// How to start podset-apiserver: a program and the arguments before its flags.
+#[derive(Debug, Clone)]
+pub struct ServerCommand {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+}
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub kubeconfig: PathBuf,
+    pub apiserver_url: String,
+    pub podset_addr: SocketAddr,
+    pki: Pki,
+    procs: Vec<Proc>,
+}
+
+impl Cluster {
+    pub fn start(server: ServerCommand) -> Self {
+        let assets = assets_dir();
+        for bin in ["etcd", "kube-apiserver", "kube-controller-manager", "kubectl"] {
+            assert!(assets.join(bin).exists(), "{bin} missing from KUBEBUILDER_ASSETS={}", assets.display());
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let pki = Pki::make(&dir.path().join("pki"));
+        let mut cluster = Self {
+            kubeconfig: dir.path().join("admin.kubeconfig"),
+            apiserver_url: String::new(),
+            podset_addr: format!("{NODE_IP}:{}", free_port()).parse().unwrap(),
+            dir,
+            pki,
+            procs: Vec::new(),
+        };
+        cluster.start_etcd_and_apiserver(&assets);
+        cluster.start_podset_apiserver(&server);
+        cluster.register();
+        cluster.start_controller_manager(&assets);
+        // The service account controller making `default` shows kube-controller-manager is at work.
+        cluster.wait_for("kube-controller-manager to create default/default", Duration::from_secs(120), |c| {
+            c.kubectl_try(&["get", "serviceaccount", "default", "-n", "default"]).is_ok()
+        });
+        cluster
+    }
+
+    fn start_etcd_and_apiserver(&mut self, assets: &Path) {
+        let (client, peer) = (free_port(), free_port());
+        let etcd = Proc::spawn(
+            "etcd",
+            Command::new(assets.join("etcd"))
+                .arg(format!("--data-dir={}", self.dir.path().join("etcd").display()))
+                .arg(format!("--listen-client-urls=http://127.0.0.1:{client}"))
+                .arg(format!("--advertise-client-urls=http://127.0.0.1:{client}"))
+                .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
+                .arg(format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"))
+                .arg(format!("--initial-cluster=default=http://127.0.0.1:{peer}"))
+                .arg("--unsafe-no-fsync=false"),
+        );
+        self.procs.push(etcd);
+        let port = free_port();
+        self.apiserver_url = format!("https://127.0.0.1:{port}");
+        let p = |n| self.pki.path(n);
+        let apiserver = Proc::spawn(
+            "kube-apiserver",
+            Command::new(assets.join("kube-apiserver")).args([
+                format!("--etcd-servers=http://127.0.0.1:{client}"),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={port}"),
+                format!("--advertise-address={NODE_IP}"),
+                "--service-cluster-ip-range=10.96.0.0/24".into(),
+                format!("--cert-dir={}", self.dir.path().join("apiserver-certs").display()),
+                format!("--tls-cert-file={}", p("apiserver.crt")),
+                format!("--tls-private-key-file={}", p("apiserver.key")),
+                format!("--client-ca-file={}", p("ca.crt")),
+                "--authorization-mode=RBAC".into(),
+                "--allow-privileged=true".into(),
+                format!("--service-account-key-file={}", p("sa.pub")),
+                format!("--service-account-signing-key-file={}", p("sa.key")),
+                "--service-account-issuer=https://kubernetes.default.svc".into(),
+                format!("--requestheader-client-ca-file={}", p("front-proxy-ca.crt")),
+                "--requestheader-allowed-names=front-proxy-client".into(),
+                "--requestheader-username-headers=X-Remote-User".into(),
+                "--requestheader-group-headers=X-Remote-Group".into(),
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-".into(),
+                format!("--proxy-client-cert-file={}", p("front-proxy-client.crt")),
+                format!("--proxy-client-key-file={}", p("front-proxy-client.key")),
+                "--enable-aggregator-routing=true".into(),
+            ]),
+        );
+        self.procs.push(apiserver);
+        let mut kubeconfig = String::new();
+        write!(
+            kubeconfig,
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {}\n    certificate-authority-data: {}\n\
+             contexts:\n- name: e2e\n  context:\n    cluster: e2e\n    user: admin\n    namespace: default\ncurrent-context: e2e\n\
+             users:\n- name: admin\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n",
+            self.apiserver_url,
+            self.pki.b64("ca.crt"),
+            self.pki.b64("admin.crt"),
+            self.pki.b64("admin.key")
+        )
+        .unwrap();
+        std::fs::write(&self.kubeconfig, kubeconfig).unwrap();
+        self.wait_for("kube-apiserver to be ready", Duration::from_secs(120), |c| {
+            c.kubectl_try(&["get", "--raw", "/readyz"]).is_ok_and(|o| o.trim() == "ok")
+        });
+    }
+
+    fn start_podset_apiserver(&mut self, cmd: &ServerCommand) {
+        let p = |n| self.pki.path(n);
+        let server = Proc::spawn(
+            "podset-apiserver",
+            Command::new(&cmd.program)
+                .args(&cmd.args)
+                .args(["--bind-address", NODE_IP, "--secure-port", &self.podset_addr.port().to_string()])
+                .arg("--data-dir")
+                .arg(self.dir.path().join("podset-data"))
+                .args(["--tls-cert-file", &p("podset.crt"), "--tls-private-key-file", &p("podset.key")])
+                .args(["--requestheader-client-ca-file", &p("front-proxy-ca.crt")])
+                .args(["--requestheader-allowed-names", "front-proxy-client", "--log-format", "json"])
+                .env("RUST_LOG", "info"),
+        );
+        self.procs.push(server);
+    }
+
+    /// Applies deploy/namespace.yaml, a selector-less Service + Endpoints pointing at our server, and
+    /// deploy/apiservice.yaml with our CA, then waits for `Available=True`.
+    fn register(&mut self) {
+        self.apply_text("namespace.yaml", NAMESPACE_YAML);
+        let port = self.podset_addr.port();
+        let endpoints = format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: podset-apiserver\n  namespace: podset-system\nspec:\n  ports:\n  - name: https\n    port: 443\n    targetPort: {port}\n\
+             ---\napiVersion: v1\nkind: Endpoints\nmetadata:\n  name: podset-apiserver\n  namespace: podset-system\nsubsets:\n- addresses:\n  - ip: {NODE_IP}\n  ports:\n  - name: https\n    port: {port}\n"
+        );
+        self.apply_text("endpoints.yaml", &endpoints);
+        let apiservice = APISERVICE_YAML;
+        assert!(apiservice.contains("REPLACE_WITH_BASE64_CA"), "deploy/apiservice.yaml lost its caBundle placeholder");
+        self.apply_text(
+            "apiservice.yaml",
+            &apiservice.replace("REPLACE_WITH_BASE64_CA", &self.pki.b64("podset-ca.crt")),
+        );
+        self.wait_for("APIService v1alpha1.demo.k8s.io to be Available", Duration::from_secs(120), |c| {
+            c.kubectl_try(&[
+                "get",
+                "apiservice",
+                "v1alpha1.demo.k8s.io",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Available\")].status}",
+            ])
+            .is_ok_and(|s| s == "True")
+        });
+        // Available comes from one controller, the proxy route from another: wait until requests get through.
+        self.wait_for("kube-apiserver to proxy demo.k8s.io", Duration::from_secs(60), |c| {
+            c.kubectl_try(&["get", "--raw", "/apis/demo.k8s.io/v1alpha1"]).is_ok()
+        });
+    }
+
+    fn start_controller_manager(&mut self, assets: &Path) {
+        let kcm = Proc::spawn(
+            "kube-controller-manager",
+            Command::new(assets.join("kube-controller-manager")).args([
+                format!("--kubeconfig={}", self.kubeconfig.display()),
+                "--bind-address=127.0.0.1".into(),
+                "--secure-port=0".into(),
+                "--port=0".into(),
+                "--controllers=*,-nodeipam,-nodelifecycle,-attachdetach,-persistentvolume-binder,-ttl".into(),
+                "--leader-elect=false".into(),
+                format!("--service-account-private-key-file={}", self.pki.path("sa.key")),
+                format!("--root-ca-file={}", self.pki.path("ca.crt")),
+            ]),
+        );
+        self.procs.push(kcm);
+    }
+
+    pub fn apply_text(&self, name: &str, yaml: &str) -> String {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, yaml).unwrap();
+        self.kubectl(&["apply", "-f", path.to_str().unwrap()])
+    }
+
+    pub fn kubectl_command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(assets_dir().join("kubectl"));
+        c.stdin(Stdio::null())
+            .args(args)
+            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .arg("--request-timeout=30s")
+            .env("HOME", self.dir.path());
+        c
+    }
+
+    pub fn kubectl_try(&self, args: &[&str]) -> Result<String, String> {
+        let out = self.kubectl_command(args).output().expect("kubectl");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() {
+            Ok(stdout)
+        } else {
+            Err(format!("{stdout}{}", String::from_utf8_lossy(&out.stderr)))
+        }
+    }
+
+    /// Runs kubectl against kube-apiserver as the cluster admin; panics with its output on failure.
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        self.kubectl_try(args).unwrap_or_else(|e| panic!("kubectl {args:?}:\n{e}"))
+    }
+
+    pub fn wait_for(&self, what: &str, timeout: Duration, mut ok: impl FnMut(&Self) -> bool) {
+        let deadline = Instant::now() + timeout;
+        while !ok(self) {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// A kube-rs client for kube-apiserver, as the admin.
+    pub async fn client(&self) -> kube::Client {
+        crate::apiserver::tls::provider();
+        let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig).unwrap();
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap();
+        kube::Client::try_from(cfg).unwrap()
+    }
+
+    /// Everything podset-apiserver has logged so far.
+    pub fn podset_log(&self) -> String {
+        self.procs.iter().find(|p| p.name == "podset-apiserver").map(Proc::log).unwrap_or_default()
+    }
+
+    /// Our server's serving CA and address, for requests that bypass kube-apiserver.
+    pub fn podset_ca(&self) -> PathBuf {
+        self.pki.dir.join("podset-ca.crt")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for p in self.procs.iter_mut().rev() {
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+        }
+        if std::thread::panicking() {
+            for p in &self.procs {
+                let log = p.log();
+                let tail: Vec<&str> = log.lines().rev().take(60).collect();
+                eprintln!("----- {} (last {} lines) -----", p.name, tail.len());
+                for l in tail.iter().rev() {
+                    eprintln!("{l}");
+                }
+            }
+        }
+    }
+}
