@@ -3,9 +3,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::process::Stdio;
-use std::sync::mpsc;
 use std::time::Duration;
 
 use common::cluster::in_namespace;
@@ -47,19 +45,8 @@ fn kubectl_through_the_aggregator() {
         );
 
         // A watch opened before the changes sees all of them.
-        let mut watch = c
-            .kubectl_command(&["get", "ps", "--watch", "--output-watch-events"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let (tx, rx) = mpsc::channel();
-        let stdout = watch.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
+        let (mut watch, rx) =
+            common::spawn_lines(c.kubectl_command(&["get", "ps", "--watch", "--output-watch-events"]));
         std::thread::sleep(Duration::from_secs(2));
 
         assert!(c.apply_text("web.yaml", WEB).contains("podset.demo.k8s.io/web created"));

@@ -2,10 +2,8 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use common::*;
@@ -27,7 +25,8 @@ impl Kubectl {
 
     fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new(&self.bin);
-        c.args(args)
+        c.stdin(Stdio::null())
+            .args(args)
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
             .arg("--request-timeout=30s")
@@ -135,19 +134,7 @@ fn apply_get_patch_scale_delete() {
 #[test]
 fn get_watch_sees_added_modified_deleted() {
     let k = Kubectl::new();
-    let mut child = k
-        .command(&["get", "ps", "--watch", "--output-watch-events"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let (mut child, rx) = common::spawn_lines(k.command(&["get", "ps", "--watch", "--output-watch-events"]));
     // Let the watch start before changing anything.
     std::thread::sleep(Duration::from_millis(1500));
     k.apply(WEB);

@@ -179,3 +179,16 @@ pub fn podset(name: &str, replicas: i32) -> serde_json::Value {
 }
 
 pub use podset_apiserver::envtest::assets_dir;
+
+/// Starts `cmd` and streams its standard output line by line (e.g. `kubectl get -w`).
+pub fn spawn_lines(mut cmd: Command) -> (Child, std::sync::mpsc::Receiver<String>) {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("spawn");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().expect("stdout");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    (child, rx)
+}
