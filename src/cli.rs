@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::apiserver::tls::{self, ClientCa};
 use crate::apiserver::{Authenticator, RequestHeader, Server, ServerConfig};
+use crate::controller::{self, ControllerConfig};
 use crate::storage::{HistoryLimits, SledStore, Store};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -78,6 +79,18 @@ pub struct Options {
     /// Kubeconfig of the main API server, for the embedded controller. In a cluster, the in-cluster config is used.
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
+
+    /// Run the embedded controller, which makes each PodSet's Pods in the main API server.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub enable_controller: bool,
+
+    /// PodSets the controller reconciles at once.
+    #[arg(long, default_value_t = 8)]
+    pub controller_workers: usize,
+
+    /// Seconds between full resyncs of every PodSet.
+    #[arg(long, default_value_t = 300)]
+    pub controller_resync_seconds: u64,
 
     /// DEVELOPMENT ONLY: treat every request as coming from an administrator. Never use on a reachable network.
     #[arg(long)]
@@ -169,14 +182,23 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         tracing::warn!("no --requestheader-client-ca-file: every API request will be refused with 401");
     }
 
-    match (&opts.kubeconfig, in_cluster()) {
-        (None, false) => {
-            tracing::info!("no --kubeconfig and not in a cluster: running without the embedded controller")
+    let controller_client = match (&opts.kubeconfig, in_cluster(), opts.enable_controller) {
+        (_, _, false) => {
+            tracing::info!("--enable-controller=false: PodSets are stored and served, no Pods are made");
+            None
         }
-        _ => tracing::info!(
-            "the embedded controller is not part of this build yet: PodSets are stored and served, no Pods are made"
-        ),
-    }
+        (None, false, true) => {
+            tracing::info!("no --kubeconfig and not in a cluster: running without the embedded controller");
+            None
+        }
+        (Some(path), _, true) => {
+            let kc =
+                kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+            let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+            Some(kube::Client::try_from(cfg)?)
+        }
+        (None, true, true) => Some(kube::Client::try_from(kube::Config::incluster()?)?),
+    };
 
     let limits = HistoryLimits {
         min_events: opts.watch_history_events,
@@ -199,6 +221,15 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listening on {addr}"))?;
     tracing::info!(address = %server.local_addr()?, "serving demo.k8s.io/v1alpha1 over HTTPS");
+
+    if let Some(client) = controller_client {
+        let cfg = ControllerConfig {
+            workers: opts.controller_workers,
+            resync: Duration::from_secs(opts.controller_resync_seconds.max(1)),
+            ..Default::default()
+        };
+        tokio::spawn(controller::run(store.clone(), client, cfg, shutdown.clone()));
+    }
 
     let signal = shutdown.clone();
     tokio::spawn(async move {

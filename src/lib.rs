@@ -4,6 +4,7 @@
 pub mod api;
 pub mod apiserver;
 pub mod cli;
+pub mod controller;
 #[cfg(feature = "envtest")]
 pub mod envtest;
 pub mod storage;

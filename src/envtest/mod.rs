@@ -305,6 +305,8 @@ impl Cluster {
                 .args(["--tls-cert-file", &p("podset.crt"), "--tls-private-key-file", &p("podset.key")])
                 .args(["--requestheader-client-ca-file", &p("front-proxy-ca.crt")])
                 .args(["--requestheader-allowed-names", "front-proxy-client", "--log-format", "json"])
+                .arg("--kubeconfig")
+                .arg(&self.kubeconfig)
                 .env("RUST_LOG", "info"),
         );
         self.procs.push(server);

@@ -1,0 +1,247 @@
+//! The embedded controller: keeps `spec.replicas` Pods in the main API server for every PodSet in our `Store`.
+//!
+//! Inputs: the Store's watch of PodSets (in process), one cluster-wide Pod reflector through kube-rs, and a periodic
+//! resync. Keys go through a work queue to parallel workers (never two on one key). Expectations keep a stale Pod
+//! cache from causing extra creates or deletes.
+
+mod expectations;
+mod queue;
+mod reconcile;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, Store as PodCache};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client, ResourceExt};
+use tokio_util::sync::CancellationToken;
+
+pub use expectations::Expectations;
+pub use queue::Queue;
+
+use crate::api::{PodSet, API_VERSION, KIND};
+use crate::storage::{ListOptions, StorageError, Store};
+
+const PODSET_PREFIX: &str = "/podsets/";
+
+/// Controller settings.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// Reconciles running at once (on different PodSets).
+    pub workers: usize,
+    /// Every PodSet is reconciled at least this often.
+    pub resync: Duration,
+    /// How long to wait for the Pod watch to show a create or delete before acting again anyway.
+    pub expectations_timeout: Duration,
+    /// Most Pods created or deleted for one PodSet in one reconcile.
+    pub burst_replicas: usize,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        Self {
+            workers: 8,
+            resync: Duration::from_secs(300),
+            expectations_timeout: Duration::from_secs(300),
+            burst_replicas: 500,
+        }
+    }
+}
+
+/// Shared by the workers and the event loops.
+pub(crate) struct Context {
+    pub store: Arc<dyn Store>,
+    pub client: Client,
+    pub pods: PodCache<Pod>,
+    pub expectations: Expectations,
+    pub queue: Arc<Queue>,
+    pub recorder: Recorder,
+    pub cfg: ControllerConfig,
+}
+
+/// The key of the PodSet that controls `pod`, if one does.
+fn owner_key(pod: &Pod) -> Option<String> {
+    let r = pod.owner_references().iter().find(|r| r.controller == Some(true))?;
+    (r.api_version == API_VERSION && r.kind == KIND)
+        .then(|| format!("{}/{}", pod.namespace().unwrap_or_default(), r.name))
+}
+
+/// Runs until `shutdown` fires.
+pub async fn run(store: Arc<dyn Store>, client: Client, cfg: ControllerConfig, shutdown: CancellationToken) {
+    let (pods, writer) = reflector::store();
+    let reporter = Reporter { controller: "podset-controller".into(), instance: std::env::var("HOSTNAME").ok() };
+    let ctx = Arc::new(Context {
+        store,
+        client: client.clone(),
+        pods,
+        expectations: Expectations::new(cfg.expectations_timeout),
+        queue: Arc::new(Queue::default()),
+        recorder: Recorder::new(client.clone(), reporter),
+        cfg,
+    });
+
+    let pod_events = tokio::spawn(watch_pods(ctx.clone(), Api::<Pod>::all(client), writer));
+    let podset_events = tokio::spawn(watch_podsets(ctx.clone()));
+    let resync = tokio::spawn(resync(ctx.clone()));
+    let workers: Vec<_> = (0..ctx.cfg.workers.max(1)).map(|_| tokio::spawn(worker(ctx.clone()))).collect();
+    tracing::info!(workers = ctx.cfg.workers, "controller started");
+    shutdown.cancelled().await;
+    for t in [pod_events, podset_events, resync].into_iter().chain(workers) {
+        t.abort();
+    }
+    tracing::info!("controller stopped");
+}
+
+async fn worker(ctx: Arc<Context>) {
+    // Reconcile only once the Pod cache has its first full list.
+    ctx.pods.wait_until_ready().await.ok();
+    loop {
+        let key = ctx.queue.get().await;
+        match reconcile::reconcile(&ctx, &key).await {
+            Ok(()) => ctx.queue.forget(&key),
+            Err(e) => {
+                tracing::warn!(podset = %key, error = %e, "reconcile failed; will retry");
+                ctx.queue.add_rate_limited(&key);
+            }
+        }
+        ctx.queue.done(&key);
+    }
+}
+
+async fn resync(ctx: Arc<Context>) {
+    let mut tick = tokio::time::interval(ctx.cfg.resync);
+    loop {
+        tick.tick().await;
+        if let Ok(list) = ctx.store.list(ListOptions { prefix: PODSET_PREFIX.into(), ..Default::default() }).await {
+            for o in list.items {
+                ctx.queue.add(key_of(&o.key));
+            }
+        }
+    }
+}
+
+/// `/podsets/<ns>/<name>` → `<ns>/<name>`.
+fn key_of(store_key: &str) -> &str {
+    store_key.strip_prefix(PODSET_PREFIX).unwrap_or(store_key)
+}
+
+/// True for an update that changed nothing but `status` (and so the resourceVersion).
+fn only_status_changed(ev: &crate::storage::Event) -> bool {
+    let Some(prev) = &ev.prev else { return false };
+    if ev.kind != crate::storage::EventType::Modified {
+        return false;
+    }
+    let meta = |v: &serde_json::Value| {
+        let mut m = v.get("metadata").cloned().unwrap_or_default();
+        if let Some(o) = m.as_object_mut() {
+            o.remove("resourceVersion");
+        }
+        m
+    };
+    prev.value.get("spec") == ev.object.value.get("spec") && meta(&prev.value) == meta(&ev.object.value)
+}
+
+/// PodSet changes from our own store: list, then watch from the list's revision; relist if the watch expires.
+async fn watch_podsets(ctx: Arc<Context>) {
+    loop {
+        let list = match ctx.store.list(ListOptions { prefix: PODSET_PREFIX.into(), ..Default::default() }).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing PodSets failed");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        for o in &list.items {
+            ctx.queue.add(key_of(&o.key));
+        }
+        let mut events = match ctx.store.watch(PODSET_PREFIX, list.revision) {
+            Ok(w) => w,
+            Err(_) => continue,
+        };
+        while let Some(ev) = events.next().await {
+            match ev {
+                // Our own status writes come back here: they must not bypass the failure backoff.
+                Ok(ev) if only_status_changed(&ev) => {}
+                Ok(ev) => ctx.queue.add(key_of(&ev.object.key)),
+                Err(StorageError::Expired { .. }) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "PodSet watch failed");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// The Pod reflector: keeps the cache, observes expectations, and enqueues the PodSets a Pod change concerns.
+async fn watch_pods(ctx: Arc<Context>, api: Api<Pod>, writer: reflector::store::Writer<Pod>) {
+    let stream = watcher(api).default_backoff().reflect(writer);
+    tokio::pin!(stream);
+    let mut known: HashSet<String> = HashSet::new();
+    while let Some(ev) = stream.next().await {
+        let ev = match ev {
+            Ok(ev) => ev,
+            Err(e) => {
+                tracing::warn!(error = %e, "Pod watch failed; retrying with backoff");
+                continue;
+            }
+        };
+        match ev {
+            Event::Apply(pod) | Event::InitApply(pod) => {
+                let uid = pod.uid().unwrap_or_default();
+                let key = owner_key(&pod);
+                if let Some(k) = &key {
+                    if known.insert(uid.clone()) {
+                        ctx.expectations.creation_observed(k);
+                    }
+                    if pod.metadata.deletion_timestamp.is_some() {
+                        ctx.expectations.deletion_observed(k, &uid);
+                    }
+                    ctx.queue.add(k);
+                } else {
+                    known.insert(uid);
+                    enqueue_matching(&ctx, &pod).await;
+                }
+            }
+            Event::Delete(pod) => {
+                let uid = pod.uid().unwrap_or_default();
+                known.remove(&uid);
+                if let Some(k) = owner_key(&pod) {
+                    ctx.expectations.deletion_observed(&k, &uid);
+                    ctx.queue.add(&k);
+                }
+            }
+            Event::Init | Event::InitDone => {}
+        }
+    }
+}
+
+fn watcher(api: Api<Pod>) -> impl futures::Stream<Item = Result<Event<Pod>, watcher::Error>> {
+    watcher::watcher(api, watcher::Config::default())
+}
+
+/// An orphan Pod: every PodSet in its namespace whose selector matches may adopt it.
+async fn enqueue_matching(ctx: &Context, pod: &Pod) {
+    let Some(ns) = pod.namespace() else { return };
+    let labels = pod.labels().clone();
+    let prefix = format!("{PODSET_PREFIX}{ns}/");
+    let Ok(list) = ctx.store.list(ListOptions { prefix, ..Default::default() }).await else { return };
+    for o in list.items {
+        let Ok(ps) = serde_json::from_value::<PodSet>((*o.value).clone()) else { continue };
+        let matches = ps
+            .spec
+            .selector
+            .as_ref()
+            .and_then(|s| crate::api::selector::Selector::from_label_selector(s).ok())
+            .is_some_and(|s| !s.is_empty() && s.matches(&labels));
+        if matches {
+            ctx.queue.add(key_of(&o.key));
+        }
+    }
+}

@@ -1,0 +1,343 @@
+//! One PodSet, one pass: claim Pods (adopt orphans, release mismatches), create or delete toward `spec.replicas`,
+//! then write status if it changed.
+
+use std::cmp::Reverse;
+use std::sync::Arc;
+
+use futures::future::join_all;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event as KubeEvent, EventType};
+use kube::{Api, ResourceExt};
+use serde_json::{json, Value};
+
+use super::Context;
+use crate::api::selector::Selector;
+use crate::api::{PodSet, PodSetStatus, API_VERSION, KIND};
+use crate::apiserver::registry;
+use crate::storage::StorageError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("storage: {0}")]
+    Storage(#[from] StorageError),
+    #[error("stored PodSet is unreadable: {0}")]
+    Decode(#[from] serde_json::Error),
+    #[error("{0}")]
+    Kube(#[from] kube::Error),
+    #[error("creating pods failed: {0}")]
+    Create(String),
+    #[error("PodSet status changed underneath; retrying")]
+    Conflict,
+}
+
+fn is_active(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
+    pod.metadata.deletion_timestamp.is_none() && (phase == "Pending" || phase == "Running")
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Which Pods to delete first: unscheduled, then Pending, then not ready, then the newest.
+fn deletion_rank(pod: &Pod) -> (bool, bool, bool, Reverse<i64>) {
+    let scheduled = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+    let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+    let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(0);
+    (scheduled, running, is_ready(pod), Reverse(created))
+}
+
+fn owner_reference(ps: &PodSet) -> OwnerReference {
+    OwnerReference {
+        api_version: API_VERSION.into(),
+        kind: KIND.into(),
+        name: ps.name_any(),
+        uid: ps.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+fn object_reference(ps: &PodSet) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(API_VERSION.into()),
+        kind: Some(KIND.into()),
+        name: ps.metadata.name.clone(),
+        namespace: ps.metadata.namespace.clone(),
+        uid: ps.metadata.uid.clone(),
+        resource_version: ps.metadata.resource_version.clone(),
+        field_path: None,
+    }
+}
+
+fn pod_from_template(ps: &PodSet) -> Pod {
+    let template = ps.spec.template.clone().unwrap_or_default();
+    let meta = template.metadata.unwrap_or_default();
+    Pod {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{}-", ps.name_any())),
+            namespace: ps.namespace(),
+            labels: meta.labels,
+            annotations: meta.annotations,
+            finalizers: meta.finalizers,
+            owner_references: Some(vec![owner_reference(ps)]),
+            ..Default::default()
+        },
+        spec: template.spec,
+        status: None,
+    }
+}
+
+pub(crate) async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<(), Error> {
+    let (ns, name) = key.split_once('/').unwrap_or(("", key));
+    let Some(obj) = ctx.store.get(&registry::key(ns, name)).await? else {
+        ctx.expectations.forget(key);
+        return Ok(());
+    };
+    let ps: PodSet = serde_json::from_value((*obj.value).clone())?;
+    if ps.metadata.deletion_timestamp.is_some() {
+        // The garbage collector removes the Pods through their ownerReferences.
+        return Ok(());
+    }
+    let uid = ps.uid().unwrap_or_default();
+    let selector = ps.spec.selector.as_ref().and_then(|s| Selector::from_label_selector(s).ok()).unwrap_or_default();
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+
+    let mut owned: Vec<Arc<Pod>> = Vec::new();
+    for pod in ctx.pods.state().into_iter().filter(|p| p.namespace().as_deref() == Some(ns)) {
+        let controller = pod.owner_references().iter().find(|r| r.controller == Some(true)).cloned();
+        let matches = !selector.is_empty() && selector.matches(pod.labels());
+        match controller {
+            Some(r) if r.uid == uid => {
+                if matches {
+                    owned.push(pod);
+                } else {
+                    release(&pods_api, &pod, &uid).await?;
+                }
+            }
+            None if matches && pod.metadata.deletion_timestamp.is_none() => {
+                adopt(&pods_api, &pod, &ps).await?;
+                owned.push(pod);
+            }
+            _ => {}
+        }
+    }
+    let active: Vec<&Pod> = owned.iter().map(|p| p.as_ref()).filter(|p| is_active(p)).collect();
+
+    let mut failure: Option<String> = None;
+    if ctx.expectations.satisfied(key) {
+        if let Err(e) = manage(ctx, key, &ps, &pods_api, &active).await {
+            failure = Some(e.to_string());
+            write_status(ctx, &obj.key, &ps, &active, failure.as_deref()).await?;
+            return Err(e);
+        }
+    }
+    write_status(ctx, &obj.key, &ps, &active, failure.as_deref()).await
+}
+
+async fn adopt(api: &Api<Pod>, pod: &Pod, ps: &PodSet) -> Result<(), Error> {
+    let patch = json!({"metadata": {"ownerReferences": [owner_reference(ps)], "uid": pod.uid()}});
+    api.patch(&pod.name_any(), &PatchParams::default(), &Patch::Strategic(patch)).await?;
+    tracing::info!(pod = %pod.name_any(), podset = %ps.name_any(), "adopted orphan pod");
+    Ok(())
+}
+
+async fn release(api: &Api<Pod>, pod: &Pod, owner_uid: &str) -> Result<(), Error> {
+    let patch = json!({"metadata": {"ownerReferences": [{"$patch": "delete", "uid": owner_uid}], "uid": pod.uid()}});
+    match api.patch(&pod.name_any(), &PatchParams::default(), &Patch::Strategic(patch)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn manage(ctx: &Arc<Context>, key: &str, ps: &PodSet, api: &Api<Pod>, active: &[&Pod]) -> Result<(), Error> {
+    let want = ps.spec.replicas.unwrap_or(1).max(0) as usize;
+    let reference = object_reference(ps);
+    if active.len() < want {
+        let missing = (want - active.len()).min(ctx.cfg.burst_replicas);
+        ctx.expectations.expect_creations(key, missing);
+        let template = pod_from_template(ps);
+        let post = PostParams::default();
+        // Slow start, as the ReplicaSet controller: batches of 1, 2, 4, ... so a failing template fails fast.
+        let (mut done, mut batch) = (0, 1);
+        while done < missing {
+            let n = batch.min(missing - done);
+            let results = join_all((0..n).map(|_| api.create(&post, &template))).await;
+            let errors: Vec<kube::Error> = results.into_iter().filter_map(Result::err).collect();
+            let created = n - errors.len();
+            done += n;
+            if created > 0 {
+                publish(ctx, &reference, EventType::Normal, "SuccessfulCreate", format!("Created {created} pod(s)"))
+                    .await;
+            }
+            if let Some(first) = errors.first() {
+                let message = first.to_string();
+                // Give up the creates that failed and the ones never tried.
+                for _ in 0..errors.len() + (missing - done) {
+                    ctx.expectations.creation_observed(key);
+                }
+                publish(ctx, &reference, EventType::Warning, "FailedCreate", format!("Error creating: {message}"))
+                    .await;
+                return Err(Error::Create(message));
+            }
+            batch *= 2;
+        }
+    } else if active.len() > want {
+        let mut victims: Vec<&Pod> = active.to_vec();
+        victims.sort_by_key(|p| deletion_rank(p));
+        victims.truncate((active.len() - want).min(ctx.cfg.burst_replicas));
+        ctx.expectations.expect_deletions(key, victims.iter().map(|p| p.uid().unwrap_or_default()));
+        let results = join_all(victims.iter().map(|p| async move {
+            let r = api.delete(&p.name_any(), &DeleteParams::default()).await;
+            (p, r)
+        }))
+        .await;
+        let mut deleted = 0;
+        let mut failed = None;
+        for (pod, r) in results {
+            match r {
+                Ok(_) => deleted += 1,
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    ctx.expectations.deletion_observed(key, &pod.uid().unwrap_or_default())
+                }
+                Err(e) => {
+                    ctx.expectations.deletion_observed(key, &pod.uid().unwrap_or_default());
+                    failed = Some(e);
+                }
+            }
+        }
+        if deleted > 0 {
+            publish(ctx, &reference, EventType::Normal, "SuccessfulDelete", format!("Deleted {deleted} pod(s)")).await;
+        }
+        if let Some(e) = failed {
+            publish(ctx, &reference, EventType::Warning, "FailedDelete", format!("Error deleting: {e}")).await;
+            return Err(e.into());
+        }
+    }
+    Ok(())
+}
+
+async fn publish(ctx: &Context, reference: &ObjectReference, type_: EventType, reason: &str, note: String) {
+    let ev = KubeEvent { type_, reason: reason.into(), note: Some(note), action: reason.into(), secondary: None };
+    if let Err(e) = ctx.recorder.publish(&ev, reference).await {
+        tracing::debug!(error = %e, "publishing an event failed");
+    }
+}
+
+fn status_of(ps: &PodSet, active: &[&Pod], failure: Option<&str>) -> PodSetStatus {
+    let old = ps.status.clone().unwrap_or_default();
+    let ready = active.iter().filter(|p| is_ready(p)).count() as i32;
+    let mut pod_names: Vec<String> = active.iter().map(|p| p.name_any()).collect();
+    pod_names.sort();
+    let mut conditions: Vec<Condition> = old.conditions.into_iter().filter(|c| c.type_ != "ReplicaFailure").collect();
+    if let Some(message) = failure {
+        let previous = ps.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "ReplicaFailure"));
+        let since = previous.map(|c| c.last_transition_time.clone()).unwrap_or_else(now);
+        conditions.push(Condition {
+            type_: "ReplicaFailure".into(),
+            status: "True".into(),
+            reason: "FailedCreate".into(),
+            message: message.to_owned(),
+            last_transition_time: since,
+            observed_generation: ps.metadata.generation,
+        });
+    }
+    PodSetStatus {
+        replicas: active.len() as i32,
+        ready_replicas: ready,
+        available_replicas: ready,
+        pod_names,
+        observed_generation: ps.metadata.generation,
+        conditions,
+    }
+}
+
+fn now() -> Time {
+    let t = jiff::Timestamp::now();
+    Time(jiff::Timestamp::from_second(t.as_second()).unwrap_or(t))
+}
+
+/// Writes status through the store's compare-and-swap, only when it changed.
+async fn write_status(
+    ctx: &Context,
+    store_key: &str,
+    ps: &PodSet,
+    active: &[&Pod],
+    failure: Option<&str>,
+) -> Result<(), Error> {
+    let status = status_of(ps, active, failure);
+    if ps.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let Some(current) = ctx.store.get(store_key).await? else { return Ok(()) };
+    let mut value: Value = (*current.value).clone();
+    value["status"] = serde_json::to_value(&status)?;
+    match ctx.store.update(store_key, value, Some(current.mod_revision)).await {
+        Ok(_) => Ok(()),
+        Err(StorageError::Conflict { .. }) => Err(Error::Conflict),
+        Err(StorageError::NotFound { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::owner_key;
+    use super::*;
+
+    fn pod(v: Value) -> Pod {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn deletes_unscheduled_then_pending_then_unready_then_newest() {
+        let unscheduled = pod(json!({"metadata": {"name": "u", "creationTimestamp": "2026-01-01T00:00:00Z"}}));
+        let ready_old = pod(
+            json!({"metadata": {"name": "ro", "creationTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"nodeName": "n", "containers": []}, "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}),
+        );
+        let ready_new = pod(
+            json!({"metadata": {"name": "rn", "creationTimestamp": "2026-01-02T00:00:00Z"}, "spec": {"nodeName": "n", "containers": []}, "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}),
+        );
+        let not_ready = pod(
+            json!({"metadata": {"name": "nr", "creationTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"nodeName": "n", "containers": []}, "status": {"phase": "Running"}}),
+        );
+        let pending = pod(
+            json!({"metadata": {"name": "p", "creationTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"nodeName": "n", "containers": []}, "status": {"phase": "Pending"}}),
+        );
+        let mut all = [&ready_old, &ready_new, &not_ready, &pending, &unscheduled];
+        all.sort_by_key(|p| deletion_rank(p));
+        let names: Vec<String> = all.iter().map(|p| p.name_any()).collect();
+        assert_eq!(names, vec!["u", "p", "nr", "rn", "ro"]);
+    }
+
+    #[test]
+    fn only_live_pods_count() {
+        assert!(is_active(&pod(json!({"metadata": {"name": "a"}}))));
+        assert!(is_active(&pod(json!({"metadata": {"name": "a"}, "status": {"phase": "Running"}}))));
+        assert!(!is_active(&pod(json!({"metadata": {"name": "a"}, "status": {"phase": "Failed"}}))));
+        assert!(!is_active(&pod(json!({"metadata": {"name": "a"}, "status": {"phase": "Succeeded"}}))));
+        assert!(!is_active(&pod(json!({"metadata": {"name": "a", "deletionTimestamp": "2026-01-01T00:00:00Z"}}))));
+    }
+
+    #[test]
+    fn pods_carry_the_template_and_a_controller_reference() {
+        let mut ps: PodSet =
+            serde_json::from_value(json!({"metadata": {"name": "web", "namespace": "ns", "uid": "u1"}})).unwrap();
+        crate::api::defaults::default_podset(&mut ps);
+        let p = pod_from_template(&ps);
+        assert_eq!(p.metadata.generate_name.as_deref(), Some("web-"));
+        assert_eq!(p.labels().get(crate::api::DEFAULT_LABEL).map(String::as_str), Some("web"));
+        let r = &p.owner_references()[0];
+        assert_eq!((r.uid.as_str(), r.controller, r.block_owner_deletion), ("u1", Some(true), Some(true)));
+        assert_eq!(
+            owner_key(&Pod { metadata: ObjectMeta { namespace: Some("ns".into()), ..p.metadata.clone() }, ..p }),
+            Some("ns/web".into())
+        );
+    }
+}

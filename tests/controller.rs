@@ -1,0 +1,179 @@
+//! The embedded controller against a real control plane (no kubelet: Pods stay Pending unless a test sets their
+//! status through `pods/status`, as a kubelet would).
+
+mod common;
+
+use std::time::Duration;
+
+use common::cluster::in_namespace;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::ResourceExt;
+use podset_apiserver::api::PodSet;
+use serde_json::json;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+fn podset(name: &str, replicas: i32, image: &str) -> PodSet {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"automountServiceAccountToken": false, "containers": [{"name": "main", "image": image}]}
+            }
+        }
+    }))
+    .unwrap()
+}
+
+/// Live (not terminating, Pending or Running) Pods controlled by `owner`.
+async fn live_pods(pods: &Api<Pod>, owner: &PodSet) -> Vec<Pod> {
+    let uid = owner.uid().unwrap();
+    let mut out: Vec<Pod> = pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| p.owner_references().iter().any(|r| r.uid == uid && r.controller == Some(true)))
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), None | Some("Pending") | Some("Running"))
+        })
+        .collect();
+    out.sort_by_key(|p| p.name_any());
+    out
+}
+
+async fn eventually<F, Fut>(what: &str, mut ok: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !ok().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[test]
+fn controller_keeps_replicas_and_reports_status() {
+    in_namespace("controller_keeps_replicas_and_reports_status", || {
+        let c = common::cluster::start();
+        runtime().block_on(async {
+            let client = c.client().await;
+            let podsets: Api<PodSet> = Api::namespaced(client.clone(), "default");
+            let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+            let ps = podsets.create(&PostParams::default(), &podset("web", 3, "busybox")).await.unwrap();
+
+            eventually("3 pods", || async { live_pods(&pods, &ps).await.len() == 3 }).await;
+            let created = live_pods(&pods, &ps).await;
+            for p in &created {
+                assert_eq!(p.labels().get("app").map(String::as_str), Some("web"));
+                assert!(p.name_any().starts_with("web-"));
+                let r = &p.owner_references()[0];
+                assert_eq!((r.kind.as_str(), r.name.as_str(), r.block_owner_deletion), ("PodSet", "web", Some(true)));
+            }
+            let names: Vec<String> = created.iter().map(|p| p.name_any()).collect();
+            eventually("status to list the pods", || async {
+                let s = podsets.get("web").await.unwrap().status.unwrap_or_default();
+                s.pod_names == names && s.replicas == 3 && s.observed_generation == Some(1)
+            })
+            .await;
+
+            c.kubectl(&["scale", "ps", "web", "--replicas=10"]);
+            eventually("10 pods", || async { live_pods(&pods, &ps).await.len() == 10 }).await;
+            c.kubectl(&["scale", "ps", "web", "--replicas=2"]);
+            eventually("2 pods", || async { live_pods(&pods, &ps).await.len() == 2 }).await;
+            // Stays at 2: no extra creates once the deletes are seen.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            assert_eq!(live_pods(&pods, &ps).await.len(), 2);
+
+            // A Pod deleted by hand is replaced.
+            let victim = live_pods(&pods, &ps).await[0].name_any();
+            pods.delete(&victim, &DeleteParams::default()).await.unwrap();
+            eventually("a replacement", || async {
+                let live = live_pods(&pods, &ps).await;
+                live.len() == 2 && live.iter().all(|p| p.name_any() != victim)
+            })
+            .await;
+
+            // A Failed Pod no longer counts and is replaced.
+            let failed = live_pods(&pods, &ps).await[0].name_any();
+            let status = json!({"status": {"phase": "Failed"}});
+            pods.patch_status(&failed, &PatchParams::default(), &Patch::Merge(status)).await.unwrap();
+            eventually("the failed pod replaced", || async {
+                let live = live_pods(&pods, &ps).await;
+                live.len() == 2 && live.iter().all(|p| p.name_any() != failed)
+            })
+            .await;
+
+            // Readiness is reported.
+            let ready = live_pods(&pods, &ps).await[0].name_any();
+            let status = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
+            pods.patch_status(&ready, &PatchParams::default(), &Patch::Merge(status)).await.unwrap();
+            eventually("readyReplicas 1", || async {
+                podsets.get("web").await.unwrap().status.is_some_and(|s| s.ready_replicas == 1 && s.replicas == 2)
+            })
+            .await;
+
+            // An orphan with matching labels is adopted (and, being one too many, one Pod goes).
+            let orphan: Pod = serde_json::from_value(json!({
+                "metadata": {"name": "stray", "labels": {"app": "web"}},
+                "spec": {"automountServiceAccountToken": false, "containers": [{"name": "main", "image": "busybox"}]}
+            }))
+            .unwrap();
+            pods.create(&PostParams::default(), &orphan).await.unwrap();
+            eventually("the orphan adopted or removed, 2 live pods", || async {
+                let adopted_or_gone = match pods.get_opt("stray").await.unwrap() {
+                    None => true,
+                    Some(p) => p.owner_references().iter().any(|r| r.name == "web" && r.controller == Some(true)),
+                };
+                adopted_or_gone && live_pods(&pods, &ps).await.len() == 2
+            })
+            .await;
+        });
+    });
+}
+
+#[test]
+fn failing_template_reports_and_backs_off() {
+    in_namespace("failing_template_reports_and_backs_off", || {
+        let c = common::cluster::start();
+        runtime().block_on(async {
+            let client = c.client().await;
+            let podsets: Api<PodSet> = Api::namespaced(client.clone(), "default");
+            // An empty image passes our validation but not kube-apiserver's Pod validation.
+            podsets.create(&PostParams::default(), &podset("bad", 3, "")).await.unwrap();
+            eventually("a ReplicaFailure condition", || async {
+                podsets.get("bad").await.unwrap().status.is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "ReplicaFailure" && c.status == "True" && c.message.contains("image"))
+                })
+            })
+            .await;
+            let events = c.kubectl(&[
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.name=bad",
+                "-o",
+                "jsonpath={.items[*].reason}",
+            ]);
+            assert!(events.contains("FailedCreate"), "{events}");
+            // Exponential backoff: a handful of attempts in ten seconds, not a storm.
+            let before = c.podset_log().matches("reconcile failed").count();
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            let attempts = c.podset_log().matches("reconcile failed").count() - before;
+            assert!(attempts <= 12, "{attempts} failed reconciles in 10 s");
+            let pods: Api<Pod> = Api::namespaced(client, "default");
+            assert!(pods.list(&ListParams::default()).await.unwrap().items.is_empty());
+        });
+    });
+}
