@@ -177,3 +177,60 @@ fn failing_template_reports_and_backs_off() {
         });
     });
 }
+
+#[test]
+fn never_more_pods_than_asked_even_across_a_restart() {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    use std::collections::HashSet;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    in_namespace("never_more_pods_than_asked_even_across_a_restart", || {
+        let mut c = common::cluster::start();
+        let rt = runtime();
+        let client = rt.block_on(c.client());
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        // Watch every Pod of the PodSet and remember the most that were ever alive at once.
+        let live: Arc<Mutex<HashSet<String>>> = Arc::default();
+        let max = Arc::new(AtomicUsize::new(0));
+        let (l, m, api) = (live.clone(), max.clone(), pods.clone());
+        rt.spawn(async move {
+            let mut events = watcher(api, watcher::Config::default().labels("app=big")).boxed();
+            while let Some(Ok(ev)) = events.next().await {
+                let mut live = l.lock().unwrap();
+                match ev {
+                    watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                        let alive = p.metadata.deletion_timestamp.is_none()
+                            && matches!(
+                                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                                None | Some("Pending") | Some("Running")
+                            );
+                        if alive {
+                            live.insert(p.name_any());
+                        } else {
+                            live.remove(&p.name_any());
+                        }
+                    }
+                    watcher::Event::Delete(p) => {
+                        live.remove(&p.name_any());
+                    }
+                    _ => {}
+                }
+                m.fetch_max(live.len(), Ordering::SeqCst);
+            }
+        });
+        let podsets: Api<PodSet> = Api::namespaced(client, "default");
+        rt.block_on(podsets.create(&PostParams::default(), &podset("big", 200, "busybox"))).unwrap();
+        rt.block_on(eventually("the scale-up to be under way", || async { live.lock().unwrap().len() >= 30 }));
+        let at_restart = live.lock().unwrap().len();
+        c.restart_podset_apiserver();
+        assert!(at_restart < 200, "the restart came after the scale-up finished ({at_restart} pods)");
+        rt.block_on(eventually("200 pods", || async { live.lock().unwrap().len() == 200 }));
+        std::thread::sleep(Duration::from_secs(3));
+        assert_eq!(live.lock().unwrap().len(), 200);
+        assert!(max.load(Ordering::SeqCst) <= 200, "at one point {} pods were alive", max.load(Ordering::SeqCst));
+        let restarted = c.podset_log().matches("controller started").count();
+        assert_eq!(restarted, 2, "the controller ran before and after the restart");
+    });
+}

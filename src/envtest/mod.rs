@@ -201,6 +201,7 @@ pub struct Cluster {
     pub podset_addr: SocketAddr,
     pki: Pki,
     procs: Vec<Proc>,
+    server: ServerCommand,
 }
 
 impl Cluster {
@@ -218,9 +219,10 @@ impl Cluster {
             dir,
             pki,
             procs: Vec::new(),
+            server: server.clone(),
         };
         cluster.start_etcd_and_apiserver(&assets);
-        cluster.start_podset_apiserver(&server);
+        cluster.start_podset_apiserver();
         cluster.register();
         cluster.start_controller_manager(&assets);
         // The service account controller making `default` shows kube-controller-manager is at work.
@@ -293,7 +295,8 @@ impl Cluster {
         });
     }
 
-    fn start_podset_apiserver(&mut self, cmd: &ServerCommand) {
+    fn start_podset_apiserver(&mut self) {
+        let cmd = &self.server;
         let p = |n| self.pki.path(n);
         let server = Proc::spawn(
             "podset-apiserver",
@@ -310,6 +313,22 @@ impl Cluster {
                 .env("RUST_LOG", "info"),
         );
         self.procs.push(server);
+    }
+
+    /// Kills podset-apiserver with SIGKILL and starts it again on the same data and port; its log carries on.
+    pub fn restart_podset_apiserver(&mut self) {
+        let i = self.procs.iter().position(|p| p.name == "podset-apiserver").expect("running");
+        let mut old = self.procs.remove(i);
+        let _ = old.child.kill();
+        let _ = old.child.wait();
+        let earlier = old.log();
+        self.start_podset_apiserver();
+        if let Some(new) = self.procs.last() {
+            new.log.lock().unwrap().insert_str(0, &earlier);
+        }
+        self.wait_for("podset-apiserver to serve again", Duration::from_secs(60), |c| {
+            c.kubectl_try(&["get", "--raw", "/apis/demo.k8s.io/v1alpha1/podsets"]).is_ok()
+        });
     }
 
     /// Applies deploy/namespace.yaml, a selector-less Service + Endpoints pointing at our server, and
