@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::apiserver::tls::{self, ClientCa};
 use crate::apiserver::{Authenticator, RequestHeader, Server, ServerConfig};
+use crate::controller::leader::{self, LeaseConfig};
 use crate::controller::{self, ControllerConfig};
 use crate::storage::{HistoryLimits, SledStore, Store};
 
@@ -92,6 +93,14 @@ pub struct Options {
     #[arg(long, default_value_t = 300)]
     pub controller_resync_seconds: u64,
 
+    /// With several replicas, run the controller only on the holder of a Lease in the main API server.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+
+    /// Namespace of the leader-election Lease. Default: the pod's namespace in a cluster, else podset-system.
+    #[arg(long)]
+    pub leader_election_namespace: Option<String>,
+
     /// DEVELOPMENT ONLY: treat every request as coming from an administrator. Never use on a reachable network.
     #[arg(long)]
     pub insecure_allow_all: bool,
@@ -130,6 +139,13 @@ pub fn init_tracing(format: LogFormat) {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+}
+
+/// The pod's namespace in a cluster, else `podset-system`.
+fn own_namespace() -> String {
+    std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "podset-system".into())
 }
 
 fn in_cluster() -> bool {
@@ -228,7 +244,18 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             resync: Duration::from_secs(opts.controller_resync_seconds.max(1)),
             ..Default::default()
         };
-        tokio::spawn(controller::run(store.clone(), client, cfg, shutdown.clone()));
+        if opts.leader_elect {
+            let namespace = opts.leader_election_namespace.clone().unwrap_or_else(own_namespace);
+            let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "podset-apiserver".into());
+            let identity = format!("{host}_{}", uuid::Uuid::new_v4());
+            let lease = LeaseConfig::new(&namespace, identity);
+            let store = store.clone();
+            tokio::spawn(leader::run(client.clone(), lease, shutdown.clone(), move |term| {
+                controller::run(store.clone(), client.clone(), cfg.clone(), term)
+            }));
+        } else {
+            tokio::spawn(controller::run(store.clone(), client, cfg, shutdown.clone()));
+        }
     }
 
     let signal = shutdown.clone();

@@ -6,6 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::cluster::in_namespace;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
@@ -137,6 +138,17 @@ fn controller_keeps_replicas_and_reports_status() {
                 adopted_or_gone && live_pods(&pods, &ps).await.len() == 2
             })
             .await;
+
+            // The controller runs as the leader, holding and renewing its Lease.
+            let leases: Api<Lease> = Api::namespaced(client.clone(), "podset-system");
+            let renew = |l: &Lease| l.spec.as_ref().and_then(|s| s.renew_time.clone()).unwrap().0;
+            let first = leases.get("podset-controller").await.unwrap();
+            let holder = first.spec.as_ref().and_then(|s| s.holder_identity.clone()).unwrap_or_default();
+            assert!(!holder.is_empty());
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let later = leases.get("podset-controller").await.unwrap();
+            assert_eq!(later.spec.as_ref().and_then(|s| s.holder_identity.clone()), Some(holder));
+            assert!(renew(&later) > renew(&first), "the Lease is renewed");
         });
     });
 }

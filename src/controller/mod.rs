@@ -5,6 +5,7 @@
 //! cache from causing extra creates or deletes.
 
 mod expectations;
+pub mod leader;
 mod queue;
 mod reconcile;
 

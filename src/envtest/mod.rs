@@ -27,6 +27,9 @@ pub const NODE_IP: &str = "10.250.0.10";
 
 const NAMESPACE_YAML: &str = include_str!("../../deploy/namespace.yaml");
 const APISERVICE_YAML: &str = include_str!("../../deploy/apiservice.yaml");
+const RBAC_YAML: &str = include_str!("../../deploy/rbac.yaml");
+/// Our server's identity in the main API server: the ServiceAccount deploy/rbac.yaml grants.
+const CONTROLLER_USER: &str = "system:serviceaccount:podset-system:podset-apiserver";
 
 /// Set in the environment of a process running inside the namespace.
 pub const INSIDE: &str = "PODSET_ENVTEST_INSIDE_NAMESPACE";
@@ -150,6 +153,10 @@ impl Pki {
         let (c, k) = leaf(&ca, "admin", &["system:masters"], &[], false);
         write("admin.crt", &c);
         write("admin.key", &k);
+        let (c, k) =
+            leaf(&ca, CONTROLLER_USER, &["system:serviceaccounts", "system:serviceaccounts:podset-system"], &[], false);
+        write("controller.crt", &c);
+        write("controller.key", &k);
 
         let (fp_pem, fp_key, fp_params) = make_ca("front-proxy-ca").unwrap();
         write("front-proxy-ca.crt", &fp_pem);
@@ -222,6 +229,9 @@ impl Cluster {
             server: server.clone(),
         };
         cluster.start_etcd_and_apiserver(&assets);
+        // The namespace and the controller's RBAC exist before our server starts, as in deploy/.
+        cluster.apply_text("namespace.yaml", NAMESPACE_YAML);
+        cluster.apply_text("rbac.yaml", RBAC_YAML);
         cluster.start_podset_apiserver();
         cluster.register();
         cluster.start_controller_manager(&assets);
@@ -277,19 +287,8 @@ impl Cluster {
             ]),
         );
         self.procs.push(apiserver);
-        let mut kubeconfig = String::new();
-        write!(
-            kubeconfig,
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {}\n    certificate-authority-data: {}\n\
-             contexts:\n- name: e2e\n  context:\n    cluster: e2e\n    user: admin\n    namespace: default\ncurrent-context: e2e\n\
-             users:\n- name: admin\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n",
-            self.apiserver_url,
-            self.pki.b64("ca.crt"),
-            self.pki.b64("admin.crt"),
-            self.pki.b64("admin.key")
-        )
-        .unwrap();
-        std::fs::write(&self.kubeconfig, kubeconfig).unwrap();
+        std::fs::write(&self.kubeconfig, self.kubeconfig_for("admin")).unwrap();
+        std::fs::write(self.controller_kubeconfig(), self.kubeconfig_for("controller")).unwrap();
         self.wait_for("kube-apiserver to be ready", Duration::from_secs(120), |c| {
             c.kubectl_try(&["get", "--raw", "/readyz"]).is_ok_and(|o| o.trim() == "ok")
         });
@@ -309,7 +308,7 @@ impl Cluster {
                 .args(["--requestheader-client-ca-file", &p("front-proxy-ca.crt")])
                 .args(["--requestheader-allowed-names", "front-proxy-client", "--log-format", "json"])
                 .arg("--kubeconfig")
-                .arg(&self.kubeconfig)
+                .arg(self.controller_kubeconfig())
                 .env("RUST_LOG", "info"),
         );
         self.procs.push(server);
@@ -331,10 +330,9 @@ impl Cluster {
         });
     }
 
-    /// Applies deploy/namespace.yaml, a selector-less Service + Endpoints pointing at our server, and
+    /// Applies a selector-less Service + Endpoints pointing at our server, and
     /// deploy/apiservice.yaml with our CA, then waits for `Available=True`.
     fn register(&mut self) {
-        self.apply_text("namespace.yaml", NAMESPACE_YAML);
         let port = self.podset_addr.port();
         let endpoints = format!(
             "apiVersion: v1\nkind: Service\nmetadata:\n  name: podset-apiserver\n  namespace: podset-system\nspec:\n  ports:\n  - name: https\n    port: 443\n    targetPort: {port}\n\
@@ -378,6 +376,28 @@ impl Cluster {
             ]),
         );
         self.procs.push(kcm);
+    }
+
+    /// A kubeconfig for kube-apiserver with the client certificate `<user>.crt`.
+    fn kubeconfig_for(&self, user: &str) -> String {
+        let mut kubeconfig = String::new();
+        write!(
+            kubeconfig,
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {}\n    certificate-authority-data: {}\n\
+             contexts:\n- name: e2e\n  context:\n    cluster: e2e\n    user: {user}\n    namespace: default\ncurrent-context: e2e\n\
+             users:\n- name: {user}\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n",
+            self.apiserver_url,
+            self.pki.b64("ca.crt"),
+            self.pki.b64(&format!("{user}.crt")),
+            self.pki.b64(&format!("{user}.key"))
+        )
+        .unwrap();
+        kubeconfig
+    }
+
+    /// The kubeconfig our server's controller uses: the ServiceAccount identity deploy/rbac.yaml grants.
+    pub fn controller_kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("controller.kubeconfig")
     }
 
     pub fn apply_text(&self, name: &str, yaml: &str) -> String {

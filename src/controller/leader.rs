@@ -1,0 +1,143 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, as client-go's leaderelection does: with several replicas,
+//! only the holder of the Lease runs the controller; it renews every few seconds and steps down if it cannot.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Clone)]
+pub struct LeaseConfig {
+    pub namespace: String,
+    pub name: String,
+    /// Unique per replica (pod name plus a random suffix).
+    pub identity: String,
+    /// How long a Lease stays valid without renewal.
+    pub lease_duration: Duration,
+    /// How long the leader keeps trying to renew before it steps down.
+    pub renew_deadline: Duration,
+    /// How often to renew, or to try to acquire.
+    pub retry_period: Duration,
+}
+
+impl LeaseConfig {
+    pub fn new(namespace: &str, identity: String) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            name: "podset-controller".into(),
+            identity,
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+fn now() -> MicroTime {
+    MicroTime(Timestamp::now())
+}
+
+/// Acquires or renews the Lease: `Ok(true)` when we hold it now.
+async fn try_acquire_or_renew(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<bool, kube::Error> {
+    let duration = cfg.lease_duration.as_secs() as i32;
+    let mut lease = match api.get_opt(&cfg.name).await? {
+        None => {
+            let lease = Lease {
+                metadata: ObjectMeta { name: Some(cfg.name.clone()), ..Default::default() },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(cfg.identity.clone()),
+                    lease_duration_seconds: Some(duration),
+                    acquire_time: Some(now()),
+                    renew_time: Some(now()),
+                    lease_transitions: Some(0),
+                    ..Default::default()
+                }),
+            };
+            return match api.create(&PostParams::default(), &lease).await {
+                Ok(_) => Ok(true),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                Err(e) => Err(e),
+            };
+        }
+        Some(l) => l,
+    };
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    let holder = spec.holder_identity.clone().unwrap_or_default();
+    if holder != cfg.identity {
+        let renewed = spec.renew_time.as_ref().map(|t| t.0).unwrap_or(Timestamp::UNIX_EPOCH);
+        let valid_for = i64::from(spec.lease_duration_seconds.unwrap_or(duration));
+        let expired = Timestamp::now().as_second() > renewed.as_second() + valid_for;
+        if !holder.is_empty() && !expired {
+            return Ok(false);
+        }
+        spec.holder_identity = Some(cfg.identity.clone());
+        spec.acquire_time = Some(now());
+        spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+    }
+    spec.renew_time = Some(now());
+    spec.lease_duration_seconds = Some(duration);
+    // The update carries the resourceVersion we read: a concurrent candidate makes it a 409.
+    match api.replace(&cfg.name, &PostParams::default(), &lease).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Runs `lead(token)` whenever this replica holds the Lease; the token is cancelled when leadership is lost or on
+/// shutdown. Returns on shutdown.
+pub async fn run<F, Fut>(client: Client, cfg: LeaseConfig, shutdown: CancellationToken, lead: F)
+where
+    F: Fn(CancellationToken) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
+    loop {
+        tracing::info!(lease = %format!("{}/{}", cfg.namespace, cfg.name), identity = %cfg.identity, "waiting to become leader");
+        loop {
+            match try_acquire_or_renew(&api, &cfg).await {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "leader election: cannot read or write the Lease"),
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(cfg.retry_period) => {}
+            }
+        }
+        tracing::info!(identity = %cfg.identity, "became leader");
+        let term = shutdown.child_token();
+        let running = tokio::spawn(lead(term.clone()));
+        let mut renewed = Instant::now();
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => {
+                    term.cancel();
+                    let _ = running.await;
+                    return;
+                }
+                _ = tokio::time::sleep(cfg.retry_period) => {}
+            }
+            match try_acquire_or_renew(&api, &cfg).await {
+                Ok(true) => renewed = Instant::now(),
+                Ok(false) => {
+                    tracing::warn!("leader election: another replica holds the Lease");
+                    break;
+                }
+                Err(e) => tracing::warn!(error = %e, "leader election: renewing the Lease failed"),
+            }
+            if renewed.elapsed() > cfg.renew_deadline {
+                tracing::warn!("leader election: could not renew within {:?}", cfg.renew_deadline);
+                break;
+            }
+        }
+        tracing::warn!("lost leadership: stopping the controller");
+        term.cancel();
+        let _ = running.await;
+    }
+}
