@@ -246,3 +246,46 @@ fn never_more_pods_than_asked_even_across_a_restart() {
         assert_eq!(restarted, 2, "the controller ran before and after the restart");
     });
 }
+
+#[test]
+fn controller_rides_out_a_main_api_server_outage() {
+    use base64::Engine;
+    in_namespace("controller_rides_out_a_main_api_server_outage", || {
+        let mut c = common::cluster::start();
+        let rt = runtime();
+        let client = rt.block_on(c.client());
+        let podsets: Api<PodSet> = Api::namespaced(client.clone(), "default");
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let ps = rt.block_on(podsets.create(&PostParams::default(), &podset("steady", 2, "busybox"))).unwrap();
+        rt.block_on(eventually("2 pods", || async { live_pods(&pods, &ps).await.len() == 2 }));
+
+        c.stop_apiserver();
+        let failures_before = c.podset_log().matches("Pod watch failed").count();
+        // While kube-apiserver is down, scale straight through our server, as the front proxy would.
+        let b64 =
+            |name: &str| base64::engine::general_purpose::STANDARD.encode(std::fs::read(c.pki_file(name)).unwrap());
+        let mut cfg = kube::Config::new(format!("https://{}", c.podset_addr).parse().unwrap());
+        cfg.root_cert = Some(vec![common::pem_to_der(&c.pki_file("podset-ca.crt"))]);
+        cfg.auth_info.client_certificate_data = Some(b64("front-proxy-client.crt"));
+        cfg.auth_info.client_key_data = Some(b64("front-proxy-client.key").into());
+        let direct = {
+            let _runtime = rt.enter();
+            kube::Client::try_from(cfg).unwrap()
+        };
+        let req = http::Request::patch(format!("{}/steady", common::PODSETS))
+            .header("X-Remote-User", "admin")
+            .header("X-Remote-Group", "system:masters")
+            .header("content-type", "application/merge-patch+json")
+            .body(br#"{"spec":{"replicas":4}}"#.to_vec())
+            .unwrap();
+        let (status, _, body) = rt.block_on(common::raw(&direct, req));
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        std::thread::sleep(Duration::from_secs(30));
+        let failures = c.podset_log().matches("Pod watch failed").count() - failures_before;
+        assert!(failures >= 1, "the controller noticed the outage");
+        assert!(failures <= 20, "{failures} watch retries in 30 s: no backoff");
+
+        c.start_apiserver();
+        rt.block_on(eventually("4 pods after the outage", || async { live_pods(&pods, &ps).await.len() == 4 }));
+    });
+}

@@ -209,6 +209,7 @@ pub struct Cluster {
     pki: Pki,
     procs: Vec<Proc>,
     server: ServerCommand,
+    apiserver_args: Vec<String>,
 }
 
 impl Cluster {
@@ -227,6 +228,7 @@ impl Cluster {
             pki,
             procs: Vec::new(),
             server: server.clone(),
+            apiserver_args: Vec::new(),
         };
         cluster.start_etcd_and_apiserver(&assets);
         // The namespace and the controller's RBAC exist before our server starts, as in deploy/.
@@ -259,39 +261,63 @@ impl Cluster {
         let port = free_port();
         self.apiserver_url = format!("https://127.0.0.1:{port}");
         let p = |n| self.pki.path(n);
-        let apiserver = Proc::spawn(
-            "kube-apiserver",
-            Command::new(assets.join("kube-apiserver")).args([
-                format!("--etcd-servers=http://127.0.0.1:{client}"),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={port}"),
-                format!("--advertise-address={NODE_IP}"),
-                "--service-cluster-ip-range=10.96.0.0/24".into(),
-                format!("--cert-dir={}", self.dir.path().join("apiserver-certs").display()),
-                format!("--tls-cert-file={}", p("apiserver.crt")),
-                format!("--tls-private-key-file={}", p("apiserver.key")),
-                format!("--client-ca-file={}", p("ca.crt")),
-                "--authorization-mode=RBAC".into(),
-                "--allow-privileged=true".into(),
-                format!("--service-account-key-file={}", p("sa.pub")),
-                format!("--service-account-signing-key-file={}", p("sa.key")),
-                "--service-account-issuer=https://kubernetes.default.svc".into(),
-                format!("--requestheader-client-ca-file={}", p("front-proxy-ca.crt")),
-                "--requestheader-allowed-names=front-proxy-client".into(),
-                "--requestheader-username-headers=X-Remote-User".into(),
-                "--requestheader-group-headers=X-Remote-Group".into(),
-                "--requestheader-extra-headers-prefix=X-Remote-Extra-".into(),
-                format!("--proxy-client-cert-file={}", p("front-proxy-client.crt")),
-                format!("--proxy-client-key-file={}", p("front-proxy-client.key")),
-                "--enable-aggregator-routing=true".into(),
-            ]),
-        );
-        self.procs.push(apiserver);
+        self.apiserver_args = vec![
+            format!("--etcd-servers=http://127.0.0.1:{client}"),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            format!("--advertise-address={NODE_IP}"),
+            "--service-cluster-ip-range=10.96.0.0/24".into(),
+            format!("--cert-dir={}", self.dir.path().join("apiserver-certs").display()),
+            format!("--tls-cert-file={}", p("apiserver.crt")),
+            format!("--tls-private-key-file={}", p("apiserver.key")),
+            format!("--client-ca-file={}", p("ca.crt")),
+            "--authorization-mode=RBAC".into(),
+            "--allow-privileged=true".into(),
+            format!("--service-account-key-file={}", p("sa.pub")),
+            format!("--service-account-signing-key-file={}", p("sa.key")),
+            "--service-account-issuer=https://kubernetes.default.svc".into(),
+            format!("--requestheader-client-ca-file={}", p("front-proxy-ca.crt")),
+            "--requestheader-allowed-names=front-proxy-client".into(),
+            "--requestheader-username-headers=X-Remote-User".into(),
+            "--requestheader-group-headers=X-Remote-Group".into(),
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-".into(),
+            format!("--proxy-client-cert-file={}", p("front-proxy-client.crt")),
+            format!("--proxy-client-key-file={}", p("front-proxy-client.key")),
+            "--enable-aggregator-routing=true".into(),
+        ];
+        self.spawn_apiserver();
         std::fs::write(&self.kubeconfig, self.kubeconfig_for("admin")).unwrap();
         std::fs::write(self.controller_kubeconfig(), self.kubeconfig_for("controller")).unwrap();
         self.wait_for("kube-apiserver to be ready", Duration::from_secs(120), |c| {
             c.kubectl_try(&["get", "--raw", "/readyz"]).is_ok_and(|o| o.trim() == "ok")
         });
+    }
+
+    fn spawn_apiserver(&mut self) {
+        let program = assets_dir().join("kube-apiserver");
+        self.procs.push(Proc::spawn("kube-apiserver", Command::new(program).args(&self.apiserver_args)));
+    }
+
+    /// Kills kube-apiserver (etcd and the rest keep running).
+    pub fn stop_apiserver(&mut self) {
+        if let Some(i) = self.procs.iter().position(|p| p.name == "kube-apiserver") {
+            let mut p = self.procs.remove(i);
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+        }
+    }
+
+    /// Starts kube-apiserver again with the same flags and waits until it is ready.
+    pub fn start_apiserver(&mut self) {
+        self.spawn_apiserver();
+        self.wait_for("kube-apiserver to be ready again", Duration::from_secs(120), |c| {
+            c.kubectl_try(&["get", "--raw", "/readyz"]).is_ok_and(|o| o.trim() == "ok")
+        });
+    }
+
+    /// A PEM file made for this cluster (e.g. `front-proxy-client.crt`, `podset-ca.crt`).
+    pub fn pki_file(&self, name: &str) -> PathBuf {
+        self.pki.dir.join(name)
     }
 
     fn start_podset_apiserver(&mut self) {
