@@ -289,3 +289,67 @@ fn controller_rides_out_a_main_api_server_outage() {
         rt.block_on(eventually("4 pods after the outage", || async { live_pods(&pods, &ps).await.len() == 4 }));
     });
 }
+
+#[test]
+fn terminating_pods_do_not_count_and_mismatched_pods_are_released() {
+    in_namespace("terminating_pods_do_not_count_and_mismatched_pods_are_released", || {
+        let c = common::cluster::start();
+        runtime().block_on(async {
+            let client = c.client().await;
+            let podsets: Api<PodSet> = Api::namespaced(client.clone(), "default");
+            let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+            let ps = podsets.create(&PostParams::default(), &podset("keep", 2, "busybox")).await.unwrap();
+            eventually("2 pods", || async { live_pods(&pods, &ps).await.len() == 2 }).await;
+
+            // A finalizer holds a deleted Pod in Terminating: it no longer counts, so it is replaced.
+            let held = live_pods(&pods, &ps).await[0].name_any();
+            let fin = Patch::Merge(json!({"metadata": {"finalizers": ["example.com/hold"]}}));
+            pods.patch(&held, &PatchParams::default(), &fin).await.unwrap();
+            pods.delete(&held, &DeleteParams::default()).await.unwrap();
+            eventually("a replacement beside the terminating pod", || async {
+                let live = live_pods(&pods, &ps).await;
+                live.len() == 2 && live.iter().all(|p| p.name_any() != held)
+            })
+            .await;
+            assert!(pods.get(&held).await.unwrap().metadata.deletion_timestamp.is_some());
+            pods.patch(&held, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}})))
+                .await
+                .unwrap();
+
+            // A Pod whose labels stop matching is released (and replaced), not deleted.
+            let moved = live_pods(&pods, &ps).await[0].name_any();
+            let relabel = Patch::Merge(json!({"metadata": {"labels": {"app": "elsewhere"}}}));
+            pods.patch(&moved, &PatchParams::default(), &relabel).await.unwrap();
+            eventually("the relabelled pod released and replaced", || async {
+                let released =
+                    pods.get(&moved).await.unwrap().owner_references().iter().all(|r| r.uid != ps.uid().unwrap());
+                released && live_pods(&pods, &ps).await.len() == 2
+            })
+            .await;
+
+            // Pods controlled by someone else are never touched, even when their labels match.
+            let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), "default");
+            let cm = cms
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({"metadata": {"name": "other"}})).unwrap(),
+                )
+                .await
+                .unwrap();
+            let foreign: Pod = serde_json::from_value(json!({
+                "metadata": {"name": "foreign", "labels": {"app": "keep"}, "ownerReferences": [{
+                    "apiVersion": "v1", "kind": "ConfigMap", "name": "other", "uid": cm.uid().unwrap(),
+                    "controller": true
+                }]},
+                "spec": {"automountServiceAccountToken": false, "containers": [{"name": "main", "image": "busybox"}]}
+            }))
+            .unwrap();
+            pods.create(&PostParams::default(), &foreign).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let f = pods.get("foreign").await.unwrap();
+            assert_eq!(f.owner_references()[0].kind, "ConfigMap");
+            assert!(f.metadata.deletion_timestamp.is_none());
+            assert_eq!(live_pods(&pods, &ps).await.len(), 2);
+        });
+    });
+}
