@@ -93,6 +93,18 @@ pub struct Options {
     #[arg(long, default_value_t = 300)]
     pub controller_resync_seconds: u64,
 
+    /// Sustained writes per second the controller sends the main API server (0: no client-side limit).
+    #[arg(long, default_value_t = 500)]
+    pub controller_qps: u32,
+
+    /// Writes the controller may send at once above --controller-qps.
+    #[arg(long, default_value_t = 1000)]
+    pub controller_burst: u32,
+
+    /// Watch only Pods matching this label selector (default: all Pods, so any matching orphan can be adopted).
+    #[arg(long)]
+    pub controller_pod_selector: Option<String>,
+
     /// With several replicas, run the controller only on the holder of a Lease in the main API server.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,
@@ -242,6 +254,9 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         let cfg = ControllerConfig {
             workers: opts.controller_workers,
             resync: Duration::from_secs(opts.controller_resync_seconds.max(1)),
+            qps: opts.controller_qps,
+            burst: opts.controller_burst,
+            pod_selector: opts.controller_pod_selector.clone(),
             ..Default::default()
         };
         if opts.leader_elect {

@@ -41,6 +41,12 @@ pub struct ControllerConfig {
     pub expectations_timeout: Duration,
     /// Most Pods created or deleted for one PodSet in one reconcile.
     pub burst_replicas: usize,
+    /// Sustained writes per second to the main API server (0: no client-side limit).
+    pub qps: u32,
+    /// Writes allowed at once above `qps`.
+    pub burst: u32,
+    /// Only Pods matching this label selector are watched (empty: all Pods, so any orphan can be adopted).
+    pub pod_selector: Option<String>,
 }
 
 impl Default for ControllerConfig {
@@ -50,6 +56,9 @@ impl Default for ControllerConfig {
             resync: Duration::from_secs(300),
             expectations_timeout: Duration::from_secs(300),
             burst_replicas: 500,
+            qps: 500,
+            burst: 1000,
+            pod_selector: None,
         }
     }
 }
@@ -62,7 +71,17 @@ pub(crate) struct Context {
     pub expectations: Expectations,
     pub queue: Arc<Queue>,
     pub recorder: Recorder,
+    pub limiter: Option<governor::DefaultDirectRateLimiter>,
     pub cfg: ControllerConfig,
+}
+
+impl Context {
+    /// Waits for the client-side rate limit before a write to the main API server.
+    pub async fn throttle(&self) {
+        if let Some(l) = &self.limiter {
+            l.until_ready().await;
+        }
+    }
 }
 
 /// The key of the PodSet that controls `pod`, if one does.
@@ -83,6 +102,10 @@ pub async fn run(store: Arc<dyn Store>, client: Client, cfg: ControllerConfig, s
         expectations: Expectations::new(cfg.expectations_timeout),
         queue: Arc::new(Queue::default()),
         recorder: Recorder::new(client.clone(), reporter),
+        limiter: std::num::NonZeroU32::new(cfg.qps).map(|qps| {
+            let burst = std::num::NonZeroU32::new(cfg.burst.max(cfg.qps)).unwrap_or(qps);
+            governor::RateLimiter::direct(governor::Quota::per_second(qps).allow_burst(burst))
+        }),
         cfg,
     });
 
@@ -182,7 +205,11 @@ async fn watch_podsets(ctx: Arc<Context>) {
 
 /// The Pod reflector: keeps the cache, observes expectations, and enqueues the PodSets a Pod change concerns.
 async fn watch_pods(ctx: Arc<Context>, api: Api<Pod>, writer: reflector::store::Writer<Pod>) {
-    let stream = watcher(api).default_backoff().reflect(writer);
+    let mut config = watcher::Config::default();
+    if let Some(sel) = &ctx.cfg.pod_selector {
+        config = config.labels(sel);
+    }
+    let stream = watcher::watcher(api, config).default_backoff().reflect(writer);
     tokio::pin!(stream);
     let mut known: HashSet<String> = HashSet::new();
     while let Some(ev) = stream.next().await {
@@ -221,10 +248,6 @@ async fn watch_pods(ctx: Arc<Context>, api: Api<Pod>, writer: reflector::store::
             Event::Init | Event::InitDone => {}
         }
     }
-}
-
-fn watcher(api: Api<Pod>) -> impl futures::Stream<Item = Result<Event<Pod>, watcher::Error>> {
-    watcher::watcher(api, watcher::Config::default())
 }
 
 /// An orphan Pod: every PodSet in its namespace whose selector matches may adopt it.

@@ -168,7 +168,11 @@ async fn manage(ctx: &Arc<Context>, key: &str, ps: &PodSet, api: &Api<Pod>, acti
         let (mut done, mut batch) = (0, 1);
         while done < missing {
             let n = batch.min(missing - done);
-            let results = join_all((0..n).map(|_| api.create(&post, &template))).await;
+            let results = join_all((0..n).map(|_| async {
+                ctx.throttle().await;
+                api.create(&post, &template).await
+            }))
+            .await;
             let errors: Vec<kube::Error> = results.into_iter().filter_map(Result::err).collect();
             let created = n - errors.len();
             done += n;
@@ -194,6 +198,7 @@ async fn manage(ctx: &Arc<Context>, key: &str, ps: &PodSet, api: &Api<Pod>, acti
         victims.truncate((active.len() - want).min(ctx.cfg.burst_replicas));
         ctx.expectations.expect_deletions(key, victims.iter().map(|p| p.uid().unwrap_or_default()));
         let results = join_all(victims.iter().map(|p| async move {
+            ctx.throttle().await;
             let r = api.delete(&p.name_any(), &DeleteParams::default()).await;
             (p, r)
         }))
