@@ -158,6 +158,29 @@ fn garbage_collector_and_namespace_deletion_reach_podsets() {
             )
             .await;
 
+            // Foreground deletion: the PodSet waits, finalized, until the collector has removed its Pods.
+            podsets
+                .create(&PostParams::default(), &serde_json::from_value(common::podset("fg", 2)).unwrap())
+                .await
+                .unwrap();
+            let owned_by_fg = |p: &Pod| p.metadata.owner_references.iter().flatten().any(|r| r.name == "fg");
+            let count_fg = || async {
+                pods.list(&Default::default()).await.unwrap().items.iter().filter(|p| owned_by_fg(p)).count()
+            };
+            wait(Duration::from_secs(60), || async { count_fg().await == 2 }, "2 pods of fg").await;
+            podsets.delete("fg", &DeleteParams::foreground()).await.unwrap();
+            let fg = podsets.get_opt("fg").await.unwrap();
+            assert!(
+                fg.is_none()
+                    || fg.unwrap().metadata.finalizers.unwrap_or_default().contains(&"foregroundDeletion".to_owned())
+            );
+            wait(
+                Duration::from_secs(90),
+                || async { podsets.get_opt("fg").await.unwrap().is_none() && count_fg().await == 0 },
+                "foreground deletion of fg and its pods",
+            )
+            .await;
+
             // Deleting a namespace deletes the PodSets in it.
             c.kubectl(&["create", "namespace", "doomed"]);
             let doomed: Api<PodSet> = Api::namespaced(client.clone(), "doomed");
