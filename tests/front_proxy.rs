@@ -66,7 +66,7 @@ async fn remote_user_headers_need_a_verified_front_proxy_certificate() {
     );
 
     assert_eq!(status(&client(&server, Some(&proxy)), Some("alice")).await, 200);
-    assert!(server.logs().contains(r#""user":"alice""#), "the request ran as the header's user");
+    assert!(server.log_contains(r#""user":"alice""#), "the request ran as the header's user");
     assert_eq!(status(&client(&server, Some(&proxy)), None).await, 401, "a proxy cert without a user header");
     assert_eq!(status(&client(&server, None), Some("admin")).await, 401, "forged headers, no certificate");
     assert_eq!(status(&client(&server, Some(&forged)), Some("admin")).await, 401, "certificate from another CA");

@@ -1,5 +1,6 @@
 //! Each end-to-end test runs in its own network + PID namespace with its own control plane.
 
+use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
 pub use podset_apiserver::envtest::Cluster;
@@ -7,12 +8,18 @@ use podset_apiserver::envtest::{inside_namespace, namespace_command, ServerComma
 
 use super::{assets_dir, BIN};
 
+/// Control planes running at once in one test binary: each is four processes, on a 2-core machine.
+const MAX_CLUSTERS: usize = 2;
+static RUNNING: Mutex<usize> = Mutex::new(0);
+static FREED: Condvar = Condvar::new();
+
 /// Runs `body` inside a fresh namespace, by re-running the current test there.
 pub fn in_namespace(test: &str, body: impl FnOnce()) {
     if inside_namespace() {
         body();
         return;
     }
+    let _slot = Slot::take();
     let exe = std::env::current_exe().unwrap();
     let args: Vec<String> = [test, "--exact", "--nocapture", "--test-threads=1"].map(String::from).to_vec();
     let started = Instant::now();
@@ -28,6 +35,26 @@ pub fn in_namespace(test: &str, body: impl FnOnce()) {
         out.status
     );
     eprintln!("{test}: passed inside its namespace in {:.1}s", started.elapsed().as_secs_f64());
+}
+
+struct Slot;
+
+impl Slot {
+    fn take() -> Self {
+        let mut running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+        while *running >= MAX_CLUSTERS {
+            running = FREED.wait(running).unwrap_or_else(|e| e.into_inner());
+        }
+        *running += 1;
+        Slot
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        *RUNNING.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        FREED.notify_one();
+    }
 }
 
 /// A cluster with the podset-apiserver binary under test.

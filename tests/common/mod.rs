@@ -84,6 +84,18 @@ impl TestServer {
         self.logs.lock().unwrap().join("\n")
     }
 
+    /// Waits (up to 10 s) for the log to contain `needle`: log lines arrive after the response they describe.
+    pub fn log_contains(&self, needle: &str) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.logs().contains(needle) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
     /// SIGKILL, no chance to flush anything.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
