@@ -25,7 +25,7 @@ pub enum LogFormat {
 /// server: register it with deploy/apiservice.yaml and kube-apiserver forwards /apis/demo.k8s.io/v1alpha1 here.
 /// PodSets are stored in this server's own database (--data-dir), not in the cluster's etcd.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "podset-apiserver", version, about, long_about = None)]
+#[command(name = "podset-apiserver", version)]
 pub struct Options {
     /// IP address to listen on for HTTPS.
     #[arg(long, default_value = "0.0.0.0", env = "PODSET_BIND_ADDRESS")]
