@@ -654,3 +654,26 @@ async fn http2_by_alpn() {
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(json(&body)["kind"], "PodSetList");
 }
+
+#[tokio::test]
+async fn delete_answers_status_when_gone_and_the_object_while_finalized() {
+    let server = TestServer::start(&[]);
+    let client = server.client();
+    let api = api(&server);
+    let a = api.create(&PostParams::default(), &serde_json::from_value(podset("a", 1)).unwrap()).await.unwrap();
+    let (status, _, body) = raw(&client, Request::delete(format!("{PODSETS}/a")).body(vec![]).unwrap()).await;
+    assert_eq!(status, 200);
+    let v = json(&body);
+    assert_eq!((v["kind"].as_str(), v["status"].as_str()), (Some("Status"), Some("Success")));
+    assert_eq!(v["details"]["kind"], "podsets");
+    assert_eq!(v["details"]["uid"].as_str(), a.metadata.uid.as_deref());
+
+    let mut held = podset("held", 1);
+    held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    api.create(&PostParams::default(), &serde_json::from_value(held).unwrap()).await.unwrap();
+    let (status, _, body) = raw(&client, Request::delete(format!("{PODSETS}/held")).body(vec![]).unwrap()).await;
+    assert_eq!(status, 200);
+    let v = json(&body);
+    assert_eq!(v["kind"], "PodSet");
+    assert!(v["metadata"]["deletionTimestamp"].is_string());
+}

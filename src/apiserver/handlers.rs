@@ -301,8 +301,17 @@ async fn resource(app: &App, r: ResourceRequest, req: Request) -> ApiResult<Resp
         }
         (Verb::Delete, None) => {
             let opts = delete_options(&q, &read_body(body).await?)?;
-            let obj = reg.delete(ns.unwrap_or_default(), name, &opts, q.dry_run || opts.dry_run_all()).await?;
-            object_response(StatusCode::OK, out, &obj, include)
+            let deleted = reg.delete(ns.unwrap_or_default(), name, &opts, q.dry_run || opts.dry_run_all()).await?;
+            if deleted.gone {
+                // As kube-apiserver: a Status when the object is gone, the object while finalizers hold it.
+                let uid = deleted.object.value.pointer("/metadata/uid").cloned().unwrap_or_default();
+                let status = serde_json::json!({
+                    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                    "details": {"name": name, "group": crate::api::GROUP, "kind": crate::api::PLURAL, "uid": uid},
+                });
+                return value_response(StatusCode::OK, if out == Output::Yaml { out } else { Output::Json }, &status);
+            }
+            object_response(StatusCode::OK, out, &deleted.object, include)
         }
         (Verb::DeleteCollection, None) => {
             let ns = ns.ok_or_else(not_allowed)?;

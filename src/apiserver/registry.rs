@@ -522,13 +522,7 @@ impl Registry {
         .await
     }
 
-    pub async fn delete(
-        &self,
-        namespace: &str,
-        name: &str,
-        opts: &DeleteOptions,
-        dry_run: bool,
-    ) -> ApiResult<Arc<Object>> {
+    pub async fn delete(&self, namespace: &str, name: &str, opts: &DeleteOptions, dry_run: bool) -> ApiResult<Deleted> {
         let key = key(namespace, name);
         for _ in 0..MAX_RETRIES {
             let current = self.get(namespace, name).await?;
@@ -574,9 +568,10 @@ impl Registry {
                     ))
                 }
             }
-            let result = if finalizers.is_empty() {
+            let gone = finalizers.is_empty();
+            let result = if gone {
                 if dry_run {
-                    return Ok(current);
+                    return Ok(Deleted { object: current, gone });
                 }
                 self.store.delete(&key, Some(current.mod_revision)).await
             } else {
@@ -588,16 +583,16 @@ impl Registry {
                     ps.metadata.deletion_grace_period_seconds = Some(0);
                 }
                 if ps == before {
-                    return Ok(current);
+                    return Ok(Deleted { object: current, gone });
                 }
                 let value = to_value(&ps)?;
                 if dry_run {
-                    return Ok(unstored(value));
+                    return Ok(Deleted { object: unstored(value), gone });
                 }
                 self.store.update(&key, value, Some(current.mod_revision)).await
             };
             match result {
-                Ok(o) => return Ok(o),
+                Ok(object) => return Ok(Deleted { object, gone }),
                 Err(StorageError::Conflict { .. }) => continue,
                 Err(e) => return Err(ApiError::from_storage(e, name)),
             }
@@ -618,13 +613,19 @@ impl Registry {
             let ns = item.value.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default().to_owned();
             let name = item.value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
             match self.delete(&ns, &name, opts, dry_run).await {
-                Ok(o) => deleted.push(o),
+                Ok(d) => deleted.push(d.object),
                 Err(e) if e.code() == 404 => {}
                 Err(e) => return Err(e),
             }
         }
         Ok((deleted, self.store.current_revision()))
     }
+}
+
+/// The outcome of a delete: the object, and whether it is gone (rather than marked for deletion).
+pub struct Deleted {
+    pub object: Arc<Object>,
+    pub gone: bool,
 }
 
 /// The body of a `/scale` write.
