@@ -5,17 +5,13 @@ mod common;
 
 use std::time::Duration;
 
-use common::cluster::in_namespace;
+use common::cluster::{eventually, in_namespace, runtime};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use podset_apiserver::api::PodSet;
 use serde_json::json;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
-}
 
 fn podset(name: &str, replicas: i32, image: &str) -> PodSet {
     serde_json::from_value(json!({
@@ -48,18 +44,6 @@ async fn live_pods(pods: &Api<Pod>, owner: &PodSet) -> Vec<Pod> {
         .collect();
     out.sort_by_key(|p| p.name_any());
     out
-}
-
-async fn eventually<F, Fut>(what: &str, mut ok: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !ok().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
 }
 
 #[test]

@@ -6,7 +6,7 @@ mod common;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::cluster::in_namespace;
+use common::cluster::{in_namespace, runtime, wait};
 use futures::{StreamExt, TryStreamExt};
 use http::Request;
 use k8s_openapi::api::core::v1::Pod;
@@ -28,10 +28,6 @@ spec:
       containers:
       - {name: main, image: busybox, command: [sleep, '3600']}
 ";
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
-}
 
 #[test]
 fn kubectl_through_the_aggregator() {
@@ -204,18 +200,6 @@ fn garbage_collector_and_namespace_deletion_reach_podsets() {
 async fn podsets_in(c: &Cluster, ns: &str) -> usize {
     let api: Api<PodSet> = Api::namespaced(c.client().await, ns);
     api.list(&Default::default()).await.unwrap().items.len()
-}
-
-async fn wait<F, Fut>(timeout: Duration, mut ok: F, what: &str)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    while !ok().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
 }
 
 #[test]

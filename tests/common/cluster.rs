@@ -1,7 +1,7 @@
 //! Each end-to-end test runs in its own network + PID namespace with its own control plane.
 
 use std::sync::{Condvar, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub use podset_apiserver::envtest::Cluster;
 use podset_apiserver::envtest::{inside_namespace, namespace_command, ServerCommand};
@@ -60,4 +60,31 @@ impl Drop for Slot {
 /// A cluster with the podset-apiserver binary under test.
 pub fn start() -> Cluster {
     Cluster::start(ServerCommand { program: BIN.into(), args: Vec::new() })
+}
+
+/// A small multi-threaded runtime for a test's async part.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+/// Polls `ok` until it holds, failing the test after `timeout`.
+pub async fn wait<F, Fut>(timeout: Duration, mut ok: F, what: &str)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !ok().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// [`wait`] with the controller tests' patience.
+pub async fn eventually<F, Fut>(what: &str, ok: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    wait(Duration::from_secs(90), ok, what).await
 }
