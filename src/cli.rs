@@ -105,6 +105,11 @@ pub struct Options {
     #[arg(long)]
     pub controller_pod_selector: Option<String>,
 
+    /// Start even when the store is empty while Pods in the main API server are still owned by PodSets (which
+    /// looks like a lost or unmounted data dir, and would let the garbage collector delete those Pods).
+    #[arg(long)]
+    pub allow_empty_store: bool,
+
     /// With several replicas, run the controller only on the holder of a Lease in the main API server.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,
@@ -150,6 +155,42 @@ pub fn init_tracing(format: LogFormat) {
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// An empty store while Pods still name PodSets as their controller means the data is missing, not new: serving
+/// would tell the garbage collector their owners are gone, and it would delete them.
+async fn refuse_if_pods_are_orphaned(client: &kube::Client, data_dir: &std::path::Path) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Pod;
+    let pods: kube::Api<Pod> = kube::Api::all(client.clone());
+    let mut params = kube::api::ListParams::default().limit(500);
+    loop {
+        let page = match pods.list_metadata(&params).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot check the main API server for Pods owned by PodSets");
+                return Ok(());
+            }
+        };
+        let owned = page.items.iter().find(|p| {
+            p.metadata.owner_references.iter().flatten().any(|r| {
+                r.controller == Some(true) && r.kind == crate::api::KIND && r.api_version == crate::api::API_VERSION
+            })
+        });
+        if let Some(p) = owned {
+            anyhow::bail!(
+                "the store in {} is empty, but Pod {}/{} in the main API server is owned by a PodSet: refusing to \
+                 start, because the garbage collector would delete such Pods. Restore the data directory, or pass \
+                 --allow-empty-store if the PodSets are really gone.",
+                data_dir.display(),
+                p.metadata.namespace.as_deref().unwrap_or(""),
+                p.metadata.name.as_deref().unwrap_or("")
+            );
+        }
+        match page.metadata.continue_ {
+            Some(c) if !c.is_empty() => params = params.continue_token(&c),
+            _ => return Ok(()),
+        }
     }
 }
 
@@ -236,6 +277,9 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let db_dir = opts.data_dir.join("db");
     let store = tokio::task::spawn_blocking(move || SledStore::open(&db_dir, limits)).await??;
     let store: Arc<dyn Store> = Arc::new(store);
+    if let (Some(client), true, false) = (&controller_client, store.current_revision() == 0, opts.allow_empty_store) {
+        refuse_if_pods_are_orphaned(client, &opts.data_dir).await?;
+    }
 
     let shutdown = CancellationToken::new();
     let cfg = ServerConfig {

@@ -271,6 +271,11 @@ fn controller_rides_out_a_main_api_server_outage() {
 
         c.start_apiserver();
         rt.block_on(eventually("4 pods after the outage", || async { live_pods(&pods, &ps).await.len() == 4 }));
+
+        // Losing the data dir while those Pods exist: the server refuses to start rather than orphan them.
+        let (status, log) = c.restart_podset_apiserver_empty(Duration::from_secs(60)).expect("the server kept running");
+        assert!(!status.success());
+        assert!(log.contains("refusing to start"), "{log}");
     });
 }
 

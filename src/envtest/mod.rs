@@ -356,6 +356,27 @@ impl Cluster {
         });
     }
 
+    /// Stops podset-apiserver, deletes its data directory (as a lost volume would), starts it again, and returns
+    /// its exit status and log if it exits within `wait` instead of serving.
+    pub fn restart_podset_apiserver_empty(&mut self, wait: Duration) -> Option<(std::process::ExitStatus, String)> {
+        let i = self.procs.iter().position(|p| p.name == "podset-apiserver").expect("running");
+        let mut old = self.procs.remove(i);
+        let _ = old.child.kill();
+        let _ = old.child.wait();
+        let _ = std::fs::remove_dir_all(self.dir.path().join("podset-data"));
+        self.start_podset_apiserver();
+        let deadline = Instant::now() + wait;
+        while Instant::now() < deadline {
+            let p = self.procs.last_mut().expect("just started");
+            if let Ok(Some(status)) = p.child.try_wait() {
+                std::thread::sleep(Duration::from_millis(200));
+                return Some((status, p.log()));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    }
+
     /// Applies a selector-less Service + Endpoints pointing at our server, and
     /// deploy/apiservice.yaml with our CA, then waits for `Available=True`.
     fn register(&mut self) {
