@@ -9,8 +9,13 @@ use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
+use crate::apiserver::cache::CacheLimits;
+use crate::apiserver::delegation::{self, TrustOverrides};
 use crate::apiserver::tls::{self, ClientCa};
-use crate::apiserver::{Authenticator, RequestHeader, Server, ServerConfig};
+use crate::apiserver::{
+    AlwaysAllowPaths, Authenticator, Authorizer, AuthorizerConfig, DynamicTrust, RequestHeader, Server, ServerConfig,
+    TokenReviewer, Trust,
+};
 use crate::controller::leader::{self, LeaseConfig};
 use crate::controller::{self, ControllerConfig};
 use crate::storage::{HistoryLimits, SledStore, Store};
@@ -54,8 +59,45 @@ pub struct Options {
 
     /// CA bundle that signs the front proxy's client certificate (kube-apiserver's --proxy-client-cert-file).
     /// X-Remote-* identity headers are believed only on connections presenting a certificate it verifies.
+    /// Default: read (and followed) from the ConfigMap kube-system/extension-apiserver-authentication.
     #[arg(long)]
     pub requestheader_client_ca_file: Option<PathBuf>,
+
+    /// CA bundle for client certificates (user = CN, groups = O). Default: from the same ConfigMap.
+    #[arg(long)]
+    pub client_ca_file: Option<PathBuf>,
+
+    /// Kubeconfig for TokenReviews and the authentication ConfigMap. Default: --kubeconfig, else in-cluster.
+    #[arg(long)]
+    pub authentication_kubeconfig: Option<PathBuf>,
+
+    /// Do not read the authentication ConfigMap; only the flags count.
+    #[arg(long)]
+    pub authentication_skip_lookup: bool,
+
+    /// Start even if the authentication ConfigMap cannot be read (requests may then be treated as anonymous).
+    #[arg(long)]
+    pub authentication_tolerate_lookup_failure: bool,
+
+    /// How long a TokenReview answer is cached (a rejection for at most 2s).
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub authentication_token_webhook_cache_ttl: Duration,
+
+    /// Kubeconfig for SubjectAccessReviews. Default: --kubeconfig, else in-cluster.
+    #[arg(long)]
+    pub authorization_kubeconfig: Option<PathBuf>,
+
+    /// How long an allowing SubjectAccessReview is cached.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub authorization_webhook_cache_authorized_ttl: Duration,
+
+    /// How long a denying SubjectAccessReview is cached.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub authorization_webhook_cache_unauthorized_ttl: Duration,
+
+    /// Paths anyone may reach without a SubjectAccessReview (exact, or a prefix ending in *).
+    #[arg(long, value_delimiter = ',', default_value = "/healthz,/readyz,/livez")]
+    pub authorization_always_allow_paths: Vec<String>,
 
     /// Common names allowed for the front proxy's client certificate (comma-separated; empty allows any).
     #[arg(long, value_delimiter = ',')]
@@ -118,7 +160,8 @@ pub struct Options {
     #[arg(long)]
     pub leader_election_namespace: Option<String>,
 
-    /// DEVELOPMENT ONLY: treat every request as coming from an administrator. Never use on a reachable network.
+    /// DEVELOPMENT ONLY: no delegated authentication or authorization; every request is allowed, as an
+    /// administrator unless a front proxy names someone. Never use on a reachable network.
     #[arg(long)]
     pub insecure_allow_all: bool,
 
@@ -145,6 +188,98 @@ pub struct Options {
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
+}
+
+/// A Go-style duration as k8s.io/apiserver's flags take it ("10s", "1m30s", "500ms"), or plain seconds.
+fn duration(s: &str) -> Result<Duration, String> {
+    if let Ok(secs) = s.parse::<u64>() {
+        return Ok(Duration::from_secs(secs));
+    }
+    let d: jiff::SignedDuration = s.parse().map_err(|e| format!("{s:?} is not a duration like 10s or 1m: {e}"))?;
+    Duration::try_from(d).map_err(|_| format!("{s:?} is negative"))
+}
+
+async fn client_from(path: Option<&std::path::Path>) -> anyhow::Result<Option<kube::Client>> {
+    match path {
+        Some(path) => {
+            let kc =
+                kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+            let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+            Ok(Some(kube::Client::try_from(cfg)?))
+        }
+        None if in_cluster() => Ok(Some(kube::Client::try_from(kube::Config::incluster()?)?)),
+        None => Ok(None),
+    }
+}
+
+/// Delegated authentication and authorization, as k8s.io/apiserver sets them up for sample-apiserver.
+async fn delegated_auth(
+    opts: &Options,
+    request_header: Option<RequestHeader>,
+    stop: &CancellationToken,
+) -> anyhow::Result<(Authenticator, Authorizer)> {
+    let overrides = TrustOverrides {
+        request_header,
+        client_ca: opts.client_ca_file.as_deref().map(ClientCa::from_file).transpose()?,
+    };
+    let trust = Arc::new(DynamicTrust::new(Trust {
+        request_header: overrides.request_header.clone(),
+        client_ca: overrides.client_ca.clone(),
+    }));
+    if opts.insecure_allow_all {
+        tracing::warn!(
+            "--insecure-allow-all: EVERY REQUEST IS ALLOWED, AS AN ADMINISTRATOR. For local development and tests only."
+        );
+        let authn = Authenticator { trust, tokens: None, insecure_allow_all: true };
+        return Ok((authn, Authorizer::allow_all()));
+    }
+    let fallback = opts.kubeconfig.as_deref();
+    let no_client = || {
+        anyhow::anyhow!(
+            "delegated authentication and authorization need the main API server: pass --kubeconfig (or \
+             --authentication-kubeconfig and --authorization-kubeconfig), or run in a cluster. \
+             --insecure-allow-all serves without them, for development only."
+        )
+    };
+    let authn_client =
+        client_from(opts.authentication_kubeconfig.as_deref().or(fallback)).await?.ok_or_else(no_client)?;
+    let authz_client =
+        client_from(opts.authorization_kubeconfig.as_deref().or(fallback)).await?.ok_or_else(no_client)?;
+
+    if !opts.authentication_skip_lookup && !overrides.fixes_everything() {
+        let first = delegation::follow_cluster_trust(authn_client.clone(), trust.clone(), overrides, stop.clone());
+        if let Err(e) = first.await {
+            if !opts.authentication_tolerate_lookup_failure {
+                anyhow::bail!(
+                    "reading {}/{}: {e} (the server needs the RoleBinding to extension-apiserver-authentication-reader \
+                     in deploy/rbac.yaml; --authentication-tolerate-lookup-failure starts anyway)",
+                    delegation::CONFIGMAP_NAMESPACE,
+                    delegation::CONFIGMAP_NAME
+                );
+            }
+            tracing::warn!(error = %e, "cannot read the authentication ConfigMap; continuing with the flags only");
+        }
+    }
+    let token_ttl = opts.authentication_token_webhook_cache_ttl;
+    let tokens = TokenReviewer::new(
+        authn_client,
+        CacheLimits { allowed_ttl: token_ttl, denied_ttl: token_ttl.min(Duration::from_secs(2)), capacity: 10_000 },
+        Duration::from_secs(10),
+    );
+    let authorizer = Authorizer::new(
+        Some(authz_client),
+        AuthorizerConfig {
+            always_allow_paths: AlwaysAllowPaths::new(&opts.authorization_always_allow_paths)
+                .map_err(|e| anyhow::anyhow!("--authorization-always-allow-paths: {e}"))?,
+            cache: CacheLimits {
+                allowed_ttl: opts.authorization_webhook_cache_authorized_ttl,
+                denied_ttl: opts.authorization_webhook_cache_unauthorized_ttl,
+                capacity: 10_000,
+            },
+            timeout: Duration::from_secs(10),
+        },
+    );
+    Ok((Authenticator { trust, tokens: Some(tokens), insecure_allow_all: false }, authorizer))
 }
 
 pub fn init_tracing(format: LogFormat) {
@@ -243,13 +378,8 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         }),
         None => None,
     };
-    if opts.insecure_allow_all {
-        tracing::warn!(
-            "--insecure-allow-all: EVERY REQUEST IS TREATED AS AN ADMINISTRATOR. For local development and tests only."
-        );
-    } else if request_header.is_none() {
-        tracing::warn!("no --requestheader-client-ca-file: every API request will be refused with 401");
-    }
+    let shutdown = CancellationToken::new();
+    let (authenticator, authorizer) = delegated_auth(&opts, request_header, &shutdown).await?;
 
     let controller_client = match (&opts.kubeconfig, in_cluster(), opts.enable_controller) {
         (_, _, false) => {
@@ -260,13 +390,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             tracing::info!("no --kubeconfig and not in a cluster: running without the embedded controller");
             None
         }
-        (Some(path), _, true) => {
-            let kc =
-                kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
-            let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-            Some(kube::Client::try_from(cfg)?)
-        }
-        (None, true, true) => Some(kube::Client::try_from(kube::Config::incluster()?)?),
+        (path, _, true) => client_from(path.as_deref()).await?,
     };
 
     let limits = HistoryLimits {
@@ -281,10 +405,10 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         refuse_if_pods_are_orphaned(client, &opts.data_dir).await?;
     }
 
-    let shutdown = CancellationToken::new();
     let cfg = ServerConfig {
         tls: tls::server_config(certs, key)?,
-        authenticator: Authenticator { request_header, insecure_allow_all: opts.insecure_allow_all },
+        authenticator,
+        authorizer,
         bookmark_interval: Duration::from_secs(opts.watch_bookmark_interval.max(1)),
         shutdown_grace: Duration::from_secs(opts.shutdown_timeout),
     };

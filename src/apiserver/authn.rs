@@ -1,32 +1,100 @@
-//! Who is calling: the front proxy's `X-Remote-*` headers, believed only on a connection whose client certificate
-//! chains to the request-header CA (with an allowed CN), or everyone as an admin under `--insecure-allow-all`.
+//! Who is calling, decided as k8s.io/apiserver's delegated authenticator does, first success wins:
+//! 1. the front proxy's `X-Remote-*` headers, on a connection whose client certificate chains to the request-header
+//!    CA and has an allowed CN;
+//! 2. a client certificate from the cluster's client CA (user = CN, groups = O);
+//! 3. a bearer token, reviewed by the main API server (TokenReview, cached).
+//!
+//! A credential that was presented and failed is a 401, never a fall back to anonymous. With none, the caller is
+//! `system:anonymous`, which authorization then treats as it says. The trust anchors can change at run time
+//! (the cluster's `extension-apiserver-authentication` ConfigMap), so a connection's certificate is judged against
+//! the current ones.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
-use http::HeaderMap;
+use http::{header, HeaderMap};
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use kube::api::PostParams;
+use parking_lot::{Mutex, RwLock};
 use rustls::pki_types::CertificateDer;
+use sha2::{Digest, Sha256};
 
+use super::cache::{CacheLimits, Decision, DecisionCache};
 use super::error::{ApiError, ApiResult};
 use super::tls::ClientCa;
 
-/// What a connection proved in its TLS handshake.
-#[derive(Debug, Clone)]
-pub struct ConnInfo {
-    pub remote: SocketAddr,
-    /// The CN of a client certificate that verified against the request-header CA and is an allowed name.
-    pub front_proxy: Option<String>,
-}
+pub const ANONYMOUS: &str = "system:anonymous";
+pub const UNAUTHENTICATED: &str = "system:unauthenticated";
+pub const AUTHENTICATED: &str = "system:authenticated";
 
 /// The caller, as Kubernetes' `user.Info`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct User {
     pub name: String,
+    pub uid: String,
     pub groups: Vec<String>,
     pub extra: BTreeMap<String, Vec<String>>,
 }
 
-/// `--requestheader-*` settings.
+impl User {
+    fn named(name: impl Into<String>, groups: Vec<String>) -> Self {
+        Self { name: name.into(), uid: String::new(), groups, extra: BTreeMap::new() }
+    }
+
+    pub fn anonymous() -> Self {
+        Self::named(ANONYMOUS, vec![UNAUTHENTICATED.into()])
+    }
+
+    /// Every authenticated user is in `system:authenticated` (k8s.io/apiserver's `AuthenticatedGroupAdder`).
+    fn authenticated(mut self) -> Self {
+        if self.name != ANONYMOUS && !self.groups.iter().any(|g| g == AUTHENTICATED || g == UNAUTHENTICATED) {
+            self.groups.push(AUTHENTICATED.into());
+        }
+        self
+    }
+}
+
+/// What a connection presented in its TLS handshake, and a memo of what that proves under the current trust.
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    pub remote: SocketAddr,
+    chain: Option<Arc<Vec<CertificateDer<'static>>>>,
+    memo: Arc<Mutex<Option<Memo>>>,
+}
+
+/// What a connection's certificate proved, under which trust generation, and until when (Unix seconds).
+#[derive(Debug, Clone)]
+struct Memo {
+    generation: u64,
+    until: i64,
+    outcome: CertOutcome,
+}
+
+/// How long a verdict on a connection's certificate stands before it is checked again.
+const RECHECK_SECONDS: i64 = 60;
+
+impl ConnInfo {
+    pub fn new(remote: SocketAddr, chain: Option<&[CertificateDer<'_>]>) -> Self {
+        let chain =
+            chain.filter(|c| !c.is_empty()).map(|c| Arc::new(c.iter().map(|d| d.clone().into_owned()).collect()));
+        Self { remote, chain, memo: Arc::new(Mutex::new(None)) }
+    }
+}
+
+/// What a client certificate proves.
+#[derive(Debug, Clone, Default)]
+struct CertOutcome {
+    /// Verified against the request-header CA with an allowed CN: the headers may be believed.
+    front_proxy: bool,
+    /// Verified against the client CA.
+    client: Option<User>,
+    /// A configured verifier rejected the chain (a 401 unless something else authenticates).
+    rejected: Option<String>,
+}
+
+/// Front-proxy settings (`--requestheader-*` or the ConfigMap's `requestheader-*` keys).
 #[derive(Clone)]
 pub struct RequestHeader {
     pub ca: ClientCa,
@@ -36,34 +104,214 @@ pub struct RequestHeader {
     pub extra_headers_prefixes: Vec<String>,
 }
 
+/// The trust anchors in force.
 #[derive(Clone, Default)]
-pub struct Authenticator {
+pub struct Trust {
     pub request_header: Option<RequestHeader>,
+    pub client_ca: Option<ClientCa>,
+}
+
+/// The current [`Trust`], replaceable while serving; the generation tells connections to judge their certificate
+/// again. Both live under one lock so a reader never pairs a new generation with old anchors.
+pub struct DynamicTrust {
+    current: RwLock<(u64, Arc<Trust>)>,
+}
+
+impl Default for DynamicTrust {
+    fn default() -> Self {
+        Self::new(Trust::default())
+    }
+}
+
+impl DynamicTrust {
+    pub fn new(trust: Trust) -> Self {
+        Self { current: RwLock::new((1, Arc::new(trust))) }
+    }
+
+    pub fn set(&self, trust: Trust) {
+        let mut current = self.current.write();
+        *current = (current.0 + 1, Arc::new(trust));
+    }
+
+    pub fn get(&self) -> (u64, Arc<Trust>) {
+        let current = self.current.read();
+        (current.0, current.1.clone())
+    }
+}
+
+/// Bearer tokens, reviewed by the main API server.
+pub struct TokenReviewer {
+    client: kube::Client,
+    cache: DecisionCache<[u8; 32], User>,
+    timeout: Duration,
+}
+
+impl TokenReviewer {
+    pub fn new(client: kube::Client, cache: CacheLimits, timeout: Duration) -> Self {
+        Self { client, cache: DecisionCache::new(cache), timeout }
+    }
+
+    /// The user, `Ok(None)` for a token the main API server rejects, `Err` when it cannot be asked.
+    async fn review(&self, token: &str) -> Result<Option<User>, String> {
+        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        match self.cache.get(&key).await {
+            Some(Decision::Allowed(u)) => return Ok(Some(u)),
+            Some(Decision::Denied(_)) => return Ok(None),
+            None => {}
+        }
+        let api: kube::Api<TokenReview> = kube::Api::all(self.client.clone());
+        let review =
+            TokenReview { spec: TokenReviewSpec { token: token.to_owned(), audiences: None }, ..Default::default() };
+        let mut delay = Duration::from_millis(100);
+        let mut attempt = 0;
+        let answer = loop {
+            attempt += 1;
+            match tokio::time::timeout(self.timeout, api.create(&PostParams::default(), &review)).await {
+                Ok(Ok(a)) => break a,
+                Ok(Err(kube::Error::Api(e))) if e.code < 500 || attempt >= 3 => {
+                    return Err(format!("TokenReview refused: {}", e.message))
+                }
+                Ok(Err(e)) if attempt >= 3 => return Err(format!("TokenReview failed: {e}")),
+                Err(_) if attempt >= 3 => return Err("TokenReview: the main API server did not answer".into()),
+                _ => {
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
+            }
+        };
+        let status = answer.status.unwrap_or_default();
+        let decision = match status.user.filter(|_| status.authenticated == Some(true)) {
+            Some(u) => Decision::Allowed(User {
+                name: u.username.unwrap_or_default(),
+                uid: u.uid.unwrap_or_default(),
+                groups: u.groups.unwrap_or_default(),
+                extra: u.extra.unwrap_or_default(),
+            }),
+            None => Decision::Denied(status.error.unwrap_or_default()),
+        };
+        self.cache.insert(key, decision.clone()).await;
+        Ok(match decision {
+            Decision::Allowed(u) if !u.name.is_empty() => Some(u),
+            _ => None,
+        })
+    }
+}
+
+#[derive(Default)]
+pub struct Authenticator {
+    pub trust: Arc<DynamicTrust>,
+    pub tokens: Option<TokenReviewer>,
+    /// Development only: a caller nothing else identifies is an administrator.
     pub insecure_allow_all: bool,
 }
 
-impl Authenticator {
-    /// Checks a connection's client chain once, at handshake time.
-    pub fn front_proxy_identity(&self, chain: Option<&[CertificateDer<'_>]>) -> Option<String> {
-        let rh = self.request_header.as_ref()?;
-        let cn = rh.ca.verify(chain?)?;
-        (rh.allowed_names.is_empty() || rh.allowed_names.contains(&cn)).then_some(cn)
-    }
+fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let auth = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
+    let mut parts = auth.splitn(3, ' ');
+    let scheme = parts.next()?;
+    let token = parts.next()?;
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
 
-    pub fn authenticate(&self, conn: &ConnInfo, headers: &HeaderMap) -> ApiResult<User> {
-        if let (Some(rh), Some(_)) = (&self.request_header, &conn.front_proxy) {
-            if let Some(user) = from_headers(rh, headers) {
-                return Ok(user);
+impl Authenticator {
+    fn judge(&self, conn: &ConnInfo) -> (Arc<Trust>, CertOutcome) {
+        let (generation, trust) = self.trust.get();
+        let Some(chain) = &conn.chain else { return (trust, CertOutcome::default()) };
+        let now = jiff::Timestamp::now().as_second();
+        let mut memo = conn.memo.lock();
+        if let Some(m) = memo.as_ref() {
+            if m.generation == generation && now < m.until {
+                return (trust, m.outcome.clone());
             }
         }
-        if self.insecure_allow_all {
-            return Ok(User {
-                name: "system:admin".into(),
-                groups: vec!["system:masters".into(), "system:authenticated".into()],
-                extra: BTreeMap::new(),
-            });
+        let mut out = CertOutcome::default();
+        let mut until = now + RECHECK_SECONDS;
+        if let Some(rh) = &trust.request_header {
+            match rh.ca.verify(chain) {
+                None => out.rejected = Some("the certificate is not signed by the request-header CA".into()),
+                Some(s) if !rh.allowed_names.is_empty() && !rh.allowed_names.contains(&s.common_name) => {
+                    out.rejected = Some(format!("{:?} is not an allowed request-header client name", s.common_name))
+                }
+                Some(s) => {
+                    out.front_proxy = true;
+                    until = until.min(s.not_after);
+                }
+            }
         }
-        Err(ApiError::unauthorized())
+        if let Some(ca) = &trust.client_ca {
+            match ca.verify(chain) {
+                Some(s) => {
+                    until = until.min(s.not_after);
+                    out.client = Some(User::named(s.common_name, s.organizations).authenticated());
+                }
+                None => {
+                    out.rejected.get_or_insert_with(|| "the certificate is not signed by the client CA".into());
+                }
+            }
+        }
+        *memo = Some(Memo { generation, until, outcome: out.clone() });
+        (trust, out)
+    }
+
+    /// The caller of a request. Identity headers and the bearer token are removed from `headers` either way:
+    /// nothing after this point may read them.
+    pub async fn authenticate(&self, conn: &ConnInfo, headers: &mut HeaderMap) -> ApiResult<User> {
+        let (trust, cert) = self.judge(conn);
+        let from_proxy = match (&trust.request_header, cert.front_proxy) {
+            (Some(rh), true) => from_headers(rh, headers),
+            _ => None,
+        };
+        strip_identity(trust.request_header.as_ref(), headers);
+        let token = bearer_token(headers).map(str::to_owned);
+        headers.remove(header::AUTHORIZATION);
+
+        if let Some(user) = from_proxy {
+            return Ok(user.authenticated());
+        }
+        if let Some(user) = cert.client {
+            return Ok(user);
+        }
+        if self.insecure_allow_all {
+            return Ok(User::named("system:admin", vec!["system:masters".into(), AUTHENTICATED.into()]));
+        }
+        if let (Some(token), Some(reviewer)) = (token, &self.tokens) {
+            return match reviewer.review(&token).await {
+                Ok(Some(user)) => Ok(user.authenticated()),
+                Ok(None) => Err(ApiError::unauthorized()),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot authenticate a bearer token");
+                    Err(ApiError::service_unavailable(format!("authentication is unavailable: {e}")))
+                }
+            };
+        }
+        if let Some(why) = cert.rejected {
+            tracing::debug!(remote = %conn.remote, why, "client certificate rejected");
+            return Err(ApiError::unauthorized());
+        }
+        Ok(User::anonymous())
+    }
+}
+
+const DEFAULT_IDENTITY_HEADERS: [&str; 2] = ["x-remote-user", "x-remote-group"];
+const DEFAULT_EXTRA_PREFIX: &str = "x-remote-extra-";
+
+/// Removes every header that could claim an identity, configured or default.
+fn strip_identity(rh: Option<&RequestHeader>, headers: &mut HeaderMap) {
+    let mut prefixes = vec![DEFAULT_EXTRA_PREFIX.to_owned()];
+    let mut names: Vec<String> = DEFAULT_IDENTITY_HEADERS.iter().map(|s| s.to_string()).collect();
+    if let Some(rh) = rh {
+        prefixes.extend(rh.extra_headers_prefixes.iter().map(|p| p.to_ascii_lowercase()));
+        names.extend(rh.username_headers.iter().chain(&rh.group_headers).map(|h| h.to_ascii_lowercase()));
+    }
+    let doomed: Vec<_> = headers
+        .keys()
+        .filter(|k| {
+            names.iter().any(|n| n == k.as_str()) || prefixes.iter().any(|p| k.as_str().starts_with(p.as_str()))
+        })
+        .cloned()
+        .collect();
+    for k in doomed {
+        headers.remove(k);
     }
 }
 
@@ -76,18 +324,17 @@ fn from_headers(rh: &RequestHeader, headers: &HeaderMap) -> Option<User> {
     let groups = rh.group_headers.iter().flat_map(|h| values(headers, h)).map(str::to_owned).collect();
     let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (header, value) in headers {
-        let lower = header.as_str();
         for prefix in &rh.extra_headers_prefixes {
             let prefix = prefix.to_ascii_lowercase();
-            if let Some(key) = lower.strip_prefix(prefix.as_str()) {
-                let key = percent_decode(key);
+            if let Some(key) = header.as_str().strip_prefix(prefix.as_str()) {
+                let key = percent_decode(key).to_lowercase();
                 if let Ok(v) = value.to_str() {
                     extra.entry(key).or_default().push(v.to_owned());
                 }
             }
         }
     }
-    Some(User { name, groups, extra })
+    Some(User { name, uid: String::new(), groups, extra })
 }
 
 /// Extra keys are percent-encoded in header names (kube-apiserver's `headerKeyEscape`).
@@ -112,6 +359,8 @@ fn percent_decode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::apiserver::tls::make_ca;
+    use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair};
 
     #[test]
     fn extra_keys_are_unescaped() {
@@ -120,14 +369,139 @@ mod tests {
         assert_eq!(percent_decode("bad%zz"), "bad%zz");
     }
 
-    #[test]
-    fn no_trusted_connection_means_unauthorized() {
-        let a = Authenticator::default();
-        let conn = ConnInfo { remote: "127.0.0.1:1".parse().unwrap(), front_proxy: None };
+    struct Ca {
+        pem: String,
+        key: KeyPair,
+        params: CertificateParams,
+    }
+
+    fn ca(name: &str) -> Ca {
+        let (pem, key, params) = make_ca(name).unwrap();
+        Ca { pem, key, params }
+    }
+
+    fn leaf(ca: &Ca, cn: &str, orgs: &[&str]) -> CertificateDer<'static> {
+        let issuer = Issuer::new(ca.params.clone(), &ca.key);
+        let mut p = CertificateParams::default();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        for o in orgs {
+            p.distinguished_name.push(DnType::OrganizationName, *o);
+        }
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate().unwrap();
+        p.signed_by(&key, &issuer).unwrap().der().clone()
+    }
+
+    fn client_ca(ca: &Ca) -> ClientCa {
+        ClientCa::from_pem(ca.pem.as_bytes(), std::path::Path::new("test")).unwrap()
+    }
+
+    fn request_header(ca: &Ca, allowed: &[&str]) -> RequestHeader {
+        RequestHeader {
+            ca: client_ca(ca),
+            allowed_names: allowed.iter().map(|s| s.to_string()).collect(),
+            username_headers: vec!["X-Remote-User".into()],
+            group_headers: vec!["X-Remote-Group".into()],
+            extra_headers_prefixes: vec!["X-Remote-Extra-".into()],
+        }
+    }
+
+    fn conn(cert: Option<CertificateDer<'static>>) -> ConnInfo {
+        let chain = cert.map(|c| vec![c]);
+        ConnInfo::new("127.0.0.1:1".parse().unwrap(), chain.as_deref())
+    }
+
+    fn forged() -> HeaderMap {
         let mut h = HeaderMap::new();
         h.insert("x-remote-user", "admin".parse().unwrap());
-        assert_eq!(a.authenticate(&conn, &h).unwrap_err().code(), 401);
+        h.insert("x-remote-group", "system:masters".parse().unwrap());
+        h.insert("x-remote-extra-scopes", "all".parse().unwrap());
+        h
+    }
+
+    fn auth(trust: Trust) -> Authenticator {
+        Authenticator { trust: Arc::new(DynamicTrust::new(trust)), ..Default::default() }
+    }
+
+    #[tokio::test]
+    async fn headers_count_only_on_a_verified_allowed_proxy_certificate_and_are_stripped() {
+        let proxy_ca = ca("front-proxy-ca");
+        let cluster_ca = ca("cluster-ca");
+        let a = auth(Trust {
+            request_header: Some(request_header(&proxy_ca, &["front-proxy-client"])),
+            client_ca: Some(client_ca(&cluster_ca)),
+        });
+
+        let mut h = forged();
+        let u = a.authenticate(&conn(Some(leaf(&proxy_ca, "front-proxy-client", &[]))), &mut h).await.unwrap();
+        assert_eq!(u.name, "admin");
+        assert_eq!(u.groups, vec!["system:masters", AUTHENTICATED]);
+        assert_eq!(u.extra.get("scopes"), Some(&vec!["all".to_owned()]));
+        assert!(h.is_empty(), "identity headers left for later code: {h:?}");
+
+        // No certificate: forged headers are ignored (and stripped); the caller is anonymous.
+        let mut h = forged();
+        assert_eq!(a.authenticate(&conn(None), &mut h).await.unwrap(), User::anonymous());
+        assert!(h.is_empty());
+
+        // A proxy certificate with a CN that is not allowed, or from another CA: a failed credential is a 401.
+        for cert in [leaf(&proxy_ca, "someone-else", &[]), leaf(&ca("other"), "front-proxy-client", &[])] {
+            let e = a.authenticate(&conn(Some(cert)), &mut forged()).await.unwrap_err();
+            assert_eq!(e.code(), 401);
+        }
+
+        // The proxy's certificate without a user header proves nothing the client CA accepts: 401, not anonymous.
+        let e = a
+            .authenticate(&conn(Some(leaf(&proxy_ca, "front-proxy-client", &[]))), &mut HeaderMap::new())
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), 401);
+
+        // A client certificate from the cluster CA: CN and O, headers ignored.
+        let u = a.authenticate(&conn(Some(leaf(&cluster_ca, "carol", &["dev"]))), &mut forged()).await.unwrap();
+        assert_eq!((u.name.as_str(), u.groups.clone()), ("carol", vec!["dev".into(), AUTHENTICATED.into()]));
+    }
+
+    #[tokio::test]
+    async fn a_trust_change_is_seen_by_open_connections() {
+        let proxy_ca = ca("front-proxy-ca");
+        let a =
+            auth(Trust { request_header: Some(request_header(&proxy_ca, &["front-proxy-client"])), client_ca: None });
+        let c = conn(Some(leaf(&proxy_ca, "other-proxy", &[])));
+        assert_eq!(a.authenticate(&c, &mut forged()).await.unwrap_err().code(), 401);
+        a.trust.set(Trust {
+            request_header: Some(request_header(&proxy_ca, &["front-proxy-client", "other-proxy"])),
+            client_ca: None,
+        });
+        assert_eq!(a.authenticate(&c, &mut forged()).await.unwrap().name, "admin");
+        // And a name taken away stops working on the same connection.
+        a.trust
+            .set(Trust { request_header: Some(request_header(&proxy_ca, &["front-proxy-client"])), client_ca: None });
+        assert_eq!(a.authenticate(&c, &mut forged()).await.unwrap_err().code(), 401);
+        // So does a rotated CA.
+        let proxy = conn(Some(leaf(&proxy_ca, "front-proxy-client", &[])));
+        assert_eq!(a.authenticate(&proxy, &mut forged()).await.unwrap().name, "admin");
+        a.trust.set(Trust { request_header: Some(request_header(&ca("new-ca"), &[])), client_ca: None });
+        assert_eq!(a.authenticate(&proxy, &mut forged()).await.unwrap_err().code(), 401);
+    }
+
+    #[tokio::test]
+    async fn bearer_tokens_without_a_reviewer_are_stripped_and_the_caller_stays_anonymous() {
+        let a = auth(Trust::default());
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, "Bearer abc".parse().unwrap());
+        assert_eq!(a.authenticate(&conn(None), &mut h).await.unwrap(), User::anonymous());
+        assert!(h.get(header::AUTHORIZATION).is_none());
+        assert_eq!(
+            bearer_token(&{
+                let mut h = HeaderMap::new();
+                h.insert(header::AUTHORIZATION, "bearer  x".parse().unwrap());
+                h
+            }),
+            None,
+            "an empty token after the scheme is no token"
+        );
         let open = Authenticator { insecure_allow_all: true, ..Default::default() };
-        assert_eq!(open.authenticate(&conn, &h).unwrap().name, "system:admin");
+        assert_eq!(open.authenticate(&conn(None), &mut forged()).await.unwrap().name, "system:admin");
     }
 }

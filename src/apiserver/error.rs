@@ -124,6 +124,19 @@ impl ApiError {
         Self::new(401, "Unauthorized", "Unauthorized")
     }
 
+    /// 403 with kube-apiserver's details: the group, the resource as `kind`, the name.
+    pub fn forbidden(message: String, group: &str, resource: &str, name: &str) -> Self {
+        Self::new(403, "Forbidden", message).with_details(status_details(name, group, resource, Vec::new()))
+    }
+
+    pub fn impersonation_unsupported() -> Self {
+        Self::new(
+            403,
+            "Forbidden",
+            "impersonation is not supported by podset-apiserver directly: send impersonated requests through kube-apiserver",
+        )
+    }
+
     pub fn method_not_allowed(method: &http::Method, path: &str) -> Self {
         Self::new(
             405,

@@ -1,4 +1,5 @@
-//! The request pipeline: identity → request info → dispatch → representation. Every error becomes a Status here.
+//! The request pipeline: identity → permission → request info → dispatch → representation. Every error becomes a
+//! Status here.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -12,6 +13,7 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 
 use super::authn::{Authenticator, ConnInfo};
+use super::authz::{Attributes, Authorizer};
 use super::discovery::{Discovery, Doc};
 use super::error::{ApiError, ApiResult};
 use super::negotiate::{body_format, negotiate, BodyFormat, Output, APIS, OBJECTS, PLAIN};
@@ -30,6 +32,7 @@ const DRAIN_BYTES: usize = 16 * 1024 * 1024;
 pub struct App {
     pub registry: Registry,
     pub authenticator: Authenticator,
+    pub authorizer: Authorizer,
     pub discovery: Discovery,
     pub watch: WatchConfig,
 }
@@ -58,14 +61,22 @@ pub async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
 
 type Served = Result<(Response, Option<String>), (ApiError, Option<String>)>;
 
-async fn serve(app: &App, req: Request, conn: Option<&ConnInfo>) -> Served {
-    let target = Target::parse(req.uri().path()).map_err(|e| (e, None))?;
-    if target == Target::Health {
-        return Ok((health(req.method()).map_err(|e| (e, None))?, None));
-    }
+async fn serve(app: &App, mut req: Request, conn: Option<&ConnInfo>) -> Served {
     let conn = conn.ok_or_else(|| (ApiError::unauthorized(), None))?;
-    let user = app.authenticator.authenticate(conn, req.headers()).map_err(|e| (e, None))?;
+    let user = app.authenticator.authenticate(conn, req.headers_mut()).await.map_err(|e| (e, None))?;
     let name = Some(user.name.clone());
+    // kube-apiserver impersonates before proxying; a direct request must not think it acted as someone else.
+    if req.headers().keys().any(|k| k.as_str().starts_with("impersonate-")) {
+        return Err((ApiError::impersonation_unsupported(), name));
+    }
+    let attrs = Attributes::from_request(req.method(), req.uri().path(), req.uri().query());
+    if let Err(e) = app.authorizer.authorize(&user, &attrs).await {
+        return Err((e, name));
+    }
+    let target = match Target::parse(req.uri().path()) {
+        Ok(t) => t,
+        Err(e) => return Err((e, name)),
+    };
     match dispatch(app, target, req).await {
         Ok(r) => Ok((r, name)),
         Err(e) => Err((e, name)),

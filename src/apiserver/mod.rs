@@ -1,6 +1,10 @@
-//! The HTTPS server: rustls (HTTP/2 and HTTP/1.1), per-connection client identity, the axum app, graceful shutdown.
+//! The HTTPS server: rustls (HTTP/2 and HTTP/1.1), delegated authentication and authorization, the axum app,
+//! graceful shutdown.
 
 pub mod authn;
+pub mod authz;
+pub mod cache;
+pub mod delegation;
 pub mod discovery;
 pub mod error;
 mod handlers;
@@ -25,7 +29,8 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
-pub use authn::{Authenticator, ConnInfo, RequestHeader, User};
+pub use authn::{Authenticator, ConnInfo, DynamicTrust, RequestHeader, TokenReviewer, Trust, User};
+pub use authz::{AlwaysAllowPaths, Authorizer, AuthorizerConfig};
 pub use handlers::{App, MAX_BODY_BYTES};
 pub use watch::WatchConfig;
 
@@ -37,6 +42,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct ServerConfig {
     pub tls: rustls::ServerConfig,
     pub authenticator: Authenticator,
+    pub authorizer: Authorizer,
     pub bookmark_interval: Duration,
     /// How long in-flight requests may take to finish after shutdown starts.
     pub shutdown_grace: Duration,
@@ -61,6 +67,7 @@ impl Server {
         let app = Arc::new(App {
             registry: registry::Registry::new(store),
             authenticator: cfg.authenticator,
+            authorizer: cfg.authorizer,
             discovery: discovery::Discovery::build(),
             watch: WatchConfig { bookmark_interval: cfg.bookmark_interval, shutdown },
         });
@@ -90,7 +97,6 @@ impl Server {
             };
             let _ = tcp.set_nodelay(true);
             let acceptor = self.acceptor.clone();
-            let app = self.app.clone();
             let router = router.clone();
             let watcher = graceful.watcher();
             tokio::spawn(async move {
@@ -102,8 +108,7 @@ impl Server {
                     }
                     Err(_) => return,
                 };
-                let front_proxy = app.authenticator.front_proxy_identity(tls.get_ref().1.peer_certificates());
-                let conn = ConnInfo { remote, front_proxy };
+                let conn = ConnInfo::new(remote, tls.get_ref().1.peer_certificates());
                 let svc = router.map_request(move |mut req: axum::extract::Request<hyper::body::Incoming>| {
                     req.extensions_mut().insert(conn.clone());
                     req

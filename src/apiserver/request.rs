@@ -114,8 +114,12 @@ pub enum Verb {
 impl Verb {
     pub fn of(method: &Method, req: &ResourceRequest, watch: bool) -> Option<Self> {
         let named = req.name.is_some();
+        // The `/watch/` prefix serves only GET; `?watch` applies to collections (a named GET ignores it), as in
+        // kube-apiserver, so what was authorized is what runs.
         Some(match (method.as_str(), named) {
-            ("GET" | "HEAD", _) if watch || req.watch_path => Verb::Watch,
+            ("GET" | "HEAD", _) if req.watch_path => Verb::Watch,
+            _ if req.watch_path => return None,
+            ("GET" | "HEAD", false) if watch => Verb::Watch,
             ("GET" | "HEAD", true) => Verb::Get,
             ("GET" | "HEAD", false) => Verb::List,
             ("POST", false) => Verb::Create,
@@ -184,12 +188,18 @@ fn parse_int<T: std::str::FromStr>(name: &str, v: &str) -> ApiResult<T> {
 }
 
 impl Query {
+    /// The first value of a repeated parameter counts, as in kube-apiserver (and in authorization).
     pub fn parse(raw: Option<&str>) -> ApiResult<Self> {
         let mut q = Query::default();
+        let mut seen = std::collections::HashSet::new();
         for (k, v) in form_urlencoded::parse(raw.unwrap_or("").as_bytes()) {
+            if !seen.insert(k.clone()) {
+                continue;
+            }
             let v = v.as_ref();
             match k.as_ref() {
-                "watch" => q.watch = parse_bool("watch", v)?,
+                // kube-apiserver's conversion: only "0" and "false" (any case) are false.
+                "watch" => q.watch = !(v == "0" || v.eq_ignore_ascii_case("false")),
                 "resourceVersion" => q.resource_version = Some(v.to_owned()).filter(|s| !s.is_empty()),
                 "resourceVersionMatch" => q.resource_version_match = Some(v.to_owned()).filter(|s| !s.is_empty()),
                 "limit" => q.limit = Some(parse_int::<i64>("limit", v)?).filter(|l| *l > 0).map(|l| l as usize),
@@ -294,13 +304,33 @@ mod tests {
     }
 
     #[test]
+    fn verbs_serve_only_what_kube_apiserver_would_authorize() {
+        let coll = ResourceRequest { namespace: Some("ns".into()), name: None, subresource: None, watch_path: false };
+        let named = ResourceRequest { name: Some("a".into()), ..coll.clone() };
+        let watch_path = ResourceRequest { watch_path: true, ..coll.clone() };
+        assert_eq!(Verb::of(&Method::GET, &coll, true), Some(Verb::Watch));
+        assert_eq!(Verb::of(&Method::GET, &named, true), Some(Verb::Get), "a named GET ignores ?watch");
+        assert_eq!(Verb::of(&Method::GET, &watch_path, false), Some(Verb::Watch));
+        for m in [Method::DELETE, Method::POST, Method::PUT, Method::PATCH] {
+            assert_eq!(Verb::of(&m, &watch_path, false), None, "{m} on a /watch/ path");
+        }
+        assert_eq!(Verb::of(&Method::DELETE, &coll, false), Some(Verb::DeleteCollection));
+    }
+
+    #[test]
     fn parses_query_options_and_rejects_bad_ones() {
         let q = Query::parse(Some("watch=1&limit=5&labelSelector=a%3Db&dryRun=All&fieldValidation=Strict")).unwrap();
         assert!(q.watch && q.dry_run);
         assert_eq!(q.limit, Some(5));
         assert_eq!(q.label_selector.as_deref(), Some("a=b"));
         assert_eq!(q.field_validation, FieldValidation::Strict);
-        for bad in ["watch=maybe", "limit=x", "dryRun=Some", "fieldValidation=Loose", "resourceVersionMatch=Newest"] {
+        for (raw, watch) in [("watch=false", false), ("watch=0", false), ("watch=FALSE", false), ("watch=", true)] {
+            assert_eq!(Query::parse(Some(raw)).unwrap().watch, watch, "{raw}");
+        }
+        let q = Query::parse(Some("watch=false&watch=true&fieldSelector=metadata.name%3Dweb&fieldSelector=")).unwrap();
+        assert!(!q.watch, "the first value counts");
+        assert_eq!(q.field_selector.as_deref(), Some("metadata.name=web"));
+        for bad in ["limit=x", "dryRun=Some", "fieldValidation=Loose", "resourceVersionMatch=Newest"] {
             assert_eq!(Query::parse(Some(bad)).unwrap_err().code(), 400, "{bad}");
         }
     }

@@ -196,28 +196,48 @@ pub struct ClientCa {
     verifier: Arc<dyn ClientCertVerifier>,
 }
 
+/// Who a verified client certificate names: CN is the user, O the groups (as kube-apiserver reads them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subject {
+    pub common_name: String,
+    pub organizations: Vec<String>,
+    /// Unix seconds after which the certificate is no longer valid.
+    pub not_after: i64,
+}
+
 impl ClientCa {
     pub fn from_file(path: &Path) -> Result<Self, TlsError> {
+        let pem = std::fs::read(path).map_err(|source| TlsError::Read { path: path.into(), source })?;
+        Self::from_pem(&pem, path)
+    }
+
+    /// `origin` names where the PEM came from, for errors.
+    pub fn from_pem(pem: &[u8], origin: &Path) -> Result<Self, TlsError> {
         let mut roots = RootCertStore::empty();
-        for cert in read_certs(path)? {
-            roots.add(cert).map_err(|_| TlsError::Pem { path: path.into(), what: "CA certificate" })?;
+        for cert in CertificateDer::pem_slice_iter(pem).filter_map(Result::ok) {
+            roots.add(cert).map_err(|_| TlsError::Pem { path: origin.into(), what: "CA certificate" })?;
+        }
+        if roots.is_empty() {
+            return Err(TlsError::Pem { path: origin.into(), what: "CA certificate" });
         }
         let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
             .build()
-            .map_err(|source| TlsError::Verifier { path: path.into(), source })?;
+            .map_err(|source| TlsError::Verifier { path: origin.into(), source })?;
         Ok(Self { verifier })
     }
 
-    /// The common name of the client certificate, if the chain verifies against this CA.
-    pub fn verify(&self, chain: &[CertificateDer<'_>]) -> Option<String> {
+    /// The subject of the client certificate, if the chain verifies against this CA now.
+    pub fn verify(&self, chain: &[CertificateDer<'_>]) -> Option<Subject> {
         let (leaf, intermediates) = chain.split_first()?;
         self.verifier.verify_client_cert(leaf, intermediates, UnixTime::now()).ok()?;
-        common_name(leaf)
+        subject(leaf)
     }
 }
 
-pub fn common_name(cert: &CertificateDer<'_>) -> Option<String> {
+pub fn subject(cert: &CertificateDer<'_>) -> Option<Subject> {
     let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
-    let cn = parsed.subject().iter_common_name().next()?.as_str().ok()?.to_owned();
-    Some(cn)
+    let name = parsed.subject();
+    let common_name = name.iter_common_name().next()?.as_str().ok()?.to_owned();
+    let organizations = name.iter_organization().filter_map(|o| o.as_str().ok().map(str::to_owned)).collect();
+    Some(Subject { common_name, organizations, not_after: parsed.validity().not_after.timestamp() })
 }

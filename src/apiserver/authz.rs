@@ -1,0 +1,477 @@
+//! What a request asks to do, as kube-apiserver's `RequestInfo` names it, and whether the caller may: always-allowed
+//! paths, `system:masters`, else a SubjectAccessReview to the main API server (cached briefly).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use http::Method;
+use k8s_openapi::api::authorization::v1::{
+    NonResourceAttributes, ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use kube::api::PostParams;
+use sha2::{Digest, Sha256};
+
+use super::authn::{User, ANONYMOUS};
+use super::cache::{CacheLimits, Decision, DecisionCache};
+use super::error::{ApiError, ApiResult};
+use super::request::Query;
+use crate::api::selector::FieldSelector;
+
+/// The group whose members may do anything without asking, as in kube-apiserver.
+pub const MASTERS: &str = "system:masters";
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ResourceAttrs {
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    pub subresource: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// Authorization attributes of one request.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Attributes {
+    pub verb: String,
+    /// The URL path (for non-resource requests, what is authorized).
+    pub path: String,
+    /// `None` for a non-resource request (discovery, OpenAPI, health, version).
+    pub resource: Option<ResourceAttrs>,
+}
+
+fn valid_path_segment(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains('/') && !name.contains('%')
+}
+
+impl Attributes {
+    /// kube-apiserver's `RequestInfoFactory.NewRequestInfo`: `/apis/<group>/<version>/...` is a resource request,
+    /// anything else a non-resource one.
+    pub fn from_request(method: &Method, path: &str, query: Option<&str>) -> Self {
+        let non_resource =
+            || Attributes { verb: method.as_str().to_lowercase(), path: path.to_owned(), resource: None };
+        let mut parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+        if parts.len() < 4 || parts[0] != "apis" {
+            // `/api/v1/...` is never ours, so it is authorized as the path it is.
+            return non_resource();
+        }
+        let group = parts[1].to_owned();
+        let version = parts[2].to_owned();
+        parts.drain(..3);
+        let mut verb = match *method {
+            Method::POST => "create",
+            Method::GET | Method::HEAD => "get",
+            Method::PUT => "update",
+            Method::PATCH => "patch",
+            Method::DELETE => "delete",
+            _ => "",
+        }
+        .to_owned();
+        if matches!(parts[0], "watch" | "proxy") {
+            if parts.len() < 2 {
+                return non_resource();
+            }
+            verb = parts[0].to_owned();
+            parts.remove(0);
+        }
+        let mut namespace = String::new();
+        if parts[0] == "namespaces" && parts.len() > 1 {
+            namespace = parts[1].to_owned();
+            if parts.len() > 2 && !matches!(parts[2], "status" | "finalize") {
+                parts.drain(..2);
+            }
+        }
+        let at = |i: usize| parts.get(i).map(|s| s.to_string()).unwrap_or_default();
+        let subresource = if verb != "proxy" { at(2) } else { String::new() };
+        let mut name = at(1);
+        let resource = at(0);
+        if name.is_empty() && verb == "get" {
+            // Read the query exactly as the handler will; one it refuses (400) is authorized as a plain list.
+            let q = Query::parse(query).unwrap_or_default();
+            verb = if q.watch { "watch" } else { "list" }.to_owned();
+            let selector = q.field_selector.unwrap_or_default();
+            if let Some(n) = FieldSelector::parse(&selector).ok().as_ref().and_then(FieldSelector::exact_name) {
+                if valid_path_segment(n) {
+                    name = n.to_owned();
+                }
+            }
+        }
+        if name.is_empty() && verb == "delete" {
+            verb = "deletecollection".to_owned();
+        }
+        Attributes {
+            verb,
+            path: path.to_owned(),
+            resource: Some(ResourceAttrs { group, version, resource, subresource, namespace, name }),
+        }
+    }
+
+    /// kube-apiserver's wording for a denial.
+    fn forbidden_message(&self, user: &str) -> String {
+        let Some(r) = &self.resource else {
+            return format!("User {user:?} cannot {} path {:?}", self.verb, self.path);
+        };
+        let resource =
+            if r.subresource.is_empty() { r.resource.clone() } else { format!("{}/{}", r.resource, r.subresource) };
+        if r.namespace.is_empty() {
+            format!(
+                "User {user:?} cannot {} resource {resource:?} in API group {:?} at the cluster scope",
+                self.verb, r.group
+            )
+        } else {
+            format!(
+                "User {user:?} cannot {} resource {resource:?} in API group {:?} in the namespace {:?}",
+                self.verb, r.group, r.namespace
+            )
+        }
+    }
+
+    /// A 403 Status shaped as kube-apiserver's `NewForbidden`.
+    pub fn forbidden(&self, user: &str, reason: &str) -> ApiError {
+        let mut why = self.forbidden_message(user);
+        if !reason.is_empty() {
+            why = format!("{why}: {reason}");
+        }
+        let (group, resource, name) = match &self.resource {
+            Some(r) => (r.group.as_str(), r.resource.as_str(), r.name.as_str()),
+            None => ("", "", ""),
+        };
+        let qualified = if group.is_empty() { resource.to_owned() } else { format!("{resource}.{group}") };
+        let message = if qualified.is_empty() {
+            format!("forbidden: {why}")
+        } else if name.is_empty() {
+            format!("{qualified} is forbidden: {why}")
+        } else {
+            format!("{qualified} {name:?} is forbidden: {why}")
+        };
+        ApiError::forbidden(message, group, resource, name)
+    }
+}
+
+/// `--authorization-always-allow-paths`: exact paths, or prefixes ending in `*`; a leading `/` is optional.
+#[derive(Debug, Clone, Default)]
+pub struct AlwaysAllowPaths {
+    exact: Vec<String>,
+    prefixes: Vec<String>,
+}
+
+impl AlwaysAllowPaths {
+    pub fn new(paths: &[String]) -> Result<Self, String> {
+        let mut out = Self::default();
+        for p in paths {
+            let p = p.trim().trim_start_matches('/');
+            if let Some(prefix) = p.strip_suffix('*') {
+                if prefix.contains('*') {
+                    return Err(format!("only a trailing * is allowed in {p:?}"));
+                }
+                out.prefixes.push(prefix.to_owned());
+            } else if p.contains('*') {
+                return Err(format!("only a trailing * is allowed in {p:?}"));
+            } else {
+                out.exact.push(p.to_owned());
+            }
+        }
+        Ok(out)
+    }
+
+    fn allows(&self, attrs: &Attributes) -> bool {
+        if attrs.resource.is_some() {
+            return false;
+        }
+        let p = attrs.path.trim_start_matches('/');
+        self.exact.iter().any(|e| e == p) || self.prefixes.iter().any(|pre| p.starts_with(pre.as_str()))
+    }
+}
+
+pub struct AuthorizerConfig {
+    pub always_allow_paths: AlwaysAllowPaths,
+    pub cache: CacheLimits,
+    /// How long one SubjectAccessReview may take.
+    pub timeout: Duration,
+}
+
+/// Decides with SubjectAccessReviews against the main API server.
+pub struct Authorizer {
+    client: Option<kube::Client>,
+    always_allow_paths: AlwaysAllowPaths,
+    /// Keyed by a digest of the review, so a long path cannot make an entry large.
+    cache: DecisionCache<[u8; 32], ()>,
+    timeout: Duration,
+    allow_all: bool,
+}
+
+impl Authorizer {
+    /// Without a client every request that is not always allowed is denied.
+    pub fn new(client: Option<kube::Client>, cfg: AuthorizerConfig) -> Self {
+        Self {
+            client,
+            always_allow_paths: cfg.always_allow_paths,
+            cache: DecisionCache::new(cfg.cache),
+            timeout: cfg.timeout,
+            allow_all: false,
+        }
+    }
+
+    /// Development only (`--insecure-allow-all`): everything is allowed.
+    pub fn allow_all() -> Self {
+        let mut a = Self::new(
+            None,
+            AuthorizerConfig {
+                always_allow_paths: AlwaysAllowPaths::default(),
+                cache: CacheLimits { allowed_ttl: Duration::ZERO, denied_ttl: Duration::ZERO, capacity: 0 },
+                timeout: Duration::ZERO,
+            },
+        );
+        a.allow_all = true;
+        a
+    }
+
+    /// Ok, or the Status to answer with: 403 for a known user, 401 for an anonymous one, 500 when the main API
+    /// server cannot answer (never an allow).
+    pub async fn authorize(&self, user: &User, attrs: &Attributes) -> ApiResult<()> {
+        if self.allow_all || self.always_allow_paths.allows(attrs) || user.groups.iter().any(|g| g == MASTERS) {
+            return Ok(());
+        }
+        let review = review_spec(user, attrs);
+        let json = serde_json::to_vec(&review).map_err(|e| ApiError::internal(e.to_string()))?;
+        let key: [u8; 32] = Sha256::digest(&json).into();
+        let decision = match self.cache.get(&key).await {
+            Some(d) => d,
+            None => {
+                let d = self.ask(review).await?;
+                self.cache.insert(key, d.clone()).await;
+                d
+            }
+        };
+        match decision {
+            Decision::Allowed(()) => Ok(()),
+            Decision::Denied(_) if user.name == ANONYMOUS => Err(ApiError::unauthorized()),
+            Decision::Denied(reason) => Err(attrs.forbidden(&user.name, &reason)),
+        }
+    }
+
+    async fn ask(&self, spec: SubjectAccessReviewSpec) -> ApiResult<Decision<()>> {
+        let Some(client) = &self.client else {
+            return Ok(Decision::Denied("no authorizer is configured".into()));
+        };
+        let api: kube::Api<SubjectAccessReview> = kube::Api::all(client.clone());
+        let review = SubjectAccessReview { spec, ..Default::default() };
+        let mut delay = Duration::from_millis(100);
+        let mut attempt = 0;
+        let answer = loop {
+            attempt += 1;
+            let result = tokio::time::timeout(self.timeout, api.create(&PostParams::default(), &review)).await;
+            match result {
+                Ok(Ok(a)) => break a,
+                Ok(Err(kube::Error::Api(e))) if e.code < 500 || attempt >= 3 => {
+                    tracing::warn!(error = %e, "SubjectAccessReview refused");
+                    return Err(ApiError::internal(format!("authorization check failed: {}", e.message)));
+                }
+                Ok(Err(e)) if attempt >= 3 => {
+                    tracing::warn!(error = %e, "SubjectAccessReview failed");
+                    return Err(ApiError::internal(format!("authorization check failed: {e}")));
+                }
+                Err(_) if attempt >= 3 => {
+                    return Err(ApiError::internal("authorization check failed: the main API server did not answer"));
+                }
+                _ => {
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
+            }
+        };
+        let status = answer.status.unwrap_or_default();
+        if let Some(e) = status.evaluation_error.as_deref().filter(|e| !e.is_empty()) {
+            tracing::debug!(error = e, "SubjectAccessReview evaluation error");
+        }
+        Ok(if status.allowed && status.denied != Some(true) {
+            Decision::Allowed(())
+        } else {
+            Decision::Denied(status.reason.unwrap_or_default())
+        })
+    }
+}
+
+fn review_spec(user: &User, attrs: &Attributes) -> SubjectAccessReviewSpec {
+    let extra: BTreeMap<String, Vec<String>> = user.extra.clone();
+    SubjectAccessReviewSpec {
+        user: Some(user.name.clone()),
+        uid: (!user.uid.is_empty()).then(|| user.uid.clone()),
+        groups: Some(user.groups.clone()),
+        extra: (!extra.is_empty()).then_some(extra),
+        resource_attributes: attrs.resource.as_ref().map(|r| ResourceAttributes {
+            group: Some(r.group.clone()),
+            version: Some(r.version.clone()),
+            resource: Some(r.resource.clone()),
+            subresource: Some(r.subresource.clone()),
+            namespace: Some(r.namespace.clone()),
+            name: Some(r.name.clone()),
+            verb: Some(attrs.verb.clone()),
+            ..Default::default()
+        }),
+        non_resource_attributes: attrs
+            .resource
+            .is_none()
+            .then(|| NonResourceAttributes { path: Some(attrs.path.clone()), verb: Some(attrs.verb.clone()) }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attrs(method: Method, path: &str, query: Option<&str>) -> Attributes {
+        Attributes::from_request(&method, path, query)
+    }
+
+    fn res(a: &Attributes) -> (&str, &str, &str, &str, &str) {
+        let r = a.resource.as_ref().expect("a resource request");
+        (a.verb.as_str(), r.namespace.as_str(), r.resource.as_str(), r.name.as_str(), r.subresource.as_str())
+    }
+
+    const NS: &str = "/apis/demo.k8s.io/v1alpha1/namespaces/default/podsets";
+
+    #[test]
+    fn verbs_follow_kube_apiserver_request_info() {
+        assert_eq!(res(&attrs(Method::GET, NS, None)), ("list", "default", "podsets", "", ""));
+        assert_eq!(res(&attrs(Method::GET, NS, Some("watch=true"))), ("watch", "default", "podsets", "", ""));
+        assert_eq!(res(&attrs(Method::GET, NS, Some("watch=1"))), ("watch", "default", "podsets", "", ""));
+        assert_eq!(res(&attrs(Method::GET, NS, Some("watch=false"))), ("list", "default", "podsets", "", ""));
+        assert_eq!(
+            res(&attrs(Method::GET, NS, Some("watch=false&watch=true"))),
+            ("list", "default", "podsets", "", "")
+        );
+        assert_eq!(
+            res(&attrs(Method::GET, NS, Some("fieldSelector=metadata.name%3Dweb&fieldSelector="))),
+            ("list", "default", "podsets", "web", ""),
+            "the handler also reads the first fieldSelector"
+        );
+        assert_eq!(
+            res(&attrs(Method::GET, NS, Some("fieldSelector=&fieldSelector=metadata.name%3Dweb"))),
+            ("list", "default", "podsets", "", "")
+        );
+        assert_eq!(
+            res(&attrs(Method::GET, &format!("{NS}/web"), Some("watch=true"))),
+            ("get", "default", "podsets", "web", "")
+        );
+        assert_eq!(
+            res(&attrs(Method::GET, NS, Some("watch=1&fieldSelector=metadata.name%3Dweb"))),
+            ("watch", "default", "podsets", "web", "")
+        );
+        assert_eq!(res(&attrs(Method::GET, &format!("{NS}/web"), None)), ("get", "default", "podsets", "web", ""));
+        assert_eq!(
+            res(&attrs(Method::PUT, &format!("{NS}/web/status"), None)),
+            ("update", "default", "podsets", "web", "status")
+        );
+        assert_eq!(
+            res(&attrs(Method::PATCH, &format!("{NS}/web/scale"), None)),
+            ("patch", "default", "podsets", "web", "scale")
+        );
+        assert_eq!(res(&attrs(Method::POST, NS, None)), ("create", "default", "podsets", "", ""));
+        assert_eq!(
+            res(&attrs(Method::DELETE, &format!("{NS}/web"), None)),
+            ("delete", "default", "podsets", "web", "")
+        );
+        assert_eq!(res(&attrs(Method::DELETE, NS, None)), ("deletecollection", "default", "podsets", "", ""));
+        assert_eq!(
+            res(&attrs(Method::GET, "/apis/demo.k8s.io/v1alpha1/watch/namespaces/default/podsets/web", None)),
+            ("watch", "default", "podsets", "web", "")
+        );
+        assert_eq!(
+            res(&attrs(Method::GET, "/apis/demo.k8s.io/v1alpha1/podsets", None)),
+            ("list", "", "podsets", "", "")
+        );
+        // A name that is not a path segment is not taken from the selector.
+        assert_eq!(
+            res(&attrs(Method::GET, NS, Some("fieldSelector=metadata.name%3D.."))),
+            ("list", "default", "podsets", "", "")
+        );
+    }
+
+    #[test]
+    fn discovery_and_health_are_non_resource() {
+        for p in ["/apis", "/apis/demo.k8s.io", "/apis/demo.k8s.io/v1alpha1", "/openapi/v2", "/healthz", "/api/v1/pods"]
+        {
+            let a = attrs(Method::GET, p, None);
+            assert!(a.resource.is_none(), "{p}");
+            assert_eq!(a.verb, "get");
+            assert_eq!(a.path, p);
+        }
+        assert_eq!(attrs(Method::POST, "/version", None).verb, "post");
+    }
+
+    #[test]
+    fn forbidden_messages_match_kube_apiserver() {
+        let e = attrs(Method::GET, &format!("{NS}/x"), None).forbidden("bob", "");
+        assert_eq!(e.code(), 403);
+        assert_eq!(e.reason(), "Forbidden");
+        assert_eq!(
+            e.status.message,
+            r#"podsets.demo.k8s.io "x" is forbidden: User "bob" cannot get resource "podsets" in API group "demo.k8s.io" in the namespace "default""#
+        );
+        let d = e.status.details.as_ref().unwrap();
+        assert_eq!((d.group.as_str(), d.kind.as_str(), d.name.as_str()), ("demo.k8s.io", "podsets", "x"));
+        let e = attrs(Method::GET, "/apis/demo.k8s.io/v1alpha1/podsets", None).forbidden("bob", "no RBAC");
+        assert_eq!(
+            e.status.message,
+            r#"podsets.demo.k8s.io is forbidden: User "bob" cannot list resource "podsets" in API group "demo.k8s.io" at the cluster scope: no RBAC"#
+        );
+        let e = attrs(Method::PUT, &format!("{NS}/x/scale"), None).forbidden("bob", "");
+        assert!(e.status.message.contains(r#"cannot update resource "podsets/scale""#), "{}", e.status.message);
+        let e = attrs(Method::GET, "/openapi/v2", None).forbidden("bob", "");
+        assert_eq!(e.status.message, r#"forbidden: User "bob" cannot get path "/openapi/v2""#);
+    }
+
+    #[test]
+    fn always_allow_paths_match_exactly_or_by_prefix() {
+        let p = AlwaysAllowPaths::new(&["/healthz".into(), "livez".into(), "/metrics/*".into()]).unwrap();
+        assert!(p.allows(&attrs(Method::GET, "/healthz", None)));
+        assert!(p.allows(&attrs(Method::GET, "/livez", None)));
+        assert!(p.allows(&attrs(Method::GET, "/metrics/x", None)));
+        assert!(!p.allows(&attrs(Method::GET, "/healthz/ping", None)));
+        assert!(!p.allows(&attrs(Method::GET, "/readyz", None)));
+        assert!(!p.allows(&attrs(Method::GET, NS, None)), "resource requests are never path-allowed");
+        assert!(AlwaysAllowPaths::new(&["/a*b".into()]).is_err());
+    }
+
+    fn user(name: &str, groups: &[&str]) -> User {
+        User {
+            name: name.into(),
+            uid: String::new(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            extra: BTreeMap::new(),
+        }
+    }
+
+    fn authorizer() -> Authorizer {
+        Authorizer::new(
+            None,
+            AuthorizerConfig {
+                always_allow_paths: AlwaysAllowPaths::new(&["/healthz".into()]).unwrap(),
+                cache: CacheLimits {
+                    allowed_ttl: Duration::from_secs(10),
+                    denied_ttl: Duration::from_secs(10),
+                    capacity: 100,
+                },
+                timeout: Duration::from_secs(1),
+            },
+        )
+    }
+
+    #[tokio::test]
+    async fn masters_and_allowed_paths_need_no_review_and_the_rest_is_denied_without_one() {
+        let a = authorizer();
+        let list = attrs(Method::GET, NS, None);
+        assert!(a.authorize(&user("root", &[MASTERS]), &list).await.is_ok());
+        assert!(a
+            .authorize(&user(ANONYMOUS, &["system:unauthenticated"]), &attrs(Method::GET, "/healthz", None))
+            .await
+            .is_ok());
+        assert_eq!(a.authorize(&user("bob", &["system:authenticated"]), &list).await.unwrap_err().code(), 403);
+        assert_eq!(
+            a.authorize(&user(ANONYMOUS, &["system:unauthenticated"]), &list).await.unwrap_err().code(),
+            401,
+            "an anonymous caller is told to authenticate"
+        );
+    }
+}
