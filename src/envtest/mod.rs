@@ -132,6 +132,7 @@ impl Pki {
         let write = |name: &str, pem: &str| std::fs::write(dir.join(name), pem).unwrap();
         let (ca_pem, ca_key, ca_params) = make_ca("kubernetes-ca").unwrap();
         write("ca.crt", &ca_pem);
+        write("ca.key", &ca_key.serialize_pem());
         let ca = Issuer::new(ca_params, &ca_key);
         let (c, k) = leaf(
             &ca,
@@ -160,6 +161,7 @@ impl Pki {
 
         let (fp_pem, fp_key, fp_params) = make_ca("front-proxy-ca").unwrap();
         write("front-proxy-ca.crt", &fp_pem);
+        write("front-proxy-ca.key", &fp_key.serialize_pem());
         let fp = Issuer::new(fp_params, &fp_key);
         let (c, k) = leaf(&fp, "front-proxy-client", &[], &[], false);
         write("front-proxy-client.crt", &c);
@@ -320,6 +322,25 @@ impl Cluster {
         self.pki.dir.join(name)
     }
 
+    /// A client certificate signed by one of the cluster's CAs (`"ca"`, the cluster CA kube-apiserver's
+    /// `--client-ca-file` names, or `"front-proxy-ca"`): PEM (certificate, key).
+    pub fn client_cert(&self, ca: &str, cn: &str, org: Option<&str>) -> (String, String) {
+        let cert = std::fs::read_to_string(self.pki.dir.join(format!("{ca}.crt"))).unwrap();
+        let key = std::fs::read_to_string(self.pki.dir.join(format!("{ca}.key"))).unwrap();
+        let issuer = Issuer::from_ca_cert_pem(&cert, KeyPair::from_pem(&key).unwrap()).unwrap();
+        let orgs: Vec<&str> = org.into_iter().collect();
+        let mut p = CertificateParams::default();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        for o in orgs {
+            p.distinguished_name.push(DnType::OrganizationName, o);
+        }
+        p.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let leaf_key = KeyPair::generate().unwrap();
+        let leaf = p.signed_by(&leaf_key, &issuer).unwrap();
+        (leaf.pem(), leaf_key.serialize_pem())
+    }
+
     fn start_podset_apiserver(&mut self) {
         let cmd = &self.server;
         let p = |n| self.pki.path(n);
@@ -331,8 +352,9 @@ impl Cluster {
                 .arg("--data-dir")
                 .arg(self.dir.path().join("podset-data"))
                 .args(["--tls-cert-file", &p("podset.crt"), "--tls-private-key-file", &p("podset.key")])
-                .args(["--requestheader-client-ca-file", &p("front-proxy-ca.crt")])
-                .args(["--requestheader-allowed-names", "front-proxy-client", "--log-format", "json"])
+                .args(["--log-format", "json"])
+                // Also its identity for delegated authentication and authorization, which reads the trust
+                // anchors from kube-system/extension-apiserver-authentication as in a real cluster.
                 .arg("--kubeconfig")
                 .arg(self.controller_kubeconfig())
                 .env("RUST_LOG", "info"),

@@ -204,3 +204,19 @@ pub fn spawn_lines(mut cmd: Command) -> (Child, std::sync::mpsc::Receiver<String
     });
     (child, rx)
 }
+
+/// One HTTP/1.1 request over TLS to `addr`, trusting `ca`, with no retries (kube's client retries 503s).
+pub async fn request_once(addr: SocketAddr, ca: &Path, req: Request<Vec<u8>>) -> (u16, Bytes) {
+    podset_apiserver::apiserver::tls::provider();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(pem_to_der(ca).into()).unwrap();
+    let cfg = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::from(addr.ip());
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg)).connect(name, tcp).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)).await.unwrap();
+    tokio::spawn(conn);
+    let resp = send.send_request(req.map(|b| http_body_util::Full::new(Bytes::from(b)))).await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.into_body().collect().await.unwrap().to_bytes())
+}
