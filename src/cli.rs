@@ -199,17 +199,20 @@ fn duration(s: &str) -> Result<Duration, String> {
     Duration::try_from(d).map_err(|_| format!("{s:?} is negative"))
 }
 
-async fn client_from(path: Option<&std::path::Path>) -> anyhow::Result<Option<kube::Client>> {
-    match path {
+/// A client for the main API server. `retry: false` leaves retries to the caller: a request waiting on a
+/// TokenReview or SubjectAccessReview must not sit through kube's long backoff.
+async fn client_from(path: Option<&std::path::Path>, retry: bool) -> anyhow::Result<Option<kube::Client>> {
+    let mut cfg = match path {
         Some(path) => {
             let kc =
                 kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
-            let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-            Ok(Some(kube::Client::try_from(cfg)?))
+            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
         }
-        None if in_cluster() => Ok(Some(kube::Client::try_from(kube::Config::incluster()?)?)),
-        None => Ok(None),
-    }
+        None if in_cluster() => kube::Config::incluster()?,
+        None => return Ok(None),
+    };
+    cfg.default_retry = retry;
+    Ok(Some(kube::Client::try_from(cfg)?))
 }
 
 /// Delegated authentication and authorization, as k8s.io/apiserver sets them up for sample-apiserver.
@@ -242,9 +245,9 @@ async fn delegated_auth(
         )
     };
     let authn_client =
-        client_from(opts.authentication_kubeconfig.as_deref().or(fallback)).await?.ok_or_else(no_client)?;
+        client_from(opts.authentication_kubeconfig.as_deref().or(fallback), false).await?.ok_or_else(no_client)?;
     let authz_client =
-        client_from(opts.authorization_kubeconfig.as_deref().or(fallback)).await?.ok_or_else(no_client)?;
+        client_from(opts.authorization_kubeconfig.as_deref().or(fallback), false).await?.ok_or_else(no_client)?;
 
     if !opts.authentication_skip_lookup && !overrides.fixes_everything() {
         let first = delegation::follow_cluster_trust(authn_client.clone(), trust.clone(), overrides, stop.clone());
@@ -390,7 +393,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             tracing::info!("no --kubeconfig and not in a cluster: running without the embedded controller");
             None
         }
-        (path, _, true) => client_from(path.as_deref()).await?,
+        (path, _, true) => client_from(path.as_deref(), true).await?,
     };
 
     let limits = HistoryLimits {

@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use http::{header, HeaderMap};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
-use kube::api::PostParams;
 use parking_lot::{Mutex, RwLock};
 use rustls::pki_types::CertificateDer;
 use sha2::{Digest, Sha256};
@@ -162,23 +161,8 @@ impl TokenReviewer {
         let api: kube::Api<TokenReview> = kube::Api::all(self.client.clone());
         let review =
             TokenReview { spec: TokenReviewSpec { token: token.to_owned(), audiences: None }, ..Default::default() };
-        let mut delay = Duration::from_millis(100);
-        let mut attempt = 0;
-        let answer = loop {
-            attempt += 1;
-            match tokio::time::timeout(self.timeout, api.create(&PostParams::default(), &review)).await {
-                Ok(Ok(a)) => break a,
-                Ok(Err(kube::Error::Api(e))) if e.code < 500 || attempt >= 3 => {
-                    return Err(format!("TokenReview refused: {}", e.message))
-                }
-                Ok(Err(e)) if attempt >= 3 => return Err(format!("TokenReview failed: {e}")),
-                Err(_) if attempt >= 3 => return Err("TokenReview: the main API server did not answer".into()),
-                _ => {
-                    tokio::time::sleep(delay).await;
-                    delay *= 2;
-                }
-            }
-        };
+        let answer =
+            super::delegation::review(&api, &review, self.timeout).await.map_err(|e| format!("TokenReview: {e}"))?;
         let status = answer.status.unwrap_or_default();
         let decision = match status.user.filter(|_| status.authenticated == Some(true)) {
             Some(u) => Decision::Allowed(User {

@@ -8,7 +8,6 @@ use http::Method;
 use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
-use kube::api::PostParams;
 use sha2::{Digest, Sha256};
 
 use super::authn::{User, ANONYMOUS};
@@ -256,30 +255,10 @@ impl Authorizer {
         };
         let api: kube::Api<SubjectAccessReview> = kube::Api::all(client.clone());
         let review = SubjectAccessReview { spec, ..Default::default() };
-        let mut delay = Duration::from_millis(100);
-        let mut attempt = 0;
-        let answer = loop {
-            attempt += 1;
-            let result = tokio::time::timeout(self.timeout, api.create(&PostParams::default(), &review)).await;
-            match result {
-                Ok(Ok(a)) => break a,
-                Ok(Err(kube::Error::Api(e))) if e.code < 500 || attempt >= 3 => {
-                    tracing::warn!(error = %e, "SubjectAccessReview refused");
-                    return Err(ApiError::internal(format!("authorization check failed: {}", e.message)));
-                }
-                Ok(Err(e)) if attempt >= 3 => {
-                    tracing::warn!(error = %e, "SubjectAccessReview failed");
-                    return Err(ApiError::internal(format!("authorization check failed: {e}")));
-                }
-                Err(_) if attempt >= 3 => {
-                    return Err(ApiError::internal("authorization check failed: the main API server did not answer"));
-                }
-                _ => {
-                    tokio::time::sleep(delay).await;
-                    delay *= 2;
-                }
-            }
-        };
+        let answer = super::delegation::review(&api, &review, self.timeout).await.map_err(|e| {
+            tracing::warn!(error = %e, "SubjectAccessReview failed");
+            ApiError::internal(format!("authorization check failed: {e}"))
+        })?;
         let status = answer.status.unwrap_or_default();
         if let Some(e) = status.evaluation_error.as_deref().filter(|e| !e.is_empty()) {
             tracing::debug!(error = e, "SubjectAccessReview evaluation error");
