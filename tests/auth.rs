@@ -163,6 +163,45 @@ fn delegated_authentication_and_authorization() {
             )
             .await;
 
+            // So is a CA rotation: a proxy certificate from a new CA counts once the bundle holds that CA.
+            let (new_ca, new_key, new_params) = podset_apiserver::apiserver::tls::make_ca("front-proxy-ca-2").unwrap();
+            let new_issuer = rcgen::Issuer::new(new_params, &new_key);
+            let mut p = rcgen::CertificateParams::default();
+            p.distinguished_name.push(rcgen::DnType::CommonName, "front-proxy-client");
+            p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+            let rotated_key = rcgen::KeyPair::generate().unwrap();
+            let rotated = (p.signed_by(&rotated_key, &new_issuer).unwrap().pem(), rotated_key.serialize_pem());
+            let via_rotated = direct(&c, Identity::Cert(&rotated));
+            assert_eq!(call(&via_rotated, "GET", PODSETS, &admin).await.0, 401, "a CA not yet in the bundle");
+            let bundle = c.kubectl(&[
+                "-n",
+                "kube-system",
+                "get",
+                "configmap",
+                "extension-apiserver-authentication",
+                "-o",
+                "jsonpath={.data.requestheader-client-ca-file}",
+            ]);
+            let patch = serde_json::json!({"data": {"requestheader-client-ca-file": format!("{bundle}\n{new_ca}")}});
+            let patch_file = c.dir.path().join("rotate.json");
+            std::fs::write(&patch_file, patch.to_string()).unwrap();
+            c.kubectl(&[
+                "-n",
+                "kube-system",
+                "patch",
+                "configmap",
+                "extension-apiserver-authentication",
+                "--type=merge",
+                "--patch-file",
+                patch_file.to_str().unwrap(),
+            ]);
+            wait(
+                Duration::from_secs(30),
+                || async { call(&via_rotated, "GET", PODSETS, &admin).await.0 == 200 },
+                "the rotated CA to take effect without a restart",
+            )
+            .await;
+
             // With the main API server gone, nothing new is allowed: 500 for a SubjectAccessReview, 503 for a
             // TokenReview.
             c.stop_apiserver();
