@@ -10,11 +10,11 @@ use clap::{Parser, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
 use crate::apiserver::cache::CacheLimits;
-use crate::apiserver::delegation::{self, TrustOverrides};
+use crate::apiserver::delegation::{self, TrustOverrides, TrustSources};
 use crate::apiserver::tls::{self, ClientCa};
 use crate::apiserver::{
     AlwaysAllowPaths, Authenticator, Authorizer, AuthorizerConfig, DynamicTrust, RequestHeader, Server, ServerConfig,
-    TokenReviewer, Trust,
+    TokenReviewer,
 };
 use crate::controller::leader::{self, LeaseConfig};
 use crate::controller::{self, ControllerConfig};
@@ -59,11 +59,13 @@ pub struct Options {
 
     /// CA bundle that signs the front proxy's client certificate (kube-apiserver's --proxy-client-cert-file).
     /// X-Remote-* identity headers are believed only on connections presenting a certificate it verifies.
-    /// Default: read (and followed) from the ConfigMap kube-system/extension-apiserver-authentication.
+    /// Default: read (and followed) from the ConfigMap kube-system/extension-apiserver-authentication. The file is
+    /// re-read when it changes.
     #[arg(long)]
     pub requestheader_client_ca_file: Option<PathBuf>,
 
-    /// CA bundle for client certificates (user = CN, groups = O). Default: from the same ConfigMap.
+    /// CA bundle for client certificates (user = CN, groups = O), re-read when it changes. Default: from the same
+    /// ConfigMap.
     #[arg(long)]
     pub client_ca_file: Option<PathBuf>,
 
@@ -225,10 +227,16 @@ async fn delegated_auth(
         request_header,
         client_ca: opts.client_ca_file.as_deref().map(ClientCa::from_file).transpose()?,
     };
-    let trust = Arc::new(DynamicTrust::new(Trust {
-        request_header: overrides.request_header.clone(),
-        client_ca: overrides.client_ca.clone(),
-    }));
+    let fixes_everything = overrides.fixes_everything();
+    let trust = Arc::new(DynamicTrust::default());
+    let sources = TrustSources::new(trust.clone(), overrides);
+    delegation::follow_flag_files(
+        sources.clone(),
+        opts.requestheader_client_ca_file.clone(),
+        opts.client_ca_file.clone(),
+        Duration::from_secs(10),
+        stop.clone(),
+    );
     if opts.insecure_allow_all {
         tracing::warn!(
             "--insecure-allow-all: EVERY REQUEST IS ALLOWED, AS AN ADMINISTRATOR. For local development and tests only."
@@ -249,8 +257,8 @@ async fn delegated_auth(
     let authz_client =
         client_from(opts.authorization_kubeconfig.as_deref().or(fallback), false).await?.ok_or_else(no_client)?;
 
-    if !opts.authentication_skip_lookup && !overrides.fixes_everything() {
-        let first = delegation::follow_cluster_trust(authn_client.clone(), trust.clone(), overrides, stop.clone());
+    if !opts.authentication_skip_lookup && !fixes_everything {
+        let first = delegation::follow_cluster_trust(authn_client.clone(), sources, stop.clone());
         if let Err(e) = first.await {
             if !opts.authentication_tolerate_lookup_failure {
                 anyhow::bail!(

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::PostParams;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
+use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use super::authn::{DynamicTrust, RequestHeader, Trust};
@@ -110,41 +111,118 @@ pub fn trust_from_configmap(data: &BTreeMap<String, String>, previous: &Trust) -
     (Trust { request_header, client_ca }, errors)
 }
 
-fn apply(trust: &DynamicTrust, overrides: &TrustOverrides, data: Option<&BTreeMap<String, String>>) {
-    let empty = BTreeMap::new();
-    let (_, previous) = trust.get();
-    let (from_cluster, errors) = trust_from_configmap(data.unwrap_or(&empty), &previous);
-    for e in &errors {
-        tracing::error!(error = %e, "ignoring an unusable entry of {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME}");
+/// The trust in force, combined from its sources: what flags name (which wins) and the cluster's ConfigMap.
+pub struct TrustSources {
+    trust: Arc<DynamicTrust>,
+    parts: Mutex<(TrustOverrides, Trust)>,
+}
+
+impl TrustSources {
+    pub fn new(trust: Arc<DynamicTrust>, flags: TrustOverrides) -> Arc<Self> {
+        let sources = Arc::new(Self { trust, parts: Mutex::new((flags, Trust::default())) });
+        sources.publish(&sources.parts.lock());
+        sources
     }
-    let next = Trust {
-        request_header: overrides.request_header.clone().or(from_cluster.request_header),
-        client_ca: overrides.client_ca.clone().or(from_cluster.client_ca),
-    };
-    tracing::info!(
-        front_proxy = next.request_header.is_some(),
-        allowed_names = ?next.request_header.as_ref().map(|r| r.allowed_names.clone()).unwrap_or_default(),
-        client_ca = next.client_ca.is_some(),
-        "authentication trust updated from {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME}"
-    );
-    trust.set(next);
+
+    fn publish(&self, (flags, cluster): &(TrustOverrides, Trust)) {
+        self.trust.set(Trust {
+            request_header: flags.request_header.clone().or_else(|| cluster.request_header.clone()),
+            client_ca: flags.client_ca.clone().or_else(|| cluster.client_ca.clone()),
+        });
+    }
+
+    fn set_cluster(&self, data: Option<&BTreeMap<String, String>>) {
+        let empty = BTreeMap::new();
+        let mut parts = self.parts.lock();
+        let (from_cluster, errors) = trust_from_configmap(data.unwrap_or(&empty), &parts.1);
+        for e in &errors {
+            tracing::error!(error = %e, "ignoring an unusable entry of {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME}");
+        }
+        tracing::info!(
+            front_proxy = from_cluster.request_header.is_some(),
+            allowed_names = ?from_cluster.request_header.as_ref().map(|r| r.allowed_names.clone()).unwrap_or_default(),
+            client_ca = from_cluster.client_ca.is_some(),
+            "authentication trust read from {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME}"
+        );
+        parts.1 = from_cluster;
+        self.publish(&parts);
+    }
+
+    fn set_flag_ca(&self, which: FlagCa, ca: ClientCa) {
+        let mut parts = self.parts.lock();
+        match which {
+            FlagCa::RequestHeader => {
+                if let Some(rh) = parts.0.request_header.as_mut() {
+                    rh.ca = ca;
+                }
+            }
+            FlagCa::Client => parts.0.client_ca = Some(ca),
+        }
+        self.publish(&parts);
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum FlagCa {
+    RequestHeader,
+    Client,
+}
+
+/// Re-reads the CA files named by `--requestheader-client-ca-file` and `--client-ca-file` every `interval`, so a
+/// rotated Secret or ConfigMap volume is picked up without a restart. A file that does not parse keeps the old CA.
+pub fn follow_flag_files(
+    sources: Arc<TrustSources>,
+    request_header_ca: Option<PathBuf>,
+    client_ca: Option<PathBuf>,
+    interval: Duration,
+    stop: CancellationToken,
+) {
+    let files: Vec<(FlagCa, PathBuf)> = [(FlagCa::RequestHeader, request_header_ca), (FlagCa::Client, client_ca)]
+        .into_iter()
+        .filter_map(|(which, path)| path.map(|p| (which, p)))
+        .collect();
+    if files.is_empty() {
+        return;
+    }
+    tokio::spawn(async move {
+        let mut last: Vec<Option<Vec<u8>>> = files.iter().map(|(_, p)| std::fs::read(p).ok()).collect();
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(interval) => {}
+            }
+            for ((which, path), seen) in files.iter().zip(last.iter_mut()) {
+                let Ok(now) = tokio::fs::read(path).await else { continue };
+                if seen.as_deref() == Some(now.as_slice()) {
+                    continue;
+                }
+                *seen = Some(now.clone());
+                match ClientCa::from_pem(&now, path) {
+                    Ok(ca) => {
+                        tracing::info!(file = %path.display(), "CA file changed: trusting its new contents");
+                        sources.set_flag_ca(*which, ca);
+                    }
+                    Err(e) => tracing::error!(error = %e, "CA file changed but is unusable; keeping the previous CA"),
+                }
+            }
+        }
+    });
 }
 
 /// Reads the ConfigMap once, then follows it until `stop`. The first read's error is returned for the caller to
 /// judge; the following goes on either way, so a ConfigMap that becomes readable later is picked up.
 pub async fn follow_cluster_trust(
     client: kube::Client,
-    trust: Arc<DynamicTrust>,
-    overrides: TrustOverrides,
+    sources: Arc<TrustSources>,
     stop: CancellationToken,
 ) -> Result<(), kube::Error> {
     let api: kube::Api<ConfigMap> = kube::Api::namespaced(client, CONFIGMAP_NAMESPACE);
     let first = api.get_opt(CONFIGMAP_NAME).await;
     match &first {
-        Ok(Some(cm)) => apply(&trust, &overrides, cm.data.as_ref()),
+        Ok(Some(cm)) => sources.set_cluster(cm.data.as_ref()),
         Ok(None) => {
             tracing::warn!("{CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME} does not exist (yet): no front proxy or client CA from the cluster");
-            apply(&trust, &overrides, None);
+            sources.set_cluster(None);
         }
         Err(_) => {}
     }
@@ -163,12 +241,12 @@ pub async fn follow_cluster_trust(
                 Some(Ok(Event::Init)) => listed_any = false,
                 Some(Ok(Event::InitApply(cm))) => {
                     listed_any = true;
-                    apply(&trust, &overrides, cm.data.as_ref());
+                    sources.set_cluster(cm.data.as_ref());
                 }
-                Some(Ok(Event::InitDone)) if !listed_any => apply(&trust, &overrides, None),
+                Some(Ok(Event::InitDone)) if !listed_any => sources.set_cluster(None),
                 Some(Ok(Event::InitDone)) => {}
-                Some(Ok(Event::Apply(cm))) => apply(&trust, &overrides, cm.data.as_ref()),
-                Some(Ok(Event::Delete(_))) => apply(&trust, &overrides, None),
+                Some(Ok(Event::Apply(cm))) => sources.set_cluster(cm.data.as_ref()),
+                Some(Ok(Event::Delete(_))) => sources.set_cluster(None),
                 Some(Err(e)) => tracing::warn!(error = %e, "watching {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME}"),
             }
         }
@@ -183,6 +261,46 @@ mod tests {
 
     fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[tokio::test]
+    async fn a_rewritten_ca_file_is_trusted_without_a_restart() {
+        use crate::apiserver::authn::RequestHeader;
+        use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("front-proxy-ca.crt");
+        let (old_pem, _, _) = make_ca("old").unwrap();
+        let (new_pem, new_key, new_params) = make_ca("new").unwrap();
+        std::fs::write(&path, &old_pem).unwrap();
+        let rh = RequestHeader {
+            ca: ClientCa::from_file(&path).unwrap(),
+            allowed_names: vec![],
+            username_headers: vec!["X-Remote-User".into()],
+            group_headers: vec![],
+            extra_headers_prefixes: vec![],
+        };
+        let trust = Arc::new(DynamicTrust::default());
+        let sources = TrustSources::new(trust.clone(), TrustOverrides { request_header: Some(rh), client_ca: None });
+        let stop = CancellationToken::new();
+        follow_flag_files(sources, Some(path.clone()), None, Duration::from_millis(20), stop.clone());
+
+        let mut p = CertificateParams::default();
+        p.distinguished_name.push(DnType::CommonName, "front-proxy-client");
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let leaf = p.signed_by(&KeyPair::generate().unwrap(), &Issuer::new(new_params, &new_key)).unwrap();
+        let chain = [leaf.der().clone()];
+        let verifies = || trust.get().1.request_header.as_ref().unwrap().ca.verify(&chain).is_some();
+        assert!(!verifies());
+        std::fs::write(&path, "garbage").unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(trust.get().1.request_header.is_some(), "an unusable file kept the previous CA");
+        std::fs::write(&path, format!("{old_pem}{new_pem}")).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !verifies() {
+            assert!(std::time::Instant::now() < deadline, "the new CA was never picked up");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        stop.cancel();
     }
 
     #[test]
