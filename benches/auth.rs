@@ -12,7 +12,7 @@ use base64::Engine;
 use futures::StreamExt;
 use http::Request;
 use http_body_util::BodyExt;
-use podset_apiserver::envtest::{assets_dir, inside_namespace, namespace_command, Cluster, ServerCommand};
+use podset_apiserver::envtest::{reenter_namespace, Cluster, ServerCommand};
 
 const BIN: &str = env!("CARGO_BIN_EXE_podset-apiserver");
 const PATH: &str = "/apis/demo.k8s.io/v1alpha1/namespaces/default/podsets/bench";
@@ -70,12 +70,7 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    if !inside_namespace() {
-        let exe = std::env::current_exe().unwrap();
-        let args: Vec<String> = std::env::args().skip(1).collect();
-        let status = namespace_command(&exe, &args).env("KUBEBUILDER_ASSETS", assets_dir()).status().unwrap();
-        std::process::exit(status.code().unwrap_or(1));
-    }
+    reenter_namespace();
     let cluster = Cluster::start(ServerCommand { program: BIN.into(), args: Vec::new() });
     cluster.apply_text(
         "bench.yaml",

@@ -9,7 +9,7 @@ use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use podset_apiserver::api::PodSet;
-use podset_apiserver::envtest::{assets_dir, inside_namespace, namespace_command, Cluster, ServerCommand};
+use podset_apiserver::envtest::{reenter_namespace, Cluster, ServerCommand};
 use serde_json::json;
 
 const REPLICAS: usize = 500;
@@ -41,12 +41,7 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    if !inside_namespace() {
-        let exe = std::env::current_exe().unwrap();
-        let args: Vec<String> = std::env::args().skip(1).collect();
-        let status = namespace_command(&exe, &args).env("KUBEBUILDER_ASSETS", assets_dir()).status().unwrap();
-        std::process::exit(status.code().unwrap_or(1));
-    }
+    reenter_namespace();
     let cluster = Cluster::start(ServerCommand { program: BIN.into(), args: Vec::new() });
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {

@@ -44,6 +44,17 @@ async fn call(client: &kube::Client, method: &str, path: &str, headers: &[(&str,
     (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
 }
 
+/// A new CA (PEM) and a `front-proxy-client` certificate it signed (PEM certificate, key).
+fn proxy_cert_from_new_ca(name: &str) -> (String, (String, String)) {
+    let (ca, key, params) = podset_apiserver::apiserver::tls::make_ca(name).unwrap();
+    let issuer = rcgen::Issuer::new(params, &key);
+    let mut p = rcgen::CertificateParams::default();
+    p.distinguished_name.push(rcgen::DnType::CommonName, "front-proxy-client");
+    p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    (ca, (p.signed_by(&leaf_key, &issuer).unwrap().pem(), leaf_key.serialize_pem()))
+}
+
 const PODSETS: &str = "/apis/demo.k8s.io/v1alpha1/namespaces/default/podsets";
 
 fn as_user(name: &str) -> Vec<(&str, &str)> {
@@ -137,13 +148,7 @@ fn delegated_authentication_and_authorization() {
             let admin = [("X-Remote-User", "admin"), ("X-Remote-Group", "system:masters")];
             let (code, _) = call(&direct(&c, Identity::Nobody), "GET", PODSETS, &admin).await;
             assert_eq!(code, 401);
-            let (_, key, params) = podset_apiserver::apiserver::tls::make_ca("evil-ca").unwrap();
-            let evil_issuer = rcgen::Issuer::new(params, &key);
-            let mut p = rcgen::CertificateParams::default();
-            p.distinguished_name.push(rcgen::DnType::CommonName, "front-proxy-client");
-            p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
-            let evil_key = rcgen::KeyPair::generate().unwrap();
-            let evil = (p.signed_by(&evil_key, &evil_issuer).unwrap().pem(), evil_key.serialize_pem());
+            let (_, evil) = proxy_cert_from_new_ca("evil-ca");
             let (code, _) = call(&direct(&c, Identity::Cert(&evil)), "GET", PODSETS, &admin).await;
             assert_eq!(code, 401);
             let (code, _) = call(&direct(&c, Identity::Nobody), "GET", "/healthz", &[]).await;
@@ -164,13 +169,7 @@ fn delegated_authentication_and_authorization() {
             .await;
 
             // So is a CA rotation: a proxy certificate from a new CA counts once the bundle holds that CA.
-            let (new_ca, new_key, new_params) = podset_apiserver::apiserver::tls::make_ca("front-proxy-ca-2").unwrap();
-            let new_issuer = rcgen::Issuer::new(new_params, &new_key);
-            let mut p = rcgen::CertificateParams::default();
-            p.distinguished_name.push(rcgen::DnType::CommonName, "front-proxy-client");
-            p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
-            let rotated_key = rcgen::KeyPair::generate().unwrap();
-            let rotated = (p.signed_by(&rotated_key, &new_issuer).unwrap().pem(), rotated_key.serialize_pem());
+            let (new_ca, rotated) = proxy_cert_from_new_ca("front-proxy-ca-2");
             let via_rotated = direct(&c, Identity::Cert(&rotated));
             assert_eq!(call(&via_rotated, "GET", PODSETS, &admin).await.0, 401, "a CA not yet in the bundle");
             let bundle = c.kubectl(&[

@@ -51,6 +51,18 @@ pub fn namespace_command(program: &Path, args: &[String]) -> Command {
     c
 }
 
+/// For a program that needs its own control plane (a benchmark): outside a namespace, runs this program again with
+/// the same arguments inside a fresh one and exits with its status; inside, returns.
+pub fn reenter_namespace() {
+    if inside_namespace() {
+        return;
+    }
+    let exe = std::env::current_exe().expect("current executable");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let status = namespace_command(&exe, &args).env("KUBEBUILDER_ASSETS", assets_dir()).status().expect("unshare");
+    std::process::exit(status.code().unwrap_or(1));
+}
+
 /// Where the control-plane binaries are: `KUBEBUILDER_ASSETS` (see hack/install-test-assets.sh).
 pub fn assets_dir() -> PathBuf {
     let dir = std::env::var_os("KUBEBUILDER_ASSETS").map(PathBuf::from).expect(
