@@ -29,7 +29,7 @@ pub const UNAUTHENTICATED: &str = "system:unauthenticated";
 pub const AUTHENTICATED: &str = "system:authenticated";
 
 /// The caller, as Kubernetes' `user.Info`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct User {
     pub name: String,
     pub uid: String,

@@ -2,6 +2,7 @@
 //! paths, `system:masters`, else a SubjectAccessReview to the main API server (cached briefly).
 
 use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use http::Method;
@@ -46,7 +47,8 @@ fn valid_path_segment(name: &str) -> bool {
 impl Attributes {
     /// kube-apiserver's `RequestInfoFactory.NewRequestInfo`: `/apis/<group>/<version>/...` is a resource request,
     /// anything else a non-resource one.
-    pub fn from_request(method: &Method, path: &str, query: Option<&str>) -> Self {
+    /// `query` is the request's query as the handler parsed it (`None` if it did not parse: a plain list).
+    pub fn from_request(method: &Method, path: &str, query: Option<&Query>) -> Self {
         let non_resource =
             || Attributes { verb: method.as_str().to_lowercase(), path: path.to_owned(), resource: None };
         let mut parts: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -85,11 +87,10 @@ impl Attributes {
         let mut name = at(1);
         let resource = at(0);
         if name.is_empty() && verb == "get" {
-            // Read the query exactly as the handler will; one it refuses (400) is authorized as a plain list.
-            let q = Query::parse(query).unwrap_or_default();
-            verb = if q.watch { "watch" } else { "list" }.to_owned();
-            let selector = q.field_selector.unwrap_or_default();
-            if let Some(n) = FieldSelector::parse(&selector).ok().as_ref().and_then(FieldSelector::exact_name) {
+            let watch = query.is_some_and(|q| q.watch);
+            verb = if watch { "watch" } else { "list" }.to_owned();
+            let selector = query.and_then(|q| q.field_selector.as_deref()).unwrap_or_default();
+            if let Some(n) = FieldSelector::parse(selector).ok().as_ref().and_then(FieldSelector::exact_name) {
                 if valid_path_segment(n) {
                     name = n.to_owned();
                 }
@@ -213,31 +214,31 @@ impl Authorizer {
 
     /// Development only (`--insecure-allow-all`): everything is allowed.
     pub fn allow_all() -> Self {
-        let mut a = Self::new(
-            None,
-            AuthorizerConfig {
-                always_allow_paths: AlwaysAllowPaths::default(),
-                cache: CacheLimits { allowed_ttl: Duration::ZERO, denied_ttl: Duration::ZERO, capacity: 0 },
-                timeout: Duration::ZERO,
-            },
-        );
-        a.allow_all = true;
-        a
+        let off = CacheLimits { allowed_ttl: Duration::ZERO, denied_ttl: Duration::ZERO, capacity: 0 };
+        Self {
+            client: None,
+            always_allow_paths: AlwaysAllowPaths::default(),
+            cache: DecisionCache::new(off),
+            timeout: Duration::ZERO,
+            allow_all: true,
+        }
     }
 
     /// Ok, or the Status to answer with: 403 for a known user, 401 for an anonymous one, 500 when the main API
-    /// server cannot answer (never an allow).
-    pub async fn authorize(&self, user: &User, attrs: &Attributes) -> ApiResult<()> {
-        if self.allow_all || self.always_allow_paths.allows(attrs) || user.groups.iter().any(|g| g == MASTERS) {
+    /// server cannot answer (never an allow). `query` is the handler's parse of the query, if it parsed.
+    pub async fn authorize(&self, user: &User, method: &Method, path: &str, query: Option<&Query>) -> ApiResult<()> {
+        if self.allow_all || user.groups.iter().any(|g| g == MASTERS) {
             return Ok(());
         }
-        let review = review_spec(user, attrs);
-        let json = serde_json::to_vec(&review).map_err(|e| ApiError::internal(e.to_string()))?;
-        let key: [u8; 32] = Sha256::digest(&json).into();
+        let attrs = Attributes::from_request(method, path, query);
+        if self.always_allow_paths.allows(&attrs) {
+            return Ok(());
+        }
+        let key = review_key(user, &attrs);
         let decision = match self.cache.get(&key).await {
             Some(d) => d,
             None => {
-                let d = self.ask(review).await?;
+                let d = self.ask(review_spec(user, &attrs)).await?;
                 self.cache.insert(key, d.clone()).await;
                 d
             }
@@ -271,6 +272,28 @@ impl Authorizer {
     }
 }
 
+/// Feeds `Hash` into SHA-256: the derived encodings delimit every string and length, so equal digests mean equal
+/// reviews, and nobody can pick a collision as with a 64-bit hash.
+struct Sha256Hasher(Sha256);
+
+impl Hasher for Sha256Hasher {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// Unused: `Hash` impls only write; the digest is read from the inner state.
+    fn finish(&self) -> u64 {
+        0
+    }
+}
+
+/// The cache key of a review: who asks to do what.
+fn review_key(user: &User, attrs: &Attributes) -> [u8; 32] {
+    let mut h = Sha256Hasher(Sha256::new());
+    (user, attrs).hash(&mut h);
+    h.0.finalize().into()
+}
+
 fn review_spec(user: &User, attrs: &Attributes) -> SubjectAccessReviewSpec {
     let extra: BTreeMap<String, Vec<String>> = user.extra.clone();
     SubjectAccessReviewSpec {
@@ -300,7 +323,7 @@ mod tests {
     use super::*;
 
     fn attrs(method: Method, path: &str, query: Option<&str>) -> Attributes {
-        Attributes::from_request(&method, path, query)
+        Attributes::from_request(&method, path, Query::parse(query).ok().as_ref())
     }
 
     fn res(a: &Attributes) -> (&str, &str, &str, &str, &str) {
@@ -440,17 +463,29 @@ mod tests {
     #[tokio::test]
     async fn masters_and_allowed_paths_need_no_review_and_the_rest_is_denied_without_one() {
         let a = authorizer();
-        let list = attrs(Method::GET, NS, None);
-        assert!(a.authorize(&user("root", &[MASTERS]), &list).await.is_ok());
-        assert!(a
-            .authorize(&user(ANONYMOUS, &["system:unauthenticated"]), &attrs(Method::GET, "/healthz", None))
-            .await
-            .is_ok());
-        assert_eq!(a.authorize(&user("bob", &["system:authenticated"]), &list).await.unwrap_err().code(), 403);
+        let get = Method::GET;
+        assert!(a.authorize(&user("root", &[MASTERS]), &get, NS, None).await.is_ok());
+        assert!(a.authorize(&user(ANONYMOUS, &["system:unauthenticated"]), &get, "/healthz", None).await.is_ok());
+        assert_eq!(a.authorize(&user("bob", &["system:authenticated"]), &get, NS, None).await.unwrap_err().code(), 403);
         assert_eq!(
-            a.authorize(&user(ANONYMOUS, &["system:unauthenticated"]), &list).await.unwrap_err().code(),
+            a.authorize(&user(ANONYMOUS, &["system:unauthenticated"]), &get, NS, None).await.unwrap_err().code(),
             401,
             "an anonymous caller is told to authenticate"
         );
+    }
+
+    #[test]
+    fn review_keys_tell_apart_who_and_what() {
+        let list = attrs(Method::GET, NS, None);
+        let bob = user("bob", &["a"]);
+        let key = review_key(&bob, &list);
+        assert_eq!(key, review_key(&bob.clone(), &list.clone()));
+        assert_ne!(key, review_key(&bob, &attrs(Method::GET, NS, Some("watch=1"))));
+        assert_ne!(key, review_key(&user("bob", &["a", "b"]), &list));
+        // Boundaries count: "ab" + "c" is not "a" + "bc".
+        assert_ne!(review_key(&user("ab", &["c"]), &list), review_key(&user("a", &["bc"]), &list));
+        let mut extra = bob.clone();
+        extra.extra.insert("scopes".into(), vec!["x".into()]);
+        assert_ne!(key, review_key(&extra, &list));
     }
 }

@@ -13,7 +13,7 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 
 use super::authn::{Authenticator, ConnInfo};
-use super::authz::{Attributes, Authorizer};
+use super::authz::Authorizer;
 use super::discovery::{Discovery, Doc};
 use super::error::{ApiError, ApiResult};
 use super::negotiate::{body_format, negotiate, BodyFormat, Output, APIS, OBJECTS, PLAIN};
@@ -69,15 +69,16 @@ async fn serve(app: &App, mut req: Request, conn: Option<&ConnInfo>) -> Served {
     if req.headers().keys().any(|k| k.as_str().starts_with("impersonate-")) {
         return Err((ApiError::impersonation_unsupported(), name));
     }
-    let attrs = Attributes::from_request(req.method(), req.uri().path(), req.uri().query());
-    if let Err(e) = app.authorizer.authorize(&user, &attrs).await {
+    // Parsed once: authorization must read the query exactly as the handler will (a 400 comes after it).
+    let query = Query::parse(req.uri().query());
+    if let Err(e) = app.authorizer.authorize(&user, req.method(), req.uri().path(), query.as_ref().ok()).await {
         return Err((e, name));
     }
     let target = match Target::parse(req.uri().path()) {
         Ok(t) => t,
         Err(e) => return Err((e, name)),
     };
-    match dispatch(app, target, req).await {
+    match dispatch(app, target, req, query).await {
         Ok(r) => Ok((r, name)),
         Err(e) => Err((e, name)),
     }
@@ -117,14 +118,14 @@ fn doc_response(doc: &Doc, content_type: &'static str, headers: &HeaderMap) -> R
     resp
 }
 
-async fn dispatch(app: &App, target: Target, req: Request) -> ApiResult<Response> {
+async fn dispatch(app: &App, target: Target, req: Request, query: ApiResult<Query>) -> ApiResult<Response> {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let read_only = |m: &Method| m == Method::GET || m == Method::HEAD;
     let headers = req.headers();
     let d = &app.discovery;
     match target {
-        Target::Resource(r) => resource(app, r, req).await,
+        Target::Resource(r) => resource(app, r, req, query?).await,
         Target::Unknown => Err(ApiError::path_not_found(&path)),
         _ if !read_only(&method) => Err(ApiError::method_not_allowed(&method, &path)),
         Target::Apis => Ok(match negotiate(accept(headers), APIS)? {
@@ -194,9 +195,8 @@ fn selectors(q: &Query, name: Option<&str>) -> ApiResult<(Selector, FieldSelecto
     Ok((labels, fields))
 }
 
-async fn resource(app: &App, r: ResourceRequest, req: Request) -> ApiResult<Response> {
+async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query) -> ApiResult<Response> {
     let (parts, body) = req.into_parts();
-    let q = Query::parse(parts.uri.query())?;
     let method = parts.method;
     let path = parts.uri.path();
     let verb = Verb::of(&method, &r, q.watch).ok_or_else(|| ApiError::method_not_allowed(&method, path))?;
