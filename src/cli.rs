@@ -10,11 +10,11 @@ use clap::{Parser, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
 use crate::apiserver::cache::CacheLimits;
-use crate::apiserver::delegation::{self, TrustOverrides, TrustSources};
+use crate::apiserver::delegation::{self, TrustSources};
 use crate::apiserver::tls::{self, ClientCa};
 use crate::apiserver::{
     AlwaysAllowPaths, Authenticator, Authorizer, AuthorizerConfig, DynamicTrust, RequestHeader, Server, ServerConfig,
-    TokenReviewer,
+    TokenReviewer, Trust,
 };
 use crate::controller::leader::{self, LeaseConfig};
 use crate::controller::{self, ControllerConfig};
@@ -223,13 +223,11 @@ async fn delegated_auth(
     request_header: Option<RequestHeader>,
     stop: &CancellationToken,
 ) -> anyhow::Result<(Authenticator, Authorizer)> {
-    let overrides = TrustOverrides {
-        request_header,
-        client_ca: opts.client_ca_file.as_deref().map(ClientCa::from_file).transpose()?,
-    };
-    let fixes_everything = overrides.fixes_everything();
+    let flags =
+        Trust { request_header, client_ca: opts.client_ca_file.as_deref().map(ClientCa::from_file).transpose()? };
+    let flags_fix_everything = flags.request_header.is_some() && flags.client_ca.is_some();
     let trust = Arc::new(DynamicTrust::default());
-    let sources = TrustSources::new(trust.clone(), overrides);
+    let sources = TrustSources::new(trust.clone(), flags);
     delegation::follow_flag_files(
         sources.clone(),
         opts.requestheader_client_ca_file.clone(),
@@ -252,12 +250,16 @@ async fn delegated_auth(
              --insecure-allow-all serves without them, for development only."
         )
     };
-    let authn_client =
-        client_from(opts.authentication_kubeconfig.as_deref().or(fallback), false).await?.ok_or_else(no_client)?;
-    let authz_client =
-        client_from(opts.authorization_kubeconfig.as_deref().or(fallback), false).await?.ok_or_else(no_client)?;
+    let (authn_path, authz_path) =
+        (opts.authentication_kubeconfig.as_deref().or(fallback), opts.authorization_kubeconfig.as_deref().or(fallback));
+    let authn_client = client_from(authn_path, false).await?.ok_or_else(no_client)?;
+    let authz_client = if authz_path == authn_path {
+        authn_client.clone()
+    } else {
+        client_from(authz_path, false).await?.ok_or_else(no_client)?
+    };
 
-    if !opts.authentication_skip_lookup && !fixes_everything {
+    if !opts.authentication_skip_lookup && !flags_fix_everything {
         let first = delegation::follow_cluster_trust(authn_client.clone(), sources, stop.clone());
         if let Err(e) = first.await {
             if !opts.authentication_tolerate_lookup_failure {

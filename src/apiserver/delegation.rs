@@ -48,19 +48,6 @@ where
     }
 }
 
-/// What flags fixed; the rest comes from the ConfigMap.
-#[derive(Clone, Default)]
-pub struct TrustOverrides {
-    pub request_header: Option<RequestHeader>,
-    pub client_ca: Option<ClientCa>,
-}
-
-impl TrustOverrides {
-    pub fn fixes_everything(&self) -> bool {
-        self.request_header.is_some() && self.client_ca.is_some()
-    }
-}
-
 fn string_list(data: &BTreeMap<String, String>, key: &str) -> Result<Vec<String>, String> {
     match data.get(key).map(|s| s.trim()).filter(|s| !s.is_empty()) {
         None => Ok(Vec::new()),
@@ -70,6 +57,17 @@ fn string_list(data: &BTreeMap<String, String>, key: &str) -> Result<Vec<String>
 
 fn origin(key: &str) -> std::path::PathBuf {
     Path::new("configmap").join(CONFIGMAP_NAMESPACE).join(CONFIGMAP_NAME).join(key)
+}
+
+fn request_header_from(data: &BTreeMap<String, String>, pem: &str) -> Result<RequestHeader, String> {
+    let ca = ClientCa::from_pem(pem.as_bytes(), &origin("requestheader-client-ca-file")).map_err(|e| e.to_string())?;
+    Ok(RequestHeader {
+        ca,
+        allowed_names: string_list(data, "requestheader-allowed-names")?,
+        username_headers: string_list(data, "requestheader-username-headers")?,
+        group_headers: string_list(data, "requestheader-group-headers")?,
+        extra_headers_prefixes: string_list(data, "requestheader-extra-headers-prefix")?,
+    })
 }
 
 /// The trust a ConfigMap's data describes. A key that does not parse keeps what `previous` had for it.
@@ -87,26 +85,13 @@ pub fn trust_from_configmap(data: &BTreeMap<String, String>, previous: &Trust) -
     };
     let request_header = match data.get("requestheader-client-ca-file").filter(|s| !s.trim().is_empty()) {
         None => None,
-        Some(pem) => {
-            let parsed = (|| -> Result<RequestHeader, String> {
-                let ca = ClientCa::from_pem(pem.as_bytes(), &origin("requestheader-client-ca-file"))
-                    .map_err(|e| e.to_string())?;
-                Ok(RequestHeader {
-                    ca,
-                    allowed_names: string_list(data, "requestheader-allowed-names")?,
-                    username_headers: string_list(data, "requestheader-username-headers")?,
-                    group_headers: string_list(data, "requestheader-group-headers")?,
-                    extra_headers_prefixes: string_list(data, "requestheader-extra-headers-prefix")?,
-                })
-            })();
-            match parsed {
-                Ok(rh) => Some(rh),
-                Err(e) => {
-                    errors.push(e);
-                    previous.request_header.clone()
-                }
+        Some(pem) => match request_header_from(data, pem) {
+            Ok(rh) => Some(rh),
+            Err(e) => {
+                errors.push(e);
+                previous.request_header.clone()
             }
-        }
+        },
     };
     (Trust { request_header, client_ca }, errors)
 }
@@ -114,17 +99,18 @@ pub fn trust_from_configmap(data: &BTreeMap<String, String>, previous: &Trust) -
 /// The trust in force, combined from its sources: what flags name (which wins) and the cluster's ConfigMap.
 pub struct TrustSources {
     trust: Arc<DynamicTrust>,
-    parts: Mutex<(TrustOverrides, Trust)>,
+    /// (from flags, from the ConfigMap)
+    parts: Mutex<(Trust, Trust)>,
 }
 
 impl TrustSources {
-    pub fn new(trust: Arc<DynamicTrust>, flags: TrustOverrides) -> Arc<Self> {
+    pub fn new(trust: Arc<DynamicTrust>, flags: Trust) -> Arc<Self> {
         let sources = Arc::new(Self { trust, parts: Mutex::new((flags, Trust::default())) });
         sources.publish(&sources.parts.lock());
         sources
     }
 
-    fn publish(&self, (flags, cluster): &(TrustOverrides, Trust)) {
+    fn publish(&self, (flags, cluster): &(Trust, Trust)) {
         self.trust.set(Trust {
             request_header: flags.request_header.clone().or_else(|| cluster.request_header.clone()),
             client_ca: flags.client_ca.clone().or_else(|| cluster.client_ca.clone()),
@@ -280,7 +266,7 @@ mod tests {
             extra_headers_prefixes: vec![],
         };
         let trust = Arc::new(DynamicTrust::default());
-        let sources = TrustSources::new(trust.clone(), TrustOverrides { request_header: Some(rh), client_ca: None });
+        let sources = TrustSources::new(trust.clone(), Trust { request_header: Some(rh), client_ca: None });
         let stop = CancellationToken::new();
         follow_flag_files(sources, Some(path.clone()), None, Duration::from_millis(20), stop.clone());
 

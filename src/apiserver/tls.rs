@@ -44,9 +44,14 @@ pub fn provider() -> Arc<CryptoProvider> {
 
 pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let pem = std::fs::read(path).map_err(|source| TlsError::Read { path: path.into(), source })?;
-    let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem).filter_map(Result::ok).collect();
+    certs_from_pem(&pem, path)
+}
+
+/// Every certificate in `pem`, at least one; `origin` names where it came from, for errors.
+fn certs_from_pem(pem: &[u8], origin: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(pem).filter_map(Result::ok).collect();
     if certs.is_empty() {
-        return Err(TlsError::Pem { path: path.into(), what: "certificate" });
+        return Err(TlsError::Pem { path: origin.into(), what: "certificate" });
     }
     Ok(certs)
 }
@@ -214,11 +219,8 @@ impl ClientCa {
     /// `origin` names where the PEM came from, for errors.
     pub fn from_pem(pem: &[u8], origin: &Path) -> Result<Self, TlsError> {
         let mut roots = RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(pem).filter_map(Result::ok) {
+        for cert in certs_from_pem(pem, origin)? {
             roots.add(cert).map_err(|_| TlsError::Pem { path: origin.into(), what: "CA certificate" })?;
-        }
-        if roots.is_empty() {
-            return Err(TlsError::Pem { path: origin.into(), what: "CA certificate" });
         }
         let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
             .build()
