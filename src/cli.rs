@@ -382,13 +382,13 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     };
 
     let request_header = match &opts.requestheader_client_ca_file {
-        Some(path) => Some(RequestHeader {
-            ca: ClientCa::from_file(path)?,
-            allowed_names: opts.requestheader_allowed_names.clone(),
-            username_headers: opts.requestheader_username_headers.clone(),
-            group_headers: opts.requestheader_group_headers.clone(),
-            extra_headers_prefixes: opts.requestheader_extra_headers_prefix.clone(),
-        }),
+        Some(path) => Some(RequestHeader::new(
+            ClientCa::from_file(path)?,
+            opts.requestheader_allowed_names.clone(),
+            &opts.requestheader_username_headers,
+            &opts.requestheader_group_headers,
+            &opts.requestheader_extra_headers_prefix,
+        )),
         None => None,
     };
     let shutdown = CancellationToken::new();

@@ -98,9 +98,29 @@ struct CertOutcome {
 pub struct RequestHeader {
     pub ca: ClientCa,
     pub allowed_names: Vec<String>,
-    pub username_headers: Vec<String>,
-    pub group_headers: Vec<String>,
-    pub extra_headers_prefixes: Vec<String>,
+    /// Header names, lowercased once here: `http` keeps names lowercase, so each request compares as is.
+    pub(super) username_headers: Vec<String>,
+    pub(super) group_headers: Vec<String>,
+    pub(super) extra_headers_prefixes: Vec<String>,
+}
+
+impl RequestHeader {
+    pub fn new(
+        ca: ClientCa,
+        allowed_names: Vec<String>,
+        username_headers: &[String],
+        group_headers: &[String],
+        extra_headers_prefixes: &[String],
+    ) -> Self {
+        let lower = |names: &[String]| names.iter().map(|n| n.to_ascii_lowercase()).collect();
+        Self {
+            ca,
+            allowed_names,
+            username_headers: lower(username_headers),
+            group_headers: lower(group_headers),
+            extra_headers_prefixes: lower(extra_headers_prefixes),
+        }
+    }
 }
 
 /// The trust anchors in force.
@@ -164,7 +184,10 @@ impl TokenReviewer {
         let answer =
             super::delegation::review(&api, &review, self.timeout).await.map_err(|e| format!("TokenReview: {e}"))?;
         let status = answer.status.unwrap_or_default();
-        let decision = match status.user.filter(|_| status.authenticated == Some(true)) {
+        let user = status
+            .user
+            .filter(|u| status.authenticated == Some(true) && u.username.as_deref().is_some_and(|n| !n.is_empty()));
+        let decision = match user {
             Some(u) => Decision::Allowed(User {
                 name: u.username.unwrap_or_default(),
                 uid: u.uid.unwrap_or_default(),
@@ -175,8 +198,8 @@ impl TokenReviewer {
         };
         self.cache.insert(key, decision.clone()).await;
         Ok(match decision {
-            Decision::Allowed(u) if !u.name.is_empty() => Some(u),
-            _ => None,
+            Decision::Allowed(u) => Some(u),
+            Decision::Denied(_) => None,
         })
     }
 }
@@ -281,19 +304,15 @@ const DEFAULT_EXTRA_PREFIX: &str = "x-remote-extra-";
 
 /// Removes every header that could claim an identity, configured or default.
 fn strip_identity(rh: Option<&RequestHeader>, headers: &mut HeaderMap) {
-    let mut prefixes = vec![DEFAULT_EXTRA_PREFIX.to_owned()];
-    let mut names: Vec<String> = DEFAULT_IDENTITY_HEADERS.iter().map(|s| s.to_string()).collect();
-    if let Some(rh) = rh {
-        prefixes.extend(rh.extra_headers_prefixes.iter().map(|p| p.to_ascii_lowercase()));
-        names.extend(rh.username_headers.iter().chain(&rh.group_headers).map(|h| h.to_ascii_lowercase()));
-    }
-    let doomed: Vec<_> = headers
-        .keys()
-        .filter(|k| {
-            names.iter().any(|n| n == k.as_str()) || prefixes.iter().any(|p| k.as_str().starts_with(p.as_str()))
-        })
-        .cloned()
-        .collect();
+    let claims = |k: &str| {
+        DEFAULT_IDENTITY_HEADERS.contains(&k)
+            || k.starts_with(DEFAULT_EXTRA_PREFIX)
+            || rh.is_some_and(|rh| {
+                rh.username_headers.iter().chain(&rh.group_headers).any(|h| h == k)
+                    || rh.extra_headers_prefixes.iter().any(|p| k.starts_with(p.as_str()))
+            })
+    };
+    let doomed: Vec<_> = headers.keys().filter(|k| claims(k.as_str())).cloned().collect();
     for k in doomed {
         headers.remove(k);
     }
@@ -309,7 +328,6 @@ fn from_headers(rh: &RequestHeader, headers: &HeaderMap) -> Option<User> {
     let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (header, value) in headers {
         for prefix in &rh.extra_headers_prefixes {
-            let prefix = prefix.to_ascii_lowercase();
             if let Some(key) = header.as_str().strip_prefix(prefix.as_str()) {
                 let key = percent_decode(key).to_lowercase();
                 if let Ok(v) = value.to_str() {
@@ -381,13 +399,13 @@ mod tests {
     }
 
     fn request_header(ca: &Ca, allowed: &[&str]) -> RequestHeader {
-        RequestHeader {
-            ca: client_ca(ca),
-            allowed_names: allowed.iter().map(|s| s.to_string()).collect(),
-            username_headers: vec!["X-Remote-User".into()],
-            group_headers: vec!["X-Remote-Group".into()],
-            extra_headers_prefixes: vec!["X-Remote-Extra-".into()],
-        }
+        RequestHeader::new(
+            client_ca(ca),
+            allowed.iter().map(|s| s.to_string()).collect(),
+            &["X-Remote-User".into()],
+            &["X-Remote-Group".into()],
+            &["X-Remote-Extra-".into()],
+        )
     }
 
     fn conn(cert: Option<CertificateDer<'static>>) -> ConnInfo {
@@ -444,6 +462,28 @@ mod tests {
         // A client certificate from the cluster CA: CN and O, headers ignored.
         let u = a.authenticate(&conn(Some(leaf(&cluster_ca, "carol", &["dev"]))), &mut forged()).await.unwrap();
         assert_eq!((u.name.as_str(), u.groups.clone()), ("carol", vec!["dev".into(), AUTHENTICATED.into()]));
+    }
+
+    #[tokio::test]
+    async fn configured_header_names_match_whatever_their_case() {
+        let proxy_ca = ca("front-proxy-ca");
+        let rh = RequestHeader::new(
+            client_ca(&proxy_ca),
+            vec![],
+            &["X-Proxy-User".into()],
+            &["X-Proxy-Group".into()],
+            &["X-Proxy-Extra-".into()],
+        );
+        let a = auth(Trust { request_header: Some(rh), client_ca: None });
+        let mut h = HeaderMap::new();
+        h.insert("x-proxy-user", "dora".parse().unwrap());
+        h.insert("x-proxy-group", "team".parse().unwrap());
+        h.insert("x-proxy-extra-Scopes", "read".parse().unwrap());
+        h.insert("x-remote-user", "admin".parse().unwrap());
+        let u = a.authenticate(&conn(Some(leaf(&proxy_ca, "any", &[]))), &mut h).await.unwrap();
+        assert_eq!((u.name.as_str(), u.groups.clone()), ("dora", vec!["team".into(), AUTHENTICATED.into()]));
+        assert_eq!(u.extra.get("scopes"), Some(&vec!["read".to_owned()]));
+        assert!(h.is_empty(), "configured and default identity headers are both stripped: {h:?}");
     }
 
     #[tokio::test]

@@ -61,13 +61,13 @@ fn origin(key: &str) -> std::path::PathBuf {
 
 fn request_header_from(data: &BTreeMap<String, String>, pem: &str) -> Result<RequestHeader, String> {
     let ca = ClientCa::from_pem(pem.as_bytes(), &origin("requestheader-client-ca-file")).map_err(|e| e.to_string())?;
-    Ok(RequestHeader {
+    Ok(RequestHeader::new(
         ca,
-        allowed_names: string_list(data, "requestheader-allowed-names")?,
-        username_headers: string_list(data, "requestheader-username-headers")?,
-        group_headers: string_list(data, "requestheader-group-headers")?,
-        extra_headers_prefixes: string_list(data, "requestheader-extra-headers-prefix")?,
-    })
+        string_list(data, "requestheader-allowed-names")?,
+        &string_list(data, "requestheader-username-headers")?,
+        &string_list(data, "requestheader-group-headers")?,
+        &string_list(data, "requestheader-extra-headers-prefix")?,
+    ))
 }
 
 /// The trust a ConfigMap's data describes. A key that does not parse keeps what `previous` had for it.
@@ -258,13 +258,7 @@ mod tests {
         let (old_pem, _, _) = make_ca("old").unwrap();
         let (new_pem, new_key, new_params) = make_ca("new").unwrap();
         std::fs::write(&path, &old_pem).unwrap();
-        let rh = RequestHeader {
-            ca: ClientCa::from_file(&path).unwrap(),
-            allowed_names: vec![],
-            username_headers: vec!["X-Remote-User".into()],
-            group_headers: vec![],
-            extra_headers_prefixes: vec![],
-        };
+        let rh = RequestHeader::new(ClientCa::from_file(&path).unwrap(), vec![], &["X-Remote-User".into()], &[], &[]);
         let trust = Arc::new(DynamicTrust::default());
         let sources = TrustSources::new(trust.clone(), Trust { request_header: Some(rh), client_ca: None });
         let stop = CancellationToken::new();
@@ -305,7 +299,7 @@ mod tests {
         assert!(errors.is_empty(), "{errors:?}");
         let rh = t.request_header.as_ref().unwrap();
         assert_eq!(rh.allowed_names, vec!["front-proxy-client"]);
-        assert_eq!(rh.username_headers, vec!["X-Remote-User"]);
+        assert_eq!(rh.username_headers, vec!["x-remote-user"], "header names are kept lowercase");
         assert!(t.client_ca.is_some());
 
         let mut broken = good.clone();
