@@ -45,16 +45,12 @@ where
     }
 
     pub async fn get(&self, key: &K) -> Option<Decision<T>> {
-        if let Some(v) = match &self.allowed {
-            Some(c) => c.get(key).await,
-            None => None,
-        } {
-            return Some(Decision::Allowed(v));
+        if let Some(c) = &self.allowed {
+            if let Some(v) = c.get(key).await {
+                return Some(Decision::Allowed(v));
+            }
         }
-        match &self.denied {
-            Some(c) => c.get(key).await.map(Decision::Denied),
-            None => None,
-        }
+        self.denied.as_ref()?.get(key).await.map(Decision::Denied)
     }
 
     pub async fn insert(&self, key: K, decision: Decision<T>) {
@@ -70,24 +66,6 @@ where
                 }
             }
         }
-    }
-
-    /// Entries held now (after pending evictions), allowed and denied.
-    pub async fn len(&self) -> (u64, u64) {
-        async fn count<K, V>(c: &Option<Cache<K, V>>) -> u64
-        where
-            K: Hash + Eq + Send + Sync + 'static,
-            V: Clone + Send + Sync + 'static,
-        {
-            match c {
-                Some(c) => {
-                    c.run_pending_tasks().await;
-                    c.entry_count()
-                }
-                None => 0,
-            }
-        }
-        (count(&self.allowed).await, count(&self.denied).await)
     }
 }
 
@@ -117,6 +95,18 @@ mod tests {
         assert_eq!(c.get(&"a").await, None, "the allowance outlived its TTL");
     }
 
+    /// Entries held now (after pending evictions), allowed and denied.
+    async fn len<K, T>(c: &DecisionCache<K, T>) -> (u64, u64)
+    where
+        K: Hash + Eq + Send + Sync + 'static,
+        T: Clone + Send + Sync + 'static,
+    {
+        let (a, d) = (c.allowed.as_ref().unwrap(), c.denied.as_ref().unwrap());
+        a.run_pending_tasks().await;
+        d.run_pending_tasks().await;
+        (a.entry_count(), d.entry_count())
+    }
+
     #[tokio::test]
     async fn each_side_is_bounded() {
         let c: DecisionCache<u32, u32> = DecisionCache::new(limits(60_000, 60_000, 50));
@@ -124,7 +114,7 @@ mod tests {
             c.insert(i, Decision::Allowed(i)).await;
             c.insert(i + 1_000_000, Decision::Denied(String::new())).await;
         }
-        let (allowed, denied) = c.len().await;
+        let (allowed, denied) = len(&c).await;
         assert!(allowed <= 50, "{allowed} allowed entries kept");
         assert!(denied <= 50, "{denied} denied entries kept");
         assert!(allowed > 0 && denied > 0);
@@ -137,5 +127,10 @@ mod tests {
         c.insert(2, Decision::Allowed(2)).await;
         assert_eq!(c.get(&1).await, None);
         assert_eq!(c.get(&2).await, Some(Decision::Allowed(2)));
+        let c: DecisionCache<u8, u8> = DecisionCache::new(limits(0, 1000, 10));
+        c.insert(1, Decision::Denied("x".into())).await;
+        c.insert(2, Decision::Allowed(2)).await;
+        assert_eq!(c.get(&1).await, Some(Decision::Denied("x".into())), "denials kept with allowances off");
+        assert_eq!(c.get(&2).await, None);
     }
 }
