@@ -8,31 +8,15 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use base64::Engine;
 use futures::StreamExt;
 use http::Request;
 use http_body_util::BodyExt;
-use podset_apiserver::envtest::{reenter_namespace, Cluster, ServerCommand};
+use podset_apiserver::envtest::{reenter_namespace, Cluster, Credential, ServerCommand};
 
 const BIN: &str = env!("CARGO_BIN_EXE_podset-apiserver");
 const PATH: &str = "/apis/demo.k8s.io/v1alpha1/namespaces/default/podsets/bench";
 const CONCURRENCY: usize = 32;
 const GETS: usize = 20_000;
-
-fn direct(c: &Cluster, cert: Option<&(String, String)>, token: Option<&str>) -> kube::Client {
-    podset_apiserver::apiserver::tls::provider();
-    let mut cfg = kube::Config::new(format!("https://{}", c.podset_addr).parse().unwrap());
-    use rustls::pki_types::pem::PemObject;
-    let ca = rustls::pki_types::CertificateDer::pem_file_iter(c.podset_ca()).unwrap().next().unwrap().unwrap();
-    cfg.root_cert = Some(vec![ca.to_vec()]);
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    if let Some((crt, key)) = cert {
-        cfg.auth_info.client_certificate_data = Some(b64(crt));
-        cfg.auth_info.client_key_data = Some(b64(key).into());
-    }
-    cfg.auth_info.token = token.map(|t| t.to_owned().into());
-    kube::Client::try_from(cfg).unwrap()
-}
 
 type Headers = &'static [(&'static str, &'static str)];
 
@@ -90,7 +74,7 @@ fn main() {
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let via_proxy = direct(&cluster, Some(&proxy), None);
+        let via_proxy = cluster.podset_client(Credential::Cert(&proxy));
         // RBAC in kube-apiserver takes a moment to see new bindings.
         let deadline = Instant::now() + std::time::Duration::from_secs(60);
         while get(&via_proxy, BOB).await != 200 {
@@ -101,7 +85,7 @@ fn main() {
         rate(&via_proxy, ADMIN).await;
         let masters = rate(&via_proxy, ADMIN).await;
         let cached_sar = rate(&via_proxy, BOB).await;
-        let sa = direct(&cluster, None, Some(&token));
+        let sa = cluster.podset_client(Credential::Token(&token));
         let cached_token = rate(&sa, &[]).await;
 
         // Each request a new user: every one needs a SubjectAccessReview (denied, which is cached just as long).

@@ -479,3 +479,20 @@ async fn wait_for_signal() {
     #[cfg(not(unix))]
     let _ = tokio::signal::ctrl_c().await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_read_as_kubernetes_flags_write_them() {
+        assert_eq!(duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(duration("0"), Ok(Duration::ZERO));
+        assert_eq!(duration("7"), Ok(Duration::from_secs(7)));
+        assert!(duration("-5s").is_err());
+        assert!(duration("soon").is_err());
+    }
+}

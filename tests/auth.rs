@@ -5,34 +5,10 @@ mod common;
 
 use std::time::Duration;
 
-use base64::Engine;
 use common::cluster::{in_namespace, runtime, wait};
 use http::Request;
-use podset_apiserver::envtest::Cluster;
+use podset_apiserver::envtest::Credential;
 use serde_json::Value;
-
-enum Identity<'a> {
-    Nobody,
-    Cert(&'a (String, String)),
-    Token(&'a str),
-}
-
-/// A client that bypasses kube-apiserver and talks to podset-apiserver directly.
-fn direct(c: &Cluster, who: Identity<'_>) -> kube::Client {
-    podset_apiserver::apiserver::tls::provider();
-    let mut cfg = kube::Config::new(format!("https://{}", c.podset_addr).parse().unwrap());
-    cfg.root_cert = Some(vec![common::pem_to_der(&c.podset_ca())]);
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    match who {
-        Identity::Nobody => {}
-        Identity::Cert((cert, key)) => {
-            cfg.auth_info.client_certificate_data = Some(b64(cert));
-            cfg.auth_info.client_key_data = Some(b64(key).into());
-        }
-        Identity::Token(t) => cfg.auth_info.token = Some(t.to_owned().into()),
-    }
-    kube::Client::try_from(cfg).unwrap()
-}
 
 /// (status, body as JSON or Null) of a request with extra headers.
 async fn call(client: &kube::Client, method: &str, path: &str, headers: &[(&str, &str)]) -> (u16, Value) {
@@ -74,7 +50,7 @@ fn delegated_authentication_and_authorization() {
 
             // Straight at us, the front proxy's certificate naming bob: our SubjectAccessReview says no.
             let proxy = c.client_cert("front-proxy-ca", "front-proxy-client", None);
-            let via_proxy = direct(&c, Identity::Cert(&proxy));
+            let via_proxy = c.podset_client(Credential::Cert(&proxy));
             let (code, body) = call(&via_proxy, "GET", PODSETS, &as_user("bob")).await;
             assert_eq!(code, 403, "{body}");
             assert_eq!(body["reason"], "Forbidden");
@@ -113,7 +89,7 @@ fn delegated_authentication_and_authorization() {
             c.kubectl(&["create", "serviceaccount", "reader", "-n", "default"]);
             c.kubectl(&["create", "rolebinding", "reader", "--clusterrole=podsets-view", "--serviceaccount=default:reader"]);
             let token = c.kubectl(&["create", "token", "reader", "-n", "default"]).trim().to_owned();
-            let sa = direct(&c, Identity::Token(&token));
+            let sa = c.podset_client(Credential::Token(&token));
             wait(
                 Duration::from_secs(30),
                 || async { call(&sa, "GET", PODSETS, &[]).await.0 == 200 },
@@ -126,37 +102,37 @@ fn delegated_authentication_and_authorization() {
                 body["message"].as_str().unwrap().contains(r#"User "system:serviceaccount:default:reader" cannot delete"#),
                 "{body}"
             );
-            let (code, body) = call(&direct(&c, Identity::Token("garbage")), "GET", PODSETS, &[]).await;
+            let (code, body) = call(&c.podset_client(Credential::Token("garbage")), "GET", PODSETS, &[]).await;
             assert_eq!((code, body["reason"].as_str()), (401, Some("Unauthorized")), "{body}");
 
             // A client certificate from the cluster CA: CN is the user, O the group RBAC binds.
             c.kubectl(&["create", "clusterrolebinding", "editors", "--clusterrole=podsets-edit", "--group=podset-editors"]);
             let carol = c.client_cert("ca", "carol", Some("podset-editors"));
-            let (code, body) = call(&direct(&c, Identity::Cert(&carol)), "DELETE", &format!("{PODSETS}/web"), &[]).await;
+            let (code, body) = call(&c.podset_client(Credential::Cert(&carol)), "DELETE", &format!("{PODSETS}/web"), &[]).await;
             assert_eq!(code, 200, "{body}");
             // Impersonation is kube-apiserver's to do; straight at us it is refused, not silently ignored.
             let (code, body) =
-                call(&direct(&c, Identity::Cert(&carol)), "GET", PODSETS, &[("Impersonate-User", "bob")]).await;
+                call(&c.podset_client(Credential::Cert(&carol)), "GET", PODSETS, &[("Impersonate-User", "bob")]).await;
             assert_eq!(code, 403, "{body}");
             let dave = c.client_cert("ca", "dave", None);
-            let (code, body) = call(&direct(&c, Identity::Cert(&dave)), "GET", PODSETS, &[]).await;
+            let (code, body) = call(&c.podset_client(Credential::Cert(&dave)), "GET", PODSETS, &[]).await;
             assert_eq!(code, 403, "{body}");
             assert!(body["message"].as_str().unwrap().contains(r#"User "dave""#), "{body}");
 
             // Forged identity: headers without a certificate, or with one from a CA we do not trust, count for
             // nothing; an anonymous caller gets 401 for the API and may still read /healthz.
             let admin = [("X-Remote-User", "admin"), ("X-Remote-Group", "system:masters")];
-            let (code, _) = call(&direct(&c, Identity::Nobody), "GET", PODSETS, &admin).await;
+            let (code, _) = call(&c.podset_client(Credential::None), "GET", PODSETS, &admin).await;
             assert_eq!(code, 401);
             let (_, evil) = proxy_cert_from_new_ca("evil-ca");
-            let (code, _) = call(&direct(&c, Identity::Cert(&evil)), "GET", PODSETS, &admin).await;
+            let (code, _) = call(&c.podset_client(Credential::Cert(&evil)), "GET", PODSETS, &admin).await;
             assert_eq!(code, 401);
-            let (code, _) = call(&direct(&c, Identity::Nobody), "GET", "/healthz", &[]).await;
+            let (code, _) = call(&c.podset_client(Credential::None), "GET", "/healthz", &[]).await;
             assert_eq!(code, 200);
 
             // The allowed names come from kube-system/extension-apiserver-authentication and are followed live.
             let other = c.client_cert("front-proxy-ca", "other-proxy", None);
-            let via_other = direct(&c, Identity::Cert(&other));
+            let via_other = c.podset_client(Credential::Cert(&other));
             assert_eq!(call(&via_other, "GET", PODSETS, &admin).await.0, 401, "a CN that is not allowed");
             let names = r#"["front-proxy-client","other-proxy"]"#;
             let patch = serde_json::json!({"data": {"requestheader-allowed-names": names}}).to_string();
@@ -170,7 +146,7 @@ fn delegated_authentication_and_authorization() {
 
             // So is a CA rotation: a proxy certificate from a new CA counts once the bundle holds that CA.
             let (new_ca, rotated) = proxy_cert_from_new_ca("front-proxy-ca-2");
-            let via_rotated = direct(&c, Identity::Cert(&rotated));
+            let via_rotated = c.podset_client(Credential::Cert(&rotated));
             assert_eq!(call(&via_rotated, "GET", PODSETS, &admin).await.0, 401, "a CA not yet in the bundle");
             let bundle = c.kubectl(&[
                 "-n",

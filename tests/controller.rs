@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use podset_apiserver::api::PodSet;
+use podset_apiserver::envtest::Credential;
 use serde_json::json;
 
 fn podset(name: &str, replicas: i32, image: &str) -> PodSet {
@@ -233,7 +234,6 @@ fn never_more_pods_than_asked_even_across_a_restart() {
 
 #[test]
 fn controller_rides_out_a_main_api_server_outage() {
-    use base64::Engine;
     in_namespace("controller_rides_out_a_main_api_server_outage", || {
         let mut c = common::cluster::start();
         let rt = runtime();
@@ -246,15 +246,10 @@ fn controller_rides_out_a_main_api_server_outage() {
         c.stop_apiserver();
         let failures_before = c.podset_log().matches("Pod watch failed").count();
         // While kube-apiserver is down, scale straight through our server, as the front proxy would.
-        let b64 =
-            |name: &str| base64::engine::general_purpose::STANDARD.encode(std::fs::read(c.pki_file(name)).unwrap());
-        let mut cfg = kube::Config::new(format!("https://{}", c.podset_addr).parse().unwrap());
-        cfg.root_cert = Some(vec![common::pem_to_der(&c.pki_file("podset-ca.crt"))]);
-        cfg.auth_info.client_certificate_data = Some(b64("front-proxy-client.crt"));
-        cfg.auth_info.client_key_data = Some(b64("front-proxy-client.key").into());
+        let proxy = c.front_proxy_cert();
         let direct = {
             let _runtime = rt.enter();
-            kube::Client::try_from(cfg).unwrap()
+            c.podset_client(Credential::Cert(&proxy))
         };
         let req = http::Request::patch(format!("{}/steady", common::PODSETS))
             .header("X-Remote-User", "admin")

@@ -12,7 +12,7 @@ use http::Request;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use podset_apiserver::api::PodSet;
-use podset_apiserver::envtest::Cluster;
+use podset_apiserver::envtest::{Cluster, Credential};
 use serde_json::json;
 
 const WEB: &str = "apiVersion: demo.k8s.io/v1alpha1
@@ -108,9 +108,7 @@ fn kube_rs_watch_resumes_and_forged_identity_is_refused() {
             assert_eq!(seen[0], ("MODIFIED", "a".to_owned()), "{seen:?}");
 
             // Straight at our Service address, claiming to be an admin without the front proxy's certificate.
-            let mut cfg = kube::Config::new(format!("https://{}", c.podset_addr).parse().unwrap());
-            cfg.root_cert = Some(vec![common::pem_to_der(&c.podset_ca())]);
-            let direct = kube::Client::try_from(cfg).unwrap();
+            let direct = c.podset_client(Credential::None);
             let req = Request::get(common::PODSETS)
                 .header("X-Remote-User", "admin")
                 .header("X-Remote-Group", "system:masters");

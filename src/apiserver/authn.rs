@@ -383,8 +383,18 @@ mod tests {
     }
 
     fn leaf(ca: &Ca, cn: &str, orgs: &[&str]) -> CertificateDer<'static> {
+        leaf_with(ca, cn, orgs, |_| {})
+    }
+
+    fn leaf_with(
+        ca: &Ca,
+        cn: &str,
+        orgs: &[&str],
+        edit: impl FnOnce(&mut CertificateParams),
+    ) -> CertificateDer<'static> {
         let issuer = Issuer::new(ca.params.clone(), &ca.key);
         let mut p = CertificateParams::default();
+        edit(&mut p);
         p.distinguished_name.push(DnType::CommonName, cn);
         for o in orgs {
             p.distinguished_name.push(DnType::OrganizationName, *o);
@@ -462,6 +472,21 @@ mod tests {
         // A client certificate from the cluster CA: CN and O, headers ignored.
         let u = a.authenticate(&conn(Some(leaf(&cluster_ca, "carol", &["dev"]))), &mut forged()).await.unwrap();
         assert_eq!((u.name.as_str(), u.groups.clone()), ("carol", vec!["dev".into(), AUTHENTICATED.into()]));
+    }
+
+    #[tokio::test]
+    async fn an_open_connection_stops_counting_once_its_certificate_expires() {
+        let proxy_ca = ca("front-proxy-ca");
+        let a = auth(Trust { request_header: Some(request_header(&proxy_ca, &[])), client_ca: None });
+        let now = time::OffsetDateTime::now_utc();
+        let short = leaf_with(&proxy_ca, "front-proxy-client", &[], |p| {
+            p.not_before = now - time::Duration::minutes(1);
+            p.not_after = now + time::Duration::seconds(2);
+        });
+        let c = conn(Some(short));
+        assert_eq!(a.authenticate(&c, &mut forged()).await.unwrap().name, "admin");
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+        assert_eq!(a.authenticate(&c, &mut forged()).await.unwrap_err().code(), 401, "an expired certificate");
     }
 
     #[tokio::test]

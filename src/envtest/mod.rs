@@ -207,6 +207,15 @@ impl Pki {
     }
 }
 
+/// What a client straight at podset-apiserver presents.
+pub enum Credential<'a> {
+    None,
+    /// A client certificate: PEM certificate and key.
+    Cert(&'a (String, String)),
+    /// A bearer token.
+    Token(&'a str),
+}
+
 /// etcd + kube-apiserver + kube-controller-manager + podset-apiserver, registered and Available.
 /// How to start podset-apiserver: a program and the arguments before its flags.
 #[derive(Debug, Clone)]
@@ -531,6 +540,31 @@ impl Cluster {
     /// Everything podset-apiserver has logged so far.
     pub fn podset_log(&self) -> String {
         self.procs.iter().find(|p| p.name == "podset-apiserver").map(Proc::log).unwrap_or_default()
+    }
+
+    /// A kube client straight at podset-apiserver, bypassing kube-apiserver, with the given credential. Needs a
+    /// Tokio runtime context.
+    pub fn podset_client(&self, credential: Credential<'_>) -> kube::Client {
+        crate::apiserver::tls::provider();
+        let mut cfg = kube::Config::new(format!("https://{}", self.podset_addr).parse().expect("address"));
+        let ca = crate::apiserver::tls::read_certs(&self.podset_ca()).expect("our CA");
+        cfg.root_cert = Some(ca.iter().map(|c| c.to_vec()).collect());
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        match credential {
+            Credential::None => {}
+            Credential::Cert((cert, key)) => {
+                cfg.auth_info.client_certificate_data = Some(b64(cert));
+                cfg.auth_info.client_key_data = Some(b64(key).into());
+            }
+            Credential::Token(t) => cfg.auth_info.token = Some(t.to_owned().into()),
+        }
+        kube::Client::try_from(cfg).expect("client")
+    }
+
+    /// The front proxy's own certificate (PEM certificate, key), as kube-apiserver presents it to us.
+    pub fn front_proxy_cert(&self) -> (String, String) {
+        let read = |name: &str| std::fs::read_to_string(self.pki.dir.join(name)).expect("front-proxy PEM");
+        (read("front-proxy-client.crt"), read("front-proxy-client.key"))
     }
 
     /// Our server's serving CA and address, for requests that bypass kube-apiserver.
