@@ -7,4 +7,5 @@ pub mod cli;
 pub mod controller;
 #[cfg(feature = "envtest")]
 pub mod envtest;
+pub mod registry;
 pub mod storage;

@@ -10,7 +10,8 @@ use serde_json::{json, Map, Value};
 
 use super::{PodSet, PodSetList, GROUP, KIND, PLURAL, VERSION};
 
-const PODSET: &str = "io.k8s.demo.v1alpha1.PodSet";
+/// The name of the PodSet definition in the OpenAPI documents.
+pub const PODSET: &str = "io.k8s.demo.v1alpha1.PodSet";
 const PODSET_LIST: &str = "io.k8s.demo.v1alpha1.PodSetList";
 const SCALE: &str = "io.k8s.api.autoscaling.v1.Scale";
 const STATUS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Status";
@@ -47,6 +48,7 @@ fn definitions(flavor: Flavor) -> Map<String, Value> {
     generator.subschema_for::<WatchEvent<PodSet>>();
     let mut defs = generator.take_definitions(true);
     defs.values_mut().for_each(|d| normalize(d, flavor));
+    merge_semantics(&mut defs);
     let gvk = |group: &str, version: &str, kind: &str| json!([{"group": group, "version": version, "kind": kind}]);
     let mut extend = |name: &str, key: &str, value: Value| {
         if let Some(Value::Object(def)) = defs.get_mut(name) {
@@ -67,6 +69,82 @@ fn definitions(flavor: Flavor) -> Map<String, Value> {
         json!({"type": "object", "description": "Patch is provided to give a concrete name and type to the Kubernetes PATCH request body."}),
     );
     defs
+}
+
+/// How lists and structs merge (server-side apply), as Kubernetes 1.37 marks its types: lists not named here are
+/// atomic, which is also what the absence of a marker means.
+pub(crate) const LIST_TYPES: &[(&str, &str, &[&str])] = &[
+    ("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "finalizers", &[]),
+    ("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "ownerReferences", &["uid"]),
+    ("io.k8s.api.core.v1.PodSpec", "containers", &["name"]),
+    ("io.k8s.api.core.v1.PodSpec", "initContainers", &["name"]),
+    ("io.k8s.api.core.v1.PodSpec", "ephemeralContainers", &["name"]),
+    ("io.k8s.api.core.v1.PodSpec", "volumes", &["name"]),
+    ("io.k8s.api.core.v1.PodSpec", "imagePullSecrets", &["name"]),
+    ("io.k8s.api.core.v1.PodSpec", "hostAliases", &["ip"]),
+    ("io.k8s.api.core.v1.PodSpec", "topologySpreadConstraints", &["topologyKey", "whenUnsatisfiable"]),
+    ("io.k8s.api.core.v1.PodSpec", "resourceClaims", &["name"]),
+    ("io.k8s.api.core.v1.PodSpec", "schedulingGates", &["name"]),
+    ("io.k8s.api.core.v1.Container", "ports", &["containerPort", "protocol"]),
+    ("io.k8s.api.core.v1.Container", "env", &["name"]),
+    ("io.k8s.api.core.v1.Container", "volumeMounts", &["mountPath"]),
+    ("io.k8s.api.core.v1.Container", "volumeDevices", &["devicePath"]),
+    ("io.k8s.api.core.v1.EphemeralContainer", "ports", &["containerPort", "protocol"]),
+    ("io.k8s.api.core.v1.EphemeralContainer", "env", &["name"]),
+    ("io.k8s.api.core.v1.EphemeralContainer", "volumeMounts", &["mountPath"]),
+    ("io.k8s.api.core.v1.EphemeralContainer", "volumeDevices", &["devicePath"]),
+    ("io.k8s.api.core.v1.ResourceRequirements", "claims", &["name"]),
+];
+
+/// Structs replaced as a whole, never merged field by field.
+pub(crate) const ATOMIC_STRUCTS: &[&str] = &[
+    "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector",
+    "io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference",
+    "io.k8s.api.core.v1.LocalObjectReference",
+    "io.k8s.api.core.v1.ConfigMapKeySelector",
+    "io.k8s.api.core.v1.SecretKeySelector",
+    "io.k8s.api.core.v1.ObjectFieldSelector",
+    "io.k8s.api.core.v1.ResourceFieldSelector",
+    "io.k8s.api.core.v1.NodeSelector",
+    "io.k8s.api.core.v1.TypedLocalObjectReference",
+    "io.k8s.api.core.v1.TypedObjectReference",
+];
+
+/// Publishes the merge semantics as kube-apiserver does (`x-kubernetes-list-type`, `x-kubernetes-list-map-keys`,
+/// `x-kubernetes-map-type`): server-side apply reads them back from here, and so can any client.
+fn merge_semantics(defs: &mut Map<String, Value>) {
+    for (def, prop, keys) in LIST_TYPES {
+        let Some(Value::Object(p)) = defs.get_mut(*def).and_then(|d| d.pointer_mut(&format!("/properties/{prop}")))
+        else {
+            continue;
+        };
+        if keys.is_empty() {
+            p.insert("x-kubernetes-list-type".into(), json!("set"));
+        } else {
+            p.insert("x-kubernetes-list-type".into(), json!("map"));
+            p.insert("x-kubernetes-list-map-keys".into(), json!(keys));
+        }
+    }
+    for def in ATOMIC_STRUCTS {
+        if let Some(Value::Object(d)) = defs.get_mut(*def) {
+            d.insert("x-kubernetes-map-type".into(), json!("atomic"));
+        }
+    }
+    for def in defs.values_mut() {
+        let Some(Value::Object(props)) = def.get_mut("properties") else { continue };
+        for p in props.values_mut() {
+            if let Value::Object(p) = p {
+                if p.contains_key("items") && !p.contains_key("x-kubernetes-list-type") {
+                    p.insert("x-kubernetes-list-type".into(), json!("atomic"));
+                }
+            }
+        }
+    }
+}
+
+/// The OpenAPI v3 component schemas, which server-side apply merges by.
+pub fn component_schemas() -> Map<String, Value> {
+    definitions(Flavor::V3)
 }
 
 /// Rewrites schemars' output into the shapes kube-apiserver publishes: optional fields are plain (no

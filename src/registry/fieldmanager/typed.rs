@@ -1,0 +1,582 @@
+//! Objects seen through the merge schema: their field sets, the difference of two, the merge of an applied
+//! configuration into a live object, and removal of fields — structured-merge-diff's `typed` package.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use super::path::{Path, PathElement};
+use super::schema::{ListKind, Schema, Type, TypeId, UNTYPED};
+use super::set::Set;
+
+/// What changed between two objects, as field paths.
+#[derive(Debug, Default)]
+pub struct Comparison {
+    pub added: Set,
+    pub modified: Set,
+    pub removed: Set,
+}
+
+/// A shape the schema cannot take (duplicate list keys, a list item without its key fields, …).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct SchemaError {
+    pub path: String,
+    pub message: String,
+}
+
+fn err(path: &Path, message: impl Into<String>) -> SchemaError {
+    SchemaError { path: super::path::Display(path).to_string(), message: message.into() }
+}
+
+/// Default values of list-map key fields, as the OpenAPI `default` of a key is used for an item that omits it.
+fn key_default(field: &str) -> Option<Value> {
+    (field == "protocol").then(|| Value::String("TCP".into()))
+}
+
+/// How a value is walked: by its declared type, or deduced from its shape when the type is untyped.
+enum Shape<'s> {
+    Scalar,
+    Map { schema_map: Option<(&'s HashMap<String, TypeId>, Option<TypeId>)>, atomic: bool },
+    List { element: TypeId, kind: ListKind },
+}
+
+fn shape<'s>(schema: &'s Schema, t: TypeId, lhs: Option<&Value>, rhs: Option<&Value>) -> Shape<'s> {
+    match schema.get(t) {
+        Type::Scalar => Shape::Scalar,
+        Type::Map { fields, element, atomic } => Shape::Map { schema_map: Some((fields, *element)), atomic: *atomic },
+        Type::List { element, kind } => Shape::List { element: *element, kind: kind.clone() },
+        Type::Untyped => {
+            let v = rhs.filter(|v| !v.is_null()).or(lhs);
+            match v {
+                Some(Value::Object(_)) => Shape::Map { schema_map: None, atomic: false },
+                Some(Value::Array(_)) => Shape::List { element: t, kind: ListKind::Atomic },
+                _ => Shape::Scalar,
+            }
+        }
+    }
+}
+
+fn child_type(t: TypeId, map: Option<(&HashMap<String, TypeId>, Option<TypeId>)>, k: &str) -> TypeId {
+    match map {
+        Some((fields, element)) => fields.get(k).copied().or(element).unwrap_or(UNTYPED),
+        None => t,
+    }
+}
+
+fn as_map(v: Option<&Value>) -> Option<&Map<String, Value>> {
+    v.and_then(Value::as_object)
+}
+
+fn as_list(v: Option<&Value>) -> &[Value] {
+    v.and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[])
+}
+
+/// The path element of a list item.
+fn item_element(kind: &ListKind, item: &Value, index: usize, path: &Path) -> Result<PathElement, SchemaError> {
+    match kind {
+        ListKind::Atomic => Ok(PathElement::Index(index)),
+        ListKind::Set => match item {
+            Value::Object(_) | Value::Array(_) => Err(err(path, "a set can only hold scalars")),
+            v => Ok(PathElement::Value(v.clone())),
+        },
+        ListKind::Map(keys) if keys.is_empty() => Ok(PathElement::Value(item.clone())),
+        ListKind::Map(keys) => {
+            let m = item.as_object().ok_or_else(|| err(path, "an item of a keyed list must be an object"))?;
+            let mut fields = Vec::with_capacity(keys.len());
+            for k in keys {
+                match m.get(k).filter(|v| !v.is_null()).cloned().or_else(|| key_default(k)) {
+                    Some(v) => fields.push((k.clone(), v)),
+                    None => {
+                        return Err(err(
+                            path,
+                            format!(
+                                "element {index}: associative list with keys has an element that omits key field {k:?}"
+                            ),
+                        ))
+                    }
+                }
+            }
+            fields.sort_by(|a, b| a.0.cmp(&b.0));
+            Ok(PathElement::Key(fields))
+        }
+    }
+}
+
+fn index_items<'v>(
+    kind: &ListKind,
+    items: &'v [Value],
+    path: &Path,
+) -> Result<(Vec<PathElement>, HashMap<String, &'v Value>), SchemaError> {
+    let mut pes = Vec::with_capacity(items.len());
+    let mut by_pe = HashMap::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let pe = item_element(kind, item, i, path)?;
+        if by_pe.insert(pe.encode(), item).is_some() {
+            return Err(err(path, format!("duplicate entries for key {}", pe.encode())));
+        }
+        pes.push(pe);
+    }
+    Ok((pes, by_pe))
+}
+
+/// Walks two objects together as structured-merge-diff's merging walker: `leaf` decides scalars and atomic
+/// values; `node` sees every other value after its children.
+struct Walker<'s, L, N> {
+    schema: &'s Schema,
+    leaf: L,
+    node: N,
+}
+
+impl<L, N> Walker<'_, L, N>
+where
+    L: FnMut(&Path, Option<&Value>, Option<&Value>) -> Option<Value>,
+    N: FnMut(&Path, Option<&Value>, Option<&Value>),
+{
+    fn walk(
+        &mut self,
+        t: TypeId,
+        path: &mut Path,
+        lhs: Option<&Value>,
+        rhs: Option<&Value>,
+    ) -> Result<Option<Value>, SchemaError> {
+        let empty = |v: Option<&Value>| match v {
+            None | Some(Value::Null) => true,
+            Some(Value::Object(m)) => m.is_empty(),
+            Some(Value::Array(a)) => a.is_empty(),
+            _ => false,
+        };
+        let out = match shape(self.schema, t, lhs, rhs) {
+            Shape::Scalar => return Ok((self.leaf)(path, lhs, rhs)),
+            Shape::Map { atomic: true, .. } | Shape::List { kind: ListKind::Atomic, .. } => {
+                return Ok((self.leaf)(path, lhs, rhs))
+            }
+            _ if empty(lhs) && empty(rhs) => return Ok((self.leaf)(path, lhs, rhs)),
+            Shape::Map { schema_map, .. } => {
+                let (l, r) = (as_map(lhs), as_map(rhs));
+                if (lhs.is_some() && l.is_none() && !empty(lhs)) || (rhs.is_some() && r.is_none() && !empty(rhs)) {
+                    // One side is not a map: the values are not comparable field by field.
+                    return Ok((self.leaf)(path, lhs, rhs));
+                }
+                let mut out = Map::new();
+                let keys = l.into_iter().flat_map(|m| m.keys()).chain(r.into_iter().flat_map(|m| m.keys()));
+                let mut seen = std::collections::HashSet::new();
+                for k in keys {
+                    if !seen.insert(k.as_str()) {
+                        continue;
+                    }
+                    let ct = child_type(t, schema_map, k);
+                    path.push(PathElement::Field(k.clone()));
+                    let v = self.walk(ct, path, l.and_then(|m| m.get(k)), r.and_then(|m| m.get(k)));
+                    path.pop();
+                    if let Some(v) = v? {
+                        out.insert(k.clone(), v);
+                    }
+                }
+                (!out.is_empty()).then_some(Value::Object(out))
+            }
+            Shape::List { element, kind } => {
+                let (l, r) = (as_list(lhs), as_list(rhs));
+                let (lpes, lby) = index_items(&kind, l, path)?;
+                let (rpes, rby) = index_items(&kind, r, path)?;
+                let mut out = Vec::with_capacity(l.len().max(r.len()));
+                let mut item = |w: &mut Self, pe: &PathElement, path: &mut Path| -> Result<(), SchemaError> {
+                    let key = pe.encode();
+                    path.push(pe.clone());
+                    let v = w.walk(element, path, lby.get(&key).copied(), rby.get(&key).copied());
+                    path.pop();
+                    if let Some(v) = v? {
+                        out.push(v);
+                    }
+                    Ok(())
+                };
+                // The order structured-merge-diff keeps: the applied order, with live-only items where they were.
+                let mut shared: std::collections::VecDeque<&PathElement> =
+                    rpes.iter().filter(|pe| lby.contains_key(&pe.encode())).collect();
+                let (mut li, mut ri) = (0, 0);
+                while li < lpes.len() || ri < rpes.len() {
+                    if li < lpes.len() && ri < rpes.len() {
+                        if lpes[li] == rpes[ri] {
+                            item(self, &lpes[li], path)?;
+                            if shared.front() == Some(&&lpes[li]) {
+                                shared.pop_front();
+                            }
+                            li += 1;
+                            ri += 1;
+                            continue;
+                        }
+                        let in_rhs = rby.contains_key(&lpes[li].encode());
+                        if in_rhs && shared.front().is_some_and(|n| **n != lpes[li]) {
+                            li += 1;
+                            continue;
+                        }
+                    }
+                    if li < lpes.len() && !rby.contains_key(&lpes[li].encode()) {
+                        item(self, &lpes[li], path)?;
+                        li += 1;
+                        continue;
+                    }
+                    if ri < rpes.len() {
+                        item(self, &rpes[ri], path)?;
+                        if shared.front() == Some(&&rpes[ri]) {
+                            shared.pop_front();
+                        }
+                        ri += 1;
+                    } else {
+                        // Only live items already merged remain.
+                        li += 1;
+                    }
+                }
+                (!out.is_empty()).then_some(Value::Array(out))
+            }
+        };
+        (self.node)(path, lhs, rhs);
+        Ok(out)
+    }
+}
+
+/// The fields an object sets (structured-merge-diff's `ToFieldSet`).
+pub fn to_field_set(schema: &Schema, value: &Value) -> Result<Set, SchemaError> {
+    let mut set = Set::new();
+    field_set_into(schema, schema.root(), value, &mut Vec::new(), &mut set)?;
+    Ok(set)
+}
+
+fn field_set_into(schema: &Schema, t: TypeId, v: &Value, path: &mut Path, set: &mut Set) -> Result<(), SchemaError> {
+    match shape(schema, t, None, Some(v)) {
+        Shape::Scalar => set.insert(path),
+        Shape::Map { atomic: true, .. } | Shape::List { kind: ListKind::Atomic, .. } => set.insert(path),
+        Shape::Map { schema_map, .. } => {
+            let Some(m) = v.as_object() else { return Ok(()) };
+            for (k, child) in m {
+                let ct = child_type(t, schema_map, k);
+                path.push(PathElement::Field(k.clone()));
+                field_set_into(schema, ct, child, path, set)?;
+                let declared = schema_map.is_some_and(|(fields, _)| fields.contains_key(k));
+                let empty_map = child.as_object().is_some_and(Map::is_empty);
+                if child.is_null() || empty_map || !declared {
+                    set.insert(path);
+                }
+                path.pop();
+            }
+        }
+        Shape::List { element, kind } => {
+            let Some(items) = v.as_array() else { return Ok(()) };
+            let (pes, _) = index_items(&kind, items, path)?;
+            for (item, pe) in items.iter().zip(pes) {
+                path.push(pe);
+                field_set_into(schema, element, item, path, set)?;
+                set.insert(path);
+                path.pop();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The fields added, modified and removed from `lhs` to `rhs` (structured-merge-diff's `Compare`).
+pub fn compare(schema: &Schema, lhs: &Value, rhs: &Value) -> Result<Comparison, SchemaError> {
+    let c = std::cell::RefCell::new(Comparison::default());
+    let mut w = Walker {
+        schema,
+        leaf: |path: &Path, l: Option<&Value>, r: Option<&Value>| {
+            let mut c = c.borrow_mut();
+            match (l, r) {
+                (None, Some(_)) => c.added.insert(path),
+                (Some(_), None) => c.removed.insert(path),
+                (Some(a), Some(b)) if a != b => c.modified.insert(path),
+                _ => {}
+            }
+            None
+        },
+        node: |path: &Path, l: Option<&Value>, r: Option<&Value>| {
+            let mut c = c.borrow_mut();
+            match (l, r) {
+                (None, Some(_)) => c.added.insert(path),
+                (Some(_), None) => c.removed.insert(path),
+                _ => {}
+            }
+        },
+    };
+    w.walk(schema.root(), &mut Vec::new(), Some(lhs), Some(rhs))?;
+    Ok(c.into_inner())
+}
+
+/// `config` merged into `live`: the configuration wins on every field it sets; lists merge by their kind.
+pub fn merge(schema: &Schema, live: &Value, config: &Value) -> Result<Value, SchemaError> {
+    let mut w = Walker {
+        schema,
+        leaf: |_: &Path, l: Option<&Value>, r: Option<&Value>| r.or(l).cloned(),
+        node: |_: &Path, _: Option<&Value>, _: Option<&Value>| {},
+    };
+    Ok(w.walk(schema.root(), &mut Vec::new(), Some(live), Some(config))?.unwrap_or_else(|| Value::Object(Map::new())))
+}
+
+/// `value` without the fields in `set` (a member removes its whole subtree).
+pub fn remove_items(schema: &Schema, value: &Value, set: &Set) -> Value {
+    remove_in(schema, schema.root(), value, set)
+}
+
+fn remove_in(schema: &Schema, t: TypeId, v: &Value, set: &Set) -> Value {
+    match shape(schema, t, None, Some(v)) {
+        Shape::Scalar | Shape::Map { atomic: true, .. } | Shape::List { kind: ListKind::Atomic, .. } => v.clone(),
+        Shape::Map { schema_map, .. } => {
+            let Some(m) = v.as_object() else { return v.clone() };
+            let mut out = Map::new();
+            for (k, child) in m {
+                let pe = PathElement::Field(k.clone());
+                if set.members().any(|m| *m == pe) {
+                    continue;
+                }
+                let child = match set.child(&pe) {
+                    Some(sub) => {
+                        let ct = child_type(t, schema_map, k);
+                        let pruned = remove_in(schema, ct, child, sub);
+                        if became_empty(child, &pruned) {
+                            continue;
+                        }
+                        pruned
+                    }
+                    None => child.clone(),
+                };
+                out.insert(k.clone(), child);
+            }
+            Value::Object(out)
+        }
+        Shape::List { element, kind } => {
+            let Some(items) = v.as_array() else { return v.clone() };
+            let mut out = Vec::with_capacity(items.len());
+            for (i, item) in items.iter().enumerate() {
+                let Ok(pe) = item_element(&kind, item, i, &Vec::new()) else {
+                    out.push(item.clone());
+                    continue;
+                };
+                if set.members().any(|m| *m == pe) {
+                    continue;
+                }
+                match set.child(&pe) {
+                    Some(sub) => out.push(remove_in(schema, element, item, sub)),
+                    None => out.push(item.clone()),
+                }
+            }
+            Value::Array(out)
+        }
+    }
+}
+
+/// A map or list emptied by a removal goes too, as Go's `omitempty` would drop it.
+fn became_empty(before: &Value, after: &Value) -> bool {
+    match (before, after) {
+        (Value::Object(b), Value::Object(a)) => !b.is_empty() && a.is_empty(),
+        (Value::Array(b), Value::Array(a)) => !b.is_empty() && a.is_empty(),
+        _ => false,
+    }
+}
+
+/// `set` plus every struct field that has members below it (structured-merge-diff's
+/// `EnsureNamedFieldsAreMembers`), so that removing the set removes emptied structs too.
+pub fn ensure_named_fields_are_members(schema: &Schema, set: &Set) -> Set {
+    ensure_in(schema, schema.root(), set)
+}
+
+fn ensure_in(schema: &Schema, t: TypeId, set: &Set) -> Set {
+    let mut out = Set::new();
+    for m in set.members() {
+        out.insert_member(m.clone());
+    }
+    for (pe, child) in set.children() {
+        let ct = match (pe, schema.get(t)) {
+            (PathElement::Field(name), Type::Map { .. }) => {
+                if schema.is_struct_field(t, name) {
+                    out.insert_member(pe.clone());
+                }
+                schema.field(t, name).unwrap_or(UNTYPED)
+            }
+            (_, Type::List { element, .. }) => *element,
+            _ => UNTYPED,
+        };
+        out.set_child(pe.clone(), ensure_in(schema, ct, child));
+    }
+    out
+}
+
+/// Drops fields the schema does not declare; returns their paths.
+pub fn prune_unknown(schema: &Schema, value: &mut Value) -> Vec<String> {
+    let mut dropped = Vec::new();
+    prune_in(schema, schema.root(), value, &mut Vec::new(), &mut dropped);
+    dropped
+}
+
+fn prune_in(schema: &Schema, t: TypeId, v: &mut Value, path: &mut Path, dropped: &mut Vec<String>) {
+    match (schema.get(t), v) {
+        (Type::Map { fields, element, .. }, Value::Object(m)) => {
+            let unknown: Vec<String> =
+                m.keys().filter(|k| element.is_none() && !fields.contains_key(*k)).cloned().collect();
+            for k in unknown {
+                m.remove(&k);
+                path.push(PathElement::Field(k));
+                dropped.push(super::path::Display(path).to_string());
+                path.pop();
+            }
+            for (k, child) in m.iter_mut() {
+                if let Some(ct) = fields.get(k).copied().or(*element) {
+                    path.push(PathElement::Field(k.clone()));
+                    prune_in(schema, ct, child, path, dropped);
+                    path.pop();
+                }
+            }
+        }
+        (Type::List { element, .. }, Value::Array(items)) => {
+            for (i, item) in items.iter_mut().enumerate() {
+                path.push(PathElement::Index(i));
+                prune_in(schema, *element, item, path, dropped);
+                path.pop();
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A small schema in the shape of a Deployment: a struct, a keyed list, a set, an atomic list, a map, an
+    /// atomic struct.
+    fn schema() -> Schema {
+        let defs = json!({
+            "Obj": {"type": "object", "properties": {
+                "metadata": {"$ref": "#/components/schemas/Meta"},
+                "spec": {"$ref": "#/components/schemas/Spec"},
+                "status": {"type": "object", "properties": {"n": {"type": "integer"}}}
+            }},
+            "Meta": {"type": "object", "properties": {
+                "name": {"type": "string"},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                "finalizers": {"type": "array", "items": {"type": "string"}, "x-kubernetes-list-type": "set"}
+            }},
+            "Spec": {"type": "object", "properties": {
+                "replicas": {"type": "integer"},
+                "selector": {"type": "object", "properties": {"matchLabels": {"type": "object",
+                    "additionalProperties": {"type": "string"}}}, "x-kubernetes-map-type": "atomic"},
+                "containers": {"type": "array", "items": {"$ref": "#/components/schemas/C"},
+                    "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+                "strategy": {"type": "object", "properties": {"max": {"type": "integer"}, "min": {"type": "integer"}}}
+            }},
+            "C": {"type": "object", "properties": {
+                "name": {"type": "string"}, "image": {"type": "string"},
+                "args": {"type": "array", "items": {"type": "string"}},
+                "ports": {"type": "array", "items": {"$ref": "#/components/schemas/P"},
+                    "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["containerPort", "protocol"]}
+            }},
+            "P": {"type": "object", "properties": {"containerPort": {"type": "integer"}, "protocol": {"type": "string"}}}
+        });
+        Schema::from_openapi(defs.as_object().unwrap(), "Obj")
+    }
+
+    fn fields(s: &Set) -> Value {
+        s.to_fields_v1()
+    }
+
+    #[test]
+    fn field_set_names_leaves_list_items_and_map_entries() {
+        let s = schema();
+        let obj = json!({
+            "metadata": {"labels": {"app": "web"}, "finalizers": ["a"]},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                     "containers": [{"name": "main", "image": "x", "args": ["a"], "ports": [{"containerPort": 80}]}],
+                     "strategy": {}}
+        });
+        let set = to_field_set(&s, &obj).unwrap();
+        assert_eq!(
+            fields(&set),
+            json!({
+                "f:metadata": {"f:labels": {"f:app": {}}, "f:finalizers": {"v:\"a\"": {}}},
+                "f:spec": {
+                    "f:containers": {"k:{\"name\":\"main\"}": {".": {}, "f:args": {}, "f:image": {}, "f:name": {},
+                        "f:ports": {"k:{\"containerPort\":80,\"protocol\":\"TCP\"}": {".": {}, "f:containerPort": {}}}}},
+                    "f:replicas": {}, "f:selector": {}, "f:strategy": {}
+                }
+            })
+        );
+    }
+
+    #[test]
+    fn compare_reports_added_modified_removed_with_new_nodes() {
+        let s = schema();
+        let a = json!({"spec": {"replicas": 1, "containers": [{"name": "main", "image": "x"}]}});
+        let b = json!({"metadata": {"labels": {"app": "w"}}, "spec": {"replicas": 2, "strategy": {"max": 1},
+                        "containers": [{"name": "main", "image": "x"}, {"name": "side", "image": "y"}]}});
+        let c = compare(&s, &a, &b).unwrap();
+        assert_eq!(fields(&c.modified), json!({"f:spec": {"f:replicas": {}}}));
+        assert_eq!(
+            fields(&c.added),
+            json!({"f:metadata": {".": {}, "f:labels": {".": {}, "f:app": {}}}, "f:spec": {
+                "f:containers": {"k:{\"name\":\"side\"}": {".": {}, "f:image": {}, "f:name": {}}},
+                "f:strategy": {".": {}, "f:max": {}}}})
+        );
+        let back = compare(&s, &b, &a).unwrap();
+        assert_eq!(fields(&back.removed), fields(&c.added));
+    }
+
+    #[test]
+    fn merge_applies_config_over_live_by_list_kind() {
+        let s = schema();
+        let live = json!({"spec": {"replicas": 1, "selector": {"matchLabels": {"a": "1", "b": "2"}},
+            "containers": [{"name": "a", "image": "x", "args": ["1", "2"]}, {"name": "b", "image": "y"}]},
+            "metadata": {"labels": {"keep": "1"}, "finalizers": ["f1"]}});
+        let config = json!({"spec": {"replicas": 3, "selector": {"matchLabels": {"a": "1"}},
+            "containers": [{"name": "b", "image": "z"}, {"name": "c", "image": "w"}]},
+            "metadata": {"labels": {"new": "2"}, "finalizers": ["f2"]}});
+        let merged = merge(&s, &live, &config).unwrap();
+        assert_eq!(
+            merged,
+            json!({"spec": {"replicas": 3, "selector": {"matchLabels": {"a": "1"}},
+                "containers": [{"name": "a", "image": "x", "args": ["1", "2"]}, {"name": "b", "image": "z"},
+                               {"name": "c", "image": "w"}]},
+                "metadata": {"labels": {"keep": "1", "new": "2"}, "finalizers": ["f1", "f2"]}})
+        );
+    }
+
+    #[test]
+    fn removal_drops_subtrees_and_emptied_maps() {
+        let s = schema();
+        let obj = json!({"metadata": {"labels": {"app": "w"}}, "spec": {"replicas": 2,
+            "containers": [{"name": "a", "image": "x"}, {"name": "b", "image": "y"}]}});
+        let mut set = Set::new();
+        set.insert(&[
+            PathElement::Field("metadata".into()),
+            PathElement::Field("labels".into()),
+            PathElement::Field("app".into()),
+        ]);
+        set.insert(&[
+            PathElement::Field("spec".into()),
+            PathElement::Field("containers".into()),
+            PathElement::Key(vec![("name".into(), json!("b"))]),
+        ]);
+        let out = remove_items(&s, &obj, &set);
+        // The labels map emptied, and the metadata with it.
+        assert_eq!(out, json!({"spec": {"replicas": 2, "containers": [{"name": "a", "image": "x"}]}}));
+        let ensured = ensure_named_fields_are_members(&s, &set);
+        assert!(ensured.has(&[PathElement::Field("metadata".into())]));
+        assert!(ensured.has(&[PathElement::Field("metadata".into()), PathElement::Field("labels".into())]));
+        // `containers` is a struct field above a member, so it becomes one; list items do not add their list.
+        assert!(ensured.has(&[PathElement::Field("spec".into()), PathElement::Field("containers".into())]));
+    }
+
+    #[test]
+    fn bad_shapes_are_errors_not_panics() {
+        let s = schema();
+        let dup = json!({"spec": {"containers": [{"name": "a"}, {"name": "a"}]}});
+        assert!(to_field_set(&s, &dup).unwrap_err().message.contains("duplicate entries"));
+        let keyless = json!({"spec": {"containers": [{"image": "a"}]}});
+        assert!(to_field_set(&s, &keyless).unwrap_err().message.contains("omits key field \"name\""));
+        let wrong = json!({"spec": {"containers": "nope", "replicas": {"x": 1}}});
+        assert!(to_field_set(&s, &wrong).is_ok());
+        assert!(merge(&s, &dup, &json!({})).is_err());
+        let mut unknown = json!({"spec": {"bogus": 1, "containers": [{"name": "a", "nope": true}]}});
+        assert_eq!(prune_unknown(&s, &mut unknown), [".spec.bogus", ".spec.containers[0].nope"]);
+        assert_eq!(unknown, json!({"spec": {"containers": [{"name": "a"}]}}));
+    }
+}

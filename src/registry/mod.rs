@@ -1,0 +1,3 @@
+//! PodSet semantics between the HTTP layer and storage.
+
+pub mod fieldmanager;
