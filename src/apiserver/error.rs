@@ -116,6 +116,15 @@ impl ApiError {
             .with_details(status_details(name, group, kind, causes))
     }
 
+    /// 409 for a server-side apply that would change fields other managers own: one cause per field.
+    pub fn apply_conflict(message: &str, causes: Vec<(String, String)>) -> Self {
+        let causes = causes
+            .into_iter()
+            .map(|(message, field)| StatusCause { reason: "FieldManagerConflict".into(), message, field })
+            .collect();
+        Self::new(409, "Conflict", message).with_details(status_details("", "", "", causes))
+    }
+
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)
     }

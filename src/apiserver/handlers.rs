@@ -22,6 +22,7 @@ use super::render::{bytes_response, list_response, object_response, value_respon
 use super::request::{Query, ResourceRequest, Subresource, Target, Verb};
 use super::watch::{self, WatchConfig, WatchRequest};
 use crate::api::selector::{FieldSelector, Selector};
+use crate::api::validation::{ErrorType, FieldError};
 use crate::api::LIST_KIND;
 
 /// Request bodies above this are refused with 413, as kube-apiserver does.
@@ -212,7 +213,15 @@ async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query) -> ApiR
     let ns = r.namespace.as_deref();
     let name = r.name.as_deref().unwrap_or("");
     let include = q.include_object;
-    let write_opts = WriteOptions { field_validation: q.field_validation, dry_run: q.dry_run };
+    let write_opts = match verb {
+        Verb::Create | Verb::Update | Verb::Patch => WriteOptions {
+            field_validation: q.field_validation,
+            dry_run: q.dry_run,
+            field_manager: field_manager(q.field_manager.as_deref(), &parts.headers, verb)?,
+            force: q.force.unwrap_or(false),
+        },
+        _ => WriteOptions::default(),
+    };
     let not_allowed = || ApiError::method_not_allowed(&method, path);
 
     match (verb, r.subresource) {
@@ -278,7 +287,7 @@ async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query) -> ApiR
             let ns = ns.unwrap_or_default();
             match sub {
                 Some(Subresource::Scale) => {
-                    let written = reg.update_scale(ns, name, ScaleChange::Replace(body), q.dry_run).await?;
+                    let written = reg.update_scale(ns, name, ScaleChange::Replace(body), &write_opts).await?;
                     value_response(StatusCode::OK, out, &scale_json(&written.object)?)
                 }
                 sub => {
@@ -297,16 +306,14 @@ async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query) -> ApiR
             let ns = ns.unwrap_or_default();
             match sub {
                 Some(Subresource::Scale) => {
-                    let written = reg.update_scale(ns, name, ScaleChange::Patch(&patch, format), q.dry_run).await?;
+                    let written = reg.update_scale(ns, name, ScaleChange::Patch(&patch, format), &write_opts).await?;
                     value_response(StatusCode::OK, out, &scale_json(&written.object)?)
                 }
                 sub => {
                     let part = if sub == Some(Subresource::Status) { Part::Status } else { Part::Main };
                     let written = reg.patch(ns, name, &patch, format, part, write_opts).await?;
-                    Ok(with_warnings(
-                        object_response(StatusCode::OK, out, &written.object, include)?,
-                        &written.warnings,
-                    ))
+                    let code = if written.created { StatusCode::CREATED } else { StatusCode::OK };
+                    Ok(with_warnings(object_response(code, out, &written.object, include)?, &written.warnings))
                 }
             }
         }
@@ -341,6 +348,48 @@ async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query) -> ApiR
         }
         _ => Err(not_allowed()),
     }
+}
+
+/// The field manager of a write: `fieldManager`, else the User-Agent up to its first `/` (printable characters,
+/// at most 128 bytes), as kube-apiserver; an explicit one that is too long or unprintable is refused.
+fn field_manager(explicit: Option<&str>, headers: &HeaderMap, verb: Verb) -> ApiResult<String> {
+    const MAX: usize = 128;
+    if let Some(m) = explicit {
+        let mut errors = Vec::new();
+        if m.len() > MAX {
+            errors.push(FieldError {
+                field: "fieldManager".into(),
+                kind: ErrorType::TooLong,
+                value: None,
+                detail: format!("must have at most {MAX} bytes"),
+            });
+        }
+        for (i, c) in m.char_indices().filter(|(_, c)| c.is_control()) {
+            errors.push(FieldError::invalid(
+                "fieldManager",
+                m,
+                format!("invalid character U+{:04X} (at position {i})", c as u32),
+            ));
+        }
+        if !errors.is_empty() {
+            let kind = match verb {
+                Verb::Create => "CreateOptions.meta.k8s.io",
+                Verb::Update => "UpdateOptions.meta.k8s.io",
+                _ => "PatchOptions.meta.k8s.io",
+            };
+            return Err(ApiError::invalid_kind(kind, "", &errors));
+        }
+        return Ok(m.to_owned());
+    }
+    let agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let mut out = String::new();
+    for c in agent.split('/').next().unwrap_or("").chars().filter(|c| !c.is_control()) {
+        if out.len() + c.len_utf8() > MAX {
+            break;
+        }
+        out.push(c);
+    }
+    Ok(out)
 }
 
 /// DeleteOptions from the body (if any), overridden by query parameters.

@@ -20,6 +20,8 @@ use crate::api::defaults::default_podset;
 use crate::api::selector::{FieldSelector, Selector};
 use crate::api::validation::{self, FieldError};
 use crate::api::{PodSet, API_VERSION, KIND};
+use crate::registry::fieldmanager::{FieldManagerError, Subresource};
+use crate::registry::podset_field_manager;
 use crate::storage::{ListOptions, Object, Revision, StorageError, Store};
 
 const KEY_ROOT: &str = "/podsets/";
@@ -41,13 +43,19 @@ pub fn prefix(namespace: Option<&str>) -> String {
 pub struct Written {
     pub object: Arc<Object>,
     pub warnings: Vec<String>,
+    /// The write created the object (an apply can).
+    pub created: bool,
 }
 
-/// How a create, update or patch treats its body.
-#[derive(Debug, Clone, Copy, Default)]
+/// How a create, update or patch treats its body, and who makes it.
+#[derive(Debug, Clone, Default)]
 pub struct WriteOptions {
     pub field_validation: FieldValidation,
     pub dry_run: bool,
+    /// The field manager: the `fieldManager` parameter, else derived from the User-Agent.
+    pub field_manager: String,
+    /// `force=true`: an apply takes over fields other managers own.
+    pub force: bool,
 }
 
 /// Which part of a PodSet a write may change.
@@ -55,6 +63,15 @@ pub struct WriteOptions {
 pub enum Part {
     Main,
     Status,
+}
+
+impl Part {
+    fn subresource(self) -> Subresource {
+        match self {
+            Part::Main => Subresource::Main,
+            Part::Status => Subresource::Status,
+        }
+    }
 }
 
 /// `metav1.DeleteOptions`, from the body and the query.
@@ -134,6 +151,38 @@ fn decode_continue(token: &str) -> ApiResult<ContinueToken> {
 
 fn now() -> Time {
     Time(Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
+fn now_text() -> String {
+    now().0.to_string()
+}
+
+impl From<FieldManagerError> for ApiError {
+    fn from(e: FieldManagerError) -> Self {
+        match e {
+            FieldManagerError::Conflicts(conflicts) => ApiError::apply_conflict(
+                &e_message(&conflicts),
+                conflicts.iter().map(|c| (format!("conflict with {}", c.manager), c.field.clone())).collect(),
+            ),
+            FieldManagerError::BadRequest(m) => ApiError::bad_request(m),
+            e @ FieldManagerError::Schema(_) => ApiError::bad_request(e.to_string()),
+        }
+    }
+}
+
+fn e_message(conflicts: &[crate::registry::fieldmanager::Conflict]) -> String {
+    FieldManagerError::Conflicts(conflicts.to_vec()).to_string()
+}
+
+/// Records `manager`'s update in `value` (the object about to be stored). An object the schema cannot take
+/// loses its field tracking rather than the write, as kube-apiserver does.
+fn track_update(live: Option<&Value>, value: &mut Value, manager: &str, sub: Subresource) {
+    if let Err(e) = podset_field_manager().update(live, value, manager, sub, &now_text()) {
+        tracing::warn!(error = %e, "managedFields could not be updated; dropping them");
+        if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("managedFields");
+        }
+    }
 }
 
 fn to_value(ps: &PodSet) -> ApiResult<Value> {
@@ -350,8 +399,20 @@ impl Registry {
     }
 
     pub async fn create(&self, namespace: &str, body: Value, opts: WriteOptions) -> ApiResult<Written> {
+        let (ps, warnings) = decode_podset(body, opts.field_validation)?;
+        self.insert(namespace, ps, warnings, &opts, Tracking::Update).await
+    }
+
+    /// Stores a new PodSet: system fields, defaults, validation, and (unless an apply did) field tracking.
+    async fn insert(
+        &self,
+        namespace: &str,
+        mut ps: PodSet,
+        warnings: Vec<String>,
+        opts: &WriteOptions,
+        tracking: Tracking,
+    ) -> ApiResult<Written> {
         let dry_run = opts.dry_run;
-        let (mut ps, warnings) = decode_podset(body, opts.field_validation)?;
         let meta = &mut ps.metadata;
         match meta.namespace.as_deref() {
             Some(ns) if !ns.is_empty() && ns != namespace => {
@@ -370,7 +431,6 @@ impl Registry {
         meta.generation = Some(1);
         meta.deletion_timestamp = None;
         meta.deletion_grace_period_seconds = None;
-        meta.managed_fields = None;
         meta.self_link = None;
         ps.status = None;
         ps.api_version = API_VERSION.into();
@@ -387,12 +447,15 @@ impl Registry {
             if !errors.is_empty() {
                 return Err(ApiError::invalid(&name, &errors));
             }
-            let value = to_value(&candidate)?;
+            let mut value = to_value(&candidate)?;
+            if tracking == Tracking::Update {
+                track_update(None, &mut value, &opts.field_manager, Subresource::Main);
+            }
             if dry_run {
-                return Ok(Written { object: unstored(value), warnings });
+                return Ok(Written { object: unstored(value), warnings, created: true });
             }
             match self.store.create(&key(namespace, &name), value).await {
-                Ok(object) => return Ok(Written { object, warnings }),
+                Ok(object) => return Ok(Written { object, warnings, created: true }),
                 Err(StorageError::AlreadyExists { .. }) if generate.is_some() && attempt < 8 => continue,
                 Err(e) => return Err(ApiError::from_storage(e, &name)),
             }
@@ -402,17 +465,20 @@ impl Registry {
 
     /// Read-modify-write with compare-and-swap: `propose` builds the new object from the current one; a
     /// resourceVersion it carries is a precondition, otherwise conflicts are retried on fresh state.
-    pub async fn update_with<F>(
+    async fn update_with<F>(
         &self,
         namespace: &str,
         name: &str,
-        part: Part,
-        dry_run: bool,
+        sub: Subresource,
+        opts: &WriteOptions,
+        tracking: Tracking,
         propose: F,
     ) -> ApiResult<Written>
     where
         F: Fn(&PodSet, &Object) -> ApiResult<(PodSet, Vec<String>)>,
     {
+        let dry_run = opts.dry_run;
+        let part = if sub == Subresource::Status { Part::Status } else { Part::Main };
         let key = key(namespace, name);
         for _ in 0..MAX_RETRIES {
             let current = self.get(namespace, name).await?;
@@ -422,13 +488,18 @@ impl Registry {
             if precondition.as_deref().is_some_and(|rv| rv != current.mod_revision.to_string()) {
                 return Err(ApiError::stale(name));
             }
-            let new = prepare_update(proposed, &old, part, name, namespace)?;
-            if new == old {
-                return Ok(Written { object: current, warnings });
-            }
+            let mut new = prepare_update(proposed, &old, part, name, namespace)?;
             let mut value = to_value(&new)?;
+            if tracking == Tracking::Update {
+                track_update(Some(&current.value), &mut value, &opts.field_manager, sub);
+            }
+            new.metadata.managed_fields =
+                value.pointer("/metadata/managedFields").and_then(|m| serde_json::from_value(m.clone()).ok());
+            if new == old {
+                return Ok(Written { object: current, warnings, created: false });
+            }
             if dry_run {
-                return Ok(Written { object: unstored(value), warnings });
+                return Ok(Written { object: unstored(value), warnings, created: false });
             }
             let deleting =
                 new.metadata.deletion_timestamp.is_some() && new.metadata.finalizers.as_ref().is_none_or(Vec::is_empty);
@@ -442,8 +513,9 @@ impl Registry {
                 self.store.update(&key, value, Some(current.mod_revision)).await
             };
             match result {
-                Ok(object) => return Ok(Written { object, warnings }),
-                Err(StorageError::Conflict { .. }) if precondition.is_none() => continue,
+                Ok(object) => return Ok(Written { object, warnings, created: false }),
+                // Raced with another write: propose again on the new state (a precondition is checked there).
+                Err(StorageError::Conflict { .. }) => continue,
                 Err(e) => return Err(ApiError::from_storage(e, name)),
             }
         }
@@ -461,7 +533,10 @@ impl Registry {
     ) -> ApiResult<Written> {
         let (ps, warnings) = decode_podset(body, opts.field_validation)?;
         check_identity(&ps.metadata, namespace, name)?;
-        self.update_with(namespace, name, part, opts.dry_run, |_, _| Ok((ps.clone(), warnings.clone()))).await
+        self.update_with(namespace, name, part.subresource(), &opts, Tracking::Update, |_, _| {
+            Ok((ps.clone(), warnings.clone()))
+        })
+        .await
     }
 
     /// PATCH of the whole object or its status.
@@ -474,12 +549,91 @@ impl Registry {
         part: Part,
         opts: WriteOptions,
     ) -> ApiResult<Written> {
-        self.update_with(namespace, name, part, opts.dry_run, |_, current| {
+        if format == BodyFormat::ApplyPatch {
+            return self.apply(namespace, name, patch, part, opts).await;
+        }
+        self.update_with(namespace, name, part.subresource(), &opts, Tracking::Update, |_, current| {
             let mut doc = (*current.value).clone();
             apply_patch(&mut doc, patch, format)?;
             let (ps, warnings) = decode_podset(doc, opts.field_validation)?;
             check_identity(&ps.metadata, namespace, name)?;
             Ok((ps, warnings))
+        })
+        .await
+    }
+
+    /// Server-side apply (`application/apply-patch+yaml`) to the object or its status, by `opts.field_manager`;
+    /// creates the object when it does not exist.
+    async fn apply(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &[u8],
+        part: Part,
+        opts: WriteOptions,
+    ) -> ApiResult<Written> {
+        if opts.field_manager.is_empty() {
+            return Err(ApiError::invalid_kind(
+                "PatchOptions.meta.k8s.io",
+                "",
+                &[FieldError::required("fieldManager", "is required for apply patch")],
+            ));
+        }
+        let fm = podset_field_manager();
+        let mut config = parse_body(patch, BodyFormat::Yaml)?;
+        // Unknown fields per fieldValidation, and the type fields, as for any other write.
+        let (decoded, warnings) = decode_podset(config.clone(), opts.field_validation)?;
+        check_identity(&decoded.metadata, namespace, name)?;
+        crate::registry::fieldmanager::typed::prune_unknown(fm.schema(), &mut config);
+        let sub = part.subresource();
+        for _ in 0..MAX_RETRIES {
+            let exists = self.store.get(&key(namespace, name)).await.map_err(|e| ApiError::from_storage(e, name))?;
+            if exists.is_none() {
+                if part == Part::Status {
+                    return Err(ApiError::not_found(name));
+                }
+                let merged = fm.apply(None, &config, &opts.field_manager, sub, opts.force, &now_text())?;
+                let (mut ps, _) = decode_podset(merged, FieldValidation::Ignore)?;
+                ps.metadata.name = Some(name.to_owned());
+                match self.insert(namespace, ps, warnings.clone(), &opts, Tracking::Done).await {
+                    // Created by someone else meanwhile: apply to theirs.
+                    Err(e) if e.reason() == "AlreadyExists" => continue,
+                    other => return other,
+                }
+            }
+            let result = self
+                .update_with(namespace, name, sub, &opts, Tracking::Done, |_, current| {
+                    let merged =
+                        fm.apply(Some(&current.value), &config, &opts.field_manager, sub, opts.force, &now_text())?;
+                    let (ps, _) = decode_podset(merged, FieldValidation::Ignore)?;
+                    Ok((ps, warnings.clone()))
+                })
+                .await;
+            match result {
+                // Deleted meanwhile: apply creates it again.
+                Err(e) if e.code() == 404 && part == Part::Main => continue,
+                other => return other,
+            }
+        }
+        Err(ApiError::stale(name))
+    }
+
+    /// A status write by an in-process manager (the controller), on the revision it read: through the same
+    /// validation, field management and compare-and-swap as a write to `/status`.
+    pub async fn update_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: crate::api::PodSetStatus,
+        read_at: Revision,
+        manager: &str,
+    ) -> ApiResult<Written> {
+        let opts = WriteOptions { field_manager: manager.to_owned(), ..Default::default() };
+        self.update_with(namespace, name, Subresource::Status, &opts, Tracking::Update, |old, _| {
+            let mut new = old.clone();
+            new.status = Some(status.clone());
+            new.metadata.resource_version = Some(read_at.to_string());
+            Ok((new, Vec::new()))
         })
         .await
     }
@@ -490,9 +644,9 @@ impl Registry {
         namespace: &str,
         name: &str,
         change: ScaleChange<'_>,
-        dry_run: bool,
+        opts: &WriteOptions,
     ) -> ApiResult<Written> {
-        self.update_with(namespace, name, Part::Main, dry_run, |old, current| {
+        self.update_with(namespace, name, Subresource::Scale, opts, Tracking::Update, |old, current| {
             let scale_value = match &change {
                 ScaleChange::Replace(body) => body.clone(),
                 ScaleChange::Patch(patch, format) => {
@@ -517,6 +671,7 @@ impl Registry {
             let mut new = old.clone();
             new.spec.replicas = Some(replicas);
             new.metadata.resource_version = scale.metadata.resource_version;
+            new.metadata.managed_fields = None;
             Ok((new, Vec::new()))
         })
         .await
@@ -622,6 +777,13 @@ impl Registry {
     }
 }
 
+/// Whether a write still needs its managedFields updated (an apply has done it already).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tracking {
+    Update,
+    Done,
+}
+
 /// The outcome of a delete: the object, and whether it is gone (rather than marked for deletion).
 pub struct Deleted {
     pub object: Arc<Object>,
@@ -671,6 +833,8 @@ fn prepare_update(mut new: PodSet, old: &PodSet, part: Part, name: &str, namespa
         Part::Status => {
             let mut next = old.clone();
             next.status = new.status.take();
+            // What field management decided (it never takes a status write's own managedFields).
+            next.metadata.managed_fields = new.metadata.managed_fields.take();
             let errors = validation::validate_status_update(&next);
             if !errors.is_empty() {
                 return Err(ApiError::invalid(name, &errors));
@@ -686,7 +850,6 @@ fn prepare_update(mut new: PodSet, old: &PodSet, part: Part, name: &str, namespa
             m.creation_timestamp = o.creation_timestamp.clone();
             m.deletion_timestamp = o.deletion_timestamp.clone();
             m.deletion_grace_period_seconds = o.deletion_grace_period_seconds;
-            m.managed_fields = o.managed_fields.clone();
             m.generate_name = m.generate_name.take().or_else(|| o.generate_name.clone());
             m.self_link = None;
             new.status = old.status.clone();

@@ -66,6 +66,8 @@ impl Default for ControllerConfig {
 /// Shared by the workers and the event loops.
 pub(crate) struct Context {
     pub store: Arc<dyn Store>,
+    /// Status writes go through the registry, like every other write.
+    pub registry: crate::apiserver::registry::Registry,
     pub client: Client,
     pub pods: PodCache<Pod>,
     pub expectations: Expectations,
@@ -96,6 +98,7 @@ pub async fn run(store: Arc<dyn Store>, client: Client, cfg: ControllerConfig, s
     let (pods, writer) = reflector::store();
     let reporter = Reporter { controller: "podset-controller".into(), instance: std::env::var("HOSTNAME").ok() };
     let ctx = Arc::new(Context {
+        registry: crate::apiserver::registry::Registry::new(store.clone()),
         store,
         client: client.clone(),
         pods,

@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Owne
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::{Api, ResourceExt};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::Context;
 use crate::api::selector::Selector;
@@ -26,6 +26,8 @@ pub enum Error {
     Decode(#[from] serde_json::Error),
     #[error("{0}")]
     Kube(#[from] kube::Error),
+    #[error("writing status: {0}")]
+    Status(String),
     #[error("creating pods failed: {0}")]
     Create(String),
     #[error("PodSet status changed underneath; retrying")]
@@ -133,11 +135,11 @@ pub(crate) async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<(), Error
     if ctx.expectations.satisfied(key) {
         if let Err(e) = manage(ctx, key, &ps, &pods_api, &active).await {
             failure = Some(e.to_string());
-            write_status(ctx, &obj.key, &ps, &active, failure.as_deref()).await?;
+            write_status(ctx, &obj, &ps, &active, failure.as_deref()).await?;
             return Err(e);
         }
     }
-    write_status(ctx, &obj.key, &ps, &active, failure.as_deref()).await
+    write_status(ctx, &obj, &ps, &active, failure.as_deref()).await
 }
 
 async fn adopt(api: &Api<Pod>, pod: &Pod, ps: &PodSet) -> Result<(), Error> {
@@ -268,10 +270,14 @@ fn now() -> Time {
     Time(jiff::Timestamp::from_second(t.as_second()).unwrap_or(t))
 }
 
-/// Writes status through the store's compare-and-swap, only when it changed.
+/// The manager the controller's status writes are recorded under.
+pub const FIELD_MANAGER: &str = "podset-controller";
+
+/// Writes status through the registry, as a write to `/status` on the revision this pass read, only when it
+/// changed.
 async fn write_status(
     ctx: &Context,
-    store_key: &str,
+    obj: &crate::storage::Object,
     ps: &PodSet,
     active: &[&Pod],
     failure: Option<&str>,
@@ -280,14 +286,12 @@ async fn write_status(
     if ps.status.as_ref() == Some(&status) {
         return Ok(());
     }
-    let Some(current) = ctx.store.get(store_key).await? else { return Ok(()) };
-    let mut value: Value = (*current.value).clone();
-    value["status"] = serde_json::to_value(&status)?;
-    match ctx.store.update(store_key, value, Some(current.mod_revision)).await {
+    let (ns, name) = (ps.namespace().unwrap_or_default(), ps.name_any());
+    match ctx.registry.update_status(&ns, &name, status, obj.mod_revision, FIELD_MANAGER).await {
         Ok(_) => Ok(()),
-        Err(StorageError::Conflict { .. }) => Err(Error::Conflict),
-        Err(StorageError::NotFound { .. }) => Ok(()),
-        Err(e) => Err(e.into()),
+        Err(e) if e.code() == 409 => Err(Error::Conflict),
+        Err(e) if e.code() == 404 => Ok(()),
+        Err(e) => Err(Error::Status(e.status.message.clone())),
     }
 }
 
@@ -295,6 +299,7 @@ async fn write_status(
 mod tests {
     use super::super::owner_key;
     use super::*;
+    use serde_json::Value;
 
     fn pod(v: Value) -> Pod {
         serde_json::from_value(v).unwrap()

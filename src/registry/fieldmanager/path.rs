@@ -170,7 +170,7 @@ mod tests {
 
     #[test]
     fn order_is_fields_then_keys_then_values_then_indexes() {
-        let mut v = vec![
+        let mut v = [
             PathElement::Index(0),
             PathElement::Value(json!("a")),
             PathElement::Key(vec![("name".into(), json!("b"))]),

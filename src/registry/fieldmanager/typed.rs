@@ -252,9 +252,8 @@ fn field_set_into(schema: &Schema, t: TypeId, v: &Value, path: &mut Path, set: &
                 let ct = child_type(t, schema_map, k);
                 path.push(PathElement::Field(k.clone()));
                 field_set_into(schema, ct, child, path, set)?;
-                let declared = schema_map.is_some_and(|(fields, _)| fields.contains_key(k));
-                let empty_map = child.as_object().is_some_and(Map::is_empty);
-                if child.is_null() || empty_map || !declared {
+                // Map entries are owned themselves; struct fields only through what they hold.
+                if !schema_map.is_some_and(|(fields, _)| fields.contains_key(k)) {
                     set.insert(path);
                 }
                 path.pop();
@@ -496,7 +495,7 @@ mod tests {
                 "f:spec": {
                     "f:containers": {"k:{\"name\":\"main\"}": {".": {}, "f:args": {}, "f:image": {}, "f:name": {},
                         "f:ports": {"k:{\"containerPort\":80,\"protocol\":\"TCP\"}": {".": {}, "f:containerPort": {}}}}},
-                    "f:replicas": {}, "f:selector": {}, "f:strategy": {}
+                    "f:replicas": {}, "f:selector": {}
                 }
             })
         );
