@@ -308,6 +308,26 @@ fn kubectl_server_side_apply_matches_kube_apiserver() {
         assert_eq!(scale["fieldsV1"], json!({"f:spec": {"f:replicas": {}}}));
         let shown = c.kubectl(&["get", "podset", "csa", "-o", "yaml", "--show-managed-fields"]);
         assert!(shown.contains("subresource: scale"), "{shown}");
+        // kubectl apply --subresource=status: owned on the status subresource; the spec in the file is ignored.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("status.yaml");
+        std::fs::write(
+            &file,
+            "apiVersion: demo.k8s.io/v1alpha1\nkind: PodSet\nmetadata: {name: csa}\nspec: {replicas: 42}\n\
+             status:\n  conditions:\n  - {type: Audited, status: 'True', reason: Checked, message: ok, \
+             lastTransitionTime: '2026-01-01T00:00:00Z'}\n",
+        )
+        .unwrap();
+        let f = file.to_str().unwrap();
+        c.kubectl(&["apply", "--server-side", "--field-manager=auditor", "--subresource=status", "-f", f]);
+        let ps: Value =
+            serde_json::from_str(&c.kubectl(&["get", "podset", "csa", "-o", "json", "--show-managed-fields"])).unwrap();
+        assert_eq!(ps["spec"]["replicas"], 6);
+        assert!(ps["status"]["conditions"].as_array().unwrap().iter().any(|c| c["type"] == "Audited"), "{ps}");
+        let auditor =
+            ps["metadata"]["managedFields"].as_array().unwrap().iter().find(|e| e["manager"] == "auditor").unwrap();
+        assert_eq!((auditor["operation"].as_str(), auditor["subresource"].as_str()), (Some("Apply"), Some("status")));
+        assert!(auditor["fieldsV1"].get("f:spec").is_none(), "{auditor}");
     });
 }
 

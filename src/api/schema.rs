@@ -74,6 +74,7 @@ fn definitions(flavor: Flavor) -> Map<String, Value> {
 /// How lists and structs merge (server-side apply), as Kubernetes 1.37 marks its types: lists not named here are
 /// atomic, which is also what the absence of a marker means.
 pub(crate) const LIST_TYPES: &[(&str, &str, &[&str])] = &[
+    ("io.k8s.demo.v1alpha1.PodSetStatus", "conditions", &["type"]),
     ("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "finalizers", &[]),
     ("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "ownerReferences", &["uid"]),
     ("io.k8s.api.core.v1.PodSpec", "containers", &["name"]),
