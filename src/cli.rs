@@ -18,7 +18,7 @@ use crate::apiserver::{
 };
 use crate::controller::leader::{self, LeaseConfig};
 use crate::controller::{self, ControllerConfig};
-use crate::storage::{HistoryLimits, SledStore, Store};
+use crate::storage::{Cacher, HistoryLimits, SledBackend, SledOptions, StorageError, Store};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum LogFormat {
@@ -178,6 +178,15 @@ pub struct Options {
     /// Hard cap on kept changes.
     #[arg(long, default_value_t = 200_000)]
     pub watch_history_max_events: usize,
+
+    /// Hard cap on the serialized size of kept changes, in bytes (the newest change is always kept).
+    #[arg(long, default_value_t = HistoryLimits::default().max_bytes)]
+    pub watch_history_max_bytes: usize,
+
+    /// sled's page cache, in bytes. Objects are served from the server's own cache; sled reads only to check
+    /// writes and at start.
+    #[arg(long, default_value_t = SledOptions::default().cache_capacity)]
+    pub storage_sled_cache_bytes: u64,
 
     /// Seconds between BOOKMARK events on watches that allow them.
     #[arg(long, default_value_t = 60)]
@@ -410,9 +419,14 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         min_events: opts.watch_history_events,
         min_age: Duration::from_secs(opts.watch_history_seconds),
         max_events: opts.watch_history_max_events.max(opts.watch_history_events),
+        max_bytes: opts.watch_history_max_bytes,
     };
     let db_dir = opts.data_dir.join("db");
-    let store = tokio::task::spawn_blocking(move || SledStore::open(&db_dir, limits)).await??;
+    let sled = SledOptions { cache_capacity: opts.storage_sled_cache_bytes };
+    let store = tokio::task::spawn_blocking(move || -> Result<Cacher, StorageError> {
+        Cacher::new(Arc::new(SledBackend::open(&db_dir, sled)?), limits)
+    })
+    .await??;
     let store: Arc<dyn Store> = Arc::new(store);
     if let (Some(client), true, false) = (&controller_client, store.current_revision() == 0, opts.allow_empty_store) {
         refuse_if_pods_are_orphaned(client, &opts.data_dir).await?;

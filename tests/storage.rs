@@ -1,14 +1,19 @@
-//! The storage conformance suite: written against the `Store` trait, run for every backend.
+//! The storage conformance suite: written against the `Store` trait, run against the cache over every backend.
 
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use podset_apiserver::storage::{EventType, HistoryLimits, ListOptions, SledStore, StorageError, Store};
+use podset_apiserver::storage::{
+    self, Cacher, Change, ChangeStream, Event, EventType, HistoryLimits, ListOptions, Object, Revision, SledBackend,
+    Snapshot, StorageError, Store, Write,
+};
 use serde_json::{json, Value};
+use tokio::sync::mpsc;
 
-/// A backend under test: opens a store on a directory (again, after a restart).
+/// A backend under test: opens the cache over it on a directory (again, after a restart).
 trait Backend {
     fn open(&self, dir: &Path, limits: HistoryLimits) -> Arc<dyn Store>;
 }
@@ -17,7 +22,110 @@ struct Sled;
 
 impl Backend for Sled {
     fn open(&self, dir: &Path, limits: HistoryLimits) -> Arc<dyn Store> {
-        Arc::new(SledStore::open(dir, limits).expect("open sled store"))
+        let backend = SledBackend::open(dir, Default::default()).expect("open sled store");
+        Arc::new(Cacher::new(Arc::new(backend), limits).expect("load the cache"))
+    }
+}
+
+/// A second backend, in memory (its "disk" outlives a store opened on the same directory): proves the cache
+/// needs nothing from a backend beyond the `Backend` trait, as the etcd backend will.
+struct Memory;
+
+#[derive(Default)]
+struct Disk {
+    revision: Revision,
+    compacted: Revision,
+    objects: BTreeMap<String, Arc<Object>>,
+    events: VecDeque<Arc<Event>>,
+    subscribers: Vec<mpsc::UnboundedSender<storage::Result<Vec<Change>>>>,
+}
+
+struct MemoryBackend(Arc<Mutex<Disk>>);
+
+impl Backend for Memory {
+    fn open(&self, dir: &Path, limits: HistoryLimits) -> Arc<dyn Store> {
+        static DISKS: LazyLock<Mutex<HashMap<PathBuf, Arc<Mutex<Disk>>>>> = LazyLock::new(Default::default);
+        let disk = DISKS.lock().unwrap().entry(dir.to_owned()).or_default().clone();
+        Arc::new(Cacher::new(Arc::new(MemoryBackend(disk)), limits).expect("load the cache"))
+    }
+}
+
+#[async_trait::async_trait]
+impl storage::Backend for MemoryBackend {
+    fn load(&self) -> storage::Result<Snapshot> {
+        let d = self.0.lock().unwrap();
+        Ok(Snapshot {
+            revision: d.revision,
+            objects: d.objects.values().cloned().collect(),
+            compacted: d.compacted,
+            events: d.events.iter().cloned().collect(),
+        })
+    }
+
+    async fn write(&self, write: Write) -> storage::Result<Arc<Object>> {
+        let mut d = self.0.lock().unwrap();
+        let next = d.revision + 1;
+        let check = |d: &Disk, key: &str, expected: Option<Revision>| match d.objects.get(key) {
+            None => Err(StorageError::NotFound { key: key.to_owned() }),
+            Some(o) if expected.is_some_and(|e| e != o.mod_revision) => {
+                Err(StorageError::Conflict { key: key.to_owned(), expected: expected.unwrap(), actual: o.mod_revision })
+            }
+            Some(o) => Ok(o.clone()),
+        };
+        let (kind, object, prev) = match write {
+            Write::Create { key, value } => {
+                if d.objects.contains_key(&key) {
+                    return Err(StorageError::AlreadyExists { key });
+                }
+                (EventType::Added, Object::new(&key, value, next)?, None)
+            }
+            Write::Update { key, value, expected } => {
+                let prev = check(&d, &key, expected)?;
+                (EventType::Modified, Object::new(&key, value, next)?, Some(prev))
+            }
+            Write::Delete { key, expected } => {
+                let prev = check(&d, &key, expected)?;
+                let value = serde_json::from_slice(&prev.bytes).unwrap();
+                (EventType::Deleted, Object::new(&key, value, next)?, Some(prev))
+            }
+        };
+        let object = Arc::new(object);
+        match kind {
+            EventType::Deleted => d.objects.remove(&object.key),
+            _ => d.objects.insert(object.key.clone(), object.clone()),
+        };
+        d.revision = next;
+        d.events.push_back(Arc::new(Event { revision: next, kind, object: object.clone(), prev }));
+        let change = Change { revision: next, kind, object: object.clone() };
+        d.subscribers.retain(|s| s.send(Ok(vec![change.clone()])).is_ok());
+        Ok(object)
+    }
+
+    fn watch(&self, after: Revision) -> storage::Result<ChangeStream> {
+        let mut d = self.0.lock().unwrap();
+        if after < d.compacted {
+            return Err(StorageError::Expired { requested: after, oldest: d.compacted });
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let replay: Vec<Change> = d
+            .events
+            .iter()
+            .filter(|e| e.revision > after)
+            .map(|e| Change { revision: e.revision, kind: e.kind, object: e.object.clone() })
+            .collect();
+        if !replay.is_empty() {
+            tx.send(Ok(replay)).unwrap();
+        }
+        d.subscribers.push(tx);
+        Ok(Box::pin(tokio_stream::wrappers::UnboundedReceiverStream::new(rx)))
+    }
+
+    fn compact(&self, revision: Revision) {
+        let mut d = self.0.lock().unwrap();
+        while d.events.front().is_some_and(|e| e.revision <= revision) {
+            d.events.pop_front();
+        }
+        d.compacted = d.compacted.max(revision);
     }
 }
 
@@ -40,7 +148,8 @@ fn fixture() -> Fixture {
     Fixture { _tmp: tmp, dir }
 }
 
-const SMALL: HistoryLimits = HistoryLimits { min_events: 5, min_age: Duration::ZERO, max_events: 5 };
+const SMALL: HistoryLimits =
+    HistoryLimits { min_events: 5, min_age: Duration::ZERO, max_events: 5, max_bytes: usize::MAX };
 
 async fn writes_get_strictly_increasing_revisions(b: &dyn Backend) {
     let f = fixture();
@@ -239,6 +348,68 @@ async fn restart_keeps_objects_revision_and_history(b: &dyn Backend) {
     assert_eq!(old.items.len(), 5, "reads at a revision from before the restart");
 }
 
+async fn history_is_bounded_in_bytes(b: &dyn Backend) {
+    let f = fixture();
+    let max_bytes = 4096;
+    let limits = HistoryLimits { min_events: 1000, min_age: Duration::from_secs(3600), max_events: 1000, max_bytes };
+    let s = b.open(&f.dir, limits);
+    let pad = "x".repeat(200);
+    for i in 0..50 {
+        s.create(&format!("/p/ns/o{i:02}"), json!({"metadata": {"name": "o"}, "spec": {"pad": pad}})).await.unwrap();
+    }
+    let size = s.get("/p/ns/o10").await.unwrap().unwrap().bytes.len() as u64;
+    let kept = s.current_revision() - s.compacted_revision();
+    assert!(kept * (size - 1) <= max_bytes as u64 && (kept + 1) * (size + 1) > max_bytes as u64, "kept {kept}");
+    assert!(matches!(s.watch("/p/", 1), Err(StorageError::Expired { .. })));
+    let mut w = s.watch("/p/", s.compacted_revision()).unwrap();
+    assert_eq!(w.next().await.unwrap().unwrap().revision, s.compacted_revision() + 1);
+}
+
+async fn restart_with_less_history_is_honest(b: &dyn Backend) {
+    let f = fixture();
+    {
+        let s = b.open(&f.dir, HistoryLimits::default());
+        for i in 0..20 {
+            s.create(&format!("/p/ns/o{i}"), obj("o", i)).await.unwrap();
+        }
+    }
+    let s = b.open(&f.dir, SMALL);
+    assert_eq!((s.current_revision(), s.compacted_revision()), (20, 15));
+    assert!(matches!(s.watch("/p/", 3), Err(StorageError::Expired { .. })), "a gap would be silent data loss");
+    let r = s.list(ListOptions { prefix: "/p/".into(), revision: Some(10), ..Default::default() }).await;
+    assert!(matches!(r, Err(StorageError::Expired { .. })));
+    let mut w = s.watch("/p/", 15).unwrap();
+    for rev in 16..=20 {
+        assert_eq!(w.next().await.unwrap().unwrap().revision, rev);
+    }
+    drop((w, s));
+    // The shorter history is what the store keeps from now on.
+    let s = b.open(&f.dir, HistoryLimits::default());
+    assert_eq!(s.compacted_revision(), 15);
+}
+
+async fn restart_shares_history_with_current_objects(b: &dyn Backend) {
+    let f = fixture();
+    {
+        let s = b.open(&f.dir, HistoryLimits::default());
+        s.create("/p/ns/a", obj("a", 1)).await.unwrap();
+        s.update("/p/ns/a", obj("a", 2), None).await.unwrap();
+        s.create("/p/ns/b", obj("b", 1)).await.unwrap();
+        s.update("/p/ns/a", obj("a", 3), None).await.unwrap();
+    }
+    let s = b.open(&f.dir, HistoryLimits::default());
+    let mut w = s.watch("/p/", 0).unwrap();
+    let mut events = Vec::new();
+    for _ in 0..4 {
+        events.push(w.next().await.unwrap().unwrap());
+    }
+    let a = s.get("/p/ns/a").await.unwrap().unwrap();
+    let b2 = s.get("/p/ns/b").await.unwrap().unwrap();
+    assert!(Arc::ptr_eq(&events[3].object, &a) && Arc::ptr_eq(&events[2].object, &b2), "one copy per state");
+    assert!(Arc::ptr_eq(events[1].prev.as_ref().unwrap(), &events[0].object), "prev is shared, not copied");
+    assert!(Arc::ptr_eq(events[3].prev.as_ref().unwrap(), &events[1].object));
+}
+
 async fn concurrent_writers_share_flushes(b: &dyn Backend) {
     let f = fixture();
     let s = b.open(&f.dir, HistoryLimits::default());
@@ -257,19 +428,27 @@ async fn concurrent_writers_share_flushes(b: &dyn Backend) {
 }
 
 macro_rules! conformance {
-    ($module:ident, $backend:ident: $($case:ident),* $(,)?) => {
-        mod $module {
+    ($($case:ident),* $(,)?) => {
+        mod sled {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
-                    super::$case(&super::$backend).await;
+                    super::$case(&super::Sled).await;
+                }
+            )*
+        }
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(&super::Memory).await;
                 }
             )*
         }
     };
 }
 
-conformance!(sled, Sled:
+conformance!(
     writes_get_strictly_increasing_revisions,
     compare_and_swap_conflicts,
     concurrent_read_modify_write_loses_nothing,
@@ -279,4 +458,7 @@ conformance!(sled, Sled:
     old_revisions_expire_with_history,
     restart_keeps_objects_revision_and_history,
     concurrent_writers_share_flushes,
+    history_is_bounded_in_bytes,
+    restart_with_less_history_is_honest,
+    restart_shares_history_with_current_objects,
 );

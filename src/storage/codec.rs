@@ -1,11 +1,12 @@
 //! On-disk layout of the sled backend, in one tree so a write group is one atomic batch:
-//! `o/<key>` → object, `e/<revision BE>` → event, `m/revision`, `m/compacted`.
+//! `o/<key>` → object record, `e/<revision BE>` → event record, `m/revision`, `m/compacted`.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{Event, EventType, Object, Result, Revision, StorageError};
+use super::{EventType, Object, Result, Revision, StorageError};
 
 pub const OBJECT_PREFIX: &[u8] = b"o/";
 pub const EVENT_PREFIX: &[u8] = b"e/";
@@ -29,11 +30,11 @@ pub fn decode_u64(b: &[u8]) -> Result<u64> {
     Ok(u64::from_be_bytes(arr))
 }
 
-fn corrupt(what: &str) -> StorageError {
+pub fn corrupt(what: &str) -> StorageError {
     StorageError::Corrupt(what.to_owned())
 }
 
-/// `[mod_revision u64][json]`
+/// An object record: `[mod_revision u64][json]`.
 pub fn encode_object(obj: &Object) -> Vec<u8> {
     let mut out = Vec::with_capacity(8 + obj.bytes.len());
     out.extend_from_slice(&obj.mod_revision.to_be_bytes());
@@ -41,58 +42,74 @@ pub fn encode_object(obj: &Object) -> Vec<u8> {
     out
 }
 
-pub fn decode_object(key: &str, raw: &[u8]) -> Result<Object> {
-    if raw.len() < 8 {
-        return Err(corrupt("object record too short"));
-    }
-    let mod_revision = decode_u64(&raw[..8])?;
-    object_from_json(key, Bytes::copy_from_slice(&raw[8..]), mod_revision)
+/// The revision of an object record, without decoding the rest.
+pub fn record_revision(raw: &[u8]) -> Result<Revision> {
+    raw.get(..8).ok_or_else(|| corrupt("object record too short")).and_then(decode_u64)
 }
 
-pub fn object_from_json(key: &str, bytes: Bytes, mod_revision: Revision) -> Result<Object> {
-    let value = serde_json::from_slice(&bytes).map_err(|e| StorageError::Corrupt(format!("object {key:?}: {e}")))?;
-    Ok(Object { key: key.to_owned(), value: Arc::new(value), bytes, mod_revision })
+pub fn decode_object(key: &str, raw: &[u8]) -> Result<Object> {
+    let mod_revision = record_revision(raw)?;
+    Object::from_json(key, Bytes::copy_from_slice(&raw[8..]), mod_revision)
+}
+
+/// Decodes an object record, or shares the copy already decoded for the same revision: a revision names one
+/// state of one key, so the history and the current objects need each state in memory once.
+pub fn decode_shared(key: &str, raw: &[u8], seen: &mut HashMap<Revision, Arc<Object>>) -> Result<Arc<Object>> {
+    let revision = record_revision(raw)?;
+    if let Some(o) = seen.get(&revision) {
+        if o.key == key {
+            return Ok(o.clone());
+        }
+    }
+    let obj = Arc::new(decode_object(key, raw)?);
+    seen.insert(revision, obj.clone());
+    Ok(obj)
 }
 
 /// `[kind u8][key len u32][key][object record len u32][object record][prev record len u32, 0 = none][prev record]`
-pub fn encode_event(ev: &Event) -> Vec<u8> {
-    let kind = match ev.kind {
+pub fn encode_event(kind: EventType, key: &str, object: &[u8], prev: Option<&[u8]>) -> Vec<u8> {
+    let kind = match kind {
         EventType::Added => 0u8,
         EventType::Modified => 1,
         EventType::Deleted => 2,
     };
-    let obj = encode_object(&ev.object);
-    let prev = ev.prev.as_deref().map(encode_object).unwrap_or_default();
-    let key = ev.object.key.as_bytes();
-    let mut out = Vec::with_capacity(13 + key.len() + obj.len() + prev.len());
+    let prev = prev.unwrap_or_default();
+    let key = key.as_bytes();
+    let mut out = Vec::with_capacity(13 + key.len() + object.len() + prev.len());
     out.push(kind);
-    for part in [key, &obj, &prev] {
+    for part in [key, object, prev] {
         out.extend_from_slice(&(part.len() as u32).to_be_bytes());
         out.extend_from_slice(part);
     }
     out
 }
 
-pub fn decode_event(revision: Revision, raw: &[u8]) -> Result<Event> {
+/// The parts of an event record, not yet decoded.
+pub struct RawEvent<'a> {
+    pub kind: EventType,
+    pub key: &'a str,
+    pub object: &'a [u8],
+    /// Empty when there was no previous state.
+    pub prev: &'a [u8],
+}
+
+pub fn split_event(raw: &[u8]) -> Result<RawEvent<'_>> {
     let (&kind, mut rest) = raw.split_first().ok_or_else(|| corrupt("empty event"))?;
     let mut take = || -> Result<&[u8]> {
-        if rest.len() < 4 {
-            return Err(corrupt("event record truncated"));
-        }
-        let len = u32::from_be_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
+        let len = rest.get(..4).ok_or_else(|| corrupt("event record truncated"))?;
+        let len = u32::from_be_bytes(len.try_into().map_err(|_| corrupt("event record truncated"))?) as usize;
         let part = rest.get(4..4 + len).ok_or_else(|| corrupt("event record truncated"))?;
         rest = &rest[4 + len..];
         Ok(part)
     };
-    let key = std::str::from_utf8(take()?).map_err(|_| corrupt("event key is not UTF-8"))?.to_owned();
-    let object = Arc::new(decode_object(&key, take()?)?);
-    let prev_raw = take()?;
-    let prev = if prev_raw.is_empty() { None } else { Some(Arc::new(decode_object(&key, prev_raw)?)) };
+    let key = std::str::from_utf8(take()?).map_err(|_| corrupt("event key is not UTF-8"))?;
+    let object = take()?;
+    let prev = take()?;
     let kind = match kind {
         0 => EventType::Added,
         1 => EventType::Modified,
         2 => EventType::Deleted,
         _ => return Err(corrupt("unknown event kind")),
     };
-    Ok(Event { revision, kind, object, prev })
+    Ok(RawEvent { kind, key, object, prev })
 }

@@ -1,8 +1,11 @@
-//! Revisioned object storage: the `Store` trait every backend implements, and the sled backend.
+//! Revisioned object storage: the `Store` the rest of the server reads and writes, served by one in-memory cache
+//! (`Cacher`, as kube-apiserver's watch cache over `storage.Interface`) over a durable `Backend` (sled today).
 //!
 //! The model is etcd's: one global, strictly increasing revision; every write gets the next revision and one event
 //! in a bounded history; reads can be served at an older revision inside that history; watches replay it.
 
+mod backend;
+mod cacher;
 mod codec;
 mod sled_backend;
 mod state;
@@ -15,7 +18,9 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 use serde_json::Value;
 
-pub use sled_backend::SledStore;
+pub use backend::{Backend, Change, ChangeStream, Snapshot, Write};
+pub use cacher::Cacher;
+pub use sled_backend::{SledBackend, SledOptions};
 
 /// A revision of the whole store. 0 means "nothing written yet".
 pub type Revision = u64;
@@ -28,6 +33,22 @@ pub struct Object {
     pub value: Arc<Value>,
     pub bytes: Bytes,
     pub mod_revision: Revision,
+}
+
+impl Object {
+    /// Stamps `metadata.resourceVersion` with `revision` and serializes, once for the life of this state.
+    pub fn new(key: &str, mut value: Value, revision: Revision) -> Result<Self> {
+        stamp_resource_version(&mut value, revision)?;
+        let bytes = Bytes::from(serde_json::to_vec(&value).map_err(|e| StorageError::Backend(e.to_string()))?);
+        Ok(Self { key: key.to_owned(), value: Arc::new(value), bytes, mod_revision: revision })
+    }
+
+    /// An object from its stored JSON (which already carries its resourceVersion).
+    pub fn from_json(key: &str, bytes: Bytes, mod_revision: Revision) -> Result<Self> {
+        let value =
+            serde_json::from_slice(&bytes).map_err(|e| StorageError::Corrupt(format!("object {key:?}: {e}")))?;
+        Ok(Self { key: key.to_owned(), value: Arc::new(value), bytes, mod_revision })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,21 +127,25 @@ pub type WatchStream = BoxStream<'static, Result<Arc<Event>>>;
 /// How much history the event log keeps for watches and old-revision reads.
 #[derive(Debug, Clone, Copy)]
 pub struct HistoryLimits {
-    /// Always keep at least this many of the newest events.
+    /// Keep at least this many of the newest events (unless `max_bytes` says otherwise) ...
     pub min_events: usize,
-    /// Keep events younger than this even beyond `min_events` ...
+    /// ... and events younger than this even beyond `min_events` ...
     pub min_age: Duration,
-    /// ... but never more than this many.
+    /// ... but never more than this many ...
     pub max_events: usize,
+    /// ... nor more than this many bytes of serialized objects (the newest event is always kept).
+    pub max_bytes: usize,
 }
 
 impl Default for HistoryLimits {
     fn default() -> Self {
-        Self { min_events: 10_000, min_age: Duration::from_secs(300), max_events: 200_000 }
+        // 32 MiB of history leaves room for 10k ~0.7 KB objects plus their churn inside a 64 MB server.
+        Self { min_events: 10_000, min_age: Duration::from_secs(300), max_events: 200_000, max_bytes: 32 << 20 }
     }
 }
 
-/// A revisioned key-value store of Kubernetes objects. Writes are durable when they return.
+/// A revisioned key-value store of Kubernetes objects. Writes are durable when they return, and visible to reads
+/// and watches of the same store by then.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     async fn get(&self, key: &str) -> Result<Option<Arc<Object>>>;

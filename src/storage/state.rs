@@ -1,5 +1,5 @@
 //! The in-memory image of a store: current objects plus the event log. Reads and watches are served from here;
-//! only the backend's writer changes it, after the change is durable.
+//! only the cache's applier changes it, after the backend made the change durable.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, VecDeque};
@@ -7,32 +7,63 @@ use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Event, HistoryLimits, ListOptions, ListResult, Object, Result, Revision, StorageError};
+use super::{Change, Event, EventType, HistoryLimits, ListOptions, ListResult, Object, Result, Revision, StorageError};
 
 #[derive(Default)]
 pub(crate) struct State {
     pub objects: BTreeMap<String, Arc<Object>>,
     /// Events `compacted + 1 ..= revision`, one per revision, oldest first.
     pub log: VecDeque<(Instant, Arc<Event>)>,
+    /// Serialized bytes of the objects the log's events carry.
+    pub log_bytes: usize,
     pub revision: Revision,
     pub compacted: Revision,
 }
 
 impl State {
-    /// How many of the oldest events the limits let go, given `incoming` more are about to be appended.
-    pub fn events_to_drop(&self, limits: &HistoryLimits, incoming: usize, now: Instant) -> usize {
-        let total = self.log.len() + incoming;
-        let mut drop = 0;
-        for (at, _) in &self.log {
-            let left = total - drop;
+    /// Appends durable changes, in revision order. Each event's `prev` is this image's own copy of the state
+    /// before it, so history and current objects share memory.
+    pub fn apply(&mut self, changes: Vec<Change>, now: Instant) -> Result<()> {
+        for c in changes {
+            if c.revision != self.revision + 1 {
+                return Err(StorageError::Corrupt(format!(
+                    "change stream skipped from revision {} to {}",
+                    self.revision, c.revision
+                )));
+            }
+            let key = c.object.key.clone();
+            let prev = match c.kind {
+                EventType::Deleted => self.objects.remove(&key),
+                _ => self.objects.insert(key, c.object.clone()),
+            };
+            self.push(now, Arc::new(Event { revision: c.revision, kind: c.kind, object: c.object, prev }));
+        }
+        Ok(())
+    }
+
+    pub fn push(&mut self, at: Instant, ev: Arc<Event>) {
+        self.revision = ev.revision;
+        self.log_bytes += ev.object.bytes.len();
+        self.log.push_back((at, ev));
+    }
+
+    /// Lets go of the oldest events the limits no longer keep. Returns whether any went.
+    pub fn trim(&mut self, limits: &HistoryLimits, now: Instant) -> bool {
+        let mut to = self.compacted;
+        let (mut left, mut bytes) = (self.log.len(), self.log_bytes);
+        for (at, ev) in &self.log {
             let old = now.duration_since(*at) > limits.min_age;
-            if left > limits.max_events || (left > limits.min_events && old) {
-                drop += 1;
-            } else {
+            let over = left > limits.max_events || bytes > limits.max_bytes || (left > limits.min_events && old);
+            if !over || left <= 1 {
                 break;
             }
+            to = ev.revision;
+            left -= 1;
+            bytes -= ev.object.bytes.len();
         }
-        drop
+        let trimmed = to > self.compacted;
+        self.compact_to(to);
+        trimmed
     }
 
     /// Drops events up to and including `revision` from the log.
@@ -41,6 +72,7 @@ impl State {
             if ev.revision > revision {
                 break;
             }
+            self.log_bytes -= ev.object.bytes.len();
             self.log.pop_front();
         }
         self.compacted = self.compacted.max(revision.min(self.revision));
@@ -55,7 +87,6 @@ impl State {
         }
         Ok(())
     }
-
     pub fn list(&self, opts: &ListOptions) -> Result<ListResult> {
         let at = opts.revision.unwrap_or(self.revision);
         self.check_readable(at)?;

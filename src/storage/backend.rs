@@ -1,0 +1,67 @@
+//! The durable side under the cache: what any backend (sled, etcd) must offer so one `Cacher` can serve reads and
+//! watches from memory — as kube-apiserver's cacher needs only `storage.Interface`'s list, watch and writes.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use serde_json::Value;
+
+use super::{Event, EventType, Object, Result, Revision};
+
+/// One write, checked and applied by the backend. The backend stamps `metadata.resourceVersion` with the revision
+/// it assigns.
+#[derive(Debug)]
+pub enum Write {
+    Create {
+        key: String,
+        value: Value,
+    },
+    /// Replaces `key` if its revision is still `expected` (when given).
+    Update {
+        key: String,
+        value: Value,
+        expected: Option<Revision>,
+    },
+    /// Removes `key` if its revision is still `expected` (when given).
+    Delete {
+        key: String,
+        expected: Option<Revision>,
+    },
+}
+
+/// A durable change, as the backend reports it. The cache knows the previous state itself, so none is carried.
+#[derive(Debug, Clone)]
+pub struct Change {
+    pub revision: Revision,
+    pub kind: EventType,
+    /// The new state; for `Deleted`, the last state stamped with the deletion's revision.
+    pub object: Arc<Object>,
+}
+
+/// Everything a backend holds, read at one revision: where a cache starts.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    pub revision: Revision,
+    pub objects: Vec<Arc<Object>>,
+    /// The backend's history before `revision` starts after this.
+    pub compacted: Revision,
+    /// The kept history, `compacted + 1 ..= revision`, oldest first, sharing objects with `objects` where equal.
+    pub events: Vec<Arc<Event>>,
+}
+
+/// Changes after a revision, in revision order, without gaps, batched as they became durable.
+pub type ChangeStream = BoxStream<'static, Result<Vec<Change>>>;
+
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// Reads the whole store at its current revision. Blocking; called once, before any write.
+    fn load(&self) -> Result<Snapshot>;
+    /// Applies one write durably and returns the object it stored. The same change is also delivered by `watch`.
+    async fn write(&self, write: Write) -> Result<Arc<Object>>;
+    /// Every change after `after`. Ends with an error if `after` is older than the kept history.
+    fn watch(&self, after: Revision) -> Result<ChangeStream>;
+    /// The cache no longer needs history up to `revision`; the backend may drop it when convenient (with its next
+    /// write, say). Never blocks.
+    fn compact(&self, revision: Revision);
+}

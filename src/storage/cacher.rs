@@ -1,0 +1,244 @@
+//! The cache every request reads: objects once, the event history, and the watch fan-out, fed by a durable
+//! `Backend` through its change stream — kube-apiserver's cacher and watch cache over `storage.Interface`.
+//!
+//! Writes go to the backend; a write returns once the cache has applied its revision, so a client reads its own
+//! writes and every watcher sees changes in revision order.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use parking_lot::RwLock;
+use serde_json::Value;
+use tokio::sync::watch;
+
+use super::state::State;
+use super::{
+    Backend, ChangeStream, Event, HistoryLimits, ListOptions, ListResult, Object, Result, Revision, StorageError,
+    Store, WatchStream, Write,
+};
+
+/// Most events a watcher takes from the log under one read lock.
+const WATCH_BATCH: usize = 256;
+/// Pause before watching the backend again after its change stream failed.
+const REWATCH_DELAY: Duration = Duration::from_millis(200);
+
+struct Inner {
+    state: RwLock<State>,
+    /// The revision the state has reached; closed when the cache stops following the backend.
+    applied: watch::Receiver<Revision>,
+    limits: HistoryLimits,
+}
+
+/// A `Store` served from memory over any `Backend`. Cloning shares the cache; dropping the last clone drops the
+/// backend (which, for sled, commits what is pending and closes the database).
+#[derive(Clone)]
+pub struct Cacher {
+    inner: Arc<Inner>,
+    backend: Arc<dyn Backend>,
+}
+
+impl Cacher {
+    /// Loads the backend into memory and follows its changes. Blocking (the load reads everything); must run
+    /// inside a Tokio runtime, which runs the task that applies changes.
+    pub fn new(backend: Arc<dyn Backend>, limits: HistoryLimits) -> Result<Self> {
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| StorageError::Backend("the storage cache needs a Tokio runtime".into()))?;
+        let snapshot = backend.load()?;
+        let now = Instant::now();
+        let mut state = State {
+            objects: snapshot.objects.into_iter().map(|o| (o.key.clone(), o)).collect::<BTreeMap<_, _>>(),
+            revision: snapshot.compacted,
+            compacted: snapshot.compacted,
+            ..Default::default()
+        };
+        for ev in snapshot.events {
+            state.push(now, ev);
+        }
+        state.revision = snapshot.revision;
+        // History older than the limits keep is gone after a restart too: a watch from it gets 410, never a gap.
+        if state.trim(&limits, now) {
+            backend.compact(state.compacted);
+        }
+        tracing::info!(
+            objects = state.objects.len(),
+            revision = state.revision,
+            history = state.log.len(),
+            history_bytes = state.log_bytes,
+            "storage cache loaded"
+        );
+        let changes = backend.watch(state.revision)?;
+        let (applied_tx, applied) = watch::channel(state.revision);
+        let inner = Arc::new(Inner { state: RwLock::new(state), applied, limits });
+        runtime.spawn(follow(inner.clone(), changes, applied_tx, Arc::downgrade(&backend)));
+        Ok(Self { inner, backend })
+    }
+
+    /// Number of objects currently stored.
+    pub fn len(&self) -> usize {
+        self.inner.state.read().objects.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Serialized bytes the event history holds.
+    pub fn history_bytes(&self) -> usize {
+        self.inner.state.read().log_bytes
+    }
+
+    async fn write(&self, write: Write) -> Result<Arc<Object>> {
+        let obj = self.backend.write(write).await?;
+        let mut applied = self.inner.applied.clone();
+        applied.wait_for(|r| *r >= obj.mod_revision).await.map_err(|_| StorageError::Closed)?;
+        Ok(obj)
+    }
+}
+
+/// Applies the backend's changes until the backend is gone; after a stream failure, watches again from the last
+/// revision applied.
+async fn follow(
+    inner: Arc<Inner>,
+    mut changes: ChangeStream,
+    applied: watch::Sender<Revision>,
+    backend: Weak<dyn Backend>,
+) {
+    loop {
+        while let Some(batch) = changes.next().await {
+            let batch = match batch {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::error!(error = %e, "storage change stream failed");
+                    break;
+                }
+            };
+            let (revision, compacted) = {
+                let mut state = inner.state.write();
+                if let Err(e) = state.apply(batch, Instant::now()) {
+                    // A gap would serve wrong data; stop, so writes fail and health checks say why.
+                    tracing::error!(error = %e, "storage cache is inconsistent with its backend; stopping");
+                    return;
+                }
+                let trimmed = state.trim(&inner.limits, Instant::now());
+                (state.revision, trimmed.then_some(state.compacted))
+            };
+            applied.send_replace(revision);
+            if let (Some(c), Some(b)) = (compacted, backend.upgrade()) {
+                b.compact(c);
+            }
+        }
+        tokio::time::sleep(REWATCH_DELAY).await;
+        let Some(b) = backend.upgrade() else { return };
+        let from = inner.state.read().revision;
+        changes = match b.watch(from) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, revision = from, "cannot follow the storage backend; stopping");
+                return;
+            }
+        };
+    }
+}
+
+#[async_trait]
+impl Store for Cacher {
+    async fn get(&self, key: &str) -> Result<Option<Arc<Object>>> {
+        Ok(self.inner.state.read().objects.get(key).cloned())
+    }
+
+    async fn list(&self, opts: ListOptions) -> Result<ListResult> {
+        self.inner.state.read().list(&opts)
+    }
+
+    async fn create(&self, key: &str, value: Value) -> Result<Arc<Object>> {
+        self.write(Write::Create { key: key.to_owned(), value }).await
+    }
+
+    async fn update(&self, key: &str, value: Value, expected: Option<Revision>) -> Result<Arc<Object>> {
+        self.write(Write::Update { key: key.to_owned(), value, expected }).await
+    }
+
+    async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<Arc<Object>> {
+        self.write(Write::Delete { key: key.to_owned(), expected }).await
+    }
+
+    fn watch(&self, prefix: &str, after: Revision) -> Result<WatchStream> {
+        {
+            let state = self.inner.state.read();
+            if after < state.compacted {
+                return Err(StorageError::Expired { requested: after, oldest: state.compacted });
+            }
+        }
+        let cursor = WatchCursor {
+            inner: self.inner.clone(),
+            changed: self.inner.applied.clone(),
+            prefix: prefix.to_owned(),
+            after,
+            pending: VecDeque::new(),
+            done: false,
+        };
+        Ok(Box::pin(futures::stream::unfold(cursor, WatchCursor::next)))
+    }
+
+    fn current_revision(&self) -> Revision {
+        self.inner.state.read().revision
+    }
+
+    fn compacted_revision(&self) -> Revision {
+        self.inner.state.read().compacted
+    }
+
+    async fn compact(&self, revision: Revision) -> Result<()> {
+        let compacted = {
+            let mut state = self.inner.state.write();
+            state.compact_to(revision);
+            state.compacted
+        };
+        self.backend.compact(compacted);
+        Ok(())
+    }
+}
+
+struct WatchCursor {
+    inner: Arc<Inner>,
+    changed: watch::Receiver<Revision>,
+    prefix: String,
+    after: Revision,
+    pending: VecDeque<Arc<Event>>,
+    done: bool,
+}
+
+impl WatchCursor {
+    async fn next(mut self) -> Option<(Result<Arc<Event>>, Self)> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if let Some(ev) = self.pending.pop_front() {
+                return Some((Ok(ev), self));
+            }
+            // Mark the current revision seen before reading, so a change applied after the read still wakes us.
+            self.changed.borrow_and_update();
+            let read = self.inner.state.read().events_after(&self.prefix, self.after, WATCH_BATCH);
+            match read {
+                Err(e) => {
+                    self.done = true;
+                    return Some((Err(e), self));
+                }
+                Ok((events, reached)) => {
+                    self.after = reached;
+                    if !events.is_empty() {
+                        self.pending.extend(events);
+                        continue;
+                    }
+                }
+            }
+            if self.changed.changed().await.is_err() {
+                return None;
+            }
+        }
+    }
+}
