@@ -64,4 +64,7 @@ pub trait Backend: Send + Sync + 'static {
     /// The cache no longer needs history up to `revision`; the backend may drop it when convenient (with its next
     /// write, say). Never blocks.
     fn compact(&self, revision: Revision);
+    /// Ok when the backend can take writes. After a failed write it first tries to recover in place (sled: reopen
+    /// the database), so a store whose cause went away (a disk that was full) heals without a restart.
+    async fn check(&self) -> Result<()>;
 }

@@ -93,7 +93,7 @@ impl Cacher {
     async fn write(&self, write: Write) -> Result<Arc<Object>> {
         let obj = self.backend.write(write).await?;
         let mut applied = self.inner.applied.clone();
-        applied.wait_for(|r| *r >= obj.mod_revision).await.map_err(|_| StorageError::Closed)?;
+        applied.wait_for(|r| *r >= obj.mod_revision).await.map_err(|_| StorageError::Stopped)?;
         Ok(obj)
     }
 }
@@ -199,6 +199,19 @@ impl Store for Cacher {
         };
         self.backend.compact(compacted);
         Ok(())
+    }
+
+    async fn check_writable(&self) -> Result<()> {
+        self.check_alive()?;
+        self.backend.check().await
+    }
+
+    fn check_alive(&self) -> Result<()> {
+        // The applier holds the sender; once it has stopped, nothing written would ever be read back.
+        match self.inner.applied.has_changed() {
+            Ok(_) => Ok(()),
+            Err(_) => Err(StorageError::Stopped),
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 //! On-disk layout of the sled backend, in one tree so a write group is one atomic batch:
-//! `o/<key>` → object record, `e/<revision BE>` → event record, `m/revision`, `m/compacted`.
+//! `o/<key>` → object record, `e/<revision BE>` → event record, `m/revision`, `m/compacted`, `m/probe`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,6 +12,8 @@ pub const OBJECT_PREFIX: &[u8] = b"o/";
 pub const EVENT_PREFIX: &[u8] = b"e/";
 pub const META_REVISION: &[u8] = b"m/revision";
 pub const META_COMPACTED: &[u8] = b"m/compacted";
+/// Written to prove the disk takes writes again after a failure.
+pub const META_PROBE: &[u8] = b"m/probe";
 
 pub fn object_key(key: &str) -> Vec<u8> {
     [OBJECT_PREFIX, key.as_bytes()].concat()

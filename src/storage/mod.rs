@@ -112,6 +112,8 @@ pub enum StorageError {
     InvalidObject,
     #[error("storage is shutting down")]
     Closed,
+    #[error("storage stopped following its backend; a restart is needed")]
+    Stopped,
     #[error("storage backend: {0}")]
     Backend(String),
     #[error("corrupt data in storage: {0}")]
@@ -163,6 +165,10 @@ pub trait Store: Send + Sync + 'static {
     fn compacted_revision(&self) -> Revision;
     /// Drops history up to and including `revision`.
     async fn compact(&self, revision: Revision) -> Result<()>;
+    /// Ok when writes can succeed now; tries to recover first if they could not (`/readyz`).
+    async fn check_writable(&self) -> Result<()>;
+    /// Ok unless the store can no longer serve until the process restarts (`/livez`).
+    fn check_alive(&self) -> Result<()>;
 }
 
 /// Sets `metadata.resourceVersion` on a JSON object.

@@ -7,7 +7,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -17,7 +17,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use super::codec::{self, EVENT_PREFIX, META_COMPACTED, META_REVISION, OBJECT_PREFIX};
+use super::codec::{self, EVENT_PREFIX, META_COMPACTED, META_PROBE, META_REVISION, OBJECT_PREFIX};
 use super::{Backend, Change, ChangeStream, EventType, Object, Result, Revision, Snapshot, StorageError, Write};
 
 /// Most requests committed by one flush.
@@ -41,6 +41,8 @@ enum Op {
     Write(Write, oneshot::Sender<Result<Arc<Object>>>),
     /// Drop history up to `compact_to`, even if no write comes to carry it.
     Compact,
+    /// Can the store write? (Recovers first if it could not.)
+    Check(oneshot::Sender<Result<()>>),
 }
 
 type Subscriber = mpsc::UnboundedSender<Result<Vec<Change>>>;
@@ -104,7 +106,7 @@ impl SledBackend {
             compact_queued: AtomicBool::new(false),
         });
         let (requests, rx) = mpsc::channel(4 * MAX_GROUP);
-        let writer = Writer { shared: shared.clone(), revision, compacted };
+        let writer = Writer { shared: shared.clone(), dir: dir.to_owned(), options, revision, compacted, failed: None };
         let writer = std::thread::Builder::new()
             .name("sled-writer".into())
             .spawn(move || writer.run(rx))
@@ -186,6 +188,13 @@ impl Backend for SledBackend {
         Ok(Box::pin(UnboundedReceiverStream::new(rx)))
     }
 
+    async fn check(&self) -> Result<()> {
+        let (reply, rx) = oneshot::channel();
+        let requests = self.requests.as_ref().ok_or(StorageError::Closed)?;
+        requests.send(Op::Check(reply)).await.map_err(|_| StorageError::Closed)?;
+        rx.await.map_err(|_| StorageError::Closed)?
+    }
+
     fn compact(&self, revision: Revision) {
         self.shared.compact_to.fetch_max(revision, Ordering::Relaxed);
         if !self.shared.compact_queued.swap(true, Ordering::AcqRel) {
@@ -245,10 +254,14 @@ impl Current {
 
 struct Writer {
     shared: Arc<Shared>,
+    dir: PathBuf,
+    options: SledOptions,
     /// Durable and published.
     revision: Revision,
     /// Dropped from the disk's event log up to here.
     compacted: Revision,
+    /// Why the last write failed, until the store is reopened and takes a write again.
+    failed: Option<String>,
 }
 
 type Reply = (oneshot::Sender<Result<Arc<Object>>>, Result<Arc<Object>>);
@@ -273,14 +286,23 @@ impl Writer {
     }
 
     fn commit(&mut self, group: Vec<Op>) {
-        let Some(db) = self.shared.db.read().clone() else {
-            for op in group {
-                if let Op::Write(_, reply) = op {
-                    let _ = reply.send(Err(StorageError::Closed));
+        let healthy = self.recover_if_failed();
+        let db = self.shared.db.read().clone();
+        let (db, group) = match (healthy, db) {
+            (Ok(()), Some(db)) => (db, group),
+            (result, _) => {
+                let err = result.err().unwrap_or(StorageError::Closed);
+                for op in group {
+                    match op {
+                        Op::Write(_, reply) => drop(reply.send(Err(clone_error(&err)))),
+                        Op::Check(reply) => drop(reply.send(Err(clone_error(&err)))),
+                        Op::Compact => {}
+                    }
                 }
+                return;
             }
-            return;
         };
+        let mut checks = Vec::new();
         self.shared.compact_queued.store(false, Ordering::Release);
         let mut batch = sled::Batch::default();
         let mut overlay: HashMap<String, Option<Arc<Object>>> = HashMap::new();
@@ -288,15 +310,22 @@ impl Writer {
         let mut replies: Vec<Reply> = Vec::with_capacity(group.len());
         let mut revision = self.revision;
         for op in group {
-            if let Op::Write(write, reply) = op {
-                let result = apply(&db, &mut overlay, &mut batch, &mut revision, write, &mut changes);
-                replies.push((reply, result));
+            match op {
+                Op::Write(write, reply) => {
+                    let result = apply(&db, &mut overlay, &mut batch, &mut revision, write, &mut changes);
+                    replies.push((reply, result));
+                }
+                Op::Check(reply) => checks.push(reply),
+                Op::Compact => {}
             }
         }
         let compact_to = self.shared.compact_to.load(Ordering::Relaxed).min(revision);
         if changes.is_empty() {
             for (reply, result) in replies {
                 let _ = reply.send(result);
+            }
+            for reply in checks {
+                let _ = reply.send(Ok(()));
             }
             if compact_to > self.compacted {
                 self.compact_only(&db, compact_to);
@@ -313,8 +342,14 @@ impl Writer {
         let durable = db.apply_batch(batch).and_then(|_| db.flush().map(|_| ()));
         if let Err(e) = durable {
             tracing::error!(error = %e, "store write failed; the whole group is refused");
+            // sled refuses everything after an I/O error, and its memory may hold the refused batch: the next
+            // request reopens it from disk first.
+            self.failed = Some(e.to_string());
             for (reply, result) in replies {
                 let _ = reply.send(result.and(Err(StorageError::Backend(e.to_string()))));
+            }
+            for reply in checks {
+                let _ = reply.send(Err(StorageError::Backend(e.to_string())));
             }
             return;
         }
@@ -329,7 +364,59 @@ impl Writer {
         for (reply, result) in replies {
             let _ = reply.send(result);
         }
+        for reply in checks {
+            let _ = reply.send(Ok(()));
+        }
     }
+
+    fn recover_if_failed(&mut self) -> Result<()> {
+        let Some(cause) = self.failed.clone() else { return Ok(()) };
+        match self.reopen() {
+            Ok(()) => {
+                tracing::info!(previous_error = %cause, revision = self.revision, "store writable again after reopening");
+                self.failed = None;
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "store still cannot write");
+                Err(StorageError::Backend(format!("store cannot write: {e} (first failure: {cause})")))
+            }
+        }
+    }
+
+    /// Drops the database, opens it again from disk, publishes any change a refused write left on disk (its client
+    /// got an error, as from an etcd timeout; the change happened), and proves the disk takes a write.
+    fn reopen(&mut self) -> Result<()> {
+        let mut published = self.shared.published.lock();
+        let mut slot = self.shared.db.write();
+        drop(slot.take());
+        let db = open_db(&self.dir, &self.options)?;
+        let revision = read_counter(&db, META_REVISION)?;
+        let compacted = read_counter(&db, META_COMPACTED)?;
+        if revision < self.revision {
+            return Err(StorageError::Corrupt(format!(
+                "after reopening, the store is at revision {revision}, but {} was acknowledged",
+                self.revision
+            )));
+        }
+        if revision > self.revision {
+            let changes = read_changes(&db, self.revision, revision)?;
+            published.subscribers.retain(|s| s.send(Ok(changes.clone())).is_ok());
+        }
+        self.revision = revision;
+        self.compacted = compacted;
+        published.revision = revision;
+        published.compacted = compacted;
+        *slot = Some(db.clone());
+        drop((slot, published));
+        db.insert(META_PROBE, &codec::encode_u64(revision)).map_err(backend)?;
+        db.flush().map_err(backend)?;
+        Ok(())
+    }
+}
+
+fn clone_error(e: &StorageError) -> StorageError {
+    StorageError::Backend(e.to_string())
 }
 
 impl Writer {

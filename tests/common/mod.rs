@@ -220,3 +220,41 @@ pub async fn request_once(addr: SocketAddr, ca: &Path, req: Request<Vec<u8>>) ->
     let status = resp.status().as_u16();
     (status, resp.into_body().collect().await.unwrap().to_bytes())
 }
+
+/// A small tmpfs, mounted for one test (tests run as root), unmounted on drop.
+pub struct Tmpfs {
+    _tmp: tempfile::TempDir,
+    pub path: PathBuf,
+}
+
+impl Tmpfs {
+    pub fn mount(size: &str) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("mnt");
+        std::fs::create_dir(&path).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&path)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "mounting a tmpfs failed: this test needs root");
+        Self { _tmp: tmp, path }
+    }
+
+    /// Writes a file until the disk is full.
+    pub fn fill(&self) -> PathBuf {
+        use std::io::Write as _;
+        let filler = self.path.join("filler");
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        while f.write_all(&chunk).is_ok() {}
+        let _ = f.sync_all();
+        filler
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.path).status();
+    }
+}
