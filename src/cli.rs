@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::apiserver::cache::CacheLimits;
 use crate::apiserver::delegation::{self, TrustSources};
+use crate::apiserver::health::{named_check, Endpoint, HealthChecks};
 use crate::apiserver::tls::{self, ClientCa};
 use crate::apiserver::{
     AlwaysAllowPaths, Authenticator, Authorizer, AuthorizerConfig, DynamicTrust, RequestHeader, Server, ServerConfig,
@@ -433,6 +434,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     }
 
     let cfg = ServerConfig {
+        health: storage_health_checks(&store),
         tls: tls::server_config(certs, key)?,
         authenticator,
         authorizer,
@@ -478,6 +480,24 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let _ = tokio::task::spawn_blocking(move || drop(store)).await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// `storage` on /readyz (and /healthz): the store takes writes now, or has just recovered. On /livez: it can
+/// still recover in place; when it cannot, the kubelet restarts the pod.
+fn storage_health_checks(store: &Arc<dyn Store>) -> HealthChecks {
+    let mut checks = HealthChecks::default();
+    let writable = |store: Arc<dyn Store>| {
+        named_check("storage", move || {
+            let store = store.clone();
+            async move { store.check_writable().await.map_err(|e| e.to_string()) }
+        })
+    };
+    let alive = store.clone();
+    checks.add(Endpoint::Healthz, writable(store.clone())).add(Endpoint::Readyz, writable(store.clone())).add(
+        Endpoint::Livez,
+        named_check("storage", move || std::future::ready(alive.check_alive().map_err(|e| e.to_string()))),
+    );
+    checks
 }
 
 async fn wait_for_signal() {

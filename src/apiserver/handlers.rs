@@ -16,6 +16,7 @@ use super::authn::{Authenticator, ConnInfo};
 use super::authz::Authorizer;
 use super::discovery::{Discovery, Doc};
 use super::error::{ApiError, ApiResult};
+use super::health::HealthChecks;
 use super::negotiate::{body_format, negotiate, BodyFormat, Output, APIS, OBJECTS, PLAIN};
 use super::registry::{parse_body, scale_json, DeleteOptions, ListRequest, Part, Registry, ScaleChange, WriteOptions};
 use super::render::{bytes_response, list_response, object_response, value_response, with_warnings, JSON};
@@ -36,6 +37,7 @@ pub struct App {
     pub authorizer: Authorizer,
     pub discovery: Discovery,
     pub watch: WatchConfig,
+    pub health: HealthChecks,
 }
 
 pub async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
@@ -83,15 +85,6 @@ async fn serve(app: &App, mut req: Request, conn: Option<&ConnInfo>) -> Served {
         Ok(r) => Ok((r, name)),
         Err(e) => Err((e, name)),
     }
-}
-
-fn health(method: &Method) -> ApiResult<Response> {
-    if method != Method::GET && method != Method::HEAD {
-        return Err(ApiError::method_not_allowed(method, "health"));
-    }
-    let mut resp = (StatusCode::OK, "ok").into_response();
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-    Ok(resp)
 }
 
 fn accept(headers: &HeaderMap) -> Option<&str> {
@@ -154,7 +147,12 @@ async fn dispatch(app: &App, target: Target, req: Request, query: ApiResult<Quer
             Ok(resp)
         }
         Target::Version => plain_doc(&d.version, headers),
-        Target::Health => health(&method),
+        Target::Health(endpoint, check) => {
+            if method != Method::GET && method != Method::HEAD {
+                return Err(ApiError::method_not_allowed(&method, "health"));
+            }
+            app.health.serve(endpoint, check.as_deref(), req.uri().query()).await
+        }
     }
 }
 

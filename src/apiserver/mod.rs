@@ -8,6 +8,7 @@ pub mod delegation;
 pub mod discovery;
 pub mod error;
 mod handlers;
+pub mod health;
 pub mod negotiate;
 pub mod registry;
 mod render;
@@ -46,6 +47,7 @@ pub struct ServerConfig {
     pub bookmark_interval: Duration,
     /// How long in-flight requests may take to finish after shutdown starts.
     pub shutdown_grace: Duration,
+    pub health: health::HealthChecks,
 }
 
 /// A bound, not yet serving, server.
@@ -70,6 +72,7 @@ impl Server {
             authorizer: cfg.authorizer,
             discovery: discovery::Discovery::build(),
             watch: WatchConfig { bookmark_interval: cfg.bookmark_interval, shutdown },
+            health: cfg.health,
         });
         Ok(Self { listener, app, acceptor: TlsAcceptor::from(Arc::new(cfg.tls)), shutdown_grace: cfg.shutdown_grace })
     }

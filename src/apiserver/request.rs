@@ -3,6 +3,7 @@
 use http::Method;
 
 use super::error::{ApiError, ApiResult};
+use super::health::Endpoint;
 use crate::api::validation::dns1123_label_errors;
 use crate::api::{GROUP, PLURAL, VERSION};
 
@@ -25,8 +26,8 @@ pub enum Target {
     OpenApiV3Root,
     OpenApiV3GroupVersion,
     Version,
-    /// `/healthz`, `/livez`, `/readyz`
-    Health,
+    /// `/healthz`, `/livez`, `/readyz`, maybe with one check's name.
+    Health(Endpoint, Option<String>),
     Resource(ResourceRequest),
     Unknown,
 }
@@ -45,6 +46,9 @@ impl Target {
     pub fn parse(path: &str) -> ApiResult<Self> {
         let trimmed = path.trim_end_matches('/');
         let parts: Vec<&str> = trimmed.split('/').skip(1).collect();
+        if let (Some(endpoint), 1..=2) = (parts.first().and_then(|p| Endpoint::parse(p)), parts.len()) {
+            return Ok(Target::Health(endpoint, parts.get(1).map(|c| c.to_string())));
+        }
         Ok(match parts.as_slice() {
             ["apis"] => Target::Apis,
             ["apis", g] if *g == GROUP => Target::Group,
@@ -54,7 +58,6 @@ impl Target {
             ["openapi", "v3"] => Target::OpenApiV3Root,
             ["openapi", "v3", "apis", g, v] if *g == GROUP && *v == VERSION => Target::OpenApiV3GroupVersion,
             ["version"] => Target::Version,
-            ["healthz" | "livez" | "readyz", ..] => Target::Health,
             _ => Target::Unknown,
         })
     }

@@ -1,0 +1,94 @@
+//! Named health checks over HTTP, and a store on a disk that fills up: `/readyz` says it cannot write, and once
+//! space is freed the same process writes again, with nothing acknowledged lost.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use http::Request;
+use serde_json::json;
+
+const PODSETS: &str = "/apis/demo.k8s.io/v1alpha1/namespaces/default/podsets";
+
+async fn get(client: &kube::Client, path: &str) -> (u16, String) {
+    let (status, _, body) = raw(client, Request::get(path).body(vec![]).unwrap()).await;
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+async fn create(client: &kube::Client, name: &str, pad: &str) -> (u16, serde_json::Value) {
+    let mut ps = podset(name, 0);
+    ps["metadata"]["annotations"] = json!({ "pad": pad });
+    let req = Request::post(PODSETS).header("content-type", "application/json");
+    let (status, _, body) = raw(client, req.body(serde_json::to_vec(&ps).unwrap()).unwrap()).await;
+    (status, json(&body))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_checks_verbose_and_single() {
+    let server = TestServer::start(&[]);
+    let client = server.client();
+    assert_eq!(get(&client, "/readyz?verbose").await, (200, "[+]storage ok\nreadyz check passed\n".into()));
+    assert_eq!(get(&client, "/livez?verbose").await, (200, "[+]storage ok\nlivez check passed\n".into()));
+    assert_eq!(get(&client, "/healthz").await, (200, "ok".into()));
+    assert_eq!(get(&client, "/readyz/storage").await, (200, "ok".into()));
+    assert_eq!(get(&client, "/livez/storage").await, (200, "ok".into()));
+    let (status, body) = get(&client, "/readyz/nope").await;
+    assert_eq!((status, json(&body.into())["kind"].as_str()), (404, Some("Status")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_disk_fails_readyz_and_recovers_in_place() {
+    let disk = Tmpfs::mount("16m");
+    let server = TestServer::start_in(disk.path.clone(), None, vec!["--insecure-allow-all".into()]);
+    let client = server.client();
+    let pad = "x".repeat(32 * 1024);
+    let mut acked = Vec::new();
+    for i in 0..5 {
+        let (status, _) = create(&client, &format!("before-{i}"), &pad).await;
+        assert_eq!(status, 201);
+        acked.push(format!("before-{i}"));
+    }
+    let filler = disk.fill();
+
+    let mut refused = None;
+    for i in 0..500 {
+        let name = format!("full-{i}");
+        match create(&client, &name, &pad).await {
+            (201, _) => acked.push(name),
+            (status, body) => {
+                refused = Some((status, body));
+                break;
+            }
+        }
+    }
+    let (status, body) = refused.expect("the disk never filled");
+    assert_eq!((status, body["kind"].as_str(), body["code"].as_u64()), (500, Some("Status"), Some(500)), "{body}");
+
+    let (status, body) = get(&client, "/readyz?verbose").await;
+    assert_eq!((status, body.as_str()), (500, "[-]storage failed: reason withheld\nreadyz check failed\n"));
+    let (status, body) = get(&client, "/readyz/storage").await;
+    assert!(status == 500 && body.starts_with("internal server error: "), "{status} {body}");
+    assert_eq!(get(&client, "/livez").await, (200, "ok".into()), "recoverable in place: no restart wanted");
+    assert_eq!(get(&client, "/readyz").await.0, 500);
+
+    std::fs::remove_file(filler).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while get(&client, "/readyz/storage").await.0 != 200 {
+        assert!(Instant::now() < deadline, "the store did not recover after space was freed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(get(&client, "/readyz").await, (200, "ok".into()));
+    let (status, _) = create(&client, "after", "").await;
+    assert_eq!(status, 201, "writes succeed again without a restart");
+    acked.push("after".into());
+
+    let (_, body) = get(&client, PODSETS).await;
+    let list = json(&body.into());
+    let names: Vec<&str> =
+        list["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap()).collect();
+    for name in &acked {
+        assert!(names.contains(&name.as_str()), "acknowledged {name} is served");
+    }
+    drop(server);
+}
