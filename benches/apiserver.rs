@@ -142,7 +142,7 @@ async fn main() {
     let rate = throughput(&client, creates, |i| {
         let cfg = json!({"apiVersion": "demo.k8s.io/v1alpha1", "kind": "PodSet",
                          "metadata": {"name": format!("c{i:05}")}, "spec": {"replicas": 3}});
-        Request::patch(format!("{PATH}/c{i:05}?fieldManager=bench"))
+        Request::patch(format!("{PATH}/c{i:05}?fieldManager=bench&force=true"))
             .header("content-type", "application/apply-patch+yaml")
             .body(serde_json::to_vec(&cfg).unwrap())
             .unwrap()
