@@ -138,11 +138,11 @@ async fn main() {
             .await;
     report("get", rate, "/s", CRD_GET_PER_S, true);
 
-    // Server-side apply of a changed field to existing objects: merge, ownership and conflict check, durable write.
+    // Server-side apply of a new label to existing objects: merge, ownership and conflict check, durable write.
     let rate = throughput(&client, creates, |i| {
         let cfg = json!({"apiVersion": "demo.k8s.io/v1alpha1", "kind": "PodSet",
-                         "metadata": {"name": format!("c{i:05}")}, "spec": {"replicas": 3}});
-        Request::patch(format!("{PATH}/c{i:05}?fieldManager=bench&force=true"))
+                         "metadata": {"name": format!("c{i:05}"), "labels": {"applied": "yes"}}});
+        Request::patch(format!("{PATH}/c{i:05}?fieldManager=bench"))
             .header("content-type", "application/apply-patch+yaml")
             .body(serde_json::to_vec(&cfg).unwrap())
             .unwrap()
