@@ -41,7 +41,9 @@ impl Drop for Server {
 
 fn start() -> Server {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(BIN)
+    // Another build of the server can be measured with this bench (before/after figures).
+    let bin = std::env::var("PODSET_APISERVER_BIN").unwrap_or_else(|_| BIN.to_owned());
+    let mut child = Command::new(bin)
         .args(["--insecure-allow-all", "--bind-address", "127.0.0.1", "--secure-port", "0", "--log-format", "json"])
         .arg("--data-dir")
         .arg(dir.path())
@@ -89,11 +91,24 @@ fn body(name: &str) -> Vec<u8> {
     .unwrap()
 }
 
-/// Runs `n` requests made by `make(i)` with `CONCURRENCY` in flight; returns requests per second.
-async fn throughput<F>(client: &kube::Client, n: usize, make: F) -> f64
+/// CPU time the server process has used so far, in microseconds (from /proc; steadier than rates on a
+/// shared machine).
+fn server_cpu_us(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces): utime and stime are the 12th and 13th.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<f64> = rest.split_whitespace().map(|x| x.parse().unwrap_or(0.0)).collect();
+    let ticks = f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0);
+    ticks * 1e6 / 100.0
+}
+
+/// Runs `n` requests made by `make(i)` with `CONCURRENCY` in flight; returns requests per second and the
+/// server's CPU time per request (µs).
+async fn throughput<F>(client: &kube::Client, pid: u32, n: usize, make: F) -> (f64, f64)
 where
     F: Fn(usize) -> Request<Vec<u8>> + Send + Sync + 'static,
 {
+    let cpu_before = server_cpu_us(pid);
     let make = Arc::new(make);
     let started = Instant::now();
     let results: Vec<u16> = futures::stream::iter(0..n)
@@ -105,8 +120,8 @@ where
         .collect()
         .await;
     let elapsed = started.elapsed().as_secs_f64();
-    assert!(results.iter().all(|s| *s < 300), "some requests failed");
-    n as f64 / elapsed
+    assert!(results.iter().all(|s| *s < 300), "some requests failed: {:?}", results.iter().find(|s| **s >= 300));
+    (n as f64 / elapsed, (server_cpu_us(pid) - cpu_before) / n as f64)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -118,6 +133,10 @@ fn report(name: &str, ours: f64, unit: &str, baseline: f64, higher_is_better: bo
     println!("{name:<28} {ours:>10.1} {unit:<6} (CRD on kube-apiserver+etcd: {baseline:>7.1} {unit}; {ratio:>5.1}x)");
 }
 
+fn report_cpu(name: &str, cpu_us: f64) {
+    println!("{:<28} {cpu_us:>10.1} us    server CPU per request", format!("  {name}"));
+}
+
 #[tokio::main]
 async fn main() {
     if std::env::args().any(|a| a == "--list") {
@@ -125,30 +144,44 @@ async fn main() {
     }
     let server = start();
     let client = client(&server);
+    let pid = server.child.id();
 
     let creates = 3000;
-    let rate = throughput(&client, creates, |i| {
+    let (rate, cpu) = throughput(&client, pid, creates, |i| {
         Request::post(PATH).header("content-type", "application/json").body(body(&format!("c{i:05}"))).unwrap()
     })
     .await;
     report("create (durable)", rate, "/s", CRD_CREATE_PER_S, true);
+    report_cpu("create", cpu);
 
-    let rate =
-        throughput(&client, 20_000, move |i| Request::get(format!("{PATH}/c{:05}", i % creates)).body(vec![]).unwrap())
-            .await;
-    report("get", rate, "/s", CRD_GET_PER_S, true);
-
-    // Server-side apply of a new label to existing objects: merge, ownership and conflict check, durable write.
-    let rate = throughput(&client, creates, |i| {
-        let cfg = json!({"apiVersion": "demo.k8s.io/v1alpha1", "kind": "PodSet",
-                         "metadata": {"name": format!("c{i:05}"), "labels": {"applied": "yes"}}});
-        Request::patch(format!("{PATH}/c{i:05}?fieldManager=bench"))
-            .header("content-type", "application/apply-patch+yaml")
-            .body(serde_json::to_vec(&cfg).unwrap())
-            .unwrap()
+    let (rate, cpu) = throughput(&client, pid, 20_000, move |i| {
+        Request::get(format!("{PATH}/c{:05}", i % creates)).body(vec![]).unwrap()
     })
     .await;
+    report("get", rate, "/s", CRD_GET_PER_S, true);
+    report_cpu("get", cpu);
+
+    // Server-side apply of a new label to existing objects: merge, ownership and conflict check, durable write.
+    let probe = Request::patch(format!("{PATH}/c00000?fieldManager=bench"))
+        .header("content-type", "application/apply-patch+yaml")
+        .body(b"{}".to_vec())
+        .unwrap();
+    let apply_supported = send(&client, probe).await.0 != 415;
+    let (rate, cpu) = if !apply_supported {
+        (f64::NAN, f64::NAN)
+    } else {
+        throughput(&client, pid, creates, |i| {
+            let cfg = json!({"apiVersion": "demo.k8s.io/v1alpha1", "kind": "PodSet",
+                         "metadata": {"name": format!("c{i:05}"), "labels": {"applied": "yes"}}});
+            Request::patch(format!("{PATH}/c{i:05}?fieldManager=bench"))
+                .header("content-type", "application/apply-patch+yaml")
+                .body(serde_json::to_vec(&cfg).unwrap())
+                .unwrap()
+        })
+        .await
+    };
     println!("{:<28} {rate:>10.1} /s", "apply (server-side, durable)");
+    report_cpu("apply", cpu);
 
     let mut times = Vec::new();
     for _ in 0..20 {

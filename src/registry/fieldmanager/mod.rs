@@ -142,6 +142,8 @@ pub struct FieldManager {
     /// is compared against these, so they never show up as owned nodes (`.`) of their own.
     skeleton: Value,
     strip: Set,
+    /// Per subresource, see [`FieldManager::ignored`].
+    ignored: [Set; 3],
 }
 
 fn field_path(names: &[&str]) -> Path {
@@ -154,26 +156,6 @@ fn set_of(paths: &[&[&str]]) -> Set {
         s.insert(&field_path(p));
     }
     s
-}
-
-/// Fills in missing skeleton fields, for comparisons only.
-fn with_skeleton(v: &Value, skeleton: &Value) -> Value {
-    match (v, skeleton) {
-        (Value::Object(m), Value::Object(sk)) => {
-            let mut out = m.clone();
-            for (k, s) in sk {
-                let filled = match (out.get(k), s) {
-                    (Some(existing @ Value::Object(_)), _) => with_skeleton(existing, s),
-                    (None | Some(Value::Null), Value::Object(_)) => with_skeleton(&Value::Object(Map::new()), s),
-                    (None, _) => s.clone(),
-                    (Some(other), _) => other.clone(),
-                };
-                out.insert(k.clone(), filled);
-            }
-            Value::Object(out)
-        }
-        _ => v.clone(),
-    }
 }
 
 fn annotations(v: &Value) -> Option<&Map<String, Value>> {
@@ -197,7 +179,18 @@ impl FieldManager {
             &["metadata", "managedFields"],
             &["metadata", "resourceVersion"],
         ]);
-        Self { schema: Schema::from_openapi(definitions, root), api_version: api_version.to_owned(), skeleton, strip }
+        let ignored = [
+            set_of(&[&["status"]]),
+            set_of(&[&["metadata"], &["spec"]]),
+            set_of(&[&["metadata"], &["status"], &["spec", "selector"], &["spec", "template"]]),
+        ];
+        Self {
+            schema: Schema::from_openapi(definitions, root),
+            api_version: api_version.to_owned(),
+            skeleton,
+            strip,
+            ignored,
+        }
     }
 
     pub fn schema(&self) -> &Schema {
@@ -205,11 +198,11 @@ impl FieldManager {
     }
 
     /// Fields a write to `sub` never changes, so nobody owns them through it (kube-apiserver's reset fields).
-    fn ignored(&self, sub: Subresource) -> Set {
+    fn ignored(&self, sub: Subresource) -> &Set {
         match sub {
-            Subresource::Main => set_of(&[&["status"]]),
-            Subresource::Status => set_of(&[&["metadata"], &["spec"]]),
-            Subresource::Scale => set_of(&[&["metadata"], &["status"], &["spec", "selector"], &["spec", "template"]]),
+            Subresource::Main => &self.ignored[0],
+            Subresource::Status => &self.ignored[1],
+            Subresource::Scale => &self.ignored[2],
         }
     }
 
@@ -295,8 +288,7 @@ impl FieldManager {
         force: bool,
         ignored: &Set,
     ) -> Result<typed::Comparison, FieldManagerError> {
-        let (old, new) = (with_skeleton(old, &self.skeleton), with_skeleton(new, &self.skeleton));
-        let mut cmp = typed::compare(&self.schema, &old, &new)?;
+        let mut cmp = typed::compare_with_skeleton(&self.schema, old, new, Some(&self.skeleton))?;
         cmp.added = cmp.added.recursive_difference(ignored);
         cmp.modified = cmp.modified.recursive_difference(ignored);
         cmp.removed = cmp.removed.recursive_difference(ignored);
@@ -404,7 +396,7 @@ impl FieldManager {
         let ignored = self.ignored(sub);
         let id = self.id(manager, Operation::Apply, sub);
         let merged = typed::merge(&self.schema, live, config)?;
-        let set = typed::to_field_set(&self.schema, config)?.recursive_difference(&ignored).difference(&self.strip);
+        let set = typed::to_field_set(&self.schema, config)?.recursive_difference(ignored).difference(&self.strip);
         let previous = managed.remove(&id);
         managed.insert(
             id.clone(),
@@ -414,7 +406,7 @@ impl FieldManager {
             Some(last) => self.prune(&merged, &managed, &last.set)?,
             None => merged,
         };
-        self.update_managers(live, &merged, &mut managed, &id, force, &ignored)?;
+        self.update_managers(live, &merged, &mut managed, &id, force, ignored)?;
         if let Some(e) = managed.get_mut(&id) {
             if merged != *live || e.time.is_none() {
                 e.time = Some(now.to_owned());

@@ -89,6 +89,33 @@ impl Set {
         Set { members, children }
     }
 
+    /// [`Set::difference`] in place.
+    pub fn difference_in_place(&mut self, other: &Set) {
+        self.members.retain(|m| !other.members.contains(m));
+        for (pe, o) in &other.children {
+            if let Some(c) = self.children.get_mut(pe) {
+                c.difference_in_place(o);
+                if c.is_empty() {
+                    self.children.remove(pe);
+                }
+            }
+        }
+    }
+
+    /// [`Set::recursive_difference`] in place.
+    pub fn recursive_difference_in_place(&mut self, other: &Set) {
+        self.members.retain(|m| !other.members.contains(m));
+        self.children.retain(|pe, c| {
+            if other.members.contains(pe) {
+                return false;
+            }
+            if let Some(o) = other.children.get(pe) {
+                c.recursive_difference_in_place(o);
+            }
+            !c.is_empty()
+        });
+    }
+
     /// Paths in `self` that are neither in `other` nor under a path of `other` (`other`'s paths as prefixes).
     pub fn recursive_difference(&self, other: &Set) -> Set {
         let members = self.members.difference(&other.members).cloned().collect();
@@ -242,6 +269,12 @@ mod tests {
         assert_eq!(a.recursive_difference(&b), set_of(&[&[f("a")]]));
         assert_eq!(a.union(&b).paths().len(), 4);
         assert!(a.difference(&a).is_empty());
+        let mut d = a.clone();
+        d.difference_in_place(&b);
+        assert_eq!(d, a.difference(&b));
+        let mut r = a.clone();
+        r.recursive_difference_in_place(&b);
+        assert_eq!(r, a.recursive_difference(&b));
     }
 
     #[test]

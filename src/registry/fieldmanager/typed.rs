@@ -275,30 +275,140 @@ fn field_set_into(schema: &Schema, t: TypeId, v: &Value, path: &mut Path, set: &
 
 /// The fields added, modified and removed from `lhs` to `rhs` (structured-merge-diff's `Compare`).
 pub fn compare(schema: &Schema, lhs: &Value, rhs: &Value) -> Result<Comparison, SchemaError> {
-    let c = std::cell::RefCell::new(Comparison::default());
-    let mut w = Walker {
-        schema,
-        leaf: |path: &Path, l: Option<&Value>, r: Option<&Value>| {
-            let mut c = c.borrow_mut();
-            match (l, r) {
-                (None, Some(_)) => c.added.insert(path),
-                (Some(_), None) => c.removed.insert(path),
-                (Some(a), Some(b)) if a != b => c.modified.insert(path),
-                _ => {}
-            }
-            None
-        },
-        node: |path: &Path, l: Option<&Value>, r: Option<&Value>| {
-            let mut c = c.borrow_mut();
-            match (l, r) {
-                (None, Some(_)) => c.added.insert(path),
-                (Some(_), None) => c.removed.insert(path),
-                _ => {}
-            }
-        },
+    compare_with_skeleton(schema, lhs, rhs, None)
+}
+
+/// [`compare`], where fields of `skeleton` missing on either side count as present with the skeleton's (empty)
+/// value, as Go's non-pointer structs always are.
+pub fn compare_with_skeleton(
+    schema: &Schema,
+    lhs: &Value,
+    rhs: &Value,
+    skeleton: Option<&Value>,
+) -> Result<Comparison, SchemaError> {
+    let mut c = Comparison::default();
+    let mut sets = Triple { added: &mut c.added, modified: &mut c.modified, removed: &mut c.removed };
+    compare_children(schema, schema.root(), Some(lhs), Some(rhs), skeleton, &mut Vec::new(), &mut sets)?;
+    Ok(c)
+}
+
+/// The added, modified and removed sets of one node, built bottom-up (no full paths are copied).
+struct Triple<'a> {
+    added: &'a mut Set,
+    modified: &'a mut Set,
+    removed: &'a mut Set,
+}
+
+fn is_empty_value(v: Option<&Value>) -> bool {
+    match v {
+        None | Some(Value::Null) => true,
+        Some(Value::Object(m)) => m.is_empty(),
+        Some(Value::Array(a)) => a.is_empty(),
+        _ => false,
+    }
+}
+
+/// Compares one child `pe` of type `t`; records it in the parent's sets.
+#[allow(clippy::too_many_arguments)]
+fn compare_child(
+    schema: &Schema,
+    t: TypeId,
+    pe: PathElement,
+    l: Option<&Value>,
+    r: Option<&Value>,
+    skel: Option<&Value>,
+    path: &mut Path,
+    parent: &mut Triple<'_>,
+) -> Result<(), SchemaError> {
+    let (l, r) = (l.or(skel), r.or(skel));
+    let leaf = match shape(schema, t, l, r) {
+        Shape::Scalar | Shape::Map { atomic: true, .. } | Shape::List { kind: ListKind::Atomic, .. } => true,
+        Shape::Map { .. } => {
+            let not_map = |v: Option<&Value>| v.is_some_and(|v| !v.is_object() && !is_empty_value(Some(v)));
+            (is_empty_value(l) && is_empty_value(r)) || not_map(l) || not_map(r)
+        }
+        Shape::List { .. } => is_empty_value(l) && is_empty_value(r),
     };
-    w.walk(schema.root(), &mut Vec::new(), Some(lhs), Some(rhs))?;
-    Ok(c.into_inner())
+    if leaf {
+        match (l, r) {
+            (None, Some(_)) => parent.added.insert_member(pe),
+            (Some(_), None) => parent.removed.insert_member(pe),
+            (Some(a), Some(b)) if a != b => parent.modified.insert_member(pe),
+            _ => {}
+        }
+        return Ok(());
+    }
+    let (mut a, mut m, mut rm) = (Set::new(), Set::new(), Set::new());
+    path.push(pe);
+    let result = compare_children(
+        schema,
+        t,
+        l,
+        r,
+        skel,
+        path,
+        &mut Triple { added: &mut a, modified: &mut m, removed: &mut rm },
+    );
+    let pe = path.pop().expect("pushed");
+    result?;
+    match (l, r) {
+        (None, Some(_)) => parent.added.insert_member(pe.clone()),
+        (Some(_), None) => parent.removed.insert_member(pe.clone()),
+        _ => {}
+    }
+    parent.added.set_child(pe.clone(), a);
+    parent.modified.set_child(pe.clone(), m);
+    parent.removed.set_child(pe, rm);
+    Ok(())
+}
+
+/// Compares the children of a map or list node.
+fn compare_children(
+    schema: &Schema,
+    t: TypeId,
+    l: Option<&Value>,
+    r: Option<&Value>,
+    skel: Option<&Value>,
+    path: &mut Path,
+    sets: &mut Triple<'_>,
+) -> Result<(), SchemaError> {
+    match shape(schema, t, l, r) {
+        Shape::Map { schema_map, .. } => {
+            let (lm, rm) = (as_map(l), as_map(r));
+            let skel_map = skel.and_then(Value::as_object);
+            for (k, rv) in rm.into_iter().flatten() {
+                let ct = child_type(t, schema_map, k);
+                let sk = skel_map.and_then(|s| s.get(k));
+                let lv = lm.and_then(|m| m.get(k));
+                compare_child(schema, ct, PathElement::Field(k.clone()), lv, Some(rv), sk, path, sets)?;
+            }
+            for (k, lv) in lm.into_iter().flatten() {
+                if rm.is_some_and(|m| m.contains_key(k)) {
+                    continue;
+                }
+                let ct = child_type(t, schema_map, k);
+                let sk = skel_map.and_then(|s| s.get(k));
+                compare_child(schema, ct, PathElement::Field(k.clone()), Some(lv), None, sk, path, sets)?;
+            }
+            // Skeleton fields missing on both sides are equal; nothing to record.
+        }
+        Shape::List { element, kind } => {
+            let (li, ri) = (as_list(l), as_list(r));
+            let (lpes, lby) = index_items(&kind, li, path)?;
+            let (rpes, rby) = index_items(&kind, ri, path)?;
+            for (pe, item) in rpes.into_iter().zip(ri) {
+                let lv = lby.get(&pe.encode()).copied();
+                compare_child(schema, element, pe, lv, Some(item), None, path, sets)?;
+            }
+            for (pe, item) in lpes.into_iter().zip(li) {
+                if !rby.contains_key(&pe.encode()) {
+                    compare_child(schema, element, pe, Some(item), None, None, path, sets)?;
+                }
+            }
+        }
+        Shape::Scalar => {}
+    }
+    Ok(())
 }
 
 /// `config` merged into `live`: the configuration wins on every field it sets; lists merge by their kind.
