@@ -261,7 +261,7 @@ impl FieldManager {
     ) -> Result<Managed, FieldManagerError> {
         let ignored = self.ignored(sub);
         let current = ManagerId { manager: CURRENT_OPERATION.into(), ..self.id(manager, Operation::Update, sub) };
-        let cmp = self.update_managers(live, new, &mut managed, &current, true, &ignored)?;
+        let cmp = self.update_managers(live, new, &mut managed, &current, true, ignored)?;
         let set = cmp.modified.union(&cmp.added).difference(&self.strip);
         if !set.is_empty() {
             let id = self.id(manager, Operation::Update, sub);
