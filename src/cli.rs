@@ -19,6 +19,7 @@ use crate::apiserver::{
 };
 use crate::controller::leader::{self, LeaseConfig};
 use crate::controller::{self, ControllerConfig};
+use crate::registry::Registry;
 use crate::storage::{Cacher, HistoryLimits, SledBackend, SledOptions, StorageError, Store};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -441,8 +442,10 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         bookmark_interval: Duration::from_secs(opts.watch_bookmark_interval.max(1)),
         shutdown_grace: Duration::from_secs(opts.shutdown_timeout),
     };
+    // Everything else reaches PodSets through the registry.
+    let registry = Registry::new(store.clone());
     let addr = SocketAddr::new(opts.bind_address, opts.secure_port);
-    let server = Server::bind(addr, store.clone(), cfg, shutdown.clone())
+    let server = Server::bind(addr, registry.clone(), cfg, shutdown.clone())
         .await
         .with_context(|| format!("listening on {addr}"))?;
     tracing::info!(address = %server.local_addr()?, "serving demo.k8s.io/v1alpha1 over HTTPS");
@@ -461,12 +464,11 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "podset-apiserver".into());
             let identity = format!("{host}_{}", uuid::Uuid::new_v4());
             let lease = LeaseConfig::new(&namespace, identity);
-            let store = store.clone();
             tokio::spawn(leader::run(client.clone(), lease, shutdown.clone(), move |term| {
-                controller::run(store.clone(), client.clone(), cfg.clone(), term)
+                controller::run(registry.clone(), client.clone(), cfg.clone(), term)
             }));
         } else {
-            tokio::spawn(controller::run(store.clone(), client, cfg, shutdown.clone()));
+            tokio::spawn(controller::run(registry, client, cfg, shutdown.clone()));
         }
     }
 

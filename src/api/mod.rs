@@ -3,6 +3,7 @@
 pub mod defaults;
 pub mod schema;
 pub mod selector;
+pub mod status;
 pub mod table;
 mod types;
 pub mod validation;

@@ -3,6 +3,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, L
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::selector::Selector;
+
 /// PodSet keeps `spec.replicas` identical Pods, made from `spec.template`, running in its namespace.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -91,6 +93,13 @@ pub struct PodSetList {
     pub metadata: ListMeta,
     /// Items is the list of PodSets.
     pub items: Vec<PodSet>,
+}
+
+impl PodSet {
+    /// The Pods `spec.selector` selects; `None` when it is unset or malformed (validation refuses both).
+    pub fn selector(&self) -> Option<Selector> {
+        self.spec.selector.as_ref().and_then(|s| Selector::from_label_selector(s).ok())
+    }
 }
 
 impl kube::Resource for PodSet {

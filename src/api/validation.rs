@@ -318,12 +318,7 @@ pub fn validate_update(new: &PodSet, old: &PodSet) -> Vec<FieldError> {
     if new.spec.selector != old.spec.selector {
         errs.push(FieldError::invalid(
             "spec.selector",
-            new.spec
-                .selector
-                .as_ref()
-                .and_then(|s| Selector::from_label_selector(s).ok())
-                .map(|s| s.to_string())
-                .unwrap_or_default(),
+            new.selector().map(|s| s.to_string()).unwrap_or_default(),
             "field is immutable",
         ));
     }

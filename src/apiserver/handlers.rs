@@ -18,13 +18,16 @@ use super::discovery::{Discovery, Doc};
 use super::error::{ApiError, ApiResult};
 use super::health::HealthChecks;
 use super::negotiate::{body_format, negotiate, BodyFormat, Output, APIS, OBJECTS, PLAIN};
-use super::registry::{parse_body, scale_json, DeleteOptions, ListRequest, Part, Registry, ScaleChange, WriteOptions};
 use super::render::{bytes_response, list_response, object_response, value_response, with_warnings, JSON};
 use super::request::{Query, ResourceRequest, Subresource, Target, Verb};
 use super::watch::{self, WatchConfig, WatchRequest};
 use crate::api::selector::{FieldSelector, Selector};
 use crate::api::validation::{ErrorType, FieldError};
 use crate::api::LIST_KIND;
+use crate::registry::{
+    json_object, yaml_object, DeleteOptions, ListRequest, Part, PatchType, PodSetKey, Registry, ScaleChange,
+    WriteOptions,
+};
 
 /// Request bodies above this are refused with 413, as kube-apiserver does.
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
@@ -210,14 +213,14 @@ async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query) -> ApiR
     let reg = &app.registry;
     let ns = r.namespace.as_deref();
     let name = r.name.as_deref().unwrap_or("");
+    let key = || PodSetKey::new(ns.unwrap_or_default(), name);
     let include = q.include_object;
+    let patch_type = match verb {
+        Verb::Patch => Some(patch_type(content_type.as_deref())?),
+        _ => None,
+    };
     let write_opts = match verb {
-        Verb::Create | Verb::Update | Verb::Patch => WriteOptions {
-            field_validation: q.field_validation,
-            dry_run: q.dry_run,
-            field_manager: field_manager(q.field_manager.as_deref(), &parts.headers, verb)?,
-            force: q.force.unwrap_or(false),
-        },
+        Verb::Create | Verb::Update | Verb::Patch => write_options(&q, &parts.headers, verb)?,
         _ => WriteOptions::default(),
     };
     let not_allowed = || ApiError::method_not_allowed(&method, path);
@@ -259,13 +262,10 @@ async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query) -> ApiR
             list_response(out, &page, include)
         }
         (Verb::Get, None | Some(Subresource::Status)) => {
-            let obj = reg.get(ns.unwrap_or_default(), name).await?;
+            let obj = reg.get(&key()).await?;
             object_response(StatusCode::OK, out, &obj, include)
         }
-        (Verb::Get, Some(Subresource::Scale)) => {
-            let obj = reg.get(ns.unwrap_or_default(), name).await?;
-            value_response(StatusCode::OK, out, &scale_json(&obj)?)
-        }
+        (Verb::Get, Some(Subresource::Scale)) => scale_response(out, &reg.get_scale(&key()).await?),
         (Verb::Create, None) => {
             let ns = ns.ok_or_else(not_allowed)?;
             let format = body_format(content_type.as_deref())?;
@@ -273,7 +273,7 @@ async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query) -> ApiR
                 return Err(ApiError::unsupported_media_type(content_type.as_deref().unwrap_or("")));
             }
             let body = parse_body(&read_body(body).await?, format)?;
-            let written = reg.create(ns, body, write_opts).await?;
+            let written = reg.create(ns, body, &write_opts).await?;
             Ok(with_warnings(object_response(StatusCode::CREATED, out, &written.object, include)?, &written.warnings))
         }
         (Verb::Update, sub) => {
@@ -282,15 +282,13 @@ async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query) -> ApiR
                 return Err(ApiError::unsupported_media_type(content_type.as_deref().unwrap_or("")));
             }
             let body = parse_body(&read_body(body).await?, format)?;
-            let ns = ns.unwrap_or_default();
             match sub {
                 Some(Subresource::Scale) => {
-                    let written = reg.update_scale(ns, name, ScaleChange::Replace(body), &write_opts).await?;
-                    value_response(StatusCode::OK, out, &scale_json(&written.object)?)
+                    scale_response(out, &reg.update_scale(&key(), ScaleChange::Replace(body), &write_opts).await?)
                 }
                 sub => {
                     let part = if sub == Some(Subresource::Status) { Part::Status } else { Part::Main };
-                    let written = reg.replace(ns, name, body, part, write_opts).await?;
+                    let written = reg.replace(&key(), body, part, &write_opts).await?;
                     Ok(with_warnings(
                         object_response(StatusCode::OK, out, &written.object, include)?,
                         &written.warnings,
@@ -299,17 +297,16 @@ async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query) -> ApiR
             }
         }
         (Verb::Patch, sub) => {
-            let format = body_format(content_type.as_deref())?;
+            let patch_type = patch_type.ok_or_else(not_allowed)?;
             let patch = read_body(body).await?;
-            let ns = ns.unwrap_or_default();
             match sub {
                 Some(Subresource::Scale) => {
-                    let written = reg.update_scale(ns, name, ScaleChange::Patch(&patch, format), &write_opts).await?;
-                    value_response(StatusCode::OK, out, &scale_json(&written.object)?)
+                    let change = ScaleChange::Patch(&patch, patch_type);
+                    scale_response(out, &reg.update_scale(&key(), change, &write_opts).await?)
                 }
                 sub => {
                     let part = if sub == Some(Subresource::Status) { Part::Status } else { Part::Main };
-                    let written = reg.patch(ns, name, &patch, format, part, write_opts).await?;
+                    let written = reg.patch(&key(), &patch, patch_type, part, &write_opts).await?;
                     let code = if written.created { StatusCode::CREATED } else { StatusCode::OK };
                     Ok(with_warnings(object_response(code, out, &written.object, include)?, &written.warnings))
                 }
@@ -317,10 +314,10 @@ async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query) -> ApiR
         }
         (Verb::Delete, None) => {
             let opts = delete_options(&q, &read_body(body).await?)?;
-            let deleted = reg.delete(ns.unwrap_or_default(), name, &opts, q.dry_run || opts.dry_run_all()).await?;
+            let deleted = reg.delete(&key(), &opts, q.dry_run || opts.dry_run_all()).await?;
             if deleted.gone {
                 // As kube-apiserver: a Status when the object is gone, the object while finalizers hold it.
-                let uid = deleted.object.value.pointer("/metadata/uid").cloned().unwrap_or_default();
+                let uid = deleted.object.uid().map(|u| Value::String(u.to_owned())).unwrap_or_default();
                 let status = serde_json::json!({
                     "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                     "details": {"name": name, "group": crate::api::GROUP, "kind": crate::api::PLURAL, "uid": uid},
@@ -335,7 +332,7 @@ async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query) -> ApiR
             let (labels, fields) = selectors(&q, None)?;
             let req = ListRequest { namespace: Some(ns.to_owned()), labels, fields, ..Default::default() };
             let (items, revision) = reg.delete_collection(req, &opts, q.dry_run || opts.dry_run_all()).await?;
-            let items: Vec<&Value> = items.iter().map(|o| &*o.value).collect();
+            let items: Vec<_> = items.iter().map(|o| o.to_value()).collect();
             let list = serde_json::json!({
                 "apiVersion": crate::api::API_VERSION,
                 "kind": LIST_KIND,
@@ -348,46 +345,90 @@ async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query) -> ApiR
     }
 }
 
-/// The field manager of a write: `fieldManager`, else the User-Agent up to its first `/` (printable characters,
-/// at most 128 bytes), as kube-apiserver; an explicit one that is too long or unprintable is refused.
-fn field_manager(explicit: Option<&str>, headers: &HeaderMap, verb: Verb) -> ApiResult<String> {
-    const MAX: usize = 128;
-    if let Some(m) = explicit {
-        let mut errors = Vec::new();
-        if m.len() > MAX {
-            errors.push(FieldError {
-                field: "fieldManager".into(),
-                kind: ErrorType::TooLong,
-                value: None,
-                detail: format!("must have at most {MAX} bytes"),
-            });
-        }
-        for (i, c) in m.char_indices().filter(|(_, c)| c.is_control()) {
-            errors.push(FieldError::invalid(
-                "fieldManager",
-                m,
-                format!("invalid character U+{:04X} (at position {i})", c as u32),
-            ));
-        }
-        if !errors.is_empty() {
-            let kind = match verb {
-                Verb::Create => "CreateOptions.meta.k8s.io",
-                Verb::Update => "UpdateOptions.meta.k8s.io",
-                _ => "PatchOptions.meta.k8s.io",
-            };
-            return Err(ApiError::invalid_kind(kind, "", &errors));
-        }
-        return Ok(m.to_owned());
+/// Parses a create or update body (JSON or YAML) into a JSON object.
+fn parse_body(body: &[u8], format: BodyFormat) -> ApiResult<Value> {
+    match format {
+        BodyFormat::Yaml => yaml_object(body),
+        _ => json_object(body),
     }
-    let agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("");
+}
+
+/// The patch a PATCH's Content-Type names; strategic merge patch is refused, as kube-apiserver does for custom
+/// resources.
+fn patch_type(content_type: Option<&str>) -> ApiResult<PatchType> {
+    match body_format(content_type)? {
+        BodyFormat::MergePatch => Ok(PatchType::Merge),
+        BodyFormat::JsonPatch => Ok(PatchType::Json),
+        BodyFormat::ApplyPatch => Ok(PatchType::Apply),
+        BodyFormat::StrategicMergePatch => Err(ApiError::unsupported_patch("application/strategic-merge-patch+json")),
+        BodyFormat::Json | BodyFormat::Yaml => Err(ApiError::unsupported_patch("application/json")),
+    }
+}
+
+fn scale_response(out: Output, scale: &k8s_openapi::api::autoscaling::v1::Scale) -> ApiResult<Response> {
+    let value = serde_json::to_value(scale).map_err(|e| ApiError::internal(e.to_string()))?;
+    value_response(StatusCode::OK, out, &value)
+}
+
+/// kube-apiserver's limit on a field manager's length, in bytes.
+const FIELD_MANAGER_MAX: usize = 128;
+
+/// The options of a write (422 naming the options kind for a bad field manager). The field manager is
+/// `fieldManager`, else the User-Agent's prefix.
+fn write_options(q: &Query, headers: &HeaderMap, verb: Verb) -> ApiResult<WriteOptions> {
+    let mut errors = Vec::new();
+    if let Some(m) = q.field_manager.as_deref() {
+        errors.extend(field_manager_errors(m));
+    }
+    if !errors.is_empty() {
+        let kind = match verb {
+            Verb::Create => "CreateOptions.meta.k8s.io",
+            Verb::Update => "UpdateOptions.meta.k8s.io",
+            _ => "PatchOptions.meta.k8s.io",
+        };
+        return Err(ApiError::invalid_kind(kind, "", &errors));
+    }
+    let agent = || headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    Ok(WriteOptions {
+        dry_run: q.dry_run,
+        field_validation: q.field_validation,
+        field_manager: q.field_manager.clone().unwrap_or_else(|| prefix_from_user_agent(agent())),
+        force: q.force.unwrap_or(false),
+    })
+}
+
+/// An explicit field manager: at most 128 bytes, no control characters.
+fn field_manager_errors(m: &str) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if m.len() > FIELD_MANAGER_MAX {
+        errors.push(FieldError {
+            field: "fieldManager".into(),
+            kind: ErrorType::TooLong,
+            value: None,
+            detail: format!("must have at most {FIELD_MANAGER_MAX} bytes"),
+        });
+    }
+    for (i, c) in m.char_indices().filter(|(_, c)| c.is_control()) {
+        errors.push(FieldError::invalid(
+            "fieldManager",
+            m,
+            format!("invalid character U+{:04X} (at position {i})", c as u32),
+        ));
+    }
+    errors
+}
+
+/// kube-apiserver's `prefixFromUserAgent`: the User-Agent up to its first `/`, without control characters, cut
+/// to 128 bytes.
+fn prefix_from_user_agent(agent: &str) -> String {
     let mut out = String::new();
     for c in agent.split('/').next().unwrap_or("").chars().filter(|c| !c.is_control()) {
-        if out.len() + c.len_utf8() > MAX {
+        if out.len() + c.len_utf8() > FIELD_MANAGER_MAX {
             break;
         }
         out.push(c);
     }
-    Ok(out)
+    out
 }
 
 /// DeleteOptions from the body (if any), overridden by query parameters.

@@ -10,7 +10,6 @@ pub mod error;
 mod handlers;
 pub mod health;
 pub mod negotiate;
-pub mod registry;
 mod render;
 pub mod request;
 pub mod tls;
@@ -35,7 +34,7 @@ pub use authz::{AlwaysAllowPaths, Authorizer, AuthorizerConfig};
 pub use handlers::{App, MAX_BODY_BYTES};
 pub use watch::WatchConfig;
 
-use crate::storage::Store;
+use crate::registry::Registry;
 
 /// How long a client has to finish the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -61,13 +60,13 @@ pub struct Server {
 impl Server {
     pub async fn bind(
         addr: SocketAddr,
-        store: Arc<dyn Store>,
+        registry: Registry,
         cfg: ServerConfig,
         shutdown: CancellationToken,
     ) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
         let app = Arc::new(App {
-            registry: registry::Registry::new(store),
+            registry,
             authenticator: cfg.authenticator,
             authorizer: cfg.authorizer,
             discovery: discovery::Discovery::build(),

@@ -10,11 +10,10 @@ use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
 use super::negotiate::Output;
-use super::registry::ListPage;
 use super::request::IncludeObject;
 use crate::api::table::{cells, Table, TableRow};
 use crate::api::{API_VERSION, LIST_KIND};
-use crate::storage::Object;
+use crate::registry::{ListPage, Stored};
 
 pub const JSON: &str = "application/json";
 pub const YAML: &str = "application/yaml";
@@ -64,12 +63,12 @@ pub fn single_row_table(obj: &Value, include: IncludeObject) -> Value {
     table_value(&Table::new(meta, vec![table_row(obj, include, Timestamp::now())]))
 }
 
-pub fn object_response(status: StatusCode, out: Output, obj: &Object, include: IncludeObject) -> ApiResult<Response> {
+pub fn object_response(status: StatusCode, out: Output, obj: &Stored, include: IncludeObject) -> ApiResult<Response> {
     match out {
-        Output::Json | Output::Discovery(_) => Ok(bytes_response(status, JSON, obj.bytes.clone())),
-        Output::Yaml => Ok(bytes_response(status, YAML, yaml(&obj.value)?)),
-        Output::Table => value_response(status, out, &single_row_table(&obj.value, include)),
-        Output::Metadata => value_response(status, out, &partial_metadata(&obj.value)),
+        Output::Json | Output::Discovery(_) => Ok(bytes_response(status, JSON, obj.bytes().clone())),
+        Output::Yaml => Ok(bytes_response(status, YAML, yaml(&obj.to_value())?)),
+        Output::Table => value_response(status, out, &single_row_table(&obj.to_value(), include)),
+        Output::Metadata => value_response(status, out, &partial_metadata(&obj.to_value())),
     }
 }
 
@@ -89,7 +88,7 @@ pub fn list_response(out: Output, page: &ListPage, include: IncludeObject) -> Ap
             // Splice the stored bytes: each object was serialized once, when it was written.
             let head = json!({"apiVersion": API_VERSION, "kind": LIST_KIND, "metadata": meta});
             let head = serde_json::to_vec(&head).unwrap_or_default();
-            let size = head.len() + page.items.iter().map(|o| o.bytes.len() + 1).sum::<usize>() + 16;
+            let size = head.len() + page.items.iter().map(|o| o.bytes().len() + 1).sum::<usize>() + 16;
             let mut buf = BytesMut::with_capacity(size);
             buf.put_slice(&head[..head.len() - 1]);
             buf.put_slice(b",\"items\":[");
@@ -97,23 +96,23 @@ pub fn list_response(out: Output, page: &ListPage, include: IncludeObject) -> Ap
                 if i > 0 {
                     buf.put_u8(b',');
                 }
-                buf.put_slice(&item.bytes);
+                buf.put_slice(item.bytes());
             }
             buf.put_slice(b"]}");
             Ok(bytes_response(StatusCode::OK, JSON, buf.freeze()))
         }
         Output::Yaml => {
-            let items: Vec<&Value> = page.items.iter().map(|o| &*o.value).collect();
+            let items: Vec<_> = page.items.iter().map(|o| o.to_value()).collect();
             let v = json!({"apiVersion": API_VERSION, "kind": LIST_KIND, "metadata": meta, "items": items});
             value_response(StatusCode::OK, out, &v)
         }
         Output::Table => {
             let now = Timestamp::now();
-            let rows = page.items.iter().map(|o| table_row(&o.value, include, now)).collect();
+            let rows = page.items.iter().map(|o| table_row(&o.to_value(), include, now)).collect();
             value_response(StatusCode::OK, out, &table_value(&Table::new(meta, rows)))
         }
         Output::Metadata => {
-            let items: Vec<Value> = page.items.iter().map(|o| partial_metadata(&o.value)).collect();
+            let items: Vec<Value> = page.items.iter().map(|o| partial_metadata(&o.to_value())).collect();
             let v = json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "items": items});
             value_response(StatusCode::OK, out, &v)
         }

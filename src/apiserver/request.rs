@@ -6,6 +6,7 @@ use super::error::{ApiError, ApiResult};
 use super::health::Endpoint;
 use crate::api::validation::dns1123_label_errors;
 use crate::api::{GROUP, PLURAL, VERSION};
+use crate::registry::{FieldValidation, Revision};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Subresource {
@@ -159,14 +160,6 @@ pub struct Query {
     pub pretty: bool,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum FieldValidation {
-    Ignore,
-    #[default]
-    Warn,
-    Strict,
-}
-
 /// What a Table row carries besides its cells.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum IncludeObject {
@@ -265,7 +258,7 @@ impl Query {
     }
 
     /// The resourceVersion as a revision (`None` when unset); "0" is a valid revision here.
-    pub fn revision(&self) -> ApiResult<Option<u64>> {
+    pub fn revision(&self) -> ApiResult<Option<Revision>> {
         self.resource_version
             .as_deref()
             .map(|rv| rv.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv}"))))

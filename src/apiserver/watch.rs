@@ -1,8 +1,7 @@
-//! Watch: a chunked stream of JSON `WatchEvent`s, with kube-apiserver's watch-cache semantics — initial events,
-//! selector transitions as ADDED/DELETED, bookmarks, WatchList's end marker, 410 as an ERROR event.
+//! Watch over HTTP: the registry's watch as a chunked stream of JSON `WatchEvent`s in the negotiated
+//! representation, with bookmarks, WatchList's end marker, timeouts, and 410 as an ERROR event.
 
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -20,13 +19,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::{ApiError, ApiResult, StatusBody};
 use super::negotiate::Output;
-use super::registry::{prefix, ListRequest, Registry};
 use super::render::{partial_metadata, single_row_table};
 use super::request::{IncludeObject, Query};
 use crate::api::selector::{FieldSelector, Selector};
 use crate::api::validation::FieldError;
 use crate::api::{API_VERSION, KIND};
-use crate::storage::{EventType, Object, Revision, StorageError};
+use crate::registry::{Event, Notification, Registry, Revision, WatchRequest as RegistryWatch};
 
 /// Settings for every watch this server serves.
 #[derive(Clone)]
@@ -44,40 +42,26 @@ pub struct WatchRequest {
     pub output: Output,
 }
 
-#[derive(Clone, Copy)]
-enum Kind {
-    Added,
-    Modified,
-    Deleted,
-}
-
-impl Kind {
-    fn as_str(self) -> &'static str {
-        match self {
-            Kind::Added => "ADDED",
-            Kind::Modified => "MODIFIED",
-            Kind::Deleted => "DELETED",
-        }
-    }
-}
-
 struct Encoder {
     output: Output,
     include: IncludeObject,
 }
 
 impl Encoder {
-    fn event(&self, kind: Kind, obj: &Object) -> Bytes {
-        let mut buf = BytesMut::with_capacity(obj.bytes.len() + 40);
+    fn event(&self, ev: &Event) -> Bytes {
+        let obj = &ev.object;
+        let mut buf = BytesMut::with_capacity(obj.bytes().len() + 40);
         buf.put_slice(b"{\"type\":\"");
-        buf.put_slice(kind.as_str().as_bytes());
+        buf.put_slice(ev.kind.as_str().as_bytes());
         buf.put_slice(b"\",\"object\":");
         match self.output {
             Output::Table => {
-                buf.put_slice(&serde_json::to_vec(&single_row_table(&obj.value, self.include)).unwrap_or_default())
+                buf.put_slice(&serde_json::to_vec(&single_row_table(&obj.to_value(), self.include)).unwrap_or_default())
             }
-            Output::Metadata => buf.put_slice(&serde_json::to_vec(&partial_metadata(&obj.value)).unwrap_or_default()),
-            _ => buf.put_slice(&obj.bytes),
+            Output::Metadata => {
+                buf.put_slice(&serde_json::to_vec(&partial_metadata(&obj.to_value())).unwrap_or_default())
+            }
+            _ => buf.put_slice(obj.bytes()),
         }
         buf.put_slice(b"}\n");
         buf.freeze()
@@ -113,15 +97,6 @@ fn line(v: &impl serde::Serialize) -> Bytes {
     Bytes::from(out)
 }
 
-fn restamp(obj: &Object, revision: Revision) -> Object {
-    let mut value = (*obj.value).clone();
-    if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.insert("resourceVersion".into(), Value::String(revision.to_string()));
-    }
-    let bytes = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
-    Object { key: obj.key.clone(), value: Arc::new(value), bytes, mod_revision: revision }
-}
-
 fn invalid_options(errors: &[FieldError]) -> ApiError {
     ApiError::invalid_kind("ListOptions.meta.k8s.io", "", errors)
 }
@@ -155,14 +130,6 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
         )]));
     }
 
-    // Where the stream starts, and whether it opens with the current state.
-    let (start, initial, end_marker) = match (q.send_initial_events, requested) {
-        (Some(true), rv) => (registry.read_revision(rv, false).await?, true, true),
-        (Some(false), rv) => (registry.read_revision(rv, false).await?, false, false),
-        (None, None | Some(0)) => (registry.store().current_revision(), true, false),
-        (None, Some(rv)) => (rv, false, false),
-    };
-
     let encoder = Encoder { output: req.output, include: q.include_object };
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
     let response = || {
@@ -172,34 +139,28 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
         resp
     };
 
-    let prefix = prefix(req.namespace.as_deref());
-    let mut events = match registry.store().watch(&prefix, start) {
-        Ok(s) => s,
-        Err(e @ StorageError::Expired { .. }) => {
+    let watch = registry.watch(RegistryWatch {
+        namespace: req.namespace,
+        labels: req.labels,
+        fields: req.fields,
+        resource_version: requested,
+        send_initial_events: q.send_initial_events,
+    });
+    let watch = match watch.await {
+        Ok(w) => w,
+        Err(e) if e.code() == 410 => {
             // As the watch cache: HTTP 200 and one ERROR event, so clients relist instead of retrying forever.
-            let _ = tx.try_send(Ok(encoder.error(&ApiError::from_storage(e, ""))));
+            let _ = tx.try_send(Ok(encoder.error(&e)));
             return Ok(response());
         }
-        Err(e) => return Err(ApiError::from_storage(e, "")),
+        Err(e) => return Err(e),
     };
-
-    let mut first: Vec<Bytes> = Vec::new();
-    if initial {
-        let page = registry
-            .list(ListRequest {
-                namespace: req.namespace.clone(),
-                labels: req.labels.clone(),
-                fields: req.fields.clone(),
-                resource_version: Some(start),
-                exact: true,
-                ..Default::default()
-            })
-            .await?;
-        first.extend(page.items.iter().map(|o| encoder.event(Kind::Added, o)));
-        if end_marker {
-            first.push(encoder.bookmark(start, true));
-        }
+    let start = watch.revision;
+    let mut first: Vec<Bytes> = watch.initial.iter().map(|ev| encoder.event(ev)).collect();
+    if q.send_initial_events == Some(true) {
+        first.push(encoder.bookmark(start, true));
     }
+    let mut events = watch.events;
 
     let timeout = match q.timeout_seconds {
         Some(s) => Duration::from_secs(s),
@@ -207,8 +168,6 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
         None => Duration::from_secs(rand::rng().random_range(1800..3600)),
     };
     let bookmarks = q.allow_watch_bookmarks;
-    let (labels, fields) = (req.labels, req.fields);
-    let matches = move |o: &Object| labels.matches_json(&o.value) && fields.matches_json(&o.value);
     let cfg = cfg.clone();
 
     tokio::spawn(async move {
@@ -231,24 +190,16 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
                 next = events.next() => match next {
                     None => return,
                     Some(Err(e)) => {
-                        let _ = tx.send(Ok(encoder.error(&ApiError::from_storage(e, "")))).await;
+                        let _ = tx.send(Ok(encoder.error(&e))).await;
                         return;
                     }
-                    Some(Ok(ev)) => {
+                    Some(Ok(Notification::Progress(revision))) => {
+                        seen = revision;
+                        continue;
+                    }
+                    Some(Ok(Notification::Event(ev))) => {
                         seen = ev.revision;
-                        let now_in = matches(&ev.object);
-                        let was_in = ev.prev.as_deref().is_some_and(&matches);
-                        match (ev.kind, was_in, now_in) {
-                            (EventType::Added, _, true) => encoder.event(Kind::Added, &ev.object),
-                            (EventType::Modified, true, true) => encoder.event(Kind::Modified, &ev.object),
-                            (EventType::Modified, false, true) => encoder.event(Kind::Added, &ev.object),
-                            (EventType::Modified, true, false) => {
-                                let prev = ev.prev.as_deref().expect("was_in implies prev");
-                                encoder.event(Kind::Deleted, &restamp(prev, ev.revision))
-                            }
-                            (EventType::Deleted, true, _) => encoder.event(Kind::Deleted, &ev.object),
-                            _ => continue,
-                        }
+                        encoder.event(&ev)
                     }
                 },
             };

@@ -1,6 +1,6 @@
 //! The embedded controller: keeps `spec.replicas` Pods in the main API server for every PodSet in our `Store`.
 //!
-//! Inputs: the Store's watch of PodSets (in process), one cluster-wide Pod reflector through kube-rs, and a periodic
+//! Inputs: the registry's watch of PodSets (in process), one cluster-wide Pod reflector through kube-rs, and a periodic
 //! resync. Keys go through a work queue to parallel workers (never two on one key). Expectations keep a stale Pod
 //! cache from causing extra creates or deletes.
 
@@ -25,10 +25,8 @@ use tokio_util::sync::CancellationToken;
 pub use expectations::Expectations;
 pub use queue::Queue;
 
-use crate::api::{PodSet, API_VERSION, KIND};
-use crate::storage::{ListOptions, StorageError, Store};
-
-const PODSET_PREFIX: &str = "/podsets/";
+use crate::api::{API_VERSION, KIND};
+use crate::registry::{ListRequest, Notification, PodSetKey, Registry, WatchRequest};
 
 /// Controller settings.
 #[derive(Debug, Clone)]
@@ -65,13 +63,12 @@ impl Default for ControllerConfig {
 
 /// Shared by the workers and the event loops.
 pub(crate) struct Context {
-    pub store: Arc<dyn Store>,
-    /// Status writes go through the registry, like every other write.
-    pub registry: crate::apiserver::registry::Registry,
+    /// PodSets are read, watched and their status written through the registry, like any other client's.
+    pub registry: Registry,
     pub client: Client,
     pub pods: PodCache<Pod>,
-    pub expectations: Expectations,
-    pub queue: Arc<Queue>,
+    pub expectations: Expectations<PodSetKey>,
+    pub queue: Arc<Queue<PodSetKey>>,
     pub recorder: Recorder,
     pub limiter: Option<governor::DefaultDirectRateLimiter>,
     pub cfg: ControllerConfig,
@@ -86,20 +83,19 @@ impl Context {
     }
 }
 
-/// The key of the PodSet that controls `pod`, if one does.
-fn owner_key(pod: &Pod) -> Option<String> {
+/// The PodSet that controls `pod`, if one does.
+fn owner_key(pod: &Pod) -> Option<PodSetKey> {
     let r = pod.owner_references().iter().find(|r| r.controller == Some(true))?;
     (r.api_version == API_VERSION && r.kind == KIND)
-        .then(|| format!("{}/{}", pod.namespace().unwrap_or_default(), r.name))
+        .then(|| PodSetKey::new(pod.namespace().unwrap_or_default(), &r.name))
 }
 
 /// Runs until `shutdown` fires.
-pub async fn run(store: Arc<dyn Store>, client: Client, cfg: ControllerConfig, shutdown: CancellationToken) {
+pub async fn run(registry: Registry, client: Client, cfg: ControllerConfig, shutdown: CancellationToken) {
     let (pods, writer) = reflector::store();
     let reporter = Reporter { controller: "podset-controller".into(), instance: std::env::var("HOSTNAME").ok() };
     let ctx = Arc::new(Context {
-        registry: crate::apiserver::registry::Registry::new(store.clone()),
-        store,
+        registry,
         client: client.clone(),
         pods,
         expectations: Expectations::new(cfg.expectations_timeout),
@@ -144,39 +140,18 @@ async fn resync(ctx: Arc<Context>) {
     let mut tick = tokio::time::interval(ctx.cfg.resync);
     loop {
         tick.tick().await;
-        if let Ok(list) = ctx.store.list(ListOptions { prefix: PODSET_PREFIX.into(), ..Default::default() }).await {
+        if let Ok(list) = ctx.registry.list(ListRequest::default()).await {
             for o in list.items {
-                ctx.queue.add(key_of(&o.key));
+                ctx.queue.add(&o.key());
             }
         }
     }
 }
 
-/// `/podsets/<ns>/<name>` → `<ns>/<name>`.
-fn key_of(store_key: &str) -> &str {
-    store_key.strip_prefix(PODSET_PREFIX).unwrap_or(store_key)
-}
-
-/// True for an update that changed nothing but `status` (and so the resourceVersion).
-fn only_status_changed(ev: &crate::storage::Event) -> bool {
-    let Some(prev) = &ev.prev else { return false };
-    if ev.kind != crate::storage::EventType::Modified {
-        return false;
-    }
-    let meta = |v: &serde_json::Value| {
-        let mut m = v.get("metadata").cloned().unwrap_or_default();
-        if let Some(o) = m.as_object_mut() {
-            o.remove("resourceVersion");
-        }
-        m
-    };
-    prev.value.get("spec") == ev.object.value.get("spec") && meta(&prev.value) == meta(&ev.object.value)
-}
-
-/// PodSet changes from our own store: list, then watch from the list's revision; relist if the watch expires.
+/// PodSet changes through the registry: list, then watch from the list's revision; relist if the watch expires.
 async fn watch_podsets(ctx: Arc<Context>) {
     loop {
-        let list = match ctx.store.list(ListOptions { prefix: PODSET_PREFIX.into(), ..Default::default() }).await {
+        let list = match ctx.registry.list(ListRequest::default()).await {
             Ok(l) => l,
             Err(e) => {
                 tracing::warn!(error = %e, "listing PodSets failed");
@@ -185,18 +160,20 @@ async fn watch_podsets(ctx: Arc<Context>) {
             }
         };
         for o in &list.items {
-            ctx.queue.add(key_of(&o.key));
+            ctx.queue.add(&o.key());
         }
-        let mut events = match ctx.store.watch(PODSET_PREFIX, list.revision) {
-            Ok(w) => w,
+        let watch = WatchRequest { resource_version: Some(list.revision), ..Default::default() };
+        let mut events = match ctx.registry.watch(watch).await {
+            Ok(w) => w.events,
             Err(_) => continue,
         };
         while let Some(ev) = events.next().await {
             match ev {
                 // Our own status writes come back here: they must not bypass the failure backoff.
-                Ok(ev) if only_status_changed(&ev) => {}
-                Ok(ev) => ctx.queue.add(key_of(&ev.object.key)),
-                Err(StorageError::Expired { .. }) => break,
+                Ok(Notification::Event(ev)) if ev.only_status_changed() => {}
+                Ok(Notification::Event(ev)) => ctx.queue.add(&ev.object.key()),
+                Ok(Notification::Progress(_)) => {}
+                Err(e) if e.code() == 410 => break,
                 Err(e) => {
                     tracing::warn!(error = %e, "PodSet watch failed");
                     break;
@@ -257,18 +234,11 @@ async fn watch_pods(ctx: Arc<Context>, api: Api<Pod>, writer: reflector::store::
 async fn enqueue_matching(ctx: &Context, pod: &Pod) {
     let Some(ns) = pod.namespace() else { return };
     let labels = pod.labels().clone();
-    let prefix = format!("{PODSET_PREFIX}{ns}/");
-    let Ok(list) = ctx.store.list(ListOptions { prefix, ..Default::default() }).await else { return };
+    let Ok(list) = ctx.registry.list(ListRequest { namespace: Some(ns), ..Default::default() }).await else { return };
     for o in list.items {
-        let Ok(ps) = serde_json::from_value::<PodSet>((*o.value).clone()) else { continue };
-        let matches = ps
-            .spec
-            .selector
-            .as_ref()
-            .and_then(|s| crate::api::selector::Selector::from_label_selector(s).ok())
-            .is_some_and(|s| !s.is_empty() && s.matches(&labels));
-        if matches {
-            ctx.queue.add(key_of(&o.key));
+        let Ok(ps) = o.decode() else { continue };
+        if ps.selector().is_some_and(|s| !s.is_empty() && s.matches(&labels)) {
+            ctx.queue.add(&o.key());
         }
     }
 }

@@ -13,21 +13,18 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::Context;
-use crate::api::selector::Selector;
+use crate::api::status::ApiError;
 use crate::api::{PodSet, PodSetStatus, API_VERSION, KIND};
-use crate::apiserver::registry;
-use crate::storage::StorageError;
+use crate::registry::{PodSetKey, Revision, WriteOptions};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("storage: {0}")]
-    Storage(#[from] StorageError),
-    #[error("stored PodSet is unreadable: {0}")]
-    Decode(#[from] serde_json::Error),
+    #[error("reading the PodSet: {0}")]
+    Read(#[source] ApiError),
     #[error("{0}")]
     Kube(#[from] kube::Error),
     #[error("writing status: {0}")]
-    Status(String),
+    Status(#[source] ApiError),
     #[error("creating pods failed: {0}")]
     Create(String),
     #[error("PodSet status changed underneath; retrying")]
@@ -95,19 +92,23 @@ fn pod_from_template(ps: &PodSet) -> Pod {
     }
 }
 
-pub(crate) async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<(), Error> {
-    let (ns, name) = key.split_once('/').unwrap_or(("", key));
-    let Some(obj) = ctx.store.get(&registry::key(ns, name)).await? else {
-        ctx.expectations.forget(key);
-        return Ok(());
+pub(crate) async fn reconcile(ctx: &Arc<Context>, key: &PodSetKey) -> Result<(), Error> {
+    let ns = key.namespace.as_str();
+    let obj = match ctx.registry.get(key).await {
+        Ok(obj) => obj,
+        Err(e) if e.code() == 404 => {
+            ctx.expectations.forget(key);
+            return Ok(());
+        }
+        Err(e) => return Err(Error::Read(e)),
     };
-    let ps: PodSet = serde_json::from_value((*obj.value).clone())?;
+    let ps = obj.decode().map_err(Error::Read)?;
     if ps.metadata.deletion_timestamp.is_some() {
         // The garbage collector removes the Pods through their ownerReferences.
         return Ok(());
     }
     let uid = ps.uid().unwrap_or_default();
-    let selector = ps.spec.selector.as_ref().and_then(|s| Selector::from_label_selector(s).ok()).unwrap_or_default();
+    let selector = ps.selector().unwrap_or_default();
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
 
     let mut owned: Vec<Arc<Pod>> = Vec::new();
@@ -135,11 +136,11 @@ pub(crate) async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<(), Error
     if ctx.expectations.satisfied(key) {
         if let Err(e) = manage(ctx, key, &ps, &pods_api, &active).await {
             failure = Some(e.to_string());
-            write_status(ctx, &obj, &ps, &active, failure.as_deref()).await?;
+            write_status(ctx, key, obj.resource_version(), &ps, &active, failure.as_deref()).await?;
             return Err(e);
         }
     }
-    write_status(ctx, &obj, &ps, &active, failure.as_deref()).await
+    write_status(ctx, key, obj.resource_version(), &ps, &active, failure.as_deref()).await
 }
 
 async fn adopt(api: &Api<Pod>, pod: &Pod, ps: &PodSet) -> Result<(), Error> {
@@ -158,7 +159,13 @@ async fn release(api: &Api<Pod>, pod: &Pod, owner_uid: &str) -> Result<(), Error
     }
 }
 
-async fn manage(ctx: &Arc<Context>, key: &str, ps: &PodSet, api: &Api<Pod>, active: &[&Pod]) -> Result<(), Error> {
+async fn manage(
+    ctx: &Arc<Context>,
+    key: &PodSetKey,
+    ps: &PodSet,
+    api: &Api<Pod>,
+    active: &[&Pod],
+) -> Result<(), Error> {
     let want = ps.spec.replicas.unwrap_or(1).max(0) as usize;
     let reference = object_reference(ps);
     if active.len() < want {
@@ -277,7 +284,8 @@ pub const FIELD_MANAGER: &str = "podset-controller";
 /// changed.
 async fn write_status(
     ctx: &Context,
-    obj: &crate::storage::Object,
+    key: &PodSetKey,
+    read_at: Revision,
     ps: &PodSet,
     active: &[&Pod],
     failure: Option<&str>,
@@ -286,12 +294,11 @@ async fn write_status(
     if ps.status.as_ref() == Some(&status) {
         return Ok(());
     }
-    let (ns, name) = (ps.namespace().unwrap_or_default(), ps.name_any());
-    match ctx.registry.update_status(&ns, &name, status, obj.mod_revision, FIELD_MANAGER).await {
+    match ctx.registry.update_status(key, status, read_at, &WriteOptions::manager(FIELD_MANAGER)).await {
         Ok(_) => Ok(()),
         Err(e) if e.code() == 409 => Err(Error::Conflict),
         Err(e) if e.code() == 404 => Ok(()),
-        Err(e) => Err(Error::Status(e.status.message.clone())),
+        Err(e) => Err(Error::Status(e)),
     }
 }
 
@@ -347,7 +354,7 @@ mod tests {
         assert_eq!((r.uid.as_str(), r.controller, r.block_owner_deletion), ("u1", Some(true), Some(true)));
         assert_eq!(
             owner_key(&Pod { metadata: ObjectMeta { namespace: Some("ns".into()), ..p.metadata.clone() }, ..p }),
-            Some("ns/web".into())
+            Some(PodSetKey::new("ns", "web"))
         );
     }
 }

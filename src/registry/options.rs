@@ -1,0 +1,127 @@
+//! What the registry's callers ask for, in plain types: how a write treats its body and who makes it, how a list
+//! or watch reads, how a delete proceeds — and what they get back.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::stored::Stored;
+use super::Revision;
+use crate::api::selector::{FieldSelector, Selector};
+
+/// `fieldValidation`: what a write does with fields the schema does not know.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FieldValidation {
+    Ignore,
+    #[default]
+    Warn,
+    Strict,
+}
+
+/// The kinds of patch the registry applies (strategic merge patch is not among them, as for custom resources).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchType {
+    /// `application/merge-patch+json`
+    Merge,
+    /// `application/json-patch+json`
+    Json,
+    /// `application/apply-patch+yaml`: server-side apply.
+    Apply,
+}
+
+/// How a create, update or patch treats its body, and who makes it.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOptions {
+    /// `dryRun=All`: everything but storing.
+    pub dry_run: bool,
+    pub field_validation: FieldValidation,
+    /// The field manager the write is recorded under (`fieldManager`, else derived from the User-Agent).
+    pub field_manager: String,
+    /// `force=true`: an apply takes over fields other managers own.
+    pub force: bool,
+}
+
+impl WriteOptions {
+    /// A write by an in-process manager, such as the controller.
+    pub fn manager(field_manager: &str) -> Self {
+        Self { field_manager: field_manager.to_owned(), ..Default::default() }
+    }
+}
+
+/// Which part of a PodSet a PUT or PATCH of the object changes (`/scale` has its own methods).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Main,
+    Status,
+}
+
+/// The body of a `/scale` write.
+pub enum ScaleChange<'a> {
+    /// A whole `autoscaling/v1` Scale.
+    Replace(Value),
+    Patch(&'a [u8], PatchType),
+}
+
+/// An object and the warnings its request earned (unknown fields under `fieldValidation=Warn`).
+pub struct Written {
+    pub object: Stored,
+    pub warnings: Vec<String>,
+    /// The write created the object (an apply can).
+    pub created: bool,
+}
+
+/// What a list reads: scope, selectors, revision and page.
+#[derive(Default)]
+pub struct ListRequest {
+    pub namespace: Option<String>,
+    pub labels: Selector,
+    pub fields: FieldSelector,
+    pub limit: Option<usize>,
+    pub continue_token: Option<String>,
+    pub resource_version: Option<Revision>,
+    /// `resourceVersionMatch=Exact`: read at `resource_version`, not at the newest revision not older than it.
+    pub exact: bool,
+}
+
+pub struct ListPage {
+    pub items: Vec<Stored>,
+    /// The revision the list was read at.
+    pub revision: Revision,
+    pub continue_token: Option<String>,
+    pub remaining: Option<u64>,
+}
+
+/// `metav1.DeleteOptions`, from the body and the query.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeleteOptions {
+    #[serde(default)]
+    pub propagation_policy: Option<String>,
+    #[serde(default)]
+    pub orphan_dependents: Option<bool>,
+    #[serde(default)]
+    pub grace_period_seconds: Option<i64>,
+    #[serde(default)]
+    pub preconditions: Option<Preconditions>,
+    #[serde(default)]
+    pub dry_run: Option<Vec<String>>,
+}
+
+impl DeleteOptions {
+    /// `dryRun: [All]` in the body.
+    pub fn dry_run_all(&self) -> bool {
+        self.dry_run.iter().flatten().any(|d| d == "All")
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Preconditions {
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+}
+
+/// The outcome of a delete: the object, and whether it is gone (rather than marked for deletion).
+pub struct Deleted {
+    pub object: Stored,
+    pub gone: bool,
+}

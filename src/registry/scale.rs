@@ -1,0 +1,62 @@
+//! The `/scale` subresource: a PodSet seen as an `autoscaling/v1` Scale, so `kubectl scale` and autoscalers work.
+
+use k8s_openapi::api::autoscaling::v1::{Scale, ScaleSpec, ScaleStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::decode::{apply_patch, check_type};
+use super::key::PodSetKey;
+use super::options::ScaleChange;
+use super::strategy::check_identity;
+use crate::api::status::{ApiError, ApiResult};
+use crate::api::validation::FieldError;
+use crate::api::PodSet;
+
+pub(crate) fn scale_of(ps: PodSet) -> Scale {
+    let selector = ps.selector().map(|s| s.to_string());
+    Scale {
+        metadata: ObjectMeta {
+            name: ps.metadata.name,
+            namespace: ps.metadata.namespace,
+            uid: ps.metadata.uid,
+            resource_version: ps.metadata.resource_version,
+            creation_timestamp: ps.metadata.creation_timestamp,
+            ..Default::default()
+        },
+        spec: Some(ScaleSpec { replicas: ps.spec.replicas }),
+        status: Some(ScaleStatus { replicas: ps.status.map(|s| s.replicas).unwrap_or(0), selector }),
+    }
+}
+
+/// The PodSet a `/scale` write makes of `old`: only `spec.replicas` changes; a resourceVersion in the Scale is a
+/// precondition.
+pub(crate) fn scaled(old: &PodSet, change: &ScaleChange<'_>, key: &PodSetKey) -> ApiResult<PodSet> {
+    let scale_value = match change {
+        ScaleChange::Replace(body) => body.clone(),
+        ScaleChange::Patch(patch, patch_type) => {
+            let mut doc = to_value(&scale_of(old.clone()))?;
+            apply_patch(&mut doc, patch, *patch_type)?;
+            doc
+        }
+    };
+    check_type(&scale_value, "autoscaling/v1", "Scale")?;
+    let scale: Scale = serde_json::from_value(scale_value)
+        .map_err(|e| ApiError::bad_request(format!("Scale in version \"v1\" cannot be handled as a Scale: {e}")))?;
+    check_identity(&scale.metadata, key)?;
+    let replicas = scale.spec.and_then(|s| s.replicas).unwrap_or(0);
+    if replicas < 0 {
+        return Err(ApiError::invalid_kind(
+            "Scale.autoscaling",
+            &key.name,
+            &[FieldError::invalid("spec.replicas", replicas, "must be greater than or equal to 0")],
+        ));
+    }
+    let mut new = old.clone();
+    new.spec.replicas = Some(replicas);
+    new.metadata.resource_version = scale.metadata.resource_version;
+    new.metadata.managed_fields = None;
+    Ok(new)
+}
+
+fn to_value(scale: &Scale) -> ApiResult<serde_json::Value> {
+    serde_json::to_value(scale).map_err(|e| ApiError::internal(e.to_string()))
+}
