@@ -254,6 +254,76 @@ async fn hostile_input_is_refused_and_nothing_is_stored() {
     assert_eq!(list.items.iter().map(|p| p.metadata.name.clone().unwrap()).collect::<Vec<_>>(), vec!["ok"]);
 }
 
+/// Write options are checked as kube-apiserver checks Create/Update/PatchOptions, and the field manager falls back
+/// to the User-Agent's prefix.
+#[tokio::test]
+async fn write_options_are_checked_and_the_manager_defaults_to_the_user_agent() {
+    let server = TestServer::start(&[]);
+    let client = server.client();
+    let send = |method: &str, uri: String, ct: &str, body: &[u8]| {
+        Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("content-type", ct)
+            .header("user-agent", "deployer/1.2 (linux)")
+            .body(body.to_vec())
+            .unwrap()
+    };
+    let (status, _, body) =
+        raw(&client, send("POST", PODSETS.into(), "application/json", br#"{"metadata":{"name":"web"}}"#)).await;
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(json(&body)["metadata"]["managedFields"][0]["manager"], "deployer");
+
+    let web = format!("{PODSETS}/web");
+    let merge = br#"{"spec":{"replicas":2}}"#;
+    let apply = br#"{"apiVersion":"demo.k8s.io/v1alpha1","kind":"PodSet","metadata":{"name":"web"}}"#;
+    let cases = [
+        (
+            "force on a merge patch",
+            send("PATCH", format!("{web}?force=true"), "application/merge-patch+json", merge),
+            "PatchOptions",
+            "force",
+        ),
+        (
+            "apply without fieldManager",
+            send("PATCH", web.clone(), "application/apply-patch+yaml", apply),
+            "PatchOptions",
+            "fieldManager",
+        ),
+        (
+            "unprintable manager",
+            send("PATCH", format!("{web}?fieldManager=a%E2%80%8Bb"), "application/merge-patch+json", merge),
+            "PatchOptions",
+            "fieldManager",
+        ),
+        (
+            "manager too long",
+            send(
+                "PUT",
+                format!("{web}?fieldManager={}", "m".repeat(129)),
+                "application/json",
+                br#"{"metadata":{"name":"web"}}"#,
+            ),
+            "UpdateOptions",
+            "fieldManager",
+        ),
+    ];
+    for (what, req, kind, field) in cases {
+        let (status, _, body) = raw(&client, req).await;
+        let v = json(&body);
+        assert_eq!((status, v["reason"].as_str()), (422, Some("Invalid")), "{what}: {v}");
+        assert_eq!(
+            (v["details"]["kind"].as_str(), v["details"]["causes"][0]["field"].as_str()),
+            (Some(kind), Some(field)),
+            "{what}: {v}"
+        );
+    }
+    let (status, _, body) =
+        raw(&client, send("PATCH", format!("{web}?fieldManager=deployer"), "application/apply-patch+yaml", apply))
+            .await;
+    assert_eq!(status, 200, "an apply that names its manager: {}", String::from_utf8_lossy(&body));
+}
+
 #[tokio::test]
 async fn watch_resumes_from_a_resource_version_without_gaps() {
     let server = TestServer::start(&[]);
