@@ -94,17 +94,56 @@ impl Stored {
         Self(Arc::new(Object { key: self.0.key.clone(), value: Arc::new(value), bytes, mod_revision: revision }))
     }
 
-    /// True when this differs from `prev` only in `status` (and so its resourceVersion): a status write, which
-    /// changes nothing a controller acts on.
+    /// True when this differs from `prev` only in `status` (and so its resourceVersion and managedFields, which
+    /// every status write touches): a status write, which changes nothing a controller acts on.
     pub fn only_status_differs(&self, prev: &Stored) -> bool {
         let meta = |v: &Value| {
             let mut m = v.get("metadata").cloned().unwrap_or_default();
             if let Some(o) = m.as_object_mut() {
                 o.remove("resourceVersion");
+                o.remove("managedFields");
             }
             m
         };
         let (now, before) = (tree(&self.0), tree(&prev.0));
         now.get("spec") == before.get("spec") && meta(now) == meta(before)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn stored(v: Value, revision: Revision) -> Stored {
+        let bytes = Bytes::from(serde_json::to_vec(&v).unwrap());
+        Stored::new(Arc::new(Object { key: "/podsets/ns/a".into(), value: Arc::new(v), bytes, mod_revision: revision }))
+    }
+
+    #[test]
+    fn a_status_write_changes_only_status_even_with_managed_fields() {
+        let managed = |m: &str, t: &str| json!([{"manager": m, "operation": "Update", "time": t}]);
+        let before = stored(
+            json!({"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "1", "managedFields": managed("kubectl", "t1")},
+                   "spec": {"replicas": 1}}),
+            1,
+        );
+        let status = stored(
+            json!({"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "2", "managedFields": managed("podset-controller", "t2")},
+                   "spec": {"replicas": 1}, "status": {"replicas": 1}}),
+            2,
+        );
+        assert!(status.only_status_differs(&before));
+        let spec = stored(
+            json!({"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "3"}, "spec": {"replicas": 2}}),
+            3,
+        );
+        assert!(!spec.only_status_differs(&before));
+        let labels = stored(
+            json!({"metadata": {"name": "a", "namespace": "ns", "labels": {"x": "y"}}, "spec": {"replicas": 1}}),
+            4,
+        );
+        assert!(!labels.only_status_differs(&before));
+        assert_eq!((status.key().to_string(), status.resource_version()), ("ns/a".to_owned(), 2));
     }
 }
