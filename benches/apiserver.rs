@@ -47,7 +47,7 @@ fn start() -> Server {
         .args(["--insecure-allow-all", "--bind-address", "127.0.0.1", "--secure-port", "0", "--log-format", "json"])
         .arg("--data-dir")
         .arg(dir.path())
-        .env("RUST_LOG", "warn,podset_apiserver::cli=info")
+        .env("RUST_LOG", "warn,podset_apiserver::cmd=info")
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();

@@ -3,7 +3,7 @@
 
 pub mod api;
 pub mod apiserver;
-pub mod cli;
+pub mod cmd;
 pub mod controller;
 #[cfg(feature = "envtest")]
 pub mod envtest;

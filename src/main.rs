@@ -1,5 +1,5 @@
 use clap::Parser;
-use podset_apiserver::cli::{init_tracing, run, Options};
+use podset_apiserver::cmd::{init_tracing, run, Options};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

@@ -12,8 +12,7 @@ use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::Value;
 
-use super::authn::{Authenticator, ConnInfo};
-use super::authz::Authorizer;
+use super::auth::{Authenticator, Authorizer, ConnInfo};
 use super::discovery::{Discovery, Doc};
 use super::error::{ApiError, ApiResult};
 use super::health::HealthChecks;

@@ -1,10 +1,7 @@
 //! The HTTPS server: rustls (HTTP/2 and HTTP/1.1), delegated authentication and authorization, the axum app,
 //! graceful shutdown.
 
-pub mod authn;
-pub mod authz;
-pub mod cache;
-pub mod delegation;
+pub mod auth;
 pub mod discovery;
 pub mod error;
 mod handlers;
@@ -29,12 +26,11 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
-pub use authn::{Authenticator, ConnInfo, DynamicTrust, RequestHeader, TokenReviewer, Trust, User};
-pub use authz::{AlwaysAllowPaths, Authorizer, AuthorizerConfig};
 pub use handlers::{App, MAX_BODY_BYTES};
 pub use watch::WatchConfig;
 
 use crate::registry::Registry;
+use auth::{Authenticator, Authorizer, ConnInfo};
 
 /// How long a client has to finish the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -16,13 +16,13 @@ use std::time::Duration;
 
 use http::{header, HeaderMap};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use rustls::pki_types::CertificateDer;
 use sha2::{Digest, Sha256};
 
 use super::cache::{CacheLimits, Decision, DecisionCache};
-use super::error::{ApiError, ApiResult};
-use super::tls::ClientCa;
+use super::trust::{DynamicTrust, RequestHeader, Trust};
+use crate::apiserver::error::{ApiError, ApiResult};
 
 pub const ANONYMOUS: &str = "system:anonymous";
 pub const UNAUTHENTICATED: &str = "system:unauthenticated";
@@ -93,71 +93,6 @@ struct CertOutcome {
     rejected: Option<String>,
 }
 
-/// Front-proxy settings (`--requestheader-*` or the ConfigMap's `requestheader-*` keys).
-#[derive(Clone)]
-pub struct RequestHeader {
-    pub ca: ClientCa,
-    pub allowed_names: Vec<String>,
-    /// Header names, lowercased once here: `http` keeps names lowercase, so each request compares as is.
-    pub(super) username_headers: Vec<String>,
-    pub(super) group_headers: Vec<String>,
-    pub(super) extra_headers_prefixes: Vec<String>,
-}
-
-impl RequestHeader {
-    pub fn new(
-        ca: ClientCa,
-        allowed_names: Vec<String>,
-        username_headers: &[String],
-        group_headers: &[String],
-        extra_headers_prefixes: &[String],
-    ) -> Self {
-        let lower = |names: &[String]| names.iter().map(|n| n.to_ascii_lowercase()).collect();
-        Self {
-            ca,
-            allowed_names,
-            username_headers: lower(username_headers),
-            group_headers: lower(group_headers),
-            extra_headers_prefixes: lower(extra_headers_prefixes),
-        }
-    }
-}
-
-/// The trust anchors in force.
-#[derive(Clone, Default)]
-pub struct Trust {
-    pub request_header: Option<RequestHeader>,
-    pub client_ca: Option<ClientCa>,
-}
-
-/// The current [`Trust`], replaceable while serving; the generation tells connections to judge their certificate
-/// again. Both live under one lock so a reader never pairs a new generation with old anchors.
-pub struct DynamicTrust {
-    current: RwLock<(u64, Arc<Trust>)>,
-}
-
-impl Default for DynamicTrust {
-    fn default() -> Self {
-        Self::new(Trust::default())
-    }
-}
-
-impl DynamicTrust {
-    pub fn new(trust: Trust) -> Self {
-        Self { current: RwLock::new((1, Arc::new(trust))) }
-    }
-
-    pub fn set(&self, trust: Trust) {
-        let mut current = self.current.write();
-        *current = (current.0 + 1, Arc::new(trust));
-    }
-
-    pub fn get(&self) -> (u64, Arc<Trust>) {
-        let current = self.current.read();
-        (current.0, current.1.clone())
-    }
-}
-
 /// Bearer tokens, reviewed by the main API server.
 pub struct TokenReviewer {
     client: kube::Client,
@@ -182,7 +117,7 @@ impl TokenReviewer {
         let review =
             TokenReview { spec: TokenReviewSpec { token: token.to_owned(), audiences: None }, ..Default::default() };
         let answer =
-            super::delegation::review(&api, &review, self.timeout).await.map_err(|e| format!("TokenReview: {e}"))?;
+            super::review::review(&api, &review, self.timeout).await.map_err(|e| format!("TokenReview: {e}"))?;
         let status = answer.status.unwrap_or_default();
         let user = status
             .user
@@ -361,7 +296,7 @@ fn percent_decode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apiserver::tls::make_ca;
+    use crate::apiserver::tls::{make_ca, ClientCa};
     use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair};
 
     #[test]

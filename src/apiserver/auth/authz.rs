@@ -13,9 +13,9 @@ use sha2::{Digest, Sha256};
 
 use super::authn::{User, ANONYMOUS};
 use super::cache::{CacheLimits, Decision, DecisionCache};
-use super::error::{ApiError, ApiResult};
-use super::request::Query;
 use crate::api::selector::FieldSelector;
+use crate::apiserver::error::{ApiError, ApiResult};
+use crate::apiserver::request::Query;
 
 /// The group whose members may do anything without asking, as in kube-apiserver.
 pub const MASTERS: &str = "system:masters";
@@ -256,7 +256,7 @@ impl Authorizer {
         };
         let api: kube::Api<SubjectAccessReview> = kube::Api::all(client.clone());
         let review = SubjectAccessReview { spec, ..Default::default() };
-        let answer = super::delegation::review(&api, &review, self.timeout).await.map_err(|e| {
+        let answer = super::review::review(&api, &review, self.timeout).await.map_err(|e| {
             tracing::warn!(error = %e, "SubjectAccessReview failed");
             ApiError::internal(format!("authorization check failed: {e}"))
         })?;

@@ -3,50 +3,22 @@
 //! allowed name needs no restart. Flags, where given, win over it (as in k8s.io/apiserver).
 
 use std::collections::BTreeMap;
-use std::fmt::Debug;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::PostParams;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use super::authn::{DynamicTrust, RequestHeader, Trust};
-use super::tls::ClientCa;
+use super::trust::{DynamicTrust, RequestHeader, Trust};
+use crate::apiserver::tls::ClientCa;
 
 pub const CONFIGMAP_NAMESPACE: &str = "kube-system";
 pub const CONFIGMAP_NAME: &str = "extension-apiserver-authentication";
-
-/// Creates a review (TokenReview, SubjectAccessReview) and returns the answer: three tries, each within `timeout`,
-/// retrying what may pass (no answer, 429, 5xx); the error says why for the log and the Status.
-pub async fn review<K>(api: &kube::Api<K>, review: &K, timeout: Duration) -> Result<K, String>
-where
-    K: kube::Resource + Clone + Debug + serde::Serialize + serde::de::DeserializeOwned,
-{
-    let mut delay = Duration::from_millis(100);
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let last = attempt >= 3;
-        match tokio::time::timeout(timeout, api.create(&PostParams::default(), review)).await {
-            Ok(Ok(answer)) => return Ok(answer),
-            Ok(Err(kube::Error::Api(e))) if (e.code < 500 && e.code != 429) || last => {
-                return Err(format!("refused ({}): {}", e.code, e.message))
-            }
-            Ok(Err(e)) if last => return Err(e.to_string()),
-            Err(_) if last => return Err("the main API server did not answer".into()),
-            _ => {
-                tokio::time::sleep(delay).await;
-                delay *= 2;
-            }
-        }
-    }
-}
 
 fn string_list(data: &BTreeMap<String, String>, key: &str) -> Result<Vec<String>, String> {
     match data.get(key).map(|s| s.trim()).filter(|s| !s.is_empty()) {
@@ -251,7 +223,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_rewritten_ca_file_is_trusted_without_a_restart() {
-        use crate::apiserver::authn::RequestHeader;
+        use crate::apiserver::auth::RequestHeader;
         use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair};
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("front-proxy-ca.crt");

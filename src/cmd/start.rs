@@ -1,0 +1,143 @@
+//! From flags to a running server: storage, then the registry over it, then HTTP and the controller on the
+//! registry. Everything but this wiring reaches PodSets through the registry.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+
+use super::options::{client_from, in_cluster, Options};
+use crate::apiserver::health::{named_check, Endpoint, HealthChecks};
+use crate::apiserver::{tls, Server, ServerConfig};
+use crate::registry::Registry;
+use crate::storage::Store;
+
+/// Runs the server until SIGTERM or SIGINT.
+pub async fn run(opts: Options) -> anyhow::Result<()> {
+    tls::provider();
+    let data_dir = &opts.storage.data_dir;
+    std::fs::create_dir_all(data_dir).with_context(|| format!("creating --data-dir {}", data_dir.display()))?;
+    let tls = opts.serving.tls_config(data_dir)?;
+
+    let shutdown = CancellationToken::new();
+    let kubeconfig = opts.kubeconfig.as_deref();
+    let authenticator = opts.authentication.build(kubeconfig, opts.insecure_allow_all, &shutdown).await?;
+    let authorizer = opts.authorization.build(kubeconfig, opts.insecure_allow_all).await?;
+
+    let controller_client = match (kubeconfig, in_cluster(), opts.controller.enable_controller) {
+        (_, _, false) => {
+            tracing::info!("--enable-controller=false: PodSets are stored and served, no Pods are made");
+            None
+        }
+        (None, false, true) => {
+            tracing::info!("no --kubeconfig and not in a cluster: running without the embedded controller");
+            None
+        }
+        (path, _, true) => client_from(path, true).await?,
+    };
+
+    let store = opts.storage.open().await?;
+    if let (Some(client), true, false) =
+        (&controller_client, store.current_revision() == 0, opts.storage.allow_empty_store)
+    {
+        refuse_if_pods_are_orphaned(client, data_dir).await?;
+    }
+
+    let cfg = ServerConfig {
+        health: storage_health_checks(&store),
+        tls,
+        authenticator,
+        authorizer,
+        bookmark_interval: opts.serving.bookmark_interval(),
+        shutdown_grace: opts.serving.shutdown_grace(),
+    };
+    let registry = Registry::new(store.clone());
+    let addr = opts.serving.address();
+    let server = Server::bind(addr, registry.clone(), cfg, shutdown.clone())
+        .await
+        .with_context(|| format!("listening on {addr}"))?;
+    tracing::info!(address = %server.local_addr()?, "serving demo.k8s.io/v1alpha1 over HTTPS");
+
+    if let Some(client) = controller_client {
+        opts.controller.spawn(registry, client, shutdown.clone());
+    }
+
+    let signal = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("signal received, shutting down");
+        signal.cancel();
+    });
+    server.serve().await;
+    let _ = tokio::task::spawn_blocking(move || drop(store)).await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// An empty store while Pods still name PodSets as their controller means the data is missing, not new: serving
+/// would tell the garbage collector their owners are gone, and it would delete them.
+async fn refuse_if_pods_are_orphaned(client: &kube::Client, data_dir: &std::path::Path) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Pod;
+    let pods: kube::Api<Pod> = kube::Api::all(client.clone());
+    let mut params = kube::api::ListParams::default().limit(500);
+    loop {
+        let page = match pods.list_metadata(&params).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot check the main API server for Pods owned by PodSets");
+                return Ok(());
+            }
+        };
+        let owned = page.items.iter().find(|p| {
+            p.metadata.owner_references.iter().flatten().any(|r| {
+                r.controller == Some(true) && r.kind == crate::api::KIND && r.api_version == crate::api::API_VERSION
+            })
+        });
+        if let Some(p) = owned {
+            anyhow::bail!(
+                "the store in {} is empty, but Pod {}/{} in the main API server is owned by a PodSet: refusing to \
+                 start, because the garbage collector would delete such Pods. Restore the data directory, or pass \
+                 --allow-empty-store if the PodSets are really gone.",
+                data_dir.display(),
+                p.metadata.namespace.as_deref().unwrap_or(""),
+                p.metadata.name.as_deref().unwrap_or("")
+            );
+        }
+        match page.metadata.continue_ {
+            Some(c) if !c.is_empty() => params = params.continue_token(&c),
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// `storage` on /readyz (and /healthz): the store takes writes now, or has just recovered. On /livez: it can
+/// still recover in place; when it cannot, the kubelet restarts the pod.
+fn storage_health_checks(store: &Arc<dyn Store>) -> HealthChecks {
+    let mut checks = HealthChecks::default();
+    let writable = |store: Arc<dyn Store>| {
+        named_check("storage", move || {
+            let store = store.clone();
+            async move { store.check_writable().await.map_err(|e| e.to_string()) }
+        })
+    };
+    let alive = store.clone();
+    checks.add(Endpoint::Healthz, writable(store.clone())).add(Endpoint::Readyz, writable(store.clone())).add(
+        Endpoint::Livez,
+        named_check("storage", move || std::future::ready(alive.check_alive().map_err(|e| e.to_string()))),
+    );
+    checks
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
