@@ -164,18 +164,16 @@ async fn writes_get_strictly_increasing_revisions(b: &dyn Backend) {
     assert_eq!(s.current_revision(), 0);
     let a = s.create("/p/ns/a", obj("a", 1)).await.unwrap();
     assert_eq!(a.mod_revision, 1);
-    assert_eq!(a.value["metadata"]["resourceVersion"], "1", "the stored JSON carries its revision");
-    let parsed: Value = serde_json::from_slice(&a.bytes).unwrap();
-    assert_eq!(parsed, *a.value);
+    assert_eq!(a.parse().unwrap()["metadata"]["resourceVersion"], "1", "the stored JSON carries its revision");
     let b2 = s.create("/p/ns/b", obj("b", 1)).await.unwrap();
     let a2 = s.update("/p/ns/a", obj("a", 2), Some(1)).await.unwrap();
     assert_eq!((b2.mod_revision, a2.mod_revision), (2, 3));
     let gone = s.delete("/p/ns/b", None).await.unwrap();
     assert_eq!(gone.mod_revision, 4);
-    assert_eq!(gone.value["metadata"]["resourceVersion"], "4", "a deletion reports its own revision");
+    assert_eq!(gone.parse().unwrap()["metadata"]["resourceVersion"], "4", "a deletion reports its own revision");
     assert_eq!(s.current_revision(), 4);
     assert!(s.get("/p/ns/b").await.unwrap().is_none());
-    assert_eq!(n_of(&s.get("/p/ns/a").await.unwrap().unwrap().value), 2);
+    assert_eq!(n_of(&s.get("/p/ns/a").await.unwrap().unwrap().parse().unwrap()), 2);
 }
 
 async fn compare_and_swap_conflicts(b: &dyn Backend) {
@@ -201,7 +199,7 @@ async fn concurrent_read_modify_write_loses_nothing(b: &dyn Backend) {
             for _ in 0..20 {
                 loop {
                     let cur = s.get("/p/ns/counter").await.unwrap().unwrap();
-                    let next = obj("counter", n_of(&cur.value) + 1);
+                    let next = obj("counter", n_of(&cur.parse().unwrap()) + 1);
                     match s.update("/p/ns/counter", next, Some(cur.mod_revision)).await {
                         Ok(_) => break,
                         Err(StorageError::Conflict { .. }) => continue,
@@ -214,7 +212,7 @@ async fn concurrent_read_modify_write_loses_nothing(b: &dyn Backend) {
     for t in tasks {
         t.await.unwrap();
     }
-    assert_eq!(n_of(&s.get("/p/ns/counter").await.unwrap().unwrap().value), 320);
+    assert_eq!(n_of(&s.get("/p/ns/counter").await.unwrap().unwrap().parse().unwrap()), 320);
     assert_eq!(s.current_revision(), 321);
 }
 
@@ -240,7 +238,7 @@ async fn watch_replays_in_order_without_gaps_then_goes_live(b: &dyn Backend) {
     let live = s.update("/p/ns/o0", obj("o", 100), None).await.unwrap();
     let ev = tokio::time::timeout(Duration::from_secs(5), w.next()).await.unwrap().unwrap().unwrap();
     assert_eq!((ev.revision, ev.kind), (live.mod_revision, EventType::Modified));
-    assert_eq!(n_of(&ev.prev.as_ref().unwrap().value), 0, "events carry the previous state");
+    assert_eq!(n_of(&ev.prev.as_ref().unwrap().parse().unwrap()), 0, "events carry the previous state");
 }
 
 async fn watch_before_kept_history_is_expired(b: &dyn Backend) {
@@ -295,7 +293,7 @@ async fn list_reads_a_consistent_snapshot(b: &dyn Backend) {
         .unwrap();
     let keys: Vec<&str> = rest.items.iter().map(|o| o.key.as_str()).collect();
     assert_eq!(keys, vec!["/p/ns/o4", "/p/ns/o5", "/p/ns/o6", "/p/ns/o7", "/p/ns/o8", "/p/ns/o9"]);
-    assert_eq!(n_of(&rest.items[2].value), 6, "the old state of a changed object");
+    assert_eq!(n_of(&rest.items[2].parse().unwrap()), 6, "the old state of a changed object");
     assert_eq!(rest.items[2].mod_revision, 7);
     assert!(rest.next_key.is_none());
 
@@ -305,12 +303,12 @@ async fn list_reads_a_consistent_snapshot(b: &dyn Backend) {
         .list(ListOptions {
             prefix: "/p/".into(),
             limit: Some(2),
-            predicate: Some(Box::new(|o| n_of(&o.value) % 2 == 1)),
+            predicate: Some(Box::new(|o| n_of(&o.parse().unwrap()) % 2 == 1)),
             ..Default::default()
         })
         .await
         .unwrap();
-    assert!(filtered.items.iter().all(|o| n_of(&o.value) % 2 == 1));
+    assert!(filtered.items.iter().all(|o| n_of(&o.parse().unwrap()) % 2 == 1));
     assert_eq!(filtered.items.len(), 2);
     assert!(filtered.next_key.is_some() && filtered.remaining.is_none());
     assert!(matches!(
@@ -338,19 +336,28 @@ async fn restart_keeps_objects_revision_and_history(b: &dyn Backend) {
         }
         s.update("/p/ns/o1", obj("o", 11), None).await.unwrap();
         s.delete("/p/ns/o2", None).await.unwrap();
+        let labelled = json!({"metadata": {"name": "o3", "namespace": "ns", "uid": "u3", "labels": {"app": "web"}}});
+        let o3 = s.update("/p/ns/o3", labelled, None).await.unwrap();
+        assert_eq!((o3.meta.label("app"), &*o3.meta.uid, &*o3.meta.namespace), (Some("web"), "u3", "ns"));
     }
     let s = b.open(&f.dir, HistoryLimits::default());
-    assert_eq!(s.current_revision(), 7);
-    assert_eq!(n_of(&s.get("/p/ns/o1").await.unwrap().unwrap().value), 11);
+    let o3 = s.get("/p/ns/o3").await.unwrap().unwrap();
+    assert_eq!(
+        (o3.meta.label("app"), &*o3.meta.uid, &*o3.meta.name),
+        (Some("web"), "u3", "o3"),
+        "the index is rebuilt from the stored JSON"
+    );
+    assert_eq!(s.current_revision(), 8);
+    assert_eq!(n_of(&s.get("/p/ns/o1").await.unwrap().unwrap().parse().unwrap()), 11);
     assert!(s.get("/p/ns/o2").await.unwrap().is_none());
     let mut w = s.watch("/p/", 0).unwrap();
     let mut kinds = Vec::new();
-    for _ in 0..7 {
+    for _ in 0..8 {
         kinds.push(w.next().await.unwrap().unwrap().kind);
     }
-    assert_eq!(kinds[5..], [EventType::Modified, EventType::Deleted]);
+    assert_eq!(kinds[5..], [EventType::Modified, EventType::Deleted, EventType::Modified]);
     let next = s.create("/p/ns/o9", obj("o", 9)).await.unwrap();
-    assert_eq!(next.mod_revision, 8, "the revision continues");
+    assert_eq!(next.mod_revision, 9, "the revision continues");
     let old = s.list(ListOptions { prefix: "/p/".into(), revision: Some(5), ..Default::default() }).await.unwrap();
     assert_eq!(old.items.len(), 5, "reads at a revision from before the restart");
 }

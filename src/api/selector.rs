@@ -61,9 +61,9 @@ impl Requirement {
         Ok(Self { key: key.to_owned(), operator, values })
     }
 
-    fn matches(&self, labels: &dyn Fn(&str) -> Option<String>) -> bool {
+    fn matches<'a>(&self, labels: &dyn Fn(&str) -> Option<&'a str>) -> bool {
         let value = labels(&self.key);
-        let has = |v: &Option<String>| v.as_ref().is_some_and(|v| self.values.contains(v));
+        let has = |v: &Option<&str>| v.is_some_and(|v| self.values.iter().any(|w| w == v));
         match self.operator {
             Operator::Equals | Operator::In => has(&value),
             Operator::NotEquals | Operator::NotIn => !has(&value),
@@ -155,15 +155,12 @@ impl Selector {
     }
 
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.requirements.iter().all(|r| r.matches(&|k| labels.get(k).cloned()))
+        self.matches_with(&|k| labels.get(k).map(String::as_str))
     }
 
-    /// Matches the `metadata.labels` of a JSON object.
-    pub fn matches_json(&self, object: &serde_json::Value) -> bool {
-        let labels = object.pointer("/metadata/labels");
-        self.requirements
-            .iter()
-            .all(|r| r.matches(&|k| labels.and_then(|l| l.get(k)).and_then(|v| v.as_str()).map(str::to_owned)))
+    /// Matches labels read by `label`, whatever holds them.
+    pub fn matches_with<'a>(&self, label: &dyn Fn(&str) -> Option<&'a str>) -> bool {
+        self.requirements.iter().all(|r| r.matches(label))
     }
 }
 
@@ -270,13 +267,13 @@ impl FieldSelector {
         self.terms.iter().find(|(f, eq, _)| matches!(f, Field::Name) && *eq).map(|(_, _, v)| v.as_str())
     }
 
-    pub fn matches_json(&self, object: &serde_json::Value) -> bool {
+    /// Matches an object's `metadata.name` and `metadata.namespace`, the fields it can select on.
+    pub fn matches_meta(&self, name: &str, namespace: &str) -> bool {
         self.terms.iter().all(|(field, equal, want)| {
-            let ptr = match field {
-                Field::Name => "/metadata/name",
-                Field::Namespace => "/metadata/namespace",
+            let have = match field {
+                Field::Name => name,
+                Field::Namespace => namespace,
             };
-            let have = object.pointer(ptr).and_then(|v| v.as_str()).unwrap_or("");
             (have == want) == *equal
         })
     }
@@ -324,10 +321,10 @@ mod tests {
 
     #[test]
     fn field_selectors() {
-        let obj = serde_json::json!({"metadata": {"name": "a", "namespace": "ns"}});
-        assert!(FieldSelector::parse("metadata.name=a").unwrap().matches_json(&obj));
-        assert!(!FieldSelector::parse("metadata.name!=a").unwrap().matches_json(&obj));
-        assert!(FieldSelector::parse("metadata.namespace==ns,metadata.name=a").unwrap().matches_json(&obj));
+        assert!(FieldSelector::parse("metadata.name=a").unwrap().matches_meta("a", "ns"));
+        assert!(!FieldSelector::parse("metadata.name!=a").unwrap().matches_meta("a", "ns"));
+        assert!(FieldSelector::parse("metadata.namespace==ns,metadata.name=a").unwrap().matches_meta("a", "ns"));
+        assert!(!FieldSelector::parse("metadata.namespace==ns,metadata.name=a").unwrap().matches_meta("a", "other"));
         assert!(FieldSelector::parse("spec.replicas=1").is_err());
         assert_eq!(FieldSelector::parse("metadata.name=a").unwrap().exact_name(), Some("a"));
     }

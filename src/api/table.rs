@@ -60,16 +60,24 @@ pub fn columns() -> Vec<TableColumnDefinition> {
     ]
 }
 
+/// Index of the Age cell, the only one that changes with the time of asking.
+pub const AGE_CELL: usize = 4;
+
+/// When the object was created, which its Age counts from.
+pub fn created(obj: &Value) -> Option<Timestamp> {
+    obj.pointer("/metadata/creationTimestamp").and_then(Value::as_str).and_then(|t| t.parse().ok())
+}
+
+/// The Age cell: time since `created`, as kubectl shows it.
+pub fn age(created: Option<Timestamp>, now: Timestamp) -> String {
+    created.map(|t| human_duration(now.as_second() - t.as_second())).unwrap_or_else(|| "<unknown>".into())
+}
+
 /// The cells of one PodSet, read from its JSON.
 pub fn cells(obj: &Value, now: Timestamp) -> Vec<Value> {
     let int = |ptr: &str| obj.pointer(ptr).and_then(Value::as_i64).unwrap_or(0);
     let name = obj.pointer("/metadata/name").cloned().unwrap_or(json!(""));
-    let age = obj
-        .pointer("/metadata/creationTimestamp")
-        .and_then(Value::as_str)
-        .and_then(|t| t.parse::<Timestamp>().ok())
-        .map(|t| human_duration(now.as_second() - t.as_second()))
-        .unwrap_or_else(|| "<unknown>".into());
+    let age = age(created(obj), now);
     let pods = obj
         .pointer("/status/podNames")
         .and_then(Value::as_array)

@@ -331,7 +331,7 @@ async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query) -> ApiR
             let (labels, fields) = selectors(&q, None)?;
             let req = ListRequest { namespace: Some(ns.to_owned()), labels, fields, ..Default::default() };
             let (items, revision) = reg.delete_collection(req, &opts, q.dry_run || opts.dry_run_all()).await?;
-            let items: Vec<_> = items.iter().map(|o| o.to_value()).collect();
+            let items = items.iter().map(|o| o.to_value()).collect::<ApiResult<Vec<_>>>()?;
             let list = serde_json::json!({
                 "apiVersion": crate::api::API_VERSION,
                 "kind": LIST_KIND,

@@ -6,12 +6,14 @@ use bytes::{BufMut, Bytes, BytesMut};
 use http::{header, HeaderValue, StatusCode};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
+use std::ops::Range;
 
 use super::error::{ApiError, ApiResult};
 use super::negotiate::Output;
 use super::request::IncludeObject;
-use crate::api::table::{cells, Table, TableRow};
+use crate::api::table::{age, cells, created, Table, AGE_CELL};
 use crate::api::{API_VERSION, LIST_KIND};
 use crate::registry::{ListPage, Stored};
 
@@ -35,40 +37,136 @@ pub fn value_response(status: StatusCode, out: Output, value: &Value) -> ApiResu
     })
 }
 
-pub fn partial_metadata(obj: &Value) -> Value {
-    json!({
-        "kind": "PartialObjectMetadata",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({})),
-    })
+/// One revision's Table row, serialized once and kept with the revision (as kube-apiserver's cachingObject keeps
+/// an object's serializations): the cells around Age, which alone depends on the time of asking, and where
+/// `metadata` sits in the stored JSON, so a row's object is spliced from the stored bytes, never re-serialized.
+struct Row {
+    /// `"web",3,2,1,`
+    before_age: Box<[u8]>,
+    /// `,"web-a,web-b","app=web"`
+    after_age: Box<[u8]>,
+    created: Option<Timestamp>,
+    metadata: Option<Range<usize>>,
 }
 
-pub fn table_row(obj: &Value, include: IncludeObject, now: Timestamp) -> TableRow {
-    let object = match include {
-        IncludeObject::None => None,
-        IncludeObject::Metadata => Some(partial_metadata(obj)),
-        IncludeObject::Object => Some(obj.clone()),
-    };
-    TableRow { cells: cells(obj, now), object }
+impl Row {
+    fn of(obj: &Stored) -> Result<Row, String> {
+        let value = obj.to_value().map_err(|e| e.to_string())?;
+        let cells = cells(&value, Timestamp::UNIX_EPOCH);
+        let join = |cells: &[Value]| cells.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
+        let (before, after) = (join(&cells[..AGE_CELL]), join(&cells[AGE_CELL + 1..]));
+        #[derive(serde::Deserialize)]
+        struct Doc<'a> {
+            #[serde(borrow)]
+            metadata: Option<&'a RawValue>,
+        }
+        let bytes = obj.bytes();
+        let doc: Doc<'_> = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        // RawValue borrows from `bytes`: its address gives its place in them.
+        let metadata = doc.metadata.map(|m| {
+            let start = m.get().as_ptr() as usize - bytes.as_ptr() as usize;
+            start..start + m.get().len()
+        });
+        Ok(Row {
+            before_age: format!("{before},").into_bytes().into(),
+            after_age: if after.is_empty() { Box::default() } else { format!(",{after}").into_bytes().into() },
+            created: created(&value),
+            metadata,
+        })
+    }
 }
 
-fn table_value(table: &Table) -> Value {
-    serde_json::to_value(table).unwrap_or_default()
+/// The row memo of a stored object, made at most once per revision.
+fn row(obj: &Stored) -> ApiResult<std::borrow::Cow<'_, Row>> {
+    let unreadable = |e: &String| ApiError::internal(format!("stored object {} is unreadable: {e}", obj.key()));
+    match obj.memo(|| Row::of(obj)) {
+        Some(Ok(row)) => Ok(std::borrow::Cow::Borrowed(row)),
+        Some(Err(e)) => Err(unreadable(e)),
+        None => Row::of(obj).map(std::borrow::Cow::Owned).map_err(|e| unreadable(&e)),
+    }
+}
+
+impl Clone for Row {
+    fn clone(&self) -> Self {
+        Row {
+            before_age: self.before_age.clone(),
+            after_age: self.after_age.clone(),
+            created: self.created,
+            metadata: self.metadata.clone(),
+        }
+    }
+}
+
+/// `{"kind":"PartialObjectMetadata",...}` for a stored object, its metadata spliced from the stored bytes.
+fn put_partial_metadata(buf: &mut BytesMut, obj: &Stored, row: &Row) {
+    buf.put_slice(br#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":"#);
+    match &row.metadata {
+        Some(r) => buf.put_slice(&obj.bytes()[r.clone()]),
+        None => buf.put_slice(b"{}"),
+    }
+    buf.put_u8(b'}');
+}
+
+fn put_row(buf: &mut BytesMut, obj: &Stored, include: IncludeObject, now: Timestamp) -> ApiResult<()> {
+    let row = row(obj)?;
+    buf.put_slice(b"{\"cells\":[");
+    buf.put_slice(&row.before_age);
+    buf.put_slice(Value::String(age(row.created, now)).to_string().as_bytes());
+    buf.put_slice(&row.after_age);
+    buf.put_u8(b']');
+    match include {
+        IncludeObject::None => {}
+        IncludeObject::Metadata => {
+            buf.put_slice(b",\"object\":");
+            put_partial_metadata(buf, obj, &row);
+        }
+        IncludeObject::Object => {
+            buf.put_slice(b",\"object\":");
+            buf.put_slice(obj.bytes());
+        }
+    }
+    buf.put_u8(b'}');
+    Ok(())
+}
+
+/// A Table of `items`: the head serialized as usual, the rows spliced from their memos.
+fn table(meta: ListMeta, items: &[Stored], include: IncludeObject) -> ApiResult<Bytes> {
+    let head = serde_json::to_vec(&Table::new(meta, Vec::new())).map_err(|e| ApiError::internal(e.to_string()))?;
+    // The head ends with `"rows":[]}`: rows is the last field.
+    let open = head.len() - 2;
+    let mut buf = BytesMut::with_capacity(head.len() + items.iter().map(|o| o.bytes().len() / 2 + 64).sum::<usize>());
+    buf.put_slice(&head[..open]);
+    let now = Timestamp::now();
+    for (i, obj) in items.iter().enumerate() {
+        if i > 0 {
+            buf.put_u8(b',');
+        }
+        put_row(&mut buf, obj, include, now)?;
+    }
+    buf.put_slice(b"]}");
+    Ok(buf.freeze())
 }
 
 /// A Table of one object, as a watch event or a GET carries it.
-pub fn single_row_table(obj: &Value, include: IncludeObject) -> Value {
-    let rv = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_owned);
-    let meta = ListMeta { resource_version: rv, ..Default::default() };
-    table_value(&Table::new(meta, vec![table_row(obj, include, Timestamp::now())]))
+pub fn single_row_table(obj: &Stored, include: IncludeObject) -> ApiResult<Bytes> {
+    let rv = Some(obj.resource_version()).filter(|rv| *rv > 0).map(|rv| rv.to_string());
+    table(ListMeta { resource_version: rv, ..Default::default() }, std::slice::from_ref(obj), include)
+}
+
+/// A stored object as PartialObjectMetadata.
+pub fn partial_metadata(obj: &Stored) -> ApiResult<Bytes> {
+    let row = row(obj)?;
+    let mut buf = BytesMut::with_capacity(obj.bytes().len());
+    put_partial_metadata(&mut buf, obj, &row);
+    Ok(buf.freeze())
 }
 
 pub fn object_response(status: StatusCode, out: Output, obj: &Stored, include: IncludeObject) -> ApiResult<Response> {
     match out {
         Output::Json | Output::Discovery(_) => Ok(bytes_response(status, JSON, obj.bytes().clone())),
-        Output::Yaml => Ok(bytes_response(status, YAML, yaml(&obj.to_value())?)),
-        Output::Table => value_response(status, out, &single_row_table(&obj.to_value(), include)),
-        Output::Metadata => value_response(status, out, &partial_metadata(&obj.to_value())),
+        Output::Yaml => Ok(bytes_response(status, YAML, yaml(&obj.to_value()?)?)),
+        Output::Table => Ok(bytes_response(status, JSON, single_row_table(obj, include)?)),
+        Output::Metadata => Ok(bytes_response(status, JSON, partial_metadata(obj)?)),
     }
 }
 
@@ -102,19 +200,26 @@ pub fn list_response(out: Output, page: &ListPage, include: IncludeObject) -> Ap
             Ok(bytes_response(StatusCode::OK, JSON, buf.freeze()))
         }
         Output::Yaml => {
-            let items: Vec<_> = page.items.iter().map(|o| o.to_value()).collect();
+            let items = page.items.iter().map(Stored::to_value).collect::<ApiResult<Vec<_>>>()?;
             let v = json!({"apiVersion": API_VERSION, "kind": LIST_KIND, "metadata": meta, "items": items});
             value_response(StatusCode::OK, out, &v)
         }
-        Output::Table => {
-            let now = Timestamp::now();
-            let rows = page.items.iter().map(|o| table_row(&o.to_value(), include, now)).collect();
-            value_response(StatusCode::OK, out, &table_value(&Table::new(meta, rows)))
-        }
+        Output::Table => Ok(bytes_response(StatusCode::OK, JSON, table(meta, &page.items, include)?)),
         Output::Metadata => {
-            let items: Vec<Value> = page.items.iter().map(|o| partial_metadata(&o.to_value())).collect();
-            let v = json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "items": items});
-            value_response(StatusCode::OK, out, &v)
+            let head = json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta});
+            let head = serde_json::to_vec(&head).unwrap_or_default();
+            let mut buf =
+                BytesMut::with_capacity(head.len() + page.items.iter().map(|o| o.bytes().len()).sum::<usize>());
+            buf.put_slice(&head[..head.len() - 1]);
+            buf.put_slice(b",\"items\":[");
+            for (i, obj) in page.items.iter().enumerate() {
+                if i > 0 {
+                    buf.put_u8(b',');
+                }
+                put_partial_metadata(&mut buf, obj, &*row(obj)?);
+            }
+            buf.put_slice(b"]}");
+            Ok(bytes_response(StatusCode::OK, JSON, buf.freeze()))
         }
     }
 }
@@ -128,4 +233,68 @@ pub fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
         }
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn podset() -> Stored {
+        Stored::unstored(json!({
+            "apiVersion": API_VERSION, "kind": "PodSet",
+            "metadata": {"name": "web", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z",
+                         "labels": {"app": "web"}, "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}}},
+            "status": {"replicas": 2, "readyReplicas": 1, "podNames": ["web-a", "web-b"]}
+        }))
+    }
+
+    fn rows(out: &Bytes) -> Vec<Value> {
+        let table: Value = serde_json::from_slice(out).expect("a Table is JSON");
+        assert_eq!((table["kind"].as_str(), table["apiVersion"].as_str()), (Some("Table"), Some("meta.k8s.io/v1")));
+        assert_eq!(table["columnDefinitions"].as_array().map(Vec::len), Some(7));
+        table["rows"].as_array().cloned().unwrap()
+    }
+
+    #[test]
+    fn a_spliced_row_equals_the_row_built_as_a_tree() {
+        let obj = podset();
+        let value = obj.to_value().unwrap();
+        let metadata = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                              "metadata": value["metadata"].clone()});
+        for (include, object) in [
+            (IncludeObject::None, None),
+            (IncludeObject::Metadata, Some(metadata.clone())),
+            (IncludeObject::Object, Some(value.clone())),
+        ] {
+            let now = Timestamp::now();
+            let row = rows(&single_row_table(&obj, include).unwrap()).remove(0);
+            let mut want = json!({"cells": cells(&value, now)});
+            if let Some(o) = object {
+                want["object"] = o;
+            }
+            assert_eq!(row, want, "{include:?}");
+        }
+        let partial: Value = serde_json::from_slice(&partial_metadata(&obj).unwrap()).unwrap();
+        assert_eq!(partial, metadata);
+    }
+
+    #[test]
+    fn a_row_is_made_once_per_revision_and_its_age_moves() {
+        let obj = podset();
+        let first = rows(&table(ListMeta::default(), std::slice::from_ref(&obj), IncludeObject::None).unwrap());
+        assert!(obj.memo(|| -> Result<Row, String> { panic!("made twice") }).is_some());
+        let age = first[0]["cells"][AGE_CELL].as_str().unwrap().to_owned();
+        assert!(age.ends_with('d') || age.ends_with('y') || age.contains('d'), "{age}");
+        let many = table(ListMeta::default(), &[obj.clone(), obj.clone(), obj], IncludeObject::Metadata).unwrap();
+        assert_eq!(rows(&many).len(), 3);
+    }
+
+    #[test]
+    fn an_object_without_metadata_still_renders() {
+        let obj = Stored::unstored(json!({"spec": {"replicas": 1}}));
+        let row = rows(&single_row_table(&obj, IncludeObject::Metadata).unwrap()).remove(0);
+        assert_eq!(row["object"]["metadata"], json!({}));
+        assert_eq!(row["cells"][0], json!(""));
+    }
 }

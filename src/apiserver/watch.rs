@@ -54,14 +54,14 @@ impl Encoder {
         buf.put_slice(b"{\"type\":\"");
         buf.put_slice(ev.kind.as_str().as_bytes());
         buf.put_slice(b"\",\"object\":");
-        match self.output {
-            Output::Table => {
-                buf.put_slice(&serde_json::to_vec(&single_row_table(&obj.to_value(), self.include)).unwrap_or_default())
-            }
-            Output::Metadata => {
-                buf.put_slice(&serde_json::to_vec(&partial_metadata(&obj.to_value())).unwrap_or_default())
-            }
-            _ => buf.put_slice(obj.bytes()),
+        let rendered = match self.output {
+            Output::Table => single_row_table(obj, self.include),
+            Output::Metadata => partial_metadata(obj),
+            _ => Ok(obj.bytes().clone()),
+        };
+        match rendered {
+            Ok(b) => buf.put_slice(&b),
+            Err(e) => return self.error(&e),
         }
         buf.put_slice(b"}\n");
         buf.freeze()

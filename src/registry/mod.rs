@@ -228,7 +228,7 @@ impl Registry {
             let mut new = strategy::prepare_for_update(proposed, &old, part, key)?;
             let mut value = to_value(&new)?;
             if tracking == Tracking::Update {
-                value = manage_fields(Some(&current.to_value()), value, opts, Operation::Update, sub)?;
+                value = manage_fields(Some(&current.to_value()?), value, opts, Operation::Update, sub)?;
             }
             new.metadata.managed_fields =
                 value.pointer("/metadata/managedFields").and_then(|m| serde_json::from_value(m.clone()).ok());
@@ -278,7 +278,7 @@ impl Registry {
             return self.apply(key, patch, part, opts).await;
         }
         self.update_with(key, part.subresource(), opts, Tracking::Update, |_, current| {
-            let mut doc = current.to_value().into_owned();
+            let mut doc = current.to_value()?;
             apply_patch(&mut doc, patch, patch_type)?;
             let (ps, warnings) = decode_podset(doc, opts.field_validation)?;
             check_identity(&ps.metadata, key)?;
@@ -319,7 +319,8 @@ impl Registry {
             }
             let result = self
                 .update_with(key, sub, opts, Tracking::Applied, |_, current| {
-                    let merged = manage_fields(Some(&current.to_value()), config.clone(), opts, Operation::Apply, sub)?;
+                    let merged =
+                        manage_fields(Some(&current.to_value()?), config.clone(), opts, Operation::Apply, sub)?;
                     let (ps, _) = decode_podset(merged, FieldValidation::Ignore)?;
                     Ok((ps, warnings.clone()))
                 })

@@ -1,11 +1,9 @@
 //! The registry's view of a stored PodSet. Everything outside the registry reads stored objects through these
 //! accessors, and only `tree` here touches storage's parsed JSON, so storage can change how it keeps objects.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::key::PodSetKey;
@@ -19,18 +17,13 @@ use crate::storage::Object;
 #[derive(Debug, Clone)]
 pub struct Stored(Arc<Object>);
 
-/// The parsed JSON of a stored object: the one read of storage's tree.
-fn tree(obj: &Object) -> &Value {
-    &obj.value
-}
-
-fn str_at<'a>(obj: &'a Object, pointer: &str) -> Option<&'a str> {
-    tree(obj).pointer(pointer).and_then(Value::as_str)
-}
-
-/// Whether a stored object passes a list's or watch's selectors.
+/// Whether a stored object passes a list's or watch's selectors, read from the metadata storage indexes.
 pub(crate) fn object_matches(obj: &Object, labels: &Selector, fields: &FieldSelector) -> bool {
-    labels.matches_json(tree(obj)) && fields.matches_json(tree(obj))
+    labels.matches_with(&|k| obj.meta.label(k)) && fields.matches_meta(&obj.meta.name, &obj.meta.namespace)
+}
+
+fn unreadable(obj: &Object, e: impl std::fmt::Display) -> ApiError {
+    ApiError::internal(format!("stored object {} is unreadable: {e}", obj.key))
 }
 
 impl Stored {
@@ -41,15 +34,15 @@ impl Stored {
     /// An object that was not stored (dry run): its JSON, without a new resourceVersion.
     pub(crate) fn unstored(value: Value) -> Self {
         let bytes = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
-        Self(Arc::new(Object { key: String::new(), value: Arc::new(value), bytes, mod_revision: 0 }))
+        Self(Arc::new(Object::with_bytes("", &value, bytes, 0)))
     }
 
     pub fn namespace(&self) -> &str {
-        str_at(&self.0, "/metadata/namespace").unwrap_or_default()
+        &self.0.meta.namespace
     }
 
     pub fn name(&self) -> &str {
-        str_at(&self.0, "/metadata/name").unwrap_or_default()
+        &self.0.meta.name
     }
 
     pub fn key(&self) -> PodSetKey {
@@ -57,7 +50,7 @@ impl Stored {
     }
 
     pub fn uid(&self) -> Option<&str> {
-        str_at(&self.0, "/metadata/uid")
+        Some(&*self.0.meta.uid).filter(|u| !u.is_empty())
     }
 
     /// The revision of the object's last write (0 for an object a dry run did not store).
@@ -70,14 +63,19 @@ impl Stored {
         &self.0.bytes
     }
 
-    /// The object as a JSON tree, for representations other than its stored bytes (YAML, Table, metadata).
-    pub fn to_value(&self) -> Cow<'_, Value> {
-        Cow::Borrowed(tree(&self.0))
+    /// The object as a JSON tree, parsed for this caller (storage keeps only the bytes).
+    pub fn to_value(&self) -> ApiResult<Value> {
+        self.0.parse().map_err(|e| unreadable(&self.0, e))
     }
 
     pub fn decode(&self) -> ApiResult<PodSet> {
-        PodSet::deserialize(tree(&self.0))
-            .map_err(|e| ApiError::internal(format!("stored object {} is unreadable: {e}", self.0.key)))
+        serde_json::from_slice(&self.0.bytes).map_err(|e| unreadable(&self.0, e))
+    }
+
+    /// What `make` derives from this revision (a Table row, say), made once and kept as long as the revision is;
+    /// `None` if another kind of value was kept first.
+    pub fn memo<T: std::any::Any + Send + Sync>(&self, make: impl FnOnce() -> T) -> Option<&T> {
+        self.0.memo(make)
     }
 
     pub(crate) fn matches(&self, labels: &Selector, fields: &FieldSelector) -> bool {
@@ -85,18 +83,15 @@ impl Stored {
     }
 
     /// The same object reported at a later revision (a watch's DELETED for an object that left its selector).
-    pub(crate) fn restamped(&self, revision: Revision) -> Self {
-        let mut value = tree(&self.0).clone();
-        if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-            m.insert("resourceVersion".into(), Value::String(revision.to_string()));
-        }
-        let bytes = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
-        Self(Arc::new(Object { key: self.0.key.clone(), value: Arc::new(value), bytes, mod_revision: revision }))
+    pub(crate) fn restamped(&self, revision: Revision) -> ApiResult<Self> {
+        let obj = Object::new(&self.0.key, self.to_value()?, revision).map_err(|e| unreadable(&self.0, e))?;
+        Ok(Self(Arc::new(obj)))
     }
 
     /// True when this differs from `prev` only in `status` (and so its resourceVersion and managedFields, which
     /// every status write touches): a status write, which changes nothing a controller acts on.
     pub fn only_status_differs(&self, prev: &Stored) -> bool {
+        let (Ok(now), Ok(before)) = (self.to_value(), prev.to_value()) else { return false };
         let meta = |v: &Value| {
             let mut m = v.get("metadata").cloned().unwrap_or_default();
             if let Some(o) = m.as_object_mut() {
@@ -105,8 +100,7 @@ impl Stored {
             }
             m
         };
-        let (now, before) = (tree(&self.0), tree(&prev.0));
-        now.get("spec") == before.get("spec") && meta(now) == meta(before)
+        now.get("spec") == before.get("spec") && meta(&now) == meta(&before)
     }
 }
 
@@ -116,8 +110,7 @@ mod tests {
     use serde_json::json;
 
     fn stored(v: Value, revision: Revision) -> Stored {
-        let bytes = Bytes::from(serde_json::to_vec(&v).unwrap());
-        Stored::new(Arc::new(Object { key: "/podsets/ns/a".into(), value: Arc::new(v), bytes, mod_revision: revision }))
+        Stored::new(Arc::new(Object::new("/podsets/ns/a", v, revision).unwrap()))
     }
 
     #[test]

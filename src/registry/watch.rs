@@ -130,7 +130,7 @@ fn through_selectors(
         (storage::EventType::Modified, true, true) => (EventType::Modified, object),
         (storage::EventType::Modified, false, true) => (EventType::Added, object),
         (storage::EventType::Modified, true, false) => match &prev {
-            Some(p) => (EventType::Deleted, p.restamped(ev.revision)),
+            Some(p) => (EventType::Deleted, p.restamped(ev.revision)?),
             None => return Ok(Notification::Progress(ev.revision)),
         },
         (storage::EventType::Deleted, true, _) => (EventType::Deleted, object),

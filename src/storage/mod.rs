@@ -7,6 +7,7 @@
 mod backend;
 mod cacher;
 mod codec;
+mod object;
 mod sled_backend;
 mod state;
 
@@ -14,42 +15,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use futures::stream::BoxStream;
 use serde_json::Value;
 
 pub use backend::{Backend, Change, ChangeStream, Snapshot, Write};
 pub use cacher::Cacher;
+pub use object::{Object, ObjectMeta};
 pub use sled_backend::{SledBackend, SledOptions};
 
 /// A revision of the whole store. 0 means "nothing written yet".
 pub type Revision = u64;
-
-/// One stored object: its parsed form (for selectors and metadata) and its JSON, serialized once per revision with
-/// `metadata.resourceVersion` already set to `mod_revision`.
-#[derive(Debug, Clone)]
-pub struct Object {
-    pub key: String,
-    pub value: Arc<Value>,
-    pub bytes: Bytes,
-    pub mod_revision: Revision,
-}
-
-impl Object {
-    /// Stamps `metadata.resourceVersion` with `revision` and serializes, once for the life of this state.
-    pub fn new(key: &str, mut value: Value, revision: Revision) -> Result<Self> {
-        stamp_resource_version(&mut value, revision)?;
-        let bytes = Bytes::from(serde_json::to_vec(&value).map_err(|e| StorageError::Backend(e.to_string()))?);
-        Ok(Self { key: key.to_owned(), value: Arc::new(value), bytes, mod_revision: revision })
-    }
-
-    /// An object from its stored JSON (which already carries its resourceVersion).
-    pub fn from_json(key: &str, bytes: Bytes, mod_revision: Revision) -> Result<Self> {
-        let value =
-            serde_json::from_slice(&bytes).map_err(|e| StorageError::Corrupt(format!("object {key:?}: {e}")))?;
-        Ok(Self { key: key.to_owned(), value: Arc::new(value), bytes, mod_revision })
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventType {
