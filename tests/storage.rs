@@ -55,7 +55,7 @@ impl Backend for Memory {
 
 #[async_trait::async_trait]
 impl storage::Backend for MemoryBackend {
-    fn load(&self) -> storage::Result<Snapshot> {
+    fn load(&self, _keep: &HistoryLimits) -> storage::Result<Snapshot> {
         let d = self.0.lock().unwrap();
         Ok(Snapshot {
             revision: d.revision,
@@ -400,6 +400,13 @@ async fn restart_with_less_history_is_honest(b: &dyn Backend) {
     // The shorter history is what the store keeps from now on.
     let s = b.open(&f.dir, HistoryLimits::default());
     assert_eq!(s.compacted_revision(), 15);
+    drop(s);
+    // A cap in bytes counts too: each of these objects is 60-odd bytes of JSON, so 130 bytes keep two events.
+    let bytes = HistoryLimits { max_bytes: 130, ..HistoryLimits::default() };
+    let s = b.open(&f.dir, bytes);
+    assert_eq!((s.current_revision(), s.compacted_revision()), (20, 18));
+    assert!(matches!(s.watch("/p/", 17), Err(StorageError::Expired { .. })));
+    assert_eq!(s.watch("/p/", 18).unwrap().next().await.unwrap().unwrap().revision, 19);
 }
 
 async fn restart_shares_history_with_current_objects(b: &dyn Backend) {

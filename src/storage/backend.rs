@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use serde_json::Value;
 
-use super::{Event, EventType, Object, Result, Revision};
+use super::{Event, EventType, HistoryLimits, Object, Result, Revision};
 
 /// One write, checked and applied by the backend. The backend stamps `metadata.resourceVersion` with the revision
 /// it assigns.
@@ -55,8 +55,9 @@ pub type ChangeStream = BoxStream<'static, Result<Vec<Change>>>;
 
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
-    /// Reads the whole store at its current revision. Blocking; called once, before any write.
-    fn load(&self) -> Result<Snapshot>;
+    /// Reads the whole store at its current revision. Blocking; called once, before any write. History the cache
+    /// would drop at once (beyond `keep`'s event and byte caps) may be left out, so a restart never holds it.
+    fn load(&self, keep: &HistoryLimits) -> Result<Snapshot>;
     /// Applies one write durably and returns the object it stored. The same change is also delivered by `watch`.
     async fn write(&self, write: Write) -> Result<Arc<Object>>;
     /// Every change after `after`. Ends with an error if `after` is older than the kept history.

@@ -46,7 +46,7 @@ impl Cacher {
     pub fn new(backend: Arc<dyn Backend>, limits: HistoryLimits) -> Result<Self> {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| StorageError::Backend("the storage cache needs a Tokio runtime".into()))?;
-        let snapshot = backend.load()?;
+        let snapshot = backend.load(&limits)?;
         let now = Instant::now();
         let mut state = State {
             objects: snapshot.objects.into_iter().map(|o| (o.key.clone(), o)).collect::<BTreeMap<_, _>>(),
@@ -59,9 +59,9 @@ impl Cacher {
         }
         state.revision = snapshot.revision;
         // History older than the limits keep is gone after a restart too: a watch from it gets 410, never a gap.
-        if state.trim(&limits, now) {
-            backend.compact(state.compacted);
-        }
+        // The backend may have left some out already; either way it can drop what the cache no longer holds.
+        state.trim(&limits, now);
+        backend.compact(state.compacted);
         tracing::info!(
             objects = state.objects.len(),
             revision = state.revision,

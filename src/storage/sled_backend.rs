@@ -18,7 +18,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::codec::{self, EVENT_PREFIX, META_COMPACTED, META_PROBE, META_REVISION, OBJECT_PREFIX};
-use super::{Backend, Change, ChangeStream, EventType, Object, Result, Revision, Snapshot, StorageError, Write};
+use super::{
+    Backend, Change, ChangeStream, EventType, HistoryLimits, Object, Result, Revision, Snapshot, StorageError, Write,
+};
 
 /// Most requests committed by one flush.
 const MAX_GROUP: usize = 1024;
@@ -121,7 +123,7 @@ impl SledBackend {
 
 #[async_trait]
 impl Backend for SledBackend {
-    fn load(&self) -> Result<Snapshot> {
+    fn load(&self, keep: &HistoryLimits) -> Result<Snapshot> {
         let db = self.db()?;
         let published = self.shared.published.lock();
         let mut snap = Snapshot { revision: published.revision, compacted: published.compacted, ..Default::default() };
@@ -132,33 +134,43 @@ impl Backend for SledBackend {
                 .map_err(|_| StorageError::Corrupt("object key is not UTF-8".into()))?;
             snap.objects.push(codec::decode_shared(key, &v, &mut seen)?);
         }
-        let mut expected = snap.compacted + 1;
-        for kv in db.scan_prefix(EVENT_PREFIX) {
+        // Newest first, only as much history as the cache keeps: what it would drop at once is never decoded.
+        let mut kept = Vec::new();
+        let (mut expected, mut bytes) = (snap.revision, 0usize);
+        for kv in db.scan_prefix(EVENT_PREFIX).rev() {
             let (k, v) = kv.map_err(backend)?;
             let revision = codec::decode_u64(&k[EVENT_PREFIX.len()..])?;
             if revision <= snap.compacted {
-                continue; // dropped from the counter, not yet from disk
+                break; // dropped from the counter, not yet from disk
             }
             if revision != expected {
                 return Err(StorageError::Corrupt(format!(
                     "event log has a gap: expected revision {expected}, found {revision}"
                 )));
             }
-            expected += 1;
-            let raw = codec::split_event(&v)?;
+            bytes += codec::split_event(&v)?.object.len().saturating_sub(8);
+            if !kept.is_empty() && (kept.len() >= keep.max_events || bytes > keep.max_bytes) {
+                snap.compacted = revision;
+                break;
+            }
+            kept.push(v);
+            expected -= 1;
+        }
+        if expected != snap.compacted {
+            return Err(StorageError::Corrupt(format!(
+                "event log starts after revision {expected}, but history is kept from revision {}",
+                snap.compacted + 1
+            )));
+        }
+        let first = snap.revision + 1 - kept.len() as u64;
+        for (revision, v) in (first..).zip(kept.iter().rev()) {
+            let raw = codec::split_event(v)?;
             let object = codec::decode_shared(raw.key, raw.object, &mut seen)?;
             let prev = match raw.prev {
                 [] => None,
                 p => Some(codec::decode_shared(raw.key, p, &mut seen)?),
             };
             snap.events.push(Arc::new(super::Event { revision, kind: raw.kind, object, prev }));
-        }
-        if expected != snap.revision + 1 {
-            return Err(StorageError::Corrupt(format!(
-                "event log ends at revision {} but the store is at {}",
-                expected - 1,
-                snap.revision
-            )));
         }
         Ok(snap)
     }
