@@ -5,18 +5,18 @@
 //! `cargo bench --bench apiserver` prints each figure beside kube-apiserver + etcd serving the same type as a CRD
 //! (measured on this project's 2-core machine), and the ratio.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+mod common;
+
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::StreamExt;
 use http::Request;
 use http_body_util::BodyExt;
 use serde_json::json;
 
-const BIN: &str = env!("CARGO_BIN_EXE_podset-apiserver");
-const PATH: &str = "/apis/demo.k8s.io/v1alpha1/namespaces/bench/podsets";
+use common::{cpu_us, percentile, send, Server, PATH};
+
 const CONCURRENCY: usize = 32;
 
 // kube-apiserver + etcd with PodSet as a CRD, same machine (from the project's issue tracker).
@@ -24,63 +24,6 @@ const CRD_CREATE_PER_S: f64 = 1500.0;
 const CRD_GET_PER_S: f64 = 3400.0;
 const CRD_LIST_2000_MS: f64 = 200.0;
 const CRD_WATCH_P99_MS: f64 = 5.0;
-
-struct Server {
-    child: Child,
-    url: String,
-    ca: Vec<u8>,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start() -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    // Another build of the server can be measured with this bench (before/after figures).
-    let bin = std::env::var("PODSET_APISERVER_BIN").unwrap_or_else(|_| BIN.to_owned());
-    let mut child = Command::new(bin)
-        .args(["--insecure-allow-all", "--bind-address", "127.0.0.1", "--secure-port", "0", "--log-format", "json"])
-        .arg("--data-dir")
-        .arg(dir.path())
-        .env("RUST_LOG", "warn,podset_apiserver::cmd=info")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
-                if let Some(a) = v.pointer("/fields/address").and_then(|a| a.as_str()) {
-                    let _ = tx.send(a.to_owned());
-                }
-            }
-        }
-    });
-    let addr = rx.recv_timeout(Duration::from_secs(30)).expect("server start");
-    let ca_pem = std::fs::read(dir.path().join("certs/ca.crt")).unwrap();
-    use rustls::pki_types::pem::PemObject;
-    let ca = rustls::pki_types::CertificateDer::pem_slice_iter(&ca_pem).next().unwrap().unwrap().to_vec();
-    Server { child, url: format!("https://{addr}"), ca, _dir: dir }
-}
-
-fn client(s: &Server) -> kube::Client {
-    podset_apiserver::apiserver::tls::provider();
-    let mut cfg = kube::Config::new(s.url.parse().unwrap());
-    cfg.root_cert = Some(vec![s.ca.clone()]);
-    kube::Client::try_from(cfg).unwrap()
-}
-
-async fn send(client: &kube::Client, req: Request<Vec<u8>>) -> (u16, bytes::Bytes) {
-    let resp = client.send(req.map(kube::client::Body::from)).await.expect("request");
-    let status = resp.status().as_u16();
-    (status, resp.into_body().collect().await.unwrap().to_bytes())
-}
 
 fn body(name: &str) -> Vec<u8> {
     serde_json::to_vec(&json!({
@@ -91,24 +34,13 @@ fn body(name: &str) -> Vec<u8> {
     .unwrap()
 }
 
-/// CPU time the server process has used so far, in microseconds (from /proc; steadier than rates on a
-/// shared machine).
-fn server_cpu_us(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces): utime and stime are the 12th and 13th.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<f64> = rest.split_whitespace().map(|x| x.parse().unwrap_or(0.0)).collect();
-    let ticks = f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0);
-    ticks * 1e6 / 100.0
-}
-
 /// Runs `n` requests made by `make(i)` with `CONCURRENCY` in flight; returns requests per second and the
 /// server's CPU time per request (µs).
 async fn throughput<F>(client: &kube::Client, pid: u32, n: usize, make: F) -> (f64, f64)
 where
     F: Fn(usize) -> Request<Vec<u8>> + Send + Sync + 'static,
 {
-    let cpu_before = server_cpu_us(pid);
+    let cpu_before = cpu_us(pid);
     let make = Arc::new(make);
     let started = Instant::now();
     let results: Vec<u16> = futures::stream::iter(0..n)
@@ -121,11 +53,7 @@ where
         .await;
     let elapsed = started.elapsed().as_secs_f64();
     assert!(results.iter().all(|s| *s < 300), "some requests failed: {:?}", results.iter().find(|s| **s >= 300));
-    (n as f64 / elapsed, (server_cpu_us(pid) - cpu_before) / n as f64)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+    (n as f64 / elapsed, (cpu_us(pid) - cpu_before) / n as f64)
 }
 
 fn report(name: &str, ours: f64, unit: &str, baseline: f64, higher_is_better: bool) {
@@ -142,9 +70,10 @@ async fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let server = start();
-    let client = client(&server);
-    let pid = server.child.id();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let client = server.client();
+    let pid = server.pid();
 
     let creates = 3000;
     let (rate, cpu) = throughput(&client, pid, creates, |i| {

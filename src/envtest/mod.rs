@@ -42,12 +42,19 @@ pub fn inside_namespace() -> bool {
 /// A command that runs `program args...` in a fresh network + PID namespace (as root): loopback up, [`NODE_IP`] on
 /// it, and every process in it killed when `program` exits.
 pub fn namespace_command(program: &Path, args: &[String]) -> Command {
+    namespace_command_with(program, args, false)
+}
+
+/// `own_proc` also mounts a /proc of the new PID namespace (in a private mount namespace), so the program can
+/// read its children's /proc/<pid> (a benchmark measuring their memory).
+fn namespace_command_with(program: &Path, args: &[String], own_proc: bool) -> Command {
     let script = format!("ip link set lo up && ip addr add {NODE_IP}/32 dev lo && exec \"$@\"");
     let mut c = Command::new("unshare");
-    c.args(["--net", "--pid", "--fork", "--kill-child", "--", "sh", "-c", &script, "sh"])
-        .arg(program)
-        .args(args)
-        .env(INSIDE, "1");
+    c.args(["--net", "--pid", "--fork", "--kill-child"]);
+    if own_proc {
+        c.arg("--mount-proc");
+    }
+    c.args(["--", "sh", "-c", &script, "sh"]).arg(program).args(args).env(INSIDE, "1");
     c
 }
 
@@ -59,7 +66,8 @@ pub fn reenter_namespace() {
     }
     let exe = std::env::current_exe().expect("current executable");
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let status = namespace_command(&exe, &args).env("KUBEBUILDER_ASSETS", assets_dir()).status().expect("unshare");
+    let status =
+        namespace_command_with(&exe, &args, true).env("KUBEBUILDER_ASSETS", assets_dir()).status().expect("unshare");
     std::process::exit(status.code().unwrap_or(1));
 }
 
@@ -319,6 +327,11 @@ impl Cluster {
     fn spawn_apiserver(&mut self) {
         let program = assets_dir().join("kube-apiserver");
         self.procs.push(Proc::spawn("kube-apiserver", Command::new(program).args(&self.apiserver_args)));
+    }
+
+    /// The process id of one of the cluster's processes ("etcd", "kube-apiserver", ...), for measuring it.
+    pub fn pid(&self, name: &str) -> Option<u32> {
+        self.procs.iter().find(|p| p.name == name).map(|p| p.child.id())
     }
 
     /// Kills kube-apiserver (etcd and the rest keep running).

@@ -97,8 +97,11 @@ impl Object {
     /// Stamps `metadata.resourceVersion` with `revision` and serializes, once for the life of this state.
     pub fn new(key: &str, mut value: Value, revision: Revision) -> Result<Self> {
         stamp_resource_version(&mut value, revision)?;
-        let bytes = Bytes::from(serde_json::to_vec(&value).map_err(|e| StorageError::Backend(e.to_string()))?);
-        Ok(Self::with_bytes(key, &value, bytes, revision))
+        let mut json = serde_json::to_vec(&value).map_err(|e| StorageError::Backend(e.to_string()))?;
+        // The buffer grew by doubling; kept for the life of the revision, its spare capacity would be a third of
+        // the cache's memory.
+        json.shrink_to_fit();
+        Ok(Self::with_bytes(key, &value, Bytes::from(json), revision))
     }
 
     /// An object whose bytes are already `value` serialized.
