@@ -15,6 +15,7 @@ use serde_json::Value;
 use super::auth::{Authenticator, Authorizer, ConnInfo};
 use super::discovery::{Discovery, Doc};
 use super::error::{ApiError, ApiResult};
+use super::filters::{request_info, MaxInFlight};
 use super::health::HealthChecks;
 use super::negotiate::{body_format, negotiate, BodyFormat, Output, APIS, OBJECTS, PLAIN};
 use super::render::{bytes_response, list_response, object_response, value_response, with_warnings, JSON};
@@ -40,6 +41,7 @@ pub struct App {
     pub discovery: Discovery,
     pub watch: WatchConfig,
     pub health: HealthChecks,
+    pub max_in_flight: MaxInFlight,
 }
 
 pub async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
@@ -74,6 +76,9 @@ async fn serve(app: &App, mut req: Request, conn: Option<&ConnInfo>) -> Served {
     if req.headers().keys().any(|k| k.as_str().starts_with("impersonate-")) {
         return Err((ApiError::impersonation_unsupported(), name));
     }
+    // After identity, before permission, as kube-apiserver's filter chain: masters are never refused.
+    let info = request_info(req.method(), req.uri().path(), req.uri().query());
+    let _in_flight = app.max_in_flight.admit(&info, &user).map_err(|e| (e, name.clone()))?;
     // Parsed once: authorization must read the query exactly as the handler will (a 400 comes after it).
     let query = Query::parse(req.uri().query());
     if let Err(e) = app.authorizer.authorize(&user, req.method(), req.uri().path(), query.as_ref().ok()).await {

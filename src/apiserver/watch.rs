@@ -30,7 +30,20 @@ use crate::registry::{Event, Notification, Registry, Revision, WatchRequest as R
 #[derive(Clone)]
 pub struct WatchConfig {
     pub bookmark_interval: Duration,
+    /// `--min-request-timeout`: a watch without `timeoutSeconds` ends after a random time in [this, twice this).
+    pub min_request_timeout: Duration,
     pub shutdown: CancellationToken,
+}
+
+impl WatchConfig {
+    /// How long a watch runs: what it asked for, else spread over [t, 2t) as kube-apiserver does, so clients that
+    /// connected together (after a restart, say) do not all reconnect together.
+    fn timeout(&self, timeout_seconds: Option<u64>) -> Duration {
+        match timeout_seconds {
+            Some(s) => Duration::from_secs(s),
+            None => self.min_request_timeout.mul_f64(1.0 + rand::rng().random::<f64>()),
+        }
+    }
 }
 
 /// One watch request, parsed.
@@ -162,11 +175,7 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
     }
     let mut events = watch.events;
 
-    let timeout = match q.timeout_seconds {
-        Some(s) => Duration::from_secs(s),
-        // kube-apiserver spreads unbounded watches over [30, 60) minutes.
-        None => Duration::from_secs(rand::rng().random_range(1800..3600)),
-    };
+    let timeout = cfg.timeout(q.timeout_seconds);
     let bookmarks = q.allow_watch_bookmarks;
     let cfg = cfg.clone();
 
@@ -209,4 +218,23 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
         }
     });
     Ok(response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unbounded_watches_end_at_a_random_time_between_t_and_2t() {
+        let cfg = WatchConfig {
+            bookmark_interval: Duration::from_secs(60),
+            min_request_timeout: Duration::from_secs(1800),
+            shutdown: CancellationToken::new(),
+        };
+        let spread: Vec<Duration> = (0..200).map(|_| cfg.timeout(None)).collect();
+        assert!(spread.iter().all(|t| (Duration::from_secs(1800)..Duration::from_secs(3600)).contains(t)));
+        let distinct: std::collections::HashSet<_> = spread.iter().collect();
+        assert!(distinct.len() > 100, "spread out, not one value");
+        assert_eq!(cfg.timeout(Some(5)), Duration::from_secs(5), "timeoutSeconds is taken as asked");
+    }
 }

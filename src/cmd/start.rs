@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::options::{client_from, in_cluster, Options};
 use crate::apiserver::auth::DynamicTrust;
+use crate::apiserver::filters::MaxInFlight;
 use crate::apiserver::health::{self, named_check, Endpoint, HealthChecks, InformerSync};
 use crate::apiserver::{tls, Server, ServerConfig};
 use crate::registry::Registry;
@@ -16,6 +17,7 @@ use crate::storage::Store;
 /// Runs the server until SIGTERM or SIGINT.
 pub async fn run(opts: Options) -> anyhow::Result<()> {
     tls::provider();
+    opts.server_run.validate()?;
     let data_dir = &opts.storage.data_dir;
     std::fs::create_dir_all(data_dir).with_context(|| format!("creating --data-dir {}", data_dir.display()))?;
     let tls = opts.serving.tls_config(data_dir)?;
@@ -54,6 +56,12 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         authorizer,
         bookmark_interval: opts.serving.bookmark_interval(),
         shutdown_grace: opts.serving.shutdown_grace(),
+        max_in_flight: MaxInFlight::new(
+            opts.server_run.max_requests_inflight,
+            opts.server_run.max_mutating_requests_inflight,
+        ),
+        request_timeout: opts.server_run.request_timeout,
+        min_request_timeout: opts.server_run.min_request_timeout(),
     };
     let registry = Registry::new(store.clone());
     let addr = opts.serving.address();
@@ -67,7 +75,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     }
 
     let signal = shutdown.clone();
-    let delay = opts.serving.shutdown_delay_duration;
+    let delay = opts.server_run.shutdown_delay_duration;
     tokio::spawn(async move {
         wait_for_signal().await;
         tracing::info!(?delay, "signal received: /readyz fails from now on, serving stops after the shutdown delay");

@@ -3,6 +3,7 @@
 mod authentication;
 mod authorization;
 mod controller;
+mod server_run;
 mod serving;
 mod storage;
 
@@ -15,6 +16,7 @@ use clap::{Parser, ValueEnum};
 pub use authentication::AuthenticationOptions;
 pub use authorization::AuthorizationOptions;
 pub use controller::ControllerOptions;
+pub use server_run::ServerRunOptions;
 pub use serving::ServingOptions;
 pub use storage::StorageOptions;
 
@@ -32,6 +34,9 @@ pub enum LogFormat {
 pub struct Options {
     #[command(flatten)]
     pub serving: ServingOptions,
+
+    #[command(flatten)]
+    pub server_run: ServerRunOptions,
 
     #[command(flatten)]
     pub authentication: AuthenticationOptions,
@@ -125,6 +130,8 @@ mod tests {
             "--data-dir=/tmp/x",
             "--controller-workers=3",
             "--leader-elect=false",
+            "--request-timeout=30s",
+            "--max-mutating-requests-inflight=7",
         ])
         .unwrap();
         assert_eq!(o.serving.secure_port, 0);
@@ -133,6 +140,9 @@ mod tests {
         assert_eq!(o.storage.data_dir, Path::new("/tmp/x"));
         assert_eq!(o.controller.controller_workers, 3);
         assert!(!o.controller.leader_elect);
+        assert_eq!(o.server_run.request_timeout, Duration::from_secs(30));
+        assert_eq!((o.server_run.max_requests_inflight, o.server_run.max_mutating_requests_inflight), (400, 7));
+        assert_eq!(o.server_run.min_request_timeout(), Duration::from_secs(1800));
         assert!(Options::try_parse_from(["podset-apiserver", "--tls-cert-file=a.crt"]).is_err(), "key required too");
     }
 }

@@ -43,11 +43,6 @@ pub struct ServingOptions {
     /// Seconds in-flight requests get to finish after SIGTERM.
     #[arg(long, default_value_t = 30)]
     pub shutdown_timeout: u64,
-
-    /// After SIGTERM, keep serving this long with /readyz failing (its `shutdown` check), so that endpoints and
-    /// load balancers stop sending requests here before connections are closed (kube-apiserver's flag).
-    #[arg(long, default_value = "0s", value_parser = super::duration)]
-    pub shutdown_delay_duration: Duration,
 }
 
 impl ServingOptions {
