@@ -17,13 +17,14 @@ use super::discovery::{Discovery, Doc};
 use super::error::{ApiError, ApiResult};
 use super::filters::{request_info, MaxInFlight};
 use super::health::HealthChecks;
+use super::instrument::RequestMetrics;
 use super::negotiate::{body_format, negotiate, BodyFormat, Output, APIS, OBJECTS, PLAIN};
 use super::render::{bytes_response, list_response, object_response, value_response, with_warnings, JSON};
 use super::request::{Query, ResourceRequest, Subresource, Target, Verb};
 use super::watch::{self, WatchConfig, WatchRequest};
 use crate::api::selector::{FieldSelector, Selector};
 use crate::api::validation::{ErrorType, FieldError};
-use crate::api::LIST_KIND;
+use crate::api::{GROUP, LIST_KIND, PLURAL};
 use crate::registry::{
     json_object, yaml_object, DeleteOptions, ListRequest, Part, PatchType, PodSetKey, Registry, ScaleChange,
     WriteOptions,
@@ -49,10 +50,16 @@ pub async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
     let method = req.method().clone();
     let uri = req.uri().clone();
     let conn = req.extensions().get::<ConnInfo>().cloned();
-    let (resp, user) = match serve(&app, req, conn.as_ref()).await {
+    let metrics = RequestMetrics::new(&method, &uri, req.headers());
+    let (mut resp, user) = match serve(&app, req, conn.as_ref()).await {
         Ok(r) => r,
         Err((e, user)) => (e.into_response(), user),
     };
+    metrics.record(resp.status().as_u16(), started.elapsed());
+    if metrics.is_watch() && resp.status().is_success() {
+        let body = std::mem::take(resp.body_mut());
+        *resp.body_mut() = metrics.track_long_running(body);
+    }
     tracing::info!(
         target: "podset_apiserver::http",
         method = %method,
@@ -154,6 +161,7 @@ async fn dispatch(app: &App, target: Target, req: Request, query: ApiResult<Quer
             Ok(resp)
         }
         Target::Version => plain_doc(&d.version, headers),
+        Target::Metrics => metrics_response(&app.registry).await,
         Target::Health(endpoint, check) => {
             if method != Method::GET && method != Method::HEAD {
                 return Err(ApiError::method_not_allowed(&method, "health"));
@@ -161,6 +169,17 @@ async fn dispatch(app: &App, target: Target, req: Request, query: ApiResult<Quer
             app.health.serve(endpoint, check.as_deref(), req.uri().query()).await
         }
     }
+}
+
+/// `/metrics`: the object count is read now (kube-apiserver polls it; a count from the cache is cheap).
+async fn metrics_response(registry: &Registry) -> ApiResult<Response> {
+    let page = registry.list(ListRequest { limit: Some(1), ..Default::default() }).await?;
+    let objects = page.items.len() as u64 + page.remaining.unwrap_or(0);
+    let resource = crate::metrics::ResourceLabel { resource: format!("{PLURAL}.{GROUP}") };
+    crate::metrics::global().storage_objects.get_or_create(&resource).set(objects as i64);
+    let mut resp = bytes_response(StatusCode::OK, crate::metrics::CONTENT_TYPE, Bytes::from(crate::metrics::encode()));
+    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(resp)
 }
 
 fn plain_doc(doc: &Doc, headers: &HeaderMap) -> ApiResult<Response> {

@@ -7,6 +7,7 @@ pub mod error;
 pub mod filters;
 mod handlers;
 pub mod health;
+mod instrument;
 pub mod negotiate;
 mod render;
 pub mod request;

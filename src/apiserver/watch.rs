@@ -23,8 +23,16 @@ use super::render::{partial_metadata, single_row_table};
 use super::request::{IncludeObject, Query};
 use crate::api::selector::{FieldSelector, Selector};
 use crate::api::validation::FieldError;
-use crate::api::{API_VERSION, KIND};
+use crate::api::{API_VERSION, GROUP, KIND, PLURAL, VERSION};
+use crate::metrics::GroupVersionResource;
 use crate::registry::{Event, Notification, Registry, Revision, WatchRequest as RegistryWatch};
+
+/// `apiserver_watch_events_total` for PodSets.
+static WATCH_EVENTS: std::sync::LazyLock<prometheus_client::metrics::counter::Counter> =
+    std::sync::LazyLock::new(|| {
+        let gvr = GroupVersionResource { group: GROUP.into(), version: VERSION.into(), resource: PLURAL.into() };
+        crate::metrics::global().watch_events.get_or_create(&gvr).clone()
+    });
 
 /// Settings for every watch this server serves.
 #[derive(Clone)]
@@ -62,6 +70,7 @@ struct Encoder {
 
 impl Encoder {
     fn event(&self, ev: &Event) -> Bytes {
+        WATCH_EVENTS.inc();
         let obj = &ev.object;
         let mut buf = BytesMut::with_capacity(obj.bytes().len() + 40);
         buf.put_slice(b"{\"type\":\"");

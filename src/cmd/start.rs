@@ -63,6 +63,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         request_timeout: opts.server_run.request_timeout,
         min_request_timeout: opts.server_run.min_request_timeout(),
     };
+    crate::metrics::register_collector(Box::new(crate::metrics::StoreRevisions(store.clone())));
     let registry = Registry::new(store.clone());
     let addr = opts.serving.address();
     let server = Server::bind(addr, registry.clone(), cfg, shutdown.clone())

@@ -103,7 +103,7 @@ pub async fn run(registry: Registry, client: Client, cfg: ControllerConfig, shut
         client: client.clone(),
         pods,
         expectations: Expectations::new(cfg.expectations_timeout),
-        queue: Arc::new(Queue::default()),
+        queue: Arc::new(Queue::named("podset")),
         recorder: Recorder::new(client.clone(), reporter),
         limiter: std::num::NonZeroU32::new(cfg.qps).map(|qps| {
             let burst = std::num::NonZeroU32::new(cfg.burst.max(cfg.qps)).unwrap_or(qps);

@@ -6,12 +6,14 @@
 
 use std::sync::Arc;
 
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
 use super::is_long_running;
 use crate::apiserver::auth::authz::{Attributes, MASTERS};
 use crate::apiserver::auth::User;
 use crate::apiserver::error::ApiError;
+use crate::metrics::{global, RequestKindLabel};
 
 /// The two pools, as metrics label them (`request_kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,9 +56,32 @@ pub struct MaxInFlight {
     mutating: Option<Pool>,
 }
 
-/// A slot held while a request runs (or nothing, for a request not counted).
+/// A slot held while a request runs (or nothing, for a request not counted); `apiserver_current_inflight_requests`
+/// counts the slots held.
 pub struct InFlight {
     _permit: Option<OwnedSemaphorePermit>,
+    gauge: Option<Gauge>,
+}
+
+impl InFlight {
+    fn none() -> Self {
+        Self { _permit: None, gauge: None }
+    }
+
+    fn held(permit: OwnedSemaphorePermit, kind: RequestKind) -> Self {
+        let label = RequestKindLabel { request_kind: kind.as_str().into() };
+        let gauge = global().current_inflight.get_or_create(&label).clone();
+        gauge.inc();
+        Self { _permit: Some(permit), gauge: Some(gauge) }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(g) = &self.gauge {
+            g.dec();
+        }
+    }
 }
 
 impl MaxInFlight {
@@ -78,14 +103,13 @@ impl MaxInFlight {
 
     /// Takes a slot for a request, or refuses it with 429.
     pub fn admit(&self, info: &Attributes, user: &User) -> Result<InFlight, ApiError> {
-        let Some(pool) = self.pool(RequestKind::of(info)).filter(|_| !is_long_running(info)) else {
-            return Ok(InFlight { _permit: None });
+        let kind = RequestKind::of(info);
+        let Some(pool) = self.pool(kind).filter(|_| !is_long_running(info)) else {
+            return Ok(InFlight::none());
         };
         match pool.slots.clone().try_acquire_owned() {
-            Ok(permit) => Ok(InFlight { _permit: Some(permit) }),
-            Err(TryAcquireError::NoPermits) if user.groups.iter().any(|g| g == MASTERS) => {
-                Ok(InFlight { _permit: None })
-            }
+            Ok(permit) => Ok(InFlight::held(permit, kind)),
+            Err(TryAcquireError::NoPermits) if user.groups.iter().any(|g| g == MASTERS) => Ok(InFlight::none()),
             Err(_) => Err(ApiError::too_many_requests()),
         }
     }
