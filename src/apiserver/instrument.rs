@@ -154,8 +154,9 @@ impl RequestMetrics {
         }
     }
 
-    /// Counts a long-running request in `apiserver_longrunning_requests` while `body` streams.
-    pub fn track_long_running(&self, body: Body) -> Body {
+    /// Counts a long-running request in `apiserver_longrunning_requests` until the guard is dropped (see
+    /// [`hold_while_streaming`]).
+    pub fn long_running(&self) -> impl Send + 'static {
         let l = &self.labels;
         let gauge = global()
             .longrunning
@@ -170,8 +171,13 @@ impl RequestMetrics {
             })
             .clone();
         gauge.inc();
-        Body::new(Tracked { inner: body, _guard: GaugeGuard(gauge) })
+        GaugeGuard(gauge)
     }
+}
+
+/// `body`, keeping `guard` alive until the body has been sent or dropped (a watch's end).
+pub fn hold_while_streaming(body: Body, guard: impl Send + 'static) -> Body {
+    Body::new(Tracked { inner: body, _guard: Box::new(guard) })
 }
 
 /// Decrements its gauge when dropped.
@@ -186,7 +192,7 @@ impl Drop for GaugeGuard {
 /// A response body that holds a guard until it is done or dropped.
 struct Tracked {
     inner: Body,
-    _guard: GaugeGuard,
+    _guard: Box<dyn Send>,
 }
 
 impl HttpBody for Tracked {

@@ -1,6 +1,7 @@
 //! The HTTPS server: rustls (HTTP/2 and HTTP/1.1), delegated authentication and authorization, the axum app,
 //! graceful shutdown.
 
+pub mod audit;
 pub mod auth;
 pub mod discovery;
 pub mod error;
@@ -51,6 +52,8 @@ pub struct ServerConfig {
     pub request_timeout: Duration,
     /// `--min-request-timeout`: watches end after [this, twice this).
     pub min_request_timeout: Duration,
+    /// `--audit-log-path`: an Event line per request.
+    pub audit: Option<audit::AuditLog>,
 }
 
 /// A bound, not yet serving, server.
@@ -82,6 +85,7 @@ impl Server {
             },
             health: cfg.health,
             max_in_flight: cfg.max_in_flight,
+            audit: cfg.audit,
         });
         Ok(Self {
             listener,

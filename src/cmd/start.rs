@@ -18,6 +18,7 @@ use crate::storage::Store;
 pub async fn run(opts: Options) -> anyhow::Result<()> {
     tls::provider();
     opts.server_run.validate()?;
+    let audit = opts.audit.build()?;
     let data_dir = &opts.storage.data_dir;
     std::fs::create_dir_all(data_dir).with_context(|| format!("creating --data-dir {}", data_dir.display()))?;
     let tls = opts.serving.tls_config(data_dir)?;
@@ -62,6 +63,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         ),
         request_timeout: opts.server_run.request_timeout,
         min_request_timeout: opts.server_run.min_request_timeout(),
+        audit,
     };
     crate::metrics::register_collector(Box::new(crate::metrics::StoreRevisions(store.clone())));
     let registry = Registry::new(store.clone());

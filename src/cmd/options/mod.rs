@@ -1,5 +1,6 @@
 //! Flags, named as k8s.io/apiserver names them, one group per concern; each group builds its part of the server.
 
+mod audit;
 mod authentication;
 mod authorization;
 mod controller;
@@ -13,6 +14,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 
+pub use audit::AuditOptions;
 pub use authentication::AuthenticationOptions;
 pub use authorization::AuthorizationOptions;
 pub use controller::ControllerOptions;
@@ -49,6 +51,9 @@ pub struct Options {
 
     #[command(flatten)]
     pub controller: ControllerOptions,
+
+    #[command(flatten)]
+    pub audit: AuditOptions,
 
     /// Kubeconfig of the main API server: for the embedded controller, and for authentication and authorization
     /// unless their own kubeconfig flags say otherwise. In a cluster, the in-cluster config is used.
@@ -132,6 +137,8 @@ mod tests {
             "--leader-elect=false",
             "--request-timeout=30s",
             "--max-mutating-requests-inflight=7",
+            "--audit-log-path=-",
+            "--audit-log-maxsize=100",
         ])
         .unwrap();
         assert_eq!(o.serving.secure_port, 0);
@@ -143,6 +150,8 @@ mod tests {
         assert_eq!(o.server_run.request_timeout, Duration::from_secs(30));
         assert_eq!((o.server_run.max_requests_inflight, o.server_run.max_mutating_requests_inflight), (400, 7));
         assert_eq!(o.server_run.min_request_timeout(), Duration::from_secs(1800));
+        assert_eq!(o.audit.audit_log_path.as_deref(), Some(Path::new("-")));
+        assert_eq!((o.audit.audit_log_maxsize, o.audit.audit_log_maxbackup, o.audit.audit_log_maxage), (100, 0, 0));
         assert!(Options::try_parse_from(["podset-apiserver", "--tls-cert-file=a.crt"]).is_err(), "key required too");
     }
 }
