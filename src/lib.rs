@@ -7,5 +7,6 @@ pub mod cmd;
 pub mod controller;
 #[cfg(feature = "envtest")]
 pub mod envtest;
+pub mod metrics;
 pub mod registry;
 pub mod storage;

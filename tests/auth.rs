@@ -85,6 +85,25 @@ fn delegated_authentication_and_authorization() {
             assert_eq!(body["details"]["name"], "web");
             assert!(c.kubectl(&["get", "ps", "web"]).contains("web"), "the denied delete deleted");
 
+            // /metrics is a non-resource URL: bob may read it once bound to deploy/metrics-reader.yaml's ClusterRole.
+            let (code, body) = call(&via_proxy, "GET", "/metrics", &as_user("bob")).await;
+            assert_eq!(code, 403, "{body}");
+            assert_eq!(body["message"], r#"forbidden: User "bob" cannot get path "/metrics""#);
+            c.apply_text("metrics-reader.yaml", include_str!("../deploy/metrics-reader.yaml"));
+            c.kubectl(&[
+                "create",
+                "clusterrolebinding",
+                "bob-metrics",
+                "--clusterrole=podset-apiserver-metrics-reader",
+                "--user=bob",
+            ]);
+            wait(
+                Duration::from_secs(30),
+                || async { call(&via_proxy, "GET", "/metrics", &as_user("bob")).await.0 == 200 },
+                "bob to read /metrics once bound to the metrics-reader ClusterRole",
+            )
+            .await;
+
             // A ServiceAccount token, used directly: TokenReview, then SubjectAccessReview.
             c.kubectl(&["create", "serviceaccount", "reader", "-n", "default"]);
             c.kubectl(&["create", "rolebinding", "reader", "--clusterrole=podsets-view", "--serviceaccount=default:reader"]);

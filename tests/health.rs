@@ -1,5 +1,6 @@
-//! Named health checks over HTTP, and a store on a disk that fills up: `/readyz` says it cannot write, and once
-//! space is freed the same process writes again, with nothing acknowledged lost.
+//! Named health checks over HTTP; SIGTERM failing `/readyz` while the server still serves for
+//! `--shutdown-delay-duration`; and a store on a disk that fills up: `/readyz` says it cannot write, and once space
+//! is freed the same process writes again, with nothing acknowledged lost.
 
 mod common;
 
@@ -28,13 +29,78 @@ async fn create(client: &kube::Client, name: &str, pad: &str) -> (u16, serde_jso
 async fn named_checks_verbose_and_single() {
     let server = TestServer::start(&[]);
     let client = server.client();
-    assert_eq!(get(&client, "/readyz?verbose").await, (200, "[+]storage ok\nreadyz check passed\n".into()));
-    assert_eq!(get(&client, "/livez?verbose").await, (200, "[+]storage ok\nlivez check passed\n".into()));
-    assert_eq!(get(&client, "/healthz").await, (200, "ok".into()));
-    assert_eq!(get(&client, "/readyz/storage").await, (200, "ok".into()));
+    assert_eq!(
+        get(&client, "/readyz?verbose").await,
+        (
+            200,
+            "[+]ping ok\n[+]storage ok\n[+]informer-sync ok\n[+]delegation ok\n[+]shutdown ok\nreadyz check passed\n"
+                .into()
+        )
+    );
+    assert_eq!(get(&client, "/livez?verbose").await, (200, "[+]ping ok\n[+]storage ok\nlivez check passed\n".into()));
+    assert_eq!(
+        get(&client, "/healthz?verbose").await,
+        (200, "[+]ping ok\n[+]storage ok\nhealthz check passed\n".into())
+    );
+    for check in ["/readyz/ping", "/readyz/storage", "/readyz/informer-sync", "/readyz/delegation", "/readyz/shutdown"]
+    {
+        assert_eq!(get(&client, check).await, (200, "ok".into()), "{check}");
+    }
     assert_eq!(get(&client, "/livez/storage").await, (200, "ok".into()));
+    assert_eq!(get(&client, "/livez/shutdown").await.0, 404, "shutdown is a readiness check only");
+    assert_eq!(
+        get(&client, "/readyz?verbose&exclude=shutdown&exclude=ping").await,
+        (
+            200,
+            "[+]ping excluded: ok\n[+]storage ok\n[+]informer-sync ok\n[+]delegation ok\n[+]shutdown excluded: ok\n\
+             readyz check passed\n"
+                .into()
+        )
+    );
     let (status, body) = get(&client, "/readyz/nope").await;
     assert_eq!((status, json(&body.into())["kind"].as_str()), (404, Some("Status")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_fails_readyz_at_once_and_serves_through_the_shutdown_delay() {
+    let mut server = TestServer::start(&["--shutdown-delay-duration=10s"]);
+    let client = server.client();
+    assert_eq!(get(&client, "/readyz/shutdown").await, (200, "ok".into()));
+    let mut child = server.child.take().expect("running");
+    let term = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(term.success());
+
+    // The signal is handled asynchronously: wait for /readyz to turn, then check everything else still works.
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let body = loop {
+        let (status, body) = get(&client, "/readyz").await;
+        if status == 500 {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "/readyz still {status} after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(body.contains("[-]shutdown failed: reason withheld\n"), "{body}");
+    assert!(body.contains("[+]storage ok\n"), "only the shutdown check fails: {body}");
+    assert_eq!(
+        get(&client, "/readyz/shutdown").await,
+        (500, "internal server error: process is shutting down\n".into())
+    );
+    assert_eq!(get(&client, "/livez").await, (200, "ok".into()), "alive: only readiness reflects the shutdown");
+    assert_eq!(create(&client, "during-the-delay", "").await.0, 201, "requests are still served during the delay");
+    assert_eq!(get(&client, &format!("{PODSETS}/during-the-delay")).await.0, 200);
+
+    drop(client);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the server did not stop after the shutdown delay");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(status.success(), "clean exit: {status:?}\n{}", server.logs());
+    assert!(server.log_contains("signal received"), "{}", server.logs());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -66,7 +132,14 @@ async fn full_disk_fails_readyz_and_recovers_in_place() {
     assert_eq!((status, body["kind"].as_str(), body["code"].as_u64()), (500, Some("Status"), Some(500)), "{body}");
 
     let (status, body) = get(&client, "/readyz?verbose").await;
-    assert_eq!((status, body.as_str()), (500, "[-]storage failed: reason withheld\nreadyz check failed\n"));
+    assert_eq!(
+        (status, body.as_str()),
+        (
+            500,
+            "[+]ping ok\n[-]storage failed: reason withheld\n[+]informer-sync ok\n[+]delegation ok\n[+]shutdown ok\n\
+             readyz check failed\n"
+        )
+    );
     let (status, body) = get(&client, "/readyz/storage").await;
     assert!(status == 500 && body.starts_with("internal server error: "), "{status} {body}");
     assert_eq!(get(&client, "/livez").await, (200, "ok".into()), "recoverable in place: no restart wanted");

@@ -181,6 +181,18 @@ impl ApiError {
         e
     }
 
+    /// `apierrors.NewTooManyRequests`, as the max-in-flight filter answers: retry after a second.
+    pub fn too_many_requests() -> Self {
+        let mut e = Self::new(429, "TooManyRequests", "Too many requests, please try again later.");
+        e.status.details = Some(StatusDetails { retry_after_seconds: 1, ..status_details("", "", "", Vec::new()) });
+        e
+    }
+
+    /// `apierrors.NewTimeoutError(message, 0)`: the server gave up waiting for the answer.
+    pub fn timeout(message: &str) -> Self {
+        Self::new(504, "Timeout", format!("Timeout: {message}"))
+    }
+
     pub fn service_unavailable(message: impl Into<String>) -> Self {
         Self::new(503, "ServiceUnavailable", message)
     }

@@ -12,17 +12,20 @@ use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::Value;
 
-use super::auth::{Authenticator, Authorizer, ConnInfo};
+use super::audit;
+use super::auth::{Authenticator, Authorizer, ConnInfo, User};
 use super::discovery::{Discovery, Doc};
 use super::error::{ApiError, ApiResult};
+use super::filters::{request_info, MaxInFlight};
 use super::health::HealthChecks;
+use super::instrument::{hold_while_streaming, RequestMetrics};
 use super::negotiate::{body_format, negotiate, BodyFormat, Output, APIS, OBJECTS, PLAIN};
 use super::render::{bytes_response, list_response, object_response, value_response, with_warnings, JSON};
 use super::request::{Query, ResourceRequest, Subresource, Target, Verb};
 use super::watch::{self, WatchConfig, WatchRequest};
 use crate::api::selector::{FieldSelector, Selector};
 use crate::api::validation::{ErrorType, FieldError};
-use crate::api::LIST_KIND;
+use crate::api::{GROUP, LIST_KIND, PLURAL};
 use crate::registry::{
     json_object, yaml_object, DeleteOptions, ListRequest, Part, PatchType, PodSetKey, Registry, ScaleChange,
     WriteOptions,
@@ -40,6 +43,8 @@ pub struct App {
     pub discovery: Discovery,
     pub watch: WatchConfig,
     pub health: HealthChecks,
+    pub max_in_flight: MaxInFlight,
+    pub audit: Option<audit::AuditLog>,
 }
 
 pub async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
@@ -47,15 +52,47 @@ pub async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
     let method = req.method().clone();
     let uri = req.uri().clone();
     let conn = req.extensions().get::<ConnInfo>().cloned();
-    let (resp, user) = match serve(&app, req, conn.as_ref()).await {
-        Ok(r) => r,
-        Err((e, user)) => (e.into_response(), user),
+    let metrics = RequestMetrics::new(&method, &uri, req.headers());
+    let mut audit = app.audit.as_ref().map(|_| {
+        let remote = conn.as_ref().map(|c| c.remote.ip());
+        audit::Event::received(&method, &uri, req.headers(), remote, chrono::Utc::now())
+    });
+    let (mut resp, user, failure) = match serve(&app, req, conn.as_ref()).await {
+        Ok((r, user)) => (r, user, None),
+        Err((e, user)) => {
+            let failure = (e.reason().to_owned(), e.status.message.clone());
+            (e.into_response(), user, Some(failure))
+        }
     };
+    let code = resp.status().as_u16();
+    metrics.record(code, started.elapsed());
+    if let Some(ev) = audit.as_mut() {
+        if let Some(u) = &user {
+            ev.set_user(u);
+        }
+        ev.set_response(code, failure);
+    }
+    let watching = metrics.is_watch() && resp.status().is_success();
+    match (&app.audit, audit) {
+        // A watch is audited when its response starts and again when it ends, as kube-apiserver does.
+        (Some(log), Some(ev)) if watching => {
+            log.log(ev.at_stage("ResponseStarted"));
+            let done = WatchEnd { log: log.clone(), event: ev };
+            let body = std::mem::take(resp.body_mut());
+            *resp.body_mut() = hold_while_streaming(body, (metrics.long_running(), done));
+        }
+        (Some(log), Some(ev)) => log.log(ev.at_stage("ResponseComplete")),
+        _ if watching => {
+            let body = std::mem::take(resp.body_mut());
+            *resp.body_mut() = hold_while_streaming(body, metrics.long_running());
+        }
+        _ => {}
+    }
     tracing::info!(
         target: "podset_apiserver::http",
         method = %method,
         uri = %uri,
-        user = user.as_deref().unwrap_or(""),
+        user = user.as_ref().map(|u| u.name.as_str()).unwrap_or(""),
         remote = conn.as_ref().map(|c| c.remote.to_string()).unwrap_or_default(),
         status = resp.status().as_u16(),
         latency_us = started.elapsed().as_micros() as u64,
@@ -64,16 +101,32 @@ pub async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
     resp
 }
 
-type Served = Result<(Response, Option<String>), (ApiError, Option<String>)>;
+/// The answer or the failure, and who asked (if they were authenticated).
+type Served = Result<(Response, Option<User>), (ApiError, Option<User>)>;
+
+/// Writes a watch's `ResponseComplete` audit event when its body is done.
+struct WatchEnd {
+    log: audit::AuditLog,
+    event: audit::Event,
+}
+
+impl Drop for WatchEnd {
+    fn drop(&mut self) {
+        self.log.log(self.event.at_stage("ResponseComplete"));
+    }
+}
 
 async fn serve(app: &App, mut req: Request, conn: Option<&ConnInfo>) -> Served {
     let conn = conn.ok_or_else(|| (ApiError::unauthorized(), None))?;
     let user = app.authenticator.authenticate(conn, req.headers_mut()).await.map_err(|e| (e, None))?;
-    let name = Some(user.name.clone());
+    let name = Some(user.clone());
     // kube-apiserver impersonates before proxying; a direct request must not think it acted as someone else.
     if req.headers().keys().any(|k| k.as_str().starts_with("impersonate-")) {
         return Err((ApiError::impersonation_unsupported(), name));
     }
+    // After identity, before permission, as kube-apiserver's filter chain: masters are never refused.
+    let info = request_info(req.method(), req.uri().path(), req.uri().query());
+    let _in_flight = app.max_in_flight.admit(&info, &user).map_err(|e| (e, name.clone()))?;
     // Parsed once: authorization must read the query exactly as the handler will (a 400 comes after it).
     let query = Query::parse(req.uri().query());
     if let Err(e) = app.authorizer.authorize(&user, req.method(), req.uri().path(), query.as_ref().ok()).await {
@@ -149,6 +202,7 @@ async fn dispatch(app: &App, target: Target, req: Request, query: ApiResult<Quer
             Ok(resp)
         }
         Target::Version => plain_doc(&d.version, headers),
+        Target::Metrics => metrics_response(&app.registry).await,
         Target::Health(endpoint, check) => {
             if method != Method::GET && method != Method::HEAD {
                 return Err(ApiError::method_not_allowed(&method, "health"));
@@ -156,6 +210,17 @@ async fn dispatch(app: &App, target: Target, req: Request, query: ApiResult<Quer
             app.health.serve(endpoint, check.as_deref(), req.uri().query()).await
         }
     }
+}
+
+/// `/metrics`: the object count is read now (kube-apiserver polls it; a count from the cache is cheap).
+async fn metrics_response(registry: &Registry) -> ApiResult<Response> {
+    let page = registry.list(ListRequest { limit: Some(1), ..Default::default() }).await?;
+    let objects = page.items.len() as u64 + page.remaining.unwrap_or(0);
+    let resource = crate::metrics::ResourceLabel { resource: format!("{PLURAL}.{GROUP}") };
+    crate::metrics::global().storage_objects.get_or_create(&resource).set(objects as i64);
+    let mut resp = bytes_response(StatusCode::OK, crate::metrics::CONTENT_TYPE, Bytes::from(crate::metrics::encode()));
+    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(resp)
 }
 
 fn plain_doc(doc: &Doc, headers: &HeaderMap) -> ApiResult<Response> {

@@ -1,11 +1,14 @@
 //! The HTTPS server: rustls (HTTP/2 and HTTP/1.1), delegated authentication and authorization, the axum app,
 //! graceful shutdown.
 
+pub mod audit;
 pub mod auth;
 pub mod discovery;
 pub mod error;
+pub mod filters;
 mod handlers;
 pub mod health;
+mod instrument;
 pub mod negotiate;
 mod render;
 pub mod request;
@@ -43,6 +46,14 @@ pub struct ServerConfig {
     /// How long in-flight requests may take to finish after shutdown starts.
     pub shutdown_grace: Duration,
     pub health: health::HealthChecks,
+    /// `--max-requests-inflight`, `--max-mutating-requests-inflight`.
+    pub max_in_flight: filters::MaxInFlight,
+    /// `--request-timeout`: longer-running requests (but watches) get 504.
+    pub request_timeout: Duration,
+    /// `--min-request-timeout`: watches end after [this, twice this).
+    pub min_request_timeout: Duration,
+    /// `--audit-log-path`: an Event line per request.
+    pub audit: Option<audit::AuditLog>,
 }
 
 /// A bound, not yet serving, server.
@@ -51,6 +62,7 @@ pub struct Server {
     app: Arc<App>,
     acceptor: TlsAcceptor,
     shutdown_grace: Duration,
+    request_timeout: Duration,
 }
 
 impl Server {
@@ -66,10 +78,22 @@ impl Server {
             authenticator: cfg.authenticator,
             authorizer: cfg.authorizer,
             discovery: discovery::Discovery::build(),
-            watch: WatchConfig { bookmark_interval: cfg.bookmark_interval, shutdown },
+            watch: WatchConfig {
+                bookmark_interval: cfg.bookmark_interval,
+                min_request_timeout: cfg.min_request_timeout,
+                shutdown,
+            },
             health: cfg.health,
+            max_in_flight: cfg.max_in_flight,
+            audit: cfg.audit,
         });
-        Ok(Self { listener, app, acceptor: TlsAcceptor::from(Arc::new(cfg.tls)), shutdown_grace: cfg.shutdown_grace })
+        Ok(Self {
+            listener,
+            app,
+            acceptor: TlsAcceptor::from(Arc::new(cfg.tls)),
+            shutdown_grace: cfg.shutdown_grace,
+            request_timeout: cfg.request_timeout,
+        })
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -78,7 +102,10 @@ impl Server {
 
     /// Serves until the shutdown token fires, then lets in-flight requests finish (watches end at once).
     pub async fn serve(self) {
-        let router = Router::new().fallback(handlers::handle).with_state(self.app.clone());
+        let router = Router::new()
+            .fallback(handlers::handle)
+            .with_state(self.app.clone())
+            .layer(filters::RequestTimeoutLayer::new(self.request_timeout));
         let graceful = GracefulShutdown::new();
         let shutdown = self.app.watch.shutdown.clone();
         loop {

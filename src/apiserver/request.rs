@@ -27,6 +27,8 @@ pub enum Target {
     OpenApiV3Root,
     OpenApiV3GroupVersion,
     Version,
+    /// `/metrics`
+    Metrics,
     /// `/healthz`, `/livez`, `/readyz`, maybe with one check's name.
     Health(Endpoint, Option<String>),
     Resource(ResourceRequest),
@@ -59,6 +61,7 @@ impl Target {
             ["openapi", "v3"] => Target::OpenApiV3Root,
             ["openapi", "v3", "apis", g, v] if *g == GROUP && *v == VERSION => Target::OpenApiV3GroupVersion,
             ["version"] => Target::Version,
+            ["metrics"] => Target::Metrics,
             _ => Target::Unknown,
         })
     }

@@ -23,14 +23,35 @@ use super::render::{partial_metadata, single_row_table};
 use super::request::{IncludeObject, Query};
 use crate::api::selector::{FieldSelector, Selector};
 use crate::api::validation::FieldError;
-use crate::api::{API_VERSION, KIND};
+use crate::api::{API_VERSION, GROUP, KIND, PLURAL, VERSION};
+use crate::metrics::GroupVersionResource;
 use crate::registry::{Event, Notification, Registry, Revision, WatchRequest as RegistryWatch};
+
+/// `apiserver_watch_events_total` for PodSets.
+static WATCH_EVENTS: std::sync::LazyLock<prometheus_client::metrics::counter::Counter> =
+    std::sync::LazyLock::new(|| {
+        let gvr = GroupVersionResource { group: GROUP.into(), version: VERSION.into(), resource: PLURAL.into() };
+        crate::metrics::global().watch_events.get_or_create(&gvr).clone()
+    });
 
 /// Settings for every watch this server serves.
 #[derive(Clone)]
 pub struct WatchConfig {
     pub bookmark_interval: Duration,
+    /// `--min-request-timeout`: a watch without `timeoutSeconds` ends after a random time in [this, twice this).
+    pub min_request_timeout: Duration,
     pub shutdown: CancellationToken,
+}
+
+impl WatchConfig {
+    /// How long a watch runs: what it asked for, else spread over [t, 2t) as kube-apiserver does, so clients that
+    /// connected together (after a restart, say) do not all reconnect together.
+    fn timeout(&self, timeout_seconds: Option<u64>) -> Duration {
+        match timeout_seconds {
+            Some(s) => Duration::from_secs(s),
+            None => self.min_request_timeout.mul_f64(1.0 + rand::rng().random::<f64>()),
+        }
+    }
 }
 
 /// One watch request, parsed.
@@ -49,6 +70,7 @@ struct Encoder {
 
 impl Encoder {
     fn event(&self, ev: &Event) -> Bytes {
+        WATCH_EVENTS.inc();
         let obj = &ev.object;
         let mut buf = BytesMut::with_capacity(obj.bytes().len() + 40);
         buf.put_slice(b"{\"type\":\"");
@@ -162,11 +184,7 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
     }
     let mut events = watch.events;
 
-    let timeout = match q.timeout_seconds {
-        Some(s) => Duration::from_secs(s),
-        // kube-apiserver spreads unbounded watches over [30, 60) minutes.
-        None => Duration::from_secs(rand::rng().random_range(1800..3600)),
-    };
+    let timeout = cfg.timeout(q.timeout_seconds);
     let bookmarks = q.allow_watch_bookmarks;
     let cfg = cfg.clone();
 
@@ -209,4 +227,23 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
         }
     });
     Ok(response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unbounded_watches_end_at_a_random_time_between_t_and_2t() {
+        let cfg = WatchConfig {
+            bookmark_interval: Duration::from_secs(60),
+            min_request_timeout: Duration::from_secs(1800),
+            shutdown: CancellationToken::new(),
+        };
+        let spread: Vec<Duration> = (0..200).map(|_| cfg.timeout(None)).collect();
+        assert!(spread.iter().all(|t| (Duration::from_secs(1800)..Duration::from_secs(3600)).contains(t)));
+        let distinct: std::collections::HashSet<_> = spread.iter().collect();
+        assert!(distinct.len() > 100, "spread out, not one value");
+        assert_eq!(cfg.timeout(Some(5)), Duration::from_secs(5), "timeoutSeconds is taken as asked");
+    }
 }

@@ -7,7 +7,9 @@ use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
 use super::options::{client_from, in_cluster, Options};
-use crate::apiserver::health::{named_check, Endpoint, HealthChecks};
+use crate::apiserver::auth::DynamicTrust;
+use crate::apiserver::filters::MaxInFlight;
+use crate::apiserver::health::{self, named_check, Endpoint, HealthChecks, InformerSync};
 use crate::apiserver::{tls, Server, ServerConfig};
 use crate::registry::Registry;
 use crate::storage::Store;
@@ -15,6 +17,8 @@ use crate::storage::Store;
 /// Runs the server until SIGTERM or SIGINT.
 pub async fn run(opts: Options) -> anyhow::Result<()> {
     tls::provider();
+    opts.server_run.validate()?;
+    let audit = opts.audit.build()?;
     let data_dir = &opts.storage.data_dir;
     std::fs::create_dir_all(data_dir).with_context(|| format!("creating --data-dir {}", data_dir.display()))?;
     let tls = opts.serving.tls_config(data_dir)?;
@@ -43,14 +47,25 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         refuse_if_pods_are_orphaned(client, data_dir).await?;
     }
 
+    let informers = InformerSync::default();
+    // SIGTERM fails /readyz at once; serving stops only after --shutdown-delay-duration.
+    let shutdown_initiated = CancellationToken::new();
     let cfg = ServerConfig {
-        health: storage_health_checks(&store),
+        health: health_checks(&store, &authenticator.trust, &informers, &shutdown_initiated),
         tls,
         authenticator,
         authorizer,
         bookmark_interval: opts.serving.bookmark_interval(),
         shutdown_grace: opts.serving.shutdown_grace(),
+        max_in_flight: MaxInFlight::new(
+            opts.server_run.max_requests_inflight,
+            opts.server_run.max_mutating_requests_inflight,
+        ),
+        request_timeout: opts.server_run.request_timeout,
+        min_request_timeout: opts.server_run.min_request_timeout(),
+        audit,
     };
+    crate::metrics::register_collector(Box::new(crate::metrics::StoreRevisions(store.clone())));
     let registry = Registry::new(store.clone());
     let addr = opts.serving.address();
     let server = Server::bind(addr, registry.clone(), cfg, shutdown.clone())
@@ -59,13 +74,17 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     tracing::info!(address = %server.local_addr()?, "serving demo.k8s.io/v1alpha1 over HTTPS");
 
     if let Some(client) = controller_client {
-        opts.controller.spawn(registry, client, shutdown.clone());
+        opts.controller.spawn(registry, client, informers, shutdown.clone());
     }
 
     let signal = shutdown.clone();
+    let delay = opts.server_run.shutdown_delay_duration;
     tokio::spawn(async move {
         wait_for_signal().await;
-        tracing::info!("signal received, shutting down");
+        tracing::info!(?delay, "signal received: /readyz fails from now on, serving stops after the shutdown delay");
+        shutdown_initiated.cancel();
+        tokio::time::sleep(delay).await;
+        tracing::info!("shutting down");
         signal.cancel();
     });
     server.serve().await;
@@ -110,9 +129,16 @@ async fn refuse_if_pods_are_orphaned(client: &kube::Client, data_dir: &std::path
     }
 }
 
-/// `storage` on /readyz (and /healthz): the store takes writes now, or has just recovered. On /livez: it can
-/// still recover in place; when it cannot, the kubelet restarts the pod.
-fn storage_health_checks(store: &Arc<dyn Store>) -> HealthChecks {
+/// The named checks, as k8s.io/apiserver arranges them: `ping` and `storage` everywhere; on /readyz also
+/// `informer-sync` (the controller's caches), `delegation` (trust anchors loaded) and, last, `shutdown`.
+/// `storage` on /readyz (and /healthz): the store takes writes now, or has just recovered. On /livez: it can still
+/// recover in place; when it cannot, the kubelet restarts the pod.
+fn health_checks(
+    store: &Arc<dyn Store>,
+    trust: &Arc<DynamicTrust>,
+    informers: &InformerSync,
+    shutdown_initiated: &CancellationToken,
+) -> HealthChecks {
     let mut checks = HealthChecks::default();
     let writable = |store: Arc<dyn Store>| {
         named_check("storage", move || {
@@ -121,10 +147,27 @@ fn storage_health_checks(store: &Arc<dyn Store>) -> HealthChecks {
         })
     };
     let alive = store.clone();
-    checks.add(Endpoint::Healthz, writable(store.clone())).add(Endpoint::Readyz, writable(store.clone())).add(
-        Endpoint::Livez,
-        named_check("storage", move || std::future::ready(alive.check_alive().map_err(|e| e.to_string()))),
-    );
+    let trust = trust.clone();
+    let delegation = named_check("delegation", move || {
+        std::future::ready(if trust.is_loaded() {
+            Ok(())
+        } else {
+            Err("the trust anchors from kube-system/extension-apiserver-authentication have not been read yet".into())
+        })
+    });
+    checks
+        .add(Endpoint::Healthz, health::ping())
+        .add(Endpoint::Healthz, writable(store.clone()))
+        .add(Endpoint::Livez, health::ping())
+        .add(
+            Endpoint::Livez,
+            named_check("storage", move || std::future::ready(alive.check_alive().map_err(|e| e.to_string()))),
+        )
+        .add(Endpoint::Readyz, health::ping())
+        .add(Endpoint::Readyz, writable(store.clone()))
+        .add(Endpoint::Readyz, informers.health_check())
+        .add(Endpoint::Readyz, delegation)
+        .add(Endpoint::Readyz, health::shutdown(shutdown_initiated.clone()));
     checks
 }
 

@@ -97,6 +97,10 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
+    // `leader_election_master_status{name}`, as client-go's leaderelection reports it.
+    let status =
+        crate::metrics::global().leader.get_or_create(&crate::metrics::NameLabel { name: cfg.name.clone() }).clone();
+    status.set(0);
     loop {
         tracing::info!(lease = %format!("{}/{}", cfg.namespace, cfg.name), identity = %cfg.identity, "waiting to become leader");
         loop {
@@ -111,6 +115,7 @@ where
             }
         }
         tracing::info!(identity = %cfg.identity, "became leader");
+        status.set(1);
         let term = shutdown.child_token();
         let running = tokio::spawn(lead(term.clone()));
         let mut renewed = Instant::now();
@@ -119,6 +124,7 @@ where
                 _ = shutdown.cancelled() => {
                     term.cancel();
                     let _ = running.await;
+                    status.set(0);
                     return;
                 }
                 _ = tokio::time::sleep(cfg.retry_period) => {}
@@ -137,6 +143,7 @@ where
             }
         }
         tracing::warn!("lost leadership: stopping the controller");
+        status.set(0);
         term.cancel();
         let _ = running.await;
     }

@@ -26,6 +26,7 @@ pub use expectations::Expectations;
 pub use queue::Queue;
 
 use crate::api::{API_VERSION, KIND};
+use crate::apiserver::health::{InformerHandle, InformerSync};
 use crate::registry::{ListRequest, Notification, PodSetKey, Registry, WatchRequest};
 
 /// Controller settings.
@@ -45,6 +46,8 @@ pub struct ControllerConfig {
     pub burst: u32,
     /// Only Pods matching this label selector are watched (empty: all Pods, so any orphan can be adopted).
     pub pod_selector: Option<String>,
+    /// Where the controller's caches report their first sync (`/readyz/informer-sync`).
+    pub informers: InformerSync,
 }
 
 impl Default for ControllerConfig {
@@ -57,6 +60,7 @@ impl Default for ControllerConfig {
             qps: 500,
             burst: 1000,
             pod_selector: None,
+            informers: InformerSync::default(),
         }
     }
 }
@@ -99,7 +103,7 @@ pub async fn run(registry: Registry, client: Client, cfg: ControllerConfig, shut
         client: client.clone(),
         pods,
         expectations: Expectations::new(cfg.expectations_timeout),
-        queue: Arc::new(Queue::default()),
+        queue: Arc::new(Queue::named("podset")),
         recorder: Recorder::new(client.clone(), reporter),
         limiter: std::num::NonZeroU32::new(cfg.qps).map(|qps| {
             let burst = std::num::NonZeroU32::new(cfg.burst.max(cfg.qps)).unwrap_or(qps);
@@ -108,8 +112,10 @@ pub async fn run(registry: Registry, client: Client, cfg: ControllerConfig, shut
         cfg,
     });
 
-    let pod_events = tokio::spawn(watch_pods(ctx.clone(), Api::<Pod>::all(client), writer));
-    let podset_events = tokio::spawn(watch_podsets(ctx.clone()));
+    // Registered here and dropped with their tasks: a controller that stops no longer holds readiness back.
+    let (pods_synced, podsets_synced) = (ctx.cfg.informers.register("pods"), ctx.cfg.informers.register("podsets"));
+    let pod_events = tokio::spawn(watch_pods(ctx.clone(), Api::<Pod>::all(client), writer, pods_synced));
+    let podset_events = tokio::spawn(watch_podsets(ctx.clone(), podsets_synced));
     let resync = tokio::spawn(resync(ctx.clone()));
     let workers: Vec<_> = (0..ctx.cfg.workers.max(1)).map(|_| tokio::spawn(worker(ctx.clone()))).collect();
     tracing::info!(workers = ctx.cfg.workers, "controller started");
@@ -149,7 +155,7 @@ async fn resync(ctx: Arc<Context>) {
 }
 
 /// PodSet changes through the registry: list, then watch from the list's revision; relist if the watch expires.
-async fn watch_podsets(ctx: Arc<Context>) {
+async fn watch_podsets(ctx: Arc<Context>, synced: InformerHandle) {
     loop {
         let list = match ctx.registry.list(ListRequest::default()).await {
             Ok(l) => l,
@@ -162,6 +168,7 @@ async fn watch_podsets(ctx: Arc<Context>) {
         for o in &list.items {
             ctx.queue.add(&o.key());
         }
+        synced.synced();
         let watch = WatchRequest { resource_version: Some(list.revision), ..Default::default() };
         let mut events = match ctx.registry.watch(watch).await {
             Ok(w) => w.events,
@@ -184,7 +191,7 @@ async fn watch_podsets(ctx: Arc<Context>) {
 }
 
 /// The Pod reflector: keeps the cache, observes expectations, and enqueues the PodSets a Pod change concerns.
-async fn watch_pods(ctx: Arc<Context>, api: Api<Pod>, writer: reflector::store::Writer<Pod>) {
+async fn watch_pods(ctx: Arc<Context>, api: Api<Pod>, writer: reflector::store::Writer<Pod>, synced: InformerHandle) {
     let mut config = watcher::Config::default();
     if let Some(sel) = &ctx.cfg.pod_selector {
         config = config.labels(sel);
@@ -225,7 +232,8 @@ async fn watch_pods(ctx: Arc<Context>, api: Api<Pod>, writer: reflector::store::
                     ctx.queue.add(&k);
                 }
             }
-            Event::Init | Event::InitDone => {}
+            Event::InitDone => synced.synced(),
+            Event::Init => {}
         }
     }
 }

@@ -1,24 +1,57 @@
 //! A work queue of keys (PodSets') with client-go's guarantees: a key waits at most once, is never processed by two
 //! workers at a time, and a key added while processed runs again after; failures requeue with exponential backoff.
+//! A named queue exports client-go's `workqueue_*{name}` metrics.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::Notify;
+
+use crate::metrics::{global, NameLabel};
 
 struct State<K> {
     queue: VecDeque<K>,
     dirty: HashSet<K>,
     processing: HashSet<K>,
     failures: HashMap<K, u32>,
+    /// When each queued key was queued, and each processing key taken (for the durations).
+    queued_at: HashMap<K, Instant>,
+    started_at: HashMap<K, Instant>,
+}
+
+/// This queue's series of client-go's workqueue metrics.
+struct QueueMetrics {
+    depth: Gauge,
+    adds: Counter,
+    retries: Counter,
+    queue_duration: Histogram,
+    work_duration: Histogram,
+}
+
+impl QueueMetrics {
+    fn new(name: &str) -> Self {
+        let q = &global().workqueue;
+        let l = NameLabel { name: name.to_owned() };
+        Self {
+            depth: q.depth.get_or_create(&l).clone(),
+            adds: q.adds.get_or_create(&l).clone(),
+            retries: q.retries.get_or_create(&l).clone(),
+            queue_duration: q.queue_duration.get_or_create(&l).clone(),
+            work_duration: q.work_duration.get_or_create(&l).clone(),
+        }
+    }
 }
 
 pub struct Queue<K> {
     state: Mutex<State<K>>,
     notify: Notify,
+    metrics: Option<QueueMetrics>,
 }
 
 impl<K> Default for Queue<K> {
@@ -28,8 +61,17 @@ impl<K> Default for Queue<K> {
             dirty: HashSet::new(),
             processing: HashSet::new(),
             failures: HashMap::new(),
+            queued_at: HashMap::new(),
+            started_at: HashMap::new(),
         };
-        Self { state: Mutex::new(state), notify: Notify::new() }
+        Self { state: Mutex::new(state), notify: Notify::new(), metrics: None }
+    }
+}
+
+impl<K> Queue<K> {
+    /// A queue whose metrics carry `name` (kube-controller-manager names its queues after their controller).
+    pub fn named(name: &str) -> Self {
+        Self { metrics: Some(QueueMetrics::new(name)), ..Self::default() }
     }
 }
 
@@ -42,10 +84,21 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Queue<K> {
         if !s.dirty.insert(key.clone()) {
             return;
         }
+        if let Some(m) = &self.metrics {
+            m.adds.inc();
+        }
         if !s.processing.contains(key) {
-            s.queue.push_back(key.clone());
+            self.push(&mut s, key);
             drop(s);
             self.notify.notify_one();
+        }
+    }
+
+    fn push(&self, s: &mut State<K>, key: &K) {
+        s.queue.push_back(key.clone());
+        if let Some(m) = &self.metrics {
+            m.depth.inc();
+            s.queued_at.insert(key.clone(), Instant::now());
         }
     }
 
@@ -61,6 +114,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Queue<K> {
     pub fn add_rate_limited(self: &Arc<Self>, key: &K) {
         let delay = {
             let mut s = self.state.lock();
+            if let Some(m) = &self.metrics {
+                m.retries.inc();
+            }
             let n = s.failures.entry(key.clone()).or_default();
             *n += 1;
             BASE_DELAY.saturating_mul(2u32.saturating_pow((*n - 1).min(20))).min(MAX_DELAY)
@@ -81,6 +137,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Queue<K> {
                 if let Some(key) = s.queue.pop_front() {
                     s.dirty.remove(&key);
                     s.processing.insert(key.clone());
+                    if let Some(m) = &self.metrics {
+                        m.depth.dec();
+                        if let Some(at) = s.queued_at.remove(&key) {
+                            m.queue_duration.observe(at.elapsed().as_secs_f64());
+                        }
+                        s.started_at.insert(key.clone(), Instant::now());
+                    }
                     if !s.queue.is_empty() {
                         self.notify.notify_one();
                     }
@@ -94,8 +157,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Queue<K> {
     pub fn done(&self, key: &K) {
         let mut s = self.state.lock();
         s.processing.remove(key);
+        if let Some(m) = &self.metrics {
+            if let Some(at) = s.started_at.remove(key) {
+                m.work_duration.observe(at.elapsed().as_secs_f64());
+            }
+        }
         if s.dirty.contains(key) {
-            s.queue.push_back(key.clone());
+            self.push(&mut s, key);
             drop(s);
             self.notify.notify_one();
         }
@@ -119,6 +187,28 @@ mod tests {
         assert!(next.is_err(), "a is still being processed");
         q.done(&"a");
         assert_eq!(q.get().await, "a");
+    }
+
+    #[tokio::test]
+    async fn a_named_queue_reports_client_go_workqueue_metrics() {
+        let name = "test-queue-metrics";
+        let q = Arc::new(Queue::<&str>::named(name));
+        q.add(&"a");
+        q.add(&"b");
+        q.add(&"a");
+        let key = q.get().await;
+        q.done(&key);
+        q.add_rate_limited(&"c");
+        let text = crate::metrics::encode();
+        let series = |metric: &str| {
+            let prefix = format!("{metric}{{name=\"{name}\"}} ");
+            text.lines().find_map(|l| l.strip_prefix(&prefix)).map(str::to_owned)
+        };
+        assert_eq!(series("workqueue_adds_total").as_deref(), Some("2"), "a queued key is added once");
+        assert_eq!(series("workqueue_depth").as_deref(), Some("1"));
+        assert_eq!(series("workqueue_retries_total").as_deref(), Some("1"));
+        assert_eq!(series("workqueue_queue_duration_seconds_count").as_deref(), Some("1"));
+        assert_eq!(series("workqueue_work_duration_seconds_count").as_deref(), Some("1"));
     }
 
     #[tokio::test]

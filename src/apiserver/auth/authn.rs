@@ -108,7 +108,9 @@ impl TokenReviewer {
     /// The user, `Ok(None)` for a token the main API server rejects, `Err` when it cannot be asked.
     async fn review(&self, token: &str) -> Result<Option<User>, String> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        match self.cache.get(&key).await {
+        let cached = self.cache.get(&key).await;
+        crate::metrics::global().authn.cache_lookup(cached.is_some());
+        match cached {
             Some(Decision::Allowed(u)) => return Ok(Some(u)),
             Some(Decision::Denied(_)) => return Ok(None),
             None => {}
@@ -116,8 +118,9 @@ impl TokenReviewer {
         let api: kube::Api<TokenReview> = kube::Api::all(self.client.clone());
         let review =
             TokenReview { spec: TokenReviewSpec { token: token.to_owned(), audiences: None }, ..Default::default() };
-        let answer =
-            super::review::review(&api, &review, self.timeout).await.map_err(|e| format!("TokenReview: {e}"))?;
+        let answer = super::review::review(&api, &review, self.timeout, &crate::metrics::global().authn)
+            .await
+            .map_err(|e| format!("TokenReview: {e}"))?;
         let status = answer.status.unwrap_or_default();
         let user = status
             .user

@@ -235,7 +235,9 @@ impl Authorizer {
             return Ok(());
         }
         let key = review_key(user, &attrs);
-        let decision = match self.cache.get(&key).await {
+        let cached = self.cache.get(&key).await;
+        crate::metrics::global().authz.cache_lookup(cached.is_some());
+        let decision = match cached {
             Some(d) => d,
             None => {
                 let d = self.ask(review_spec(user, &attrs)).await?;
@@ -256,7 +258,8 @@ impl Authorizer {
         };
         let api: kube::Api<SubjectAccessReview> = kube::Api::all(client.clone());
         let review = SubjectAccessReview { spec, ..Default::default() };
-        let answer = super::review::review(&api, &review, self.timeout).await.map_err(|e| {
+        let metrics = &crate::metrics::global().authz;
+        let answer = super::review::review(&api, &review, self.timeout, metrics).await.map_err(|e| {
             tracing::warn!(error = %e, "SubjectAccessReview failed");
             ApiError::internal(format!("authorization check failed: {e}"))
         })?;

@@ -104,6 +104,7 @@ impl TrustSources {
         );
         parts.1 = from_cluster;
         self.publish(&parts);
+        self.trust.mark_loaded();
     }
 
     fn set_flag_ca(&self, which: FlagCa, ca: ClientCa) {
@@ -253,6 +254,15 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         stop.cancel();
+    }
+
+    #[test]
+    fn trust_counts_as_loaded_once_the_configmap_was_read() {
+        let trust = Arc::new(DynamicTrust::default());
+        let sources = TrustSources::new(trust.clone(), Trust::default());
+        assert!(!trust.is_loaded(), "flags that leave anchors to the cluster are not enough");
+        sources.set_cluster(None);
+        assert!(trust.is_loaded(), "a ConfigMap that does not exist was read too: nothing to trust from it");
     }
 
     #[test]

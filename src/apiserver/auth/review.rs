@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use kube::api::PostParams;
 
+use crate::metrics::DelegatedReviews;
+
 /// Why a review has no answer.
 #[derive(Debug, thiserror::Error)]
 pub enum ReviewError {
@@ -18,8 +20,14 @@ pub enum ReviewError {
 }
 
 /// Creates a review (TokenReview, SubjectAccessReview) and returns the answer: three tries, each within `timeout`,
-/// retrying what may pass (no answer, 429, 5xx).
-pub async fn review<K>(api: &kube::Api<K>, review: &K, timeout: Duration) -> Result<K, ReviewError>
+/// retrying what may pass (no answer, 429, 5xx). Each try is counted in `metrics` by the main API server's code
+/// (`201`, or `<error>` when it did not answer), as k8s.io/apiserver's delegated authn/authz metrics.
+pub async fn review<K>(
+    api: &kube::Api<K>,
+    review: &K,
+    timeout: Duration,
+    metrics: &DelegatedReviews,
+) -> Result<K, ReviewError>
 where
     K: kube::Resource + Clone + Debug + serde::Serialize + serde::de::DeserializeOwned,
 {
@@ -28,7 +36,15 @@ where
     loop {
         attempt += 1;
         let last = attempt >= 3;
-        match tokio::time::timeout(timeout, api.create(&PostParams::default(), review)).await {
+        let started = std::time::Instant::now();
+        let answer = tokio::time::timeout(timeout, api.create(&PostParams::default(), review)).await;
+        let code = match &answer {
+            Ok(Ok(_)) => "201".to_owned(),
+            Ok(Err(kube::Error::Api(e))) => e.code.to_string(),
+            _ => "<error>".to_owned(),
+        };
+        metrics.observe(&code, started.elapsed());
+        match answer {
             Ok(Ok(answer)) => return Ok(answer),
             Ok(Err(kube::Error::Api(e))) if (e.code < 500 && e.code != 429) || last => {
                 return Err(ReviewError::Refused { code: e.code, message: e.message })

@@ -1,6 +1,7 @@
 //! The trust anchors authentication judges certificates against: the front proxy's CA and names, and the cluster's
 //! client CA. They come from flags or the cluster's ConfigMap (see `delegation`) and can change while serving.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -48,6 +49,8 @@ pub struct Trust {
 /// again. Both live under one lock so a reader never pairs a new generation with old anchors.
 pub struct DynamicTrust {
     current: RwLock<(u64, Arc<Trust>)>,
+    /// Every source the anchors come from has been read once (the `delegation` readiness check).
+    loaded: AtomicBool,
 }
 
 impl Default for DynamicTrust {
@@ -58,7 +61,16 @@ impl Default for DynamicTrust {
 
 impl DynamicTrust {
     pub fn new(trust: Trust) -> Self {
-        Self { current: RwLock::new((1, Arc::new(trust))) }
+        Self { current: RwLock::new((1, Arc::new(trust))), loaded: AtomicBool::new(false) }
+    }
+
+    /// Marks the anchors complete: the flags alone, or the cluster's ConfigMap read at least once.
+    pub fn mark_loaded(&self) {
+        self.loaded.store(true, Ordering::Release);
+    }
+
+    pub fn is_loaded(&self) -> bool {
+        self.loaded.load(Ordering::Acquire)
     }
 
     pub fn set(&self, trust: Trust) {

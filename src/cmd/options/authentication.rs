@@ -100,12 +100,15 @@ impl AuthenticationOptions {
                 "--insecure-allow-all: EVERY REQUEST IS ALLOWED, AS AN ADMINISTRATOR. For local development and tests \
                  only."
             );
+            trust.mark_loaded();
             return Ok(Authenticator { trust, tokens: None, insecure_allow_all: true });
         }
         let path = self.authentication_kubeconfig.as_deref().or(kubeconfig);
         let client = client_from(path, false).await?.ok_or_else(no_main_api_server)?;
 
-        if !self.authentication_skip_lookup && !flags_fix_everything {
+        if self.authentication_skip_lookup || flags_fix_everything {
+            trust.mark_loaded();
+        } else {
             let first = delegation::follow_cluster_trust(client.clone(), sources, stop.clone());
             if let Err(e) = first.await {
                 if !self.authentication_tolerate_lookup_failure {

@@ -5,6 +5,7 @@ use std::time::Duration;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
+use crate::apiserver::health::InformerSync;
 use crate::controller::leader::{self, LeaseConfig};
 use crate::controller::{self, ControllerConfig};
 use crate::registry::Registry;
@@ -57,9 +58,10 @@ impl ControllerOptions {
         }
     }
 
-    /// Starts the controller, behind leader election unless --leader-elect=false; it stops with `stop`.
-    pub fn spawn(&self, registry: Registry, client: kube::Client, stop: CancellationToken) {
-        let cfg = self.config();
+    /// Starts the controller, behind leader election unless --leader-elect=false; it stops with `stop`. Its caches
+    /// report to `informers` while it runs.
+    pub fn spawn(&self, registry: Registry, client: kube::Client, informers: InformerSync, stop: CancellationToken) {
+        let cfg = ControllerConfig { informers, ..self.config() };
         if !self.leader_elect {
             tokio::spawn(controller::run(registry, client, cfg, stop));
             return;

@@ -1,8 +1,10 @@
 //! Flags, named as k8s.io/apiserver names them, one group per concern; each group builds its part of the server.
 
+mod audit;
 mod authentication;
 mod authorization;
 mod controller;
+mod server_run;
 mod serving;
 mod storage;
 
@@ -12,9 +14,11 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 
+pub use audit::AuditOptions;
 pub use authentication::AuthenticationOptions;
 pub use authorization::AuthorizationOptions;
 pub use controller::ControllerOptions;
+pub use server_run::ServerRunOptions;
 pub use serving::ServingOptions;
 pub use storage::StorageOptions;
 
@@ -34,6 +38,9 @@ pub struct Options {
     pub serving: ServingOptions,
 
     #[command(flatten)]
+    pub server_run: ServerRunOptions,
+
+    #[command(flatten)]
     pub authentication: AuthenticationOptions,
 
     #[command(flatten)]
@@ -44,6 +51,9 @@ pub struct Options {
 
     #[command(flatten)]
     pub controller: ControllerOptions,
+
+    #[command(flatten)]
+    pub audit: AuditOptions,
 
     /// Kubeconfig of the main API server: for the embedded controller, and for authentication and authorization
     /// unless their own kubeconfig flags say otherwise. In a cluster, the in-cluster config is used.
@@ -125,6 +135,10 @@ mod tests {
             "--data-dir=/tmp/x",
             "--controller-workers=3",
             "--leader-elect=false",
+            "--request-timeout=30s",
+            "--max-mutating-requests-inflight=7",
+            "--audit-log-path=-",
+            "--audit-log-maxsize=100",
         ])
         .unwrap();
         assert_eq!(o.serving.secure_port, 0);
@@ -133,6 +147,11 @@ mod tests {
         assert_eq!(o.storage.data_dir, Path::new("/tmp/x"));
         assert_eq!(o.controller.controller_workers, 3);
         assert!(!o.controller.leader_elect);
+        assert_eq!(o.server_run.request_timeout, Duration::from_secs(30));
+        assert_eq!((o.server_run.max_requests_inflight, o.server_run.max_mutating_requests_inflight), (400, 7));
+        assert_eq!(o.server_run.min_request_timeout(), Duration::from_secs(1800));
+        assert_eq!(o.audit.audit_log_path.as_deref(), Some(Path::new("-")));
+        assert_eq!((o.audit.audit_log_maxsize, o.audit.audit_log_maxbackup, o.audit.audit_log_maxage), (100, 0, 0));
         assert!(Options::try_parse_from(["podset-apiserver", "--tls-cert-file=a.crt"]).is_err(), "key required too");
     }
 }

@@ -1,0 +1,382 @@
+//! `/metrics`: Prometheus metrics named and labelled as k8s.io/apiserver, client-go and kube-controller-manager
+//! name theirs, so existing dashboards and alerts (apiserver SLOs, workqueue depth, leader status) work unchanged.
+//!
+//! One process-wide registry, as Kubernetes' `legacyregistry`: each part of the server records into the families
+//! it owns (`global()`), and `/metrics` encodes them all with prometheus-client (OpenMetrics text). prometheus-client
+//! writes every counter with a `_total` suffix, as OpenMetrics requires; the names below are the family names.
+
+pub mod process;
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// The content type of what [`encode`] writes.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// `apiserver_request_duration_seconds`' buckets, as k8s.io/apiserver's (tuned for its latency SLOs).
+const REQUEST_BUCKETS: [f64; 23] =
+    [0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2., 3., 4., 5., 6., 8., 10., 15., 20., 30., 45., 60.];
+/// The delegated authn/authz webhooks' buckets.
+const REVIEW_BUCKETS: [f64; 8] = [0.25, 0.5, 0.7, 1., 1.5, 3., 5., 10.];
+
+/// `apiserver_request_total`'s labels (the duration histogram has all but `code`).
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub verb: String,
+    pub dry_run: String,
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    pub subresource: String,
+    pub scope: String,
+    pub component: String,
+    pub code: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DurationLabels {
+    pub verb: String,
+    pub dry_run: String,
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    pub subresource: String,
+    pub scope: String,
+    pub component: String,
+}
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LongRunningLabels {
+    pub verb: String,
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    pub subresource: String,
+    pub scope: String,
+    pub component: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupVersionResource {
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestKindLabel {
+    pub request_kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabel {
+    pub resource: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabel {
+    pub code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabel {
+    pub status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NameLabel {
+    pub name: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn request_histogram() -> Histogram {
+    Histogram::new(REQUEST_BUCKETS)
+}
+
+fn review_histogram() -> Histogram {
+    Histogram::new(REVIEW_BUCKETS)
+}
+
+/// client-go's workqueue buckets: 10 ns to 10 s, by tens.
+fn workqueue_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(10e-9, 10., 10))
+}
+
+/// Delegated authentication (TokenReview) or authorization (SubjectAccessReview), as k8s.io/apiserver's
+/// `authenticatorfactory` and `authorizerfactory` count them.
+#[derive(Debug)]
+pub struct DelegatedReviews {
+    pub requests: Family<CodeLabel, Counter>,
+    pub duration: HistogramFamily<CodeLabel>,
+    /// Answers from our cache (`hit`) or asked of the main API server (`miss`).
+    pub cache: Family<StatusLabel, Counter>,
+}
+
+impl DelegatedReviews {
+    fn new() -> Self {
+        Self {
+            requests: Family::default(),
+            duration: Family::new_with_constructor(review_histogram),
+            cache: Family::default(),
+        }
+    }
+
+    /// One review: `code` is the main API server's HTTP status, or `<error>` when it did not answer.
+    pub fn observe(&self, code: &str, took: Duration) {
+        let label = CodeLabel { code: code.to_owned() };
+        self.requests.get_or_create(&label).inc();
+        self.duration.get_or_create(&label).observe(took.as_secs_f64());
+    }
+
+    pub fn cache_lookup(&self, hit: bool) {
+        self.cache.get_or_create(&StatusLabel { status: if hit { "hit" } else { "miss" }.into() }).inc();
+    }
+}
+
+/// client-go's workqueue metrics (`workqueue_*{name}`), as kube-controller-manager exports them per controller.
+#[derive(Debug)]
+pub struct Workqueue {
+    pub depth: Family<NameLabel, Gauge>,
+    pub adds: Family<NameLabel, Counter>,
+    pub retries: Family<NameLabel, Counter>,
+    pub queue_duration: HistogramFamily<NameLabel>,
+    pub work_duration: HistogramFamily<NameLabel>,
+}
+
+/// Every metric the server exports.
+#[derive(Debug)]
+pub struct Metrics {
+    pub requests: Family<RequestLabels, Counter>,
+    pub request_duration: HistogramFamily<DurationLabels>,
+    pub current_inflight: Family<RequestKindLabel, Gauge>,
+    pub longrunning: Family<LongRunningLabels, Gauge>,
+    pub watch_events: Family<GroupVersionResource, Counter>,
+    pub storage_objects: Family<ResourceLabel, Gauge>,
+    pub authn: DelegatedReviews,
+    pub authz: DelegatedReviews,
+    pub workqueue: Workqueue,
+    pub leader: Family<NameLabel, Gauge>,
+    pub audit_events: Counter,
+    pub audit_errors: Family<NameLabel, Counter>,
+}
+
+impl Metrics {
+    fn new() -> Self {
+        Self {
+            requests: Family::default(),
+            request_duration: Family::new_with_constructor(request_histogram),
+            current_inflight: Family::default(),
+            longrunning: Family::default(),
+            watch_events: Family::default(),
+            storage_objects: Family::default(),
+            authn: DelegatedReviews::new(),
+            authz: DelegatedReviews::new(),
+            workqueue: Workqueue {
+                depth: Family::default(),
+                adds: Family::default(),
+                retries: Family::default(),
+                queue_duration: Family::new_with_constructor(workqueue_histogram),
+                work_duration: Family::new_with_constructor(workqueue_histogram),
+            },
+            leader: Family::default(),
+            audit_events: Counter::default(),
+            audit_errors: Family::default(),
+        }
+    }
+
+    fn register(&'static self, r: &mut Registry) {
+        r.register(
+            "apiserver_request",
+            "Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, \
+             component, and HTTP response code.",
+            self.requests.clone(),
+        );
+        r.register(
+            "apiserver_request_duration_seconds",
+            "Response latency distribution in seconds for each verb, dry run value, group, version, resource, \
+             subresource, scope and component.",
+            self.request_duration.clone(),
+        );
+        r.register(
+            "apiserver_current_inflight_requests",
+            "Number of requests holding an in-flight slot now, per request kind.",
+            self.current_inflight.clone(),
+        );
+        r.register(
+            "apiserver_longrunning_requests",
+            "Gauge of all active long-running apiserver requests broken out by verb, group, version, resource, scope \
+             and component.",
+            self.longrunning.clone(),
+        );
+        r.register("apiserver_watch_events", "Number of events sent in watch clients", self.watch_events.clone());
+        r.register(
+            "apiserver_storage_objects",
+            "Number of stored objects at the time of last check split by kind.",
+            self.storage_objects.clone(),
+        );
+        for (prefix, reviews) in
+            [("apiserver_delegated_authn", &self.authn), ("apiserver_delegated_authz", &self.authz)]
+        {
+            r.register(
+                format!("{prefix}_request"),
+                "Number of HTTP requests partitioned by status code.",
+                reviews.requests.clone(),
+            );
+            r.register(
+                format!("{prefix}_request_duration_seconds"),
+                "Request latency in seconds. Broken down by status code.",
+                reviews.duration.clone(),
+            );
+        }
+        r.register(
+            "authentication_token_cache_request",
+            "TokenReview answers served from the cache (hit) or asked for (miss).",
+            self.authn.cache.clone(),
+        );
+        r.register(
+            "podset_authorization_cache_request",
+            "SubjectAccessReview answers served from the cache (hit) or asked for (miss).",
+            self.authz.cache.clone(),
+        );
+        let q = &self.workqueue;
+        r.register("workqueue_depth", "Current depth of workqueue", q.depth.clone());
+        r.register("workqueue_adds", "Total number of adds handled by workqueue", q.adds.clone());
+        r.register("workqueue_retries", "Total number of retries handled by workqueue", q.retries.clone());
+        r.register(
+            "workqueue_queue_duration_seconds",
+            "How long in seconds an item stays in workqueue before being requested.",
+            q.queue_duration.clone(),
+        );
+        r.register(
+            "workqueue_work_duration_seconds",
+            "How long in seconds processing an item from workqueue takes.",
+            q.work_duration.clone(),
+        );
+        r.register(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master.",
+            self.leader.clone(),
+        );
+        r.register(
+            "apiserver_audit_event",
+            "Counter of audit events generated and sent to the audit backend.",
+            self.audit_events.clone(),
+        );
+        r.register(
+            "apiserver_audit_error",
+            "Counter of audit events that failed to be audited properly. Plugin identifies the plugin affected by \
+             the error.",
+            self.audit_errors.clone(),
+        );
+        r.register_collector(Box::new(process::ProcessCollector));
+    }
+}
+
+/// The store's revisions at each scrape, through the `Store` trait's own accessors: the newest revision and the
+/// oldest a watch can resume from (their difference is the history kept, in revisions).
+pub struct StoreRevisions(pub std::sync::Arc<dyn crate::storage::Store>);
+
+impl std::fmt::Debug for StoreRevisions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StoreRevisions")
+    }
+}
+
+impl Collector for StoreRevisions {
+    fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::gauge::ConstGauge;
+        for (name, help, value) in [
+            (
+                "podset_storage_current_revision",
+                "The store's newest revision (resourceVersion).",
+                self.0.current_revision(),
+            ),
+            (
+                "podset_storage_compacted_revision",
+                "The oldest revision reads and watches can start from; older ones get 410 Gone.",
+                self.0.compacted_revision(),
+            ),
+        ] {
+            let g = ConstGauge::new(value as i64);
+            g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)?;
+        }
+        Ok(())
+    }
+}
+
+struct Global {
+    metrics: &'static Metrics,
+    registry: parking_lot::Mutex<Registry>,
+}
+
+static GLOBAL: LazyLock<Global> = LazyLock::new(|| {
+    let metrics: &'static Metrics = Box::leak(Box::new(Metrics::new()));
+    let mut registry = Registry::default();
+    metrics.register(&mut registry);
+    Global { metrics, registry: parking_lot::Mutex::new(registry) }
+});
+
+/// The process's metrics.
+pub fn global() -> &'static Metrics {
+    GLOBAL.metrics
+}
+
+/// Adds a collector read at each scrape (storage revisions, say).
+pub fn register_collector(collector: Box<dyn Collector>) {
+    GLOBAL.registry.lock().register_collector(collector);
+}
+
+/// Everything, in the OpenMetrics text format.
+pub fn encode() -> String {
+    let mut out = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &GLOBAL.registry.lock()) {
+        tracing::warn!(error = %e, "encoding metrics failed");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_labels_are_kubernetes_own() {
+        let m = global();
+        m.requests
+            .get_or_create(&RequestLabels {
+                verb: "LIST".into(),
+                group: "demo.k8s.io".into(),
+                version: "v1alpha1".into(),
+                resource: "podsets".into(),
+                scope: "namespace".into(),
+                component: "apiserver".into(),
+                code: "200".into(),
+                ..Default::default()
+            })
+            .inc();
+        m.authn.observe("201", Duration::from_millis(3));
+        m.workqueue.depth.get_or_create(&NameLabel { name: "podset".into() }).set(2);
+        let text = encode();
+        for line in [
+            "# TYPE apiserver_request counter",
+            r#"apiserver_request_total{verb="LIST",dry_run="",group="demo.k8s.io",version="v1alpha1",resource="podsets",subresource="",scope="namespace",component="apiserver",code="200"} "#,
+            r#"apiserver_delegated_authn_request_duration_seconds_bucket{le="0.25",code="201"} "#,
+            r#"workqueue_depth{name="podset"} 2"#,
+            "# TYPE process_cpu_seconds counter",
+            "process_open_fds ",
+            "# EOF",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+    }
+}
