@@ -9,3 +9,4 @@ pub mod controller;
 pub mod envtest;
 pub mod registry;
 pub mod storage;
+pub mod version;

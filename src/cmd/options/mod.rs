@@ -28,7 +28,7 @@ pub enum LogFormat {
 /// server: register it with deploy/apiservice.yaml and kube-apiserver forwards /apis/demo.k8s.io/v1alpha1 here.
 /// PodSets are stored in this server's own database (--data-dir), not in the cluster's etcd.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "podset-apiserver", version)]
+#[command(name = "podset-apiserver", version = crate::version::GIT_VERSION, long_version = crate::version::LONG_VERSION)]
 pub struct Options {
     #[command(flatten)]
     pub serving: ServingOptions,
