@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes a CA and a serving certificate for podset-apiserver in the given directory (default: certs/out):
-#   ca.crt ca.key   the CA; its base64 goes into deploy/apiservice.yaml's caBundle
+#   ca.crt ca.key   the CA; its base64 goes into the APIService's caBundle (spec.caBundle)
 #   tls.crt tls.key the serving certificate for podset-apiserver.<namespace>.svc
 # Usage: certs/make-certs.sh [out-dir] [namespace]
 set -euo pipefail

@@ -25,8 +25,9 @@ pub enum LogFormat {
 }
 
 /// podset-apiserver serves the PodSet API (demo.k8s.io/v1alpha1) to a Kubernetes cluster as an aggregated API
-/// server: register it with deploy/apiservice.yaml and kube-apiserver forwards /apis/demo.k8s.io/v1alpha1 here.
-/// PodSets are stored in this server's own database (--data-dir), not in the cluster's etcd.
+/// server: deploy it with `kubectl apply -k deploy/overlays/self-signed` (or `.../cert-manager`), and kube-apiserver
+/// forwards /apis/demo.k8s.io/v1alpha1 here. PodSets are stored in this server's own database (--data-dir), not in
+/// the cluster's etcd.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "podset-apiserver", version = crate::version::GIT_VERSION, long_version = crate::version::LONG_VERSION)]
 pub struct Options {
