@@ -7,7 +7,7 @@
 #   python                                  a venv with the official `kubernetes` client
 # If KUBEBUILDER_ASSETS already names a directory holding all of them, it is used as it is. A second run only
 # checks the cache. Needs root (apt-get) the first time. Progress goes to stderr; stdout is only the directory.
-set -euo pipefail
+set -Eeuo pipefail
 
 K8S_VERSION=1.20.2
 KUBECTL_VERSION=1.37.1
@@ -17,6 +17,8 @@ BINARIES="etcd kube-apiserver kube-controller-manager kubectl python"
 here="$(cd "$(dirname "$0")" && pwd)"
 log() { echo "install-test-assets: $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+# Whatever else fails says so: the command, its exit status and the line (set -E carries this into functions).
+trap 'status=$?; log "ERROR: \`$BASH_COMMAND\` failed with exit status $status (hack/install-test-assets.sh line $LINENO)"' ERR
 
 complete_dir() {
   local d="$1" b
@@ -115,13 +117,20 @@ ln -sf "$py/venv/bin/kubectl" "$bin/kubectl"
 # A wrapper, not a link: Python finds its venv from the path it was started by.
 printf '#!/bin/sh\nexec "%s" "$@"\n' "$py/venv/bin/python" > "$bin/python"
 chmod +x "$bin/python"
+# The first line of a command's output. Not `cmd | head -1`: under pipefail, a command still writing when head
+# exits dies of SIGPIPE, and that ended the whole script with no message.
+first_line() {
+  local out
+  out="$("$@" 2>&1)" || die "$* failed: $out"
+  printf '%s\n' "${out%%$'\n'*}"
+}
 {
-  "$bin/etcd" --version | head -1
-  "$bin/kube-apiserver" --version
-  "$bin/kube-controller-manager" --version
-  "$bin/kubectl" version --client | head -1
+  first_line "$bin/etcd" --version
+  first_line "$bin/kube-apiserver" --version
+  first_line "$bin/kube-controller-manager" --version
+  first_line "$bin/kubectl" version --client
   echo "python kubernetes $PY_KUBERNETES_VERSION"
-} > "$bin/VERSIONS" 2>&1
+} > "$bin/VERSIONS"
 complete_dir "$bin" || die "incomplete asset directory $bin"
 log "installed: $(tr '\n' ';' < "$bin/VERSIONS")"
 echo "$bin"

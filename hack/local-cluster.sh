@@ -2,6 +2,7 @@
 # The quick start: a local control plane with podset-apiserver registered, and a shell to use it (needs root).
 # Arguments after -- run instead of the shell: hack/local-cluster.sh -- kubectl get podsets
 set -euo pipefail
+trap 'status=$?; echo "hack/local-cluster.sh: ERROR: \`$BASH_COMMAND\` failed with exit status $status (line $LINENO)" >&2' ERR
 cd "$(dirname "$0")/.."
 KUBEBUILDER_ASSETS="$(hack/install-test-assets.sh)"
 export KUBEBUILDER_ASSETS

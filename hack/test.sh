@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command: installs the test binaries (cached), then runs every test.
 set -euo pipefail
+trap 'status=$?; echo "hack/test.sh: ERROR: \`$BASH_COMMAND\` failed with exit status $status (line $LINENO)" >&2' ERR
 cd "$(dirname "$0")/.."
 KUBEBUILDER_ASSETS="$(hack/install-test-assets.sh)"
 export KUBEBUILDER_ASSETS

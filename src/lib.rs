@@ -10,3 +10,4 @@ pub mod envtest;
 pub mod metrics;
 pub mod registry;
 pub mod storage;
+pub mod version;

@@ -61,7 +61,7 @@ fn delegated_authentication_and_authorization() {
             assert_eq!(body["details"]["kind"], "podsets");
 
             c.kubectl(&["create", "rolebinding", "bob-view", "--clusterrole=view", "--user=bob", "-n", "default"]);
-            // `view` holds podsets through the aggregation label of deploy/rbac.yaml's podsets-view.
+            // `view` holds podsets through the aggregation label of deploy/base/rbac.yaml's podsets-view.
             wait(
                 Duration::from_secs(90),
                 || async { c.kubectl_try(&["--as=bob", "get", "ps"]).is_ok_and(|o| o.contains("web")) },

@@ -156,16 +156,6 @@ fn aggregated(version: &str) -> Doc {
     })
 }
 
-/// Architecture names as Kubernetes (Go) spells them.
-fn go_arch() -> &'static str {
-    match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        "x86" => "386",
-        other => other,
-    }
-}
-
 impl Discovery {
     pub fn build() -> Self {
         let openapi_v3 = Doc::new(&openapi_v3());
@@ -183,17 +173,7 @@ impl Discovery {
             openapi_v2: Doc::new(&openapi_v2()),
             openapi_v3_root: Doc::new(&root),
             openapi_v3,
-            version: Doc::new(&json!({
-                "major": "0",
-                "minor": "1",
-                "gitVersion": concat!("v", env!("CARGO_PKG_VERSION")),
-                "gitCommit": "",
-                "gitTreeState": "",
-                "buildDate": "",
-                "goVersion": "",
-                "compiler": "rustc",
-                "platform": format!("{}/{}", std::env::consts::OS, go_arch()),
-            })),
+            version: Doc::new(&crate::version::info()),
         }
     }
 }

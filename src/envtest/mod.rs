@@ -1,6 +1,6 @@
 //! A real control plane on one machine, like controller-runtime's envtest: etcd, kube-apiserver and
 //! kube-controller-manager from a `KUBEBUILDER_ASSETS` directory, our server registered through
-//! `deploy/apiservice.yaml`. Used by the end-to-end tests and by `podset-local-cluster`.
+//! `deploy/base/apiservice.yaml`. Used by the end-to-end tests and by `podset-local-cluster`.
 //!
 //! It runs inside a private network and PID namespace ([`namespace_command`]) so nothing leaves the machine and
 //! nothing outlives it. kube-apiserver refuses Endpoints in 127.0.0.0/8, so our server listens on [`NODE_IP`], an
@@ -25,10 +25,10 @@ use rcgen::{
 
 pub const NODE_IP: &str = "10.250.0.10";
 
-const NAMESPACE_YAML: &str = include_str!("../../deploy/namespace.yaml");
-const APISERVICE_YAML: &str = include_str!("../../deploy/apiservice.yaml");
-const RBAC_YAML: &str = include_str!("../../deploy/rbac.yaml");
-/// Our server's identity in the main API server: the ServiceAccount deploy/rbac.yaml grants.
+const NAMESPACE_YAML: &str = include_str!("../../deploy/base/namespace.yaml");
+const APISERVICE_YAML: &str = include_str!("../../deploy/base/apiservice.yaml");
+const RBAC_YAML: &str = include_str!("../../deploy/base/rbac.yaml");
+/// Our server's identity in the main API server: the ServiceAccount deploy/base/rbac.yaml grants.
 const CONTROLLER_USER: &str = "system:serviceaccount:podset-system:podset-apiserver";
 
 /// Set in the environment of a process running inside the namespace.
@@ -434,7 +434,7 @@ impl Cluster {
     }
 
     /// Applies a selector-less Service + Endpoints pointing at our server, and
-    /// deploy/apiservice.yaml with our CA, then waits for `Available=True`.
+    /// deploy/base/apiservice.yaml with our CA, then waits for `Available=True`.
     fn register(&mut self) {
         let port = self.podset_addr.port();
         let endpoints = format!(
@@ -442,12 +442,11 @@ impl Cluster {
              ---\napiVersion: v1\nkind: Endpoints\nmetadata:\n  name: podset-apiserver\n  namespace: podset-system\nsubsets:\n- addresses:\n  - ip: {NODE_IP}\n  ports:\n  - name: https\n    port: {port}\n"
         );
         self.apply_text("endpoints.yaml", &endpoints);
-        let apiservice = APISERVICE_YAML;
-        assert!(apiservice.contains("REPLACE_WITH_BASE64_CA"), "deploy/apiservice.yaml lost its caBundle placeholder");
-        self.apply_text(
-            "apiservice.yaml",
-            &apiservice.replace("REPLACE_WITH_BASE64_CA", &self.pki.b64("podset-ca.crt")),
-        );
+        // deploy/base/apiservice.yaml with the caBundle an overlay would add.
+        let mut apiservice: serde_yaml::Value =
+            serde_yaml::from_str(APISERVICE_YAML).expect("deploy/base/apiservice.yaml");
+        apiservice["spec"]["caBundle"] = self.pki.b64("podset-ca.crt").into();
+        self.apply_text("apiservice.yaml", &serde_yaml::to_string(&apiservice).expect("YAML"));
         self.wait_for("APIService v1alpha1.demo.k8s.io to be Available", Duration::from_secs(120), |c| {
             c.kubectl_try(&[
                 "get",
@@ -498,7 +497,7 @@ impl Cluster {
         kubeconfig
     }
 
-    /// The kubeconfig our server's controller uses: the ServiceAccount identity deploy/rbac.yaml grants.
+    /// The kubeconfig our server's controller uses: the ServiceAccount identity deploy/base/rbac.yaml grants.
     pub fn controller_kubeconfig(&self) -> PathBuf {
         self.dir.path().join("controller.kubeconfig")
     }

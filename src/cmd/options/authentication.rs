@@ -114,7 +114,7 @@ impl AuthenticationOptions {
                 if !self.authentication_tolerate_lookup_failure {
                     anyhow::bail!(
                         "reading {}/{}: {e} (the server needs the RoleBinding to \
-                         extension-apiserver-authentication-reader in deploy/rbac.yaml; \
+                         extension-apiserver-authentication-reader in deploy/base/rbac.yaml; \
                          --authentication-tolerate-lookup-failure starts anyway)",
                         delegation::CONFIGMAP_NAMESPACE,
                         delegation::CONFIGMAP_NAME

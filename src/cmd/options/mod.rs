@@ -29,10 +29,11 @@ pub enum LogFormat {
 }
 
 /// podset-apiserver serves the PodSet API (demo.k8s.io/v1alpha1) to a Kubernetes cluster as an aggregated API
-/// server: register it with deploy/apiservice.yaml and kube-apiserver forwards /apis/demo.k8s.io/v1alpha1 here.
-/// PodSets are stored in this server's own database (--data-dir), not in the cluster's etcd.
+/// server: deploy it with `kubectl apply -k deploy/overlays/self-signed` (or `.../cert-manager`), and kube-apiserver
+/// forwards /apis/demo.k8s.io/v1alpha1 here. PodSets are stored in this server's own database (--data-dir), not in
+/// the cluster's etcd.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "podset-apiserver", version)]
+#[command(name = "podset-apiserver", version = crate::version::GIT_VERSION, long_version = crate::version::LONG_VERSION)]
 pub struct Options {
     #[command(flatten)]
     pub serving: ServingOptions,
@@ -82,17 +83,73 @@ pub(crate) fn duration(s: &str) -> Result<Duration, String> {
 /// A client for the main API server from a kubeconfig, else in-cluster, else none. `retry: false` leaves retries
 /// to the caller: a request waiting on a TokenReview or SubjectAccessReview must not sit through kube's long backoff.
 pub(crate) async fn client_from(path: Option<&Path>, retry: bool) -> anyhow::Result<Option<kube::Client>> {
-    let mut cfg = match path {
+    let (mut cfg, origin) = match path {
         Some(path) => {
-            let kc =
-                kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
+            let origin = format!("kubeconfig {}", path.display());
+            let kc = kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {origin}"))?;
+            let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .with_context(|| format!("loading {origin}"))?;
+            (cfg, origin)
         }
-        None if in_cluster() => kube::Config::incluster()?,
+        None if in_cluster() => {
+            (kube::Config::incluster().context("loading the in-cluster config")?, "the in-cluster config".to_owned())
+        }
         None => return Ok(None),
     };
     cfg.default_retry = retry;
-    Ok(Some(kube::Client::try_from(cfg)?))
+    let auth = cfg.auth_info.clone();
+    match kube::Client::try_from(cfg) {
+        Ok(client) => Ok(Some(client)),
+        Err(e) => {
+            check_client_certificate(&auth, &origin)?;
+            Err(anyhow::Error::new(e).context(format!("a client from {origin}")))
+        }
+    }
+}
+
+/// Says what is wrong with a kubeconfig's client certificate in words a user can act on. rustls (through kube)
+/// reports an X.509 v1 certificate, which `openssl x509 -req` makes unless given extensions, as "invalid private
+/// key: invalid peer certificate: UnsupportedCertVersion", naming neither the file nor the fix.
+fn check_client_certificate(auth: &kube::config::AuthInfo, origin: &str) -> anyhow::Result<()> {
+    use base64::Engine as _;
+    let (pem, what) = match (&auth.client_certificate_data, &auth.client_certificate) {
+        (Some(data), _) => {
+            let what = format!("the client-certificate-data in {origin}");
+            let pem = base64::engine::general_purpose::STANDARD
+                .decode(data.trim())
+                .map_err(|e| anyhow::anyhow!("{what} is not base64: {e}"))?;
+            (pem, what)
+        }
+        (None, Some(file)) => {
+            let what = format!("the client certificate {file} (from {origin})");
+            (std::fs::read(file).with_context(|| format!("reading {what}"))?, what)
+        }
+        (None, None) => return Ok(()),
+    };
+    let mut found = false;
+    for block in x509_parser::pem::Pem::iter_from_buffer(&pem) {
+        let block = block.map_err(|e| anyhow::anyhow!("{what} is not PEM: {e}"))?;
+        if block.label != "CERTIFICATE" {
+            continue;
+        }
+        found = true;
+        let (_, cert) = x509_parser::parse_x509_certificate(&block.contents)
+            .map_err(|e| anyhow::anyhow!("{what} is not an X.509 certificate: {e}"))?;
+        let version = cert.version().0 + 1;
+        if version != 3 {
+            anyhow::bail!(
+                "{what} (subject {}) is an X.509 v{version} certificate, and TLS clients here (rustls) accept only \
+                 v3. `openssl x509 -req` makes v1 unless given extensions: sign it again with, for example, \
+                 `-extfile <(printf 'keyUsage=critical,digitalSignature,keyEncipherment\\nextendedKeyUsage=clientAuth')`",
+                cert.subject()
+            );
+        }
+    }
+    if !found {
+        anyhow::bail!("{what} holds no PEM CERTIFICATE block");
+    }
+    Ok(())
 }
 
 pub(crate) fn in_cluster() -> bool {
@@ -122,6 +179,38 @@ mod tests {
         assert_eq!(duration("7"), Ok(Duration::from_secs(7)));
         assert!(duration("-5s").is_err());
         assert!(duration("soon").is_err());
+    }
+
+    /// `openssl x509 -req -signkey` without extensions: X.509 v1.
+    const V1_CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIBNjCB3QIUW2GC0um++kgjK42mI2EhI+USIzowCgYIKoZIzj0EAwIwHTENMAsG\nA1UEAwwEamFuZTEMMAoGA1UECgwDZGV2MCAXDTI2MTEyMzExMTYxNFoYDzIxMjYx\nMDMwMTExNjE0WjAdMQ0wCwYDVQQDDARqYW5lMQwwCgYDVQQKDANkZXYwWTATBgcq\nhkjOPQIBBggqhkjOPQMBBwNCAARDoHI4q06Ob1JNWxiibF2zye+KXuPx2yVKaIES\n8yOb7zf0pFF9k2OUrhRz+H+od9qmOXuUtLvgHzPj/giJ9lZ6MAoGCCqGSM49BAMC\nA0gAMEUCIQD3He+nKeaS3+BNHvcagZdQexQ9vPfLFWrp7D8AF8Rq1wIgX9h3vO7Q\n2vZCyzVw8zCsm4IrRzz57CHyBIRztI5Vj6I=\n-----END CERTIFICATE-----\n";
+
+    #[test]
+    fn a_v1_client_certificate_is_named_with_what_to_do() {
+        use base64::Engine as _;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("jane.crt");
+        std::fs::write(&file, V1_CERT).unwrap();
+        let auth =
+            kube::config::AuthInfo { client_certificate: Some(file.display().to_string()), ..Default::default() };
+        let e = check_client_certificate(&auth, "kubeconfig /k").unwrap_err().to_string();
+        assert!(e.contains(&format!("the client certificate {} (from kubeconfig /k)", file.display())), "{e}");
+        assert!(e.contains("CN=jane") && e.contains("X.509 v1 certificate") && e.contains("-extfile"), "{e}");
+
+        let data = base64::engine::general_purpose::STANDARD.encode(V1_CERT);
+        let auth = kube::config::AuthInfo { client_certificate_data: Some(data), ..Default::default() };
+        let e = check_client_certificate(&auth, "kubeconfig /k").unwrap_err().to_string();
+        assert!(
+            e.starts_with("the client-certificate-data in kubeconfig /k (subject CN=jane, O=dev) is an X.509 v1"),
+            "{e}"
+        );
+
+        let auth =
+            kube::config::AuthInfo { client_certificate_data: Some("bm90IGEgY2VydA==".into()), ..Default::default() };
+        let e = check_client_certificate(&auth, "kubeconfig /k").unwrap_err().to_string();
+        assert!(e.contains("no PEM CERTIFICATE"), "{e}");
+        let auth = kube::config::AuthInfo { client_certificate: Some("/nonexistent.crt".into()), ..Default::default() };
+        let e = format!("{:#}", check_client_certificate(&auth, "kubeconfig /k").unwrap_err());
+        assert!(e.contains("reading the client certificate /nonexistent.crt (from kubeconfig /k)"), "{e}");
     }
 
     #[test]

@@ -4,6 +4,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use base64::Engine as _;
 use clap::Args;
 
 use crate::apiserver::tls;
@@ -32,6 +33,12 @@ pub struct ServingOptions {
     #[arg(long)]
     pub cert_dir: Option<PathBuf>,
 
+    /// Namespace of the Service in front of this server: the self-signed certificate is made for
+    /// podset-apiserver.<namespace>.svc. Default: the Pod's own (from POD_NAMESPACE, which deploy/ sets from the
+    /// downward API, or the service account's namespace file), else podset-system.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub service_namespace: Option<String>,
+
     /// Extra host names or IPs for the self-signed serving certificate (comma-separated).
     #[arg(long, value_delimiter = ',')]
     pub tls_sans: Vec<String>,
@@ -45,7 +52,28 @@ pub struct ServingOptions {
     pub shutdown_timeout: u64,
 }
 
+/// Where a Pod finds its namespace when the downward API does not say.
+const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/// The names a client may use for the Service `podset-apiserver` in `namespace`.
+fn service_names(namespace: &str) -> Vec<String> {
+    let svc = format!("podset-apiserver.{namespace}");
+    vec![format!("{svc}.svc"), format!("{svc}.svc.cluster.local"), svc, "podset-apiserver".to_owned()]
+}
+
 impl ServingOptions {
+    /// --service-namespace, else the service account's namespace, else podset-system.
+    pub fn namespace(&self) -> String {
+        if let Some(ns) = self.service_namespace.as_deref().map(str::trim).filter(|ns| !ns.is_empty()) {
+            return ns.to_owned();
+        }
+        std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
+            .ok()
+            .map(|ns| ns.trim().to_owned())
+            .filter(|ns| !ns.is_empty())
+            .unwrap_or_else(|| "podset-system".to_owned())
+    }
+
     pub fn address(&self) -> SocketAddr {
         SocketAddr::new(self.bind_address, self.secure_port)
     }
@@ -65,23 +93,42 @@ impl ServingOptions {
             (Some(c), Some(k)) => (tls::read_certs(c)?, tls::read_key(k)?),
             _ => {
                 let dir = self.cert_dir.clone().unwrap_or_else(|| data_dir.join("certs"));
-                let mut hosts = vec![
-                    "podset-apiserver.podset-system.svc".to_owned(),
-                    "podset-apiserver.podset-system.svc.cluster.local".to_owned(),
-                    "podset-apiserver.podset-system".to_owned(),
-                    "podset-apiserver".to_owned(),
-                    "localhost".to_owned(),
-                    "127.0.0.1".to_owned(),
-                ];
+                let mut hosts = service_names(&self.namespace());
+                hosts.extend(["localhost".to_owned(), "127.0.0.1".to_owned()]);
                 if !self.bind_address.is_unspecified() {
                     hosts.push(self.bind_address.to_string());
                 }
                 hosts.extend(self.tls_sans.iter().cloned());
                 let s = tls::ensure_self_signed(&dir, &hosts)?;
-                tracing::info!(ca = %s.ca.display(), cert = %s.cert.display(), "serving with a self-signed certificate; use this CA as the APIService caBundle");
+                // The CA itself too: in a container without a shell, the log is where an admin can read it.
+                let ca_bundle = std::fs::read(&s.ca)
+                    .map(|pem| base64::engine::general_purpose::STANDARD.encode(pem))
+                    .map_err(|e| anyhow::anyhow!("reading {}: {e}", s.ca.display()))?;
+                tracing::info!(ca = %s.ca.display(), cert = %s.cert.display(), %ca_bundle, "serving with a self-signed certificate; use this CA (ca_bundle) as the APIService caBundle");
                 (tls::read_certs(&s.cert)?, tls::read_key(&s.key)?)
             }
         };
         Ok(tls::server_config(certs, key)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn self_signed_names_follow_the_namespace() {
+        let opts = crate::cmd::Options::try_parse_from(["podset-apiserver", "--service-namespace=ops"]).unwrap();
+        assert_eq!(opts.serving.namespace(), "ops");
+        assert_eq!(
+            service_names(&opts.serving.namespace()),
+            [
+                "podset-apiserver.ops.svc",
+                "podset-apiserver.ops.svc.cluster.local",
+                "podset-apiserver.ops",
+                "podset-apiserver"
+            ]
+        );
     }
 }
