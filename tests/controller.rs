@@ -134,6 +134,32 @@ fn controller_keeps_replicas_and_reports_status() {
             let later = leases.get("podset-controller").await.unwrap();
             assert_eq!(later.spec.as_ref().and_then(|s| s.holder_identity.clone()), Some(holder));
             assert!(renew(&later) > renew(&first), "the Lease is renewed");
+
+            // Straight at our server (as the front proxy, for an administrator): the controller's caches have
+            // synced, and /metrics shows its queue and its leadership under kube-controller-manager's names.
+            let proxy = c.front_proxy_cert();
+            let direct = c.podset_client(Credential::Cert(&proxy));
+            let get = |path: &'static str| {
+                let direct = direct.clone();
+                async move {
+                    let req = http::Request::get(path)
+                        .header("X-Remote-User", "admin")
+                        .header("X-Remote-Group", "system:masters")
+                        .body(vec![])
+                        .unwrap();
+                    let (status, _, body) = common::raw(&direct, req).await;
+                    (status, String::from_utf8_lossy(&body).into_owned())
+                }
+            };
+            assert_eq!(get("/readyz/informer-sync").await, (200, "ok".to_owned()));
+            let (status, metrics) = get("/metrics").await;
+            assert_eq!(status, 200, "{metrics}");
+            assert!(metrics.contains("leader_election_master_status{name=\"podset-controller\"} 1\n"), "{metrics}");
+            let adds = metrics
+                .lines()
+                .find_map(|l| l.strip_prefix("workqueue_adds_total{name=\"podset\"} "))
+                .and_then(|v| v.parse::<f64>().ok());
+            assert!(adds.is_some_and(|n| n > 0.0), "{metrics}");
         });
     });
 }

@@ -47,6 +47,7 @@ pub struct App {
     pub audit: Option<audit::AuditLog>,
 }
 
+/// One request: served, then recorded (metrics, audit, the request log line).
 pub async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
     let started = Instant::now();
     let method = req.method().clone();
@@ -119,26 +120,26 @@ impl Drop for WatchEnd {
 async fn serve(app: &App, mut req: Request, conn: Option<&ConnInfo>) -> Served {
     let conn = conn.ok_or_else(|| (ApiError::unauthorized(), None))?;
     let user = app.authenticator.authenticate(conn, req.headers_mut()).await.map_err(|e| (e, None))?;
-    let name = Some(user.clone());
+    let who = Some(user.clone());
     // kube-apiserver impersonates before proxying; a direct request must not think it acted as someone else.
     if req.headers().keys().any(|k| k.as_str().starts_with("impersonate-")) {
-        return Err((ApiError::impersonation_unsupported(), name));
+        return Err((ApiError::impersonation_unsupported(), who));
     }
     // After identity, before permission, as kube-apiserver's filter chain: masters are never refused.
     let info = request_info(req.method(), req.uri().path(), req.uri().query());
-    let _in_flight = app.max_in_flight.admit(&info, &user).map_err(|e| (e, name.clone()))?;
+    let _in_flight = app.max_in_flight.admit(&info, &user).map_err(|e| (e, who.clone()))?;
     // Parsed once: authorization must read the query exactly as the handler will (a 400 comes after it).
     let query = Query::parse(req.uri().query());
     if let Err(e) = app.authorizer.authorize(&user, req.method(), req.uri().path(), query.as_ref().ok()).await {
-        return Err((e, name));
+        return Err((e, who));
     }
     let target = match Target::parse(req.uri().path()) {
         Ok(t) => t,
-        Err(e) => return Err((e, name)),
+        Err(e) => return Err((e, who)),
     };
     match dispatch(app, target, req, query).await {
-        Ok(r) => Ok((r, name)),
-        Err(e) => Err((e, name)),
+        Ok(r) => Ok((r, who)),
+        Err(e) => Err((e, who)),
     }
 }
 

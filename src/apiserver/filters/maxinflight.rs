@@ -2,7 +2,8 @@
 //! `WithMaxInFlightLimit`: two pools, read-only (get, list, watch) and mutating; a request that finds its pool full
 //! is answered at once with `429 Too Many Requests`, `Retry-After: 1` and a Status, so clients back off instead of
 //! piling up. Long-running requests (watches) take no slot; `system:masters` are never refused (kube-apiserver: "a
-//! super-admin or a loopback connection ... should always get an answer"), though they count while they run.
+//! super-admin or a loopback connection ... should always get an answer"): they take a slot when one is free and
+//! run without one when none is.
 
 use std::sync::Arc;
 

@@ -3,6 +3,9 @@
 //! As in kube-apiserver, the handler is not cut off mid-way: it runs on in its own task and its answer is dropped, so
 //! a write that was about to commit still commits whole (a 504 does not say whether it did; a client must read
 //! before it retries). Watches are exempt: they end on their own after `--min-request-timeout`.
+//!
+//! This layer sits outside the handler, so a request's metrics and audit event record what the handler finally
+//! answered, not the 504 (kube-apiserver counts these in `apiserver_request_terminations_total`; not here yet).
 
 use std::convert::Infallible;
 use std::future::Future;
