@@ -9,6 +9,7 @@ pub mod health;
 pub mod negotiate;
 mod render;
 pub mod request;
+pub mod serving_cert;
 pub mod tls;
 mod watch;
 
