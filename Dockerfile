@@ -1,3 +1,4 @@
+# syntax=docker/dockerfile:1
 # podset-apiserver's image: a static binary on gcr.io/distroless/static (no shell, no libc, user 65532).
 #
 #   docker build -t podset-apiserver:dev \

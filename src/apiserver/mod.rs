@@ -12,6 +12,7 @@ mod instrument;
 pub mod negotiate;
 mod render;
 pub mod request;
+pub mod serving_cert;
 pub mod tls;
 mod watch;
 

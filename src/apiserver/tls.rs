@@ -14,7 +14,7 @@ use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvi
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::server::WebPkiClientVerifier;
+use rustls::server::{ResolvesServerCert, WebPkiClientVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme};
 
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +25,14 @@ pub enum TlsError {
     Write { path: PathBuf, source: std::io::Error },
     #[error("{path} holds no usable {what}")]
     Pem { path: PathBuf, what: &'static str },
+    #[error("{path}: the private key cannot be used: {source}")]
+    Key { path: PathBuf, source: rustls::Error },
+    #[error("{path}: the certificate cannot be used: {source}")]
+    Cert { path: PathBuf, source: rustls::Error },
+    #[error("{cert} and {key} do not belong together: the key is not the certificate's")]
+    Mismatch { cert: PathBuf, key: PathBuf },
+    #[error("{0}")]
+    Options(String),
     #[error("generating certificates: {0}")]
     Generate(#[from] rcgen::Error),
     #[error("TLS configuration: {0}")]
@@ -181,16 +189,124 @@ impl ClientCertVerifier for RequestClientCert {
     }
 }
 
-/// The rustls server configuration: HTTP/2 and HTTP/1.1 by ALPN, client certificates requested.
-pub fn server_config(
-    certs: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
-) -> Result<ServerConfig, TlsError> {
-    let provider = provider();
+/// `--tls-min-version` and `--tls-cipher-suites`, with k8s.io/apiserver's names, checked.
+#[derive(Debug, Clone, Default)]
+pub struct TlsParams {
+    /// TLS 1.3 only (`VersionTLS13`); otherwise 1.2 and 1.3.
+    pub tls13_only: bool,
+    /// The TLS 1.2 suites to offer, in order; empty: rustls' defaults. TLS 1.3's are always all offered, as in Go.
+    pub tls12_suites: Vec<rustls::SupportedCipherSuite>,
+}
+
+/// Go's names (crypto/tls, as k8s.io/component-base/cli/flag lists them) of the suites rustls offers.
+const CIPHER_SUITES: &[(&str, rustls::CipherSuite)] = {
+    use rustls::CipherSuite::*;
+    &[
+        ("TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256),
+        ("TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384", TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384),
+        ("TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305", TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256),
+        ("TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256", TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256),
+        ("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256),
+        ("TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384", TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384),
+        ("TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305", TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256),
+        ("TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256", TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256),
+    ]
+};
+
+/// TLS 1.3's suites: Go (and so kube-apiserver) accepts their names and always offers them all; so do we.
+const TLS13_SUITES: &[&str] = &["TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"];
+
+impl TlsParams {
+    /// From the flags' values: `min_version` `VersionTLS12` or `VersionTLS13` (or unset), `cipher_suites` Go's names.
+    pub fn new(min_version: Option<&str>, cipher_suites: &[String]) -> Result<Self, TlsError> {
+        let tls13_only = match min_version {
+            None | Some("VersionTLS12") => false,
+            Some("VersionTLS13") => true,
+            Some(v @ ("VersionTLS10" | "VersionTLS11")) => {
+                return Err(TlsError::Options(format!(
+                    "--tls-min-version={v}: TLS 1.0 and 1.1 are not offered by this server (rustls); use VersionTLS12 \
+                     or VersionTLS13"
+                )))
+            }
+            Some(v) => {
+                return Err(TlsError::Options(format!(
+                    "--tls-min-version={v:?}: not a TLS version; use VersionTLS12 or VersionTLS13"
+                )))
+            }
+        };
+        let available = provider().cipher_suites.clone();
+        let mut tls12_suites: Vec<rustls::SupportedCipherSuite> = Vec::new();
+        for name in cipher_suites.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+            if TLS13_SUITES.contains(&name) {
+                continue;
+            }
+            let Some((_, id)) = CIPHER_SUITES.iter().find(|(n, _)| *n == name) else {
+                let known: Vec<&str> =
+                    CIPHER_SUITES.iter().map(|(n, _)| *n).chain(TLS13_SUITES.iter().copied()).collect();
+                let why = if name.starts_with("TLS_")
+                    && (name.contains("_CBC_")
+                        || name.contains("_RC4_")
+                        || name.contains("3DES")
+                        || name.starts_with("TLS_RSA_"))
+                {
+                    "k8s.io/apiserver knows it, but this server (rustls) offers no CBC, RC4, 3DES or RSA key exchange suites"
+                } else {
+                    "not a cipher suite name"
+                };
+                return Err(TlsError::Options(format!(
+                    "--tls-cipher-suites: {name}: {why}. Supported: {}",
+                    known.join(", ")
+                )));
+            };
+            let suite = available.iter().find(|s| s.suite() == *id).copied().ok_or_else(|| {
+                TlsError::Options(format!("--tls-cipher-suites: {name} is not in this build's crypto provider"))
+            })?;
+            if !tls12_suites.iter().any(|s| s.suite() == suite.suite()) {
+                tls12_suites.push(suite);
+            }
+        }
+        if tls13_only && !tls12_suites.is_empty() {
+            tracing::warn!(
+                "--tls-cipher-suites names TLS 1.2 suites, but --tls-min-version=VersionTLS13 turns TLS 1.2 off"
+            );
+        }
+        Ok(Self { tls13_only, tls12_suites })
+    }
+
+    fn provider(&self) -> Arc<CryptoProvider> {
+        let base = provider();
+        if self.tls12_suites.is_empty() {
+            return base;
+        }
+        let mut p = (*base).clone();
+        p.cipher_suites = base
+            .cipher_suites
+            .iter()
+            .filter(|s| s.version() == &rustls::version::TLS13)
+            .chain(self.tls12_suites.iter())
+            .copied()
+            .collect();
+        Arc::new(p)
+    }
+
+    fn versions(&self) -> &'static [&'static rustls::SupportedProtocolVersion] {
+        static TLS13_ONLY: [&rustls::SupportedProtocolVersion; 1] = [&rustls::version::TLS13];
+        if self.tls13_only {
+            &TLS13_ONLY
+        } else {
+            rustls::DEFAULT_VERSIONS
+        }
+    }
+}
+
+/// The rustls server configuration: the serving certificate from `cert` (looked up per handshake, so that it can
+/// be replaced), HTTP/2 and HTTP/1.1 by ALPN, client certificates requested.
+pub fn server_config(cert: Arc<dyn ResolvesServerCert>, params: &TlsParams) -> Result<ServerConfig, TlsError> {
+    let provider = params.provider();
     let mut config = ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()?
+        .with_protocol_versions(params.versions())?
         .with_client_cert_verifier(Arc::new(RequestClientCert { provider }))
-        .with_single_cert(certs, key)?;
+        .with_cert_resolver(cert);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
 }
@@ -242,4 +358,51 @@ pub fn subject(cert: &CertificateDer<'_>) -> Option<Subject> {
     let common_name = name.iter_common_name().next()?.as_str().ok()?.to_owned();
     let organizations = name.iter_organization().filter_map(|o| o.as_str().ok().map(str::to_owned)).collect();
     Some(Subject { common_name, organizations, not_after: parsed.validity().not_after.timestamp() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(min: Option<&str>, suites: &[&str]) -> Result<TlsParams, String> {
+        TlsParams::new(min, &suites.iter().map(|s| s.to_string()).collect::<Vec<_>>()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn tls_flags_take_kubernetes_names() {
+        let p = params(None, &[]).unwrap();
+        assert!(!p.tls13_only && p.tls12_suites.is_empty());
+        assert!(params(Some("VersionTLS13"), &[]).unwrap().tls13_only);
+        assert!(!params(Some("VersionTLS12"), &[]).unwrap().tls13_only);
+        let e = params(Some("VersionTLS11"), &[]).unwrap_err();
+        assert!(e.contains("--tls-min-version=VersionTLS11: TLS 1.0 and 1.1 are not offered"), "{e}");
+        assert!(params(Some("1.2"), &[]).unwrap_err().contains("not a TLS version"));
+
+        let p = params(
+            None,
+            &[
+                "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+                "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
+                "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+                "TLS_AES_128_GCM_SHA256",
+            ],
+        )
+        .unwrap();
+        let ids: Vec<_> = p.tls12_suites.iter().map(|s| s.suite()).collect();
+        assert_eq!(
+            ids,
+            [
+                rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+                rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256
+            ]
+        );
+        // TLS 1.3's suites stay, as in Go; only the named TLS 1.2 ones are added.
+        let provider = p.provider();
+        assert_eq!(provider.cipher_suites.len(), 3 + 2, "{:?}", provider.cipher_suites);
+
+        let e = params(None, &["TLS_RSA_WITH_AES_128_CBC_SHA"]).unwrap_err();
+        assert!(e.contains("TLS_RSA_WITH_AES_128_CBC_SHA: k8s.io/apiserver knows it, but this server"), "{e}");
+        let e = params(None, &["AES"]).unwrap_err();
+        assert!(e.contains("AES: not a cipher suite name. Supported: TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"), "{e}");
+    }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use clap::Args;
 
+use crate::apiserver::serving_cert::DynamicServingCert;
 use crate::apiserver::tls;
 
 #[derive(Debug, Clone, Args)]
@@ -42,6 +43,16 @@ pub struct ServingOptions {
     /// Extra host names or IPs for the self-signed serving certificate (comma-separated).
     #[arg(long, value_delimiter = ',')]
     pub tls_sans: Vec<String>,
+
+    /// Minimum TLS version: VersionTLS12 (default) or VersionTLS13, as k8s.io/apiserver names them.
+    #[arg(long, value_name = "VERSION")]
+    pub tls_min_version: Option<String>,
+
+    /// TLS 1.2 cipher suites, comma-separated, with Go's names as k8s.io/apiserver takes them (e.g.
+    /// TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256). Default: rustls' (ECDHE with AES-GCM or ChaCha20-Poly1305). TLS
+    /// 1.3's suites are always all offered, as in Go.
+    #[arg(long, value_delimiter = ',', value_name = "SUITES")]
+    pub tls_cipher_suites: Vec<String>,
 
     /// Seconds between BOOKMARK events on watches that allow them.
     #[arg(long, default_value_t = 60)]
@@ -87,10 +98,11 @@ impl ServingOptions {
     }
 
     /// The rustls configuration: the given certificate, else a self-signed one kept under --cert-dir (default
-    /// `<data_dir>/certs`).
+    /// `<data_dir>/certs`). Either way the files are followed: replaced files are served without a restart.
     pub fn tls_config(&self, data_dir: &Path) -> anyhow::Result<rustls::ServerConfig> {
-        let (certs, key) = match (&self.tls_cert_file, &self.tls_private_key_file) {
-            (Some(c), Some(k)) => (tls::read_certs(c)?, tls::read_key(k)?),
+        let params = tls::TlsParams::new(self.tls_min_version.as_deref(), &self.tls_cipher_suites)?;
+        let (cert, key) = match (&self.tls_cert_file, &self.tls_private_key_file) {
+            (Some(c), Some(k)) => (c.clone(), k.clone()),
             _ => {
                 let dir = self.cert_dir.clone().unwrap_or_else(|| data_dir.join("certs"));
                 let mut hosts = service_names(&self.namespace());
@@ -105,10 +117,12 @@ impl ServingOptions {
                     .map(|pem| base64::engine::general_purpose::STANDARD.encode(pem))
                     .map_err(|e| anyhow::anyhow!("reading {}: {e}", s.ca.display()))?;
                 tracing::info!(ca = %s.ca.display(), cert = %s.cert.display(), %ca_bundle, "serving with a self-signed certificate; use this CA (ca_bundle) as the APIService caBundle");
-                (tls::read_certs(&s.cert)?, tls::read_key(&s.key)?)
+                (s.cert, s.key)
             }
         };
-        Ok(tls::server_config(certs, key)?)
+        let serving = DynamicServingCert::load(&cert, &key)?;
+        serving.spawn_reloader();
+        Ok(tls::server_config(serving, &params)?)
     }
 }
 
