@@ -9,8 +9,9 @@ use tokio_util::sync::CancellationToken;
 use super::options::{client_from, in_cluster, Options};
 use crate::apiserver::auth::DynamicTrust;
 use crate::apiserver::filters::MaxInFlight;
-use crate::apiserver::health::{self, named_check, Endpoint, HealthChecks, InformerSync};
+use crate::apiserver::health::{self, named_check, Endpoint, HealthChecks};
 use crate::apiserver::{tls, Server, ServerConfig};
+use crate::controller::InformerSync;
 use crate::registry::Registry;
 use crate::storage::Store;
 
@@ -165,7 +166,10 @@ fn health_checks(
         )
         .add(Endpoint::Readyz, health::ping())
         .add(Endpoint::Readyz, writable(store.clone()))
-        .add(Endpoint::Readyz, informers.health_check())
+        .add(Endpoint::Readyz, {
+            let informers = informers.clone();
+            named_check("informer-sync", move || std::future::ready(informers.check()))
+        })
         .add(Endpoint::Readyz, delegation)
         .add(Endpoint::Readyz, health::shutdown(shutdown_initiated.clone()));
     checks

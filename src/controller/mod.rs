@@ -5,9 +5,12 @@
 //! cache from causing extra creates or deletes.
 
 mod expectations;
+pub mod informers;
 pub mod leader;
 mod queue;
 mod reconcile;
+
+pub use informers::{InformerHandle, InformerSync};
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -26,7 +29,6 @@ pub use expectations::Expectations;
 pub use queue::Queue;
 
 use crate::api::{API_VERSION, KIND};
-use crate::apiserver::health::{InformerHandle, InformerSync};
 use crate::registry::{ListRequest, Notification, PodSetKey, Registry, WatchRequest};
 
 /// Controller settings.

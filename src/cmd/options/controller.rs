@@ -5,8 +5,8 @@ use std::time::Duration;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
-use crate::apiserver::health::InformerSync;
 use crate::controller::leader::{self, LeaseConfig};
+use crate::controller::InformerSync;
 use crate::controller::{self, ControllerConfig};
 use crate::registry::Registry;
 
