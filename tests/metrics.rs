@@ -45,6 +45,11 @@ async fn metrics_count_known_requests_with_kubernetes_names() {
         let (status, _, _) = raw(&client, req.body(serde_json::to_vec(&podset(name, 0)).unwrap()).unwrap()).await;
         assert_eq!(status, 201);
     }
+    // A GET answers with the bytes as stored: what the history counts.
+    let mut stored = 0;
+    for name in ["a", "b", "c"] {
+        stored += raw(&client, get(format!("{PODSETS}/{name}"))).await.2.len();
+    }
     let dry = Request::post(format!("{PODSETS}?dryRun=All")).header("content-type", "application/json");
     assert_eq!(raw(&client, dry.body(serde_json::to_vec(&podset("d", 0)).unwrap()).unwrap()).await.0, 201);
     assert_eq!(raw(&client, get(PODSETS.into())).await.0, 200);
@@ -67,7 +72,7 @@ async fn metrics_count_known_requests_with_kubernetes_names() {
     let value = |series: &str| m.get(series).copied().unwrap_or_else(|| panic!("no {series} in {m:#?}"));
     assert_eq!(value(&request_series("POST", "resource", "201")), 3.0);
     assert_eq!(value(&request_series("LIST", "namespace", "200")), 2.0);
-    assert_eq!(value(&request_series("GET", "resource", "200")), 1.0);
+    assert_eq!(value(&request_series("GET", "resource", "200")), 4.0, "the three reads of what was stored, and one");
     assert_eq!(value(&request_series("GET", "resource", "404")), 1.0);
     assert_eq!(value(&request_series("WATCH", "namespace", "200")), 2.0);
     assert_eq!(
@@ -109,6 +114,13 @@ async fn metrics_count_known_requests_with_kubernetes_names() {
     assert_eq!(value(r#"apiserver_current_inflight_requests{request_kind="readOnly"}"#), 1.0, "this scrape");
     assert_eq!(value(r#"apiserver_current_inflight_requests{request_kind="mutating"}"#), 0.0);
     assert_eq!(value("podset_storage_current_revision") - value("podset_storage_compacted_revision"), 3.0);
+    assert_eq!(value("podset_storage_history_events"), 3.0);
+    assert_eq!(value("podset_storage_history_bytes"), stored as f64, "the three objects as stored");
+    assert!(value("podset_storage_data_bytes") > 0.0);
+    assert_eq!(value("podset_storage_commit_group_size_sum"), 3.0, "three writes made durable, the dry run not");
+    let groups = value("podset_storage_commit_group_size_count");
+    assert!((1.0..=3.0).contains(&groups), "{groups} groups");
+    assert_eq!(value("podset_storage_commit_duration_seconds_count"), groups, "one timing per group");
     assert!(value("process_cpu_seconds_total") > 0.0);
     assert!(value("process_resident_memory_bytes") > 1e6);
     assert!(value("process_open_fds") > 0.0 && value("process_max_fds") >= value("process_open_fds"));

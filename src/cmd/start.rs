@@ -66,7 +66,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         min_request_timeout: opts.server_run.min_request_timeout(),
         audit,
     };
-    crate::metrics::register_collector(Box::new(crate::metrics::StoreRevisions(store.clone())));
+    crate::metrics::register_collector(Box::new(crate::metrics::ScrapeGauges(store_gauges(store.clone()))));
     let registry = Registry::new(store.clone());
     let addr = opts.serving.address();
     let server = Server::bind(addr, registry.clone(), cfg, shutdown.clone())
@@ -173,6 +173,35 @@ fn health_checks(
         .add(Endpoint::Readyz, delegation)
         .add(Endpoint::Readyz, health::shutdown(shutdown_initiated.clone()));
     checks
+}
+
+/// The store's revisions and sizes, read at each scrape.
+fn store_gauges(store: Arc<dyn Store>) -> impl Fn() -> Vec<(&'static str, &'static str, i64)> + Send + Sync {
+    move || {
+        let stats = store.stats();
+        let mut gauges = vec![
+            (
+                "podset_storage_current_revision",
+                "The store's newest revision (resourceVersion).",
+                store.current_revision() as i64,
+            ),
+            (
+                "podset_storage_compacted_revision",
+                "The oldest revision reads and watches can start from; older ones get 410 Gone.",
+                store.compacted_revision() as i64,
+            ),
+            ("podset_storage_history_events", "Changes kept for watches to resume from.", stats.history_events as i64),
+            (
+                "podset_storage_history_bytes",
+                "Serialized bytes of the objects the kept changes carry.",
+                stats.history_bytes as i64,
+            ),
+        ];
+        if let Some(bytes) = stats.data_bytes {
+            gauges.push(("podset_storage_data_bytes", "Bytes the embedded store's files take on disk.", bytes as i64));
+        }
+        gauges
+    }
 }
 
 async fn wait_for_signal() {

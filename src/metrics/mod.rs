@@ -167,6 +167,10 @@ pub struct Metrics {
     pub leader: Family<NameLabel, Gauge>,
     pub audit_events: Counter,
     pub audit_errors: Family<NameLabel, Counter>,
+    /// One durable write group (batch + fsync) of the embedded store.
+    pub storage_commit_duration: Histogram,
+    /// Writes that shared one fsync.
+    pub storage_commit_group_size: Histogram,
 }
 
 impl Metrics {
@@ -190,10 +194,22 @@ impl Metrics {
             leader: Family::default(),
             audit_events: Counter::default(),
             audit_errors: Family::default(),
+            storage_commit_duration: Histogram::new(exponential_buckets(0.0001, 2., 16)),
+            storage_commit_group_size: Histogram::new(exponential_buckets(1., 2., 10)),
         }
     }
 
     fn register(&'static self, r: &mut Registry) {
+        r.register(
+            "podset_storage_commit_duration_seconds",
+            "Time one group of writes took to become durable in the embedded store (batch and fsync).",
+            self.storage_commit_duration.clone(),
+        );
+        r.register(
+            "podset_storage_commit_group_size",
+            "Writes made durable together by one fsync (group commit).",
+            self.storage_commit_group_size.clone(),
+        );
         r.register(
             "apiserver_request",
             "Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, \
@@ -281,33 +297,24 @@ impl Metrics {
     }
 }
 
-/// The store's revisions at each scrape, through the `Store` trait's own accessors: the newest revision and the
-/// oldest a watch can resume from (their difference is the history kept, in revisions).
-pub struct StoreRevisions(pub std::sync::Arc<dyn crate::storage::Store>);
+/// Gauges read at each scrape from a function (the store's revisions and sizes, say): (name, help, value).
+pub struct ScrapeGauges<F>(pub F);
 
-impl std::fmt::Debug for StoreRevisions {
+impl<F> std::fmt::Debug for ScrapeGauges<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("StoreRevisions")
+        f.write_str("ScrapeGauges")
     }
 }
 
-impl Collector for StoreRevisions {
+impl<F> Collector for ScrapeGauges<F>
+where
+    F: Fn() -> Vec<(&'static str, &'static str, i64)> + Send + Sync + 'static,
+{
     fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder) -> Result<(), std::fmt::Error> {
         use prometheus_client::encoding::EncodeMetric;
         use prometheus_client::metrics::gauge::ConstGauge;
-        for (name, help, value) in [
-            (
-                "podset_storage_current_revision",
-                "The store's newest revision (resourceVersion).",
-                self.0.current_revision(),
-            ),
-            (
-                "podset_storage_compacted_revision",
-                "The oldest revision reads and watches can start from; older ones get 410 Gone.",
-                self.0.compacted_revision(),
-            ),
-        ] {
-            let g = ConstGauge::new(value as i64);
+        for (name, help, value) in (self.0)() {
+            let g = ConstGauge::new(value);
             g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)?;
         }
         Ok(())

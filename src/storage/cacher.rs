@@ -17,7 +17,7 @@ use tokio::sync::watch;
 use super::state::State;
 use super::{
     Backend, ChangeStream, Event, HistoryLimits, ListOptions, ListResult, Object, Result, Revision, StorageError,
-    Store, WatchStream, Write,
+    Store, StoreStats, WatchStream, Write,
 };
 
 /// Most events a watcher takes from the log under one read lock.
@@ -204,6 +204,14 @@ impl Store for Cacher {
     async fn check_writable(&self) -> Result<()> {
         self.check_alive()?;
         self.backend.check().await
+    }
+
+    fn stats(&self) -> StoreStats {
+        let (objects, history_events, history_bytes) = {
+            let state = self.inner.state.read();
+            (state.objects.len(), state.log.len(), state.log_bytes)
+        };
+        StoreStats { objects, history_events, history_bytes, data_bytes: self.backend.size_on_disk() }
     }
 
     fn check_alive(&self) -> Result<()> {

@@ -121,6 +121,17 @@ impl Default for HistoryLimits {
     }
 }
 
+/// How big a store is, for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    pub objects: usize,
+    pub history_events: usize,
+    /// Serialized bytes of the objects the history's events carry.
+    pub history_bytes: usize,
+    /// The durable backend's files, when it can tell.
+    pub data_bytes: Option<u64>,
+}
+
 /// A revisioned key-value store of Kubernetes objects. Writes are durable when they return, and visible to reads
 /// and watches of the same store by then.
 #[async_trait]
@@ -144,6 +155,7 @@ pub trait Store: Send + Sync + 'static {
     async fn check_writable(&self) -> Result<()>;
     /// Ok unless the store can no longer serve until the process restarts (`/livez`).
     fn check_alive(&self) -> Result<()>;
+    fn stats(&self) -> StoreStats;
 }
 
 /// Sets `metadata.resourceVersion` on a JSON object.

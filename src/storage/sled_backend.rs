@@ -175,6 +175,10 @@ impl Backend for SledBackend {
         Ok(snap)
     }
 
+    fn size_on_disk(&self) -> Option<u64> {
+        self.shared.db.read().as_ref().and_then(|db| db.size_on_disk().ok())
+    }
+
     async fn write(&self, write: Write) -> Result<Arc<Object>> {
         let (reply, rx) = oneshot::channel();
         let requests = self.requests.as_ref().ok_or(StorageError::Closed)?;
@@ -351,7 +355,11 @@ impl Writer {
         batch.insert(META_COMPACTED, &codec::encode_u64(compacted));
         batch.insert(META_REVISION, &codec::encode_u64(revision));
 
+        let started = std::time::Instant::now();
         let durable = db.apply_batch(batch).and_then(|_| db.flush().map(|_| ()));
+        let m = crate::metrics::global();
+        m.storage_commit_duration.observe(started.elapsed().as_secs_f64());
+        m.storage_commit_group_size.observe(changes.len() as f64);
         if let Err(e) = durable {
             tracing::error!(error = %e, "store write failed; the whole group is refused");
             // sled refuses everything after an I/O error, and its memory may hold the refused batch: the next
