@@ -1,21 +1,11 @@
-//! `meta.k8s.io/v1` Table (neither k8s-openapi nor kube-core has it) and the PodSet printer columns.
+//! The PodSet printer columns of a `meta.k8s.io/v1` Table (neither k8s-openapi nor kube-core has the type; the
+//! HTTP layer writes Tables around these cells).
 
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::selector::Selector;
-
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Table {
-    pub api_version: &'static str,
-    pub kind: &'static str,
-    pub metadata: ListMeta,
-    pub column_definitions: Vec<TableColumnDefinition>,
-    pub rows: Vec<TableRow>,
-}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct TableColumnDefinition {
@@ -25,19 +15,6 @@ pub struct TableColumnDefinition {
     pub format: &'static str,
     pub description: &'static str,
     pub priority: i32,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct TableRow {
-    pub cells: Vec<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub object: Option<Value>,
-}
-
-impl Table {
-    pub fn new(metadata: ListMeta, rows: Vec<TableRow>) -> Self {
-        Self { api_version: "meta.k8s.io/v1", kind: "Table", metadata, column_definitions: columns(), rows }
-    }
 }
 
 /// Name, Desired, Current, Ready, Age; `-o wide` adds Pods and Selector.

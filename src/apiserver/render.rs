@@ -9,11 +9,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::ops::Range;
+use std::sync::LazyLock;
 
 use super::error::{ApiError, ApiResult};
 use super::negotiate::Output;
 use super::request::IncludeObject;
-use crate::api::table::{age, cells, created, Table, AGE_CELL};
+use crate::api::table::{age, cells, columns, created, AGE_CELL};
 use crate::api::{API_VERSION, LIST_KIND};
 use crate::registry::{ListPage, Stored};
 
@@ -40,6 +41,7 @@ pub fn value_response(status: StatusCode, out: Output, value: &Value) -> ApiResu
 /// One revision's Table row, serialized once and kept with the revision (as kube-apiserver's cachingObject keeps
 /// an object's serializations): the cells around Age, which alone depends on the time of asking, and where
 /// `metadata` sits in the stored JSON, so a row's object is spliced from the stored bytes, never re-serialized.
+#[derive(Clone)]
 struct Row {
     /// `"web",3,2,1,`
     before_age: Box<[u8]>,
@@ -86,17 +88,6 @@ fn row(obj: &Stored) -> ApiResult<std::borrow::Cow<'_, Row>> {
     }
 }
 
-impl Clone for Row {
-    fn clone(&self) -> Self {
-        Row {
-            before_age: self.before_age.clone(),
-            after_age: self.after_age.clone(),
-            created: self.created,
-            metadata: self.metadata.clone(),
-        }
-    }
-}
-
 /// `{"kind":"PartialObjectMetadata",...}` for a stored object, its metadata spliced from the stored bytes.
 fn put_partial_metadata(buf: &mut BytesMut, obj: &Stored, row: &Row) {
     buf.put_slice(br#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":"#);
@@ -129,22 +120,46 @@ fn put_row(buf: &mut BytesMut, obj: &Stored, include: IncludeObject, now: Timest
     Ok(())
 }
 
-/// A Table of `items`: the head serialized as usual, the rows spliced from their memos.
-fn table(meta: ListMeta, items: &[Stored], include: IncludeObject) -> ApiResult<Bytes> {
-    let head = serde_json::to_vec(&Table::new(meta, Vec::new())).map_err(|e| ApiError::internal(e.to_string()))?;
-    // The head ends with `"rows":[]}`: rows is the last field.
-    let open = head.len() - 2;
-    let mut buf = BytesMut::with_capacity(head.len() + items.iter().map(|o| o.bytes().len() / 2 + 64).sum::<usize>());
-    buf.put_slice(&head[..open]);
-    let now = Timestamp::now();
-    for (i, obj) in items.iter().enumerate() {
+/// `head` (a serialized JSON object) with `"<field>":[...]` added, each item written by `put`: lists whose items
+/// are spliced from stored bytes and memos, never re-serialized.
+fn splice_list(
+    head: &[u8],
+    field: &str,
+    items: &[Stored],
+    mut put: impl FnMut(&mut BytesMut, &Stored) -> ApiResult<()>,
+) -> ApiResult<Bytes> {
+    let size = head.len() + field.len() + items.iter().map(|o| o.bytes().len() + 1).sum::<usize>() + 8;
+    let mut buf = BytesMut::with_capacity(size);
+    buf.put_slice(&head[..head.len() - 1]);
+    buf.put_slice(b",\"");
+    buf.put_slice(field.as_bytes());
+    buf.put_slice(b"\":[");
+    for (i, item) in items.iter().enumerate() {
         if i > 0 {
             buf.put_u8(b',');
         }
-        put_row(&mut buf, obj, include, now)?;
+        put(&mut buf, item)?;
     }
     buf.put_slice(b"]}");
     Ok(buf.freeze())
+}
+
+fn head(v: &Value) -> Vec<u8> {
+    serde_json::to_vec(v).unwrap_or_else(|_| b"{}".to_vec())
+}
+
+/// The column definitions, the same in every Table: serialized once.
+static COLUMNS: LazyLock<Vec<u8>> = LazyLock::new(|| serde_json::to_vec(&columns()).unwrap_or_else(|_| b"[]".to_vec()));
+
+/// A Table of `items`, the rows spliced from their memos.
+fn table(meta: ListMeta, items: &[Stored], include: IncludeObject) -> ApiResult<Bytes> {
+    let mut head = head(&json!({"apiVersion": "meta.k8s.io/v1", "kind": "Table", "metadata": meta}));
+    head.pop();
+    head.extend_from_slice(b",\"columnDefinitions\":");
+    head.extend_from_slice(&COLUMNS);
+    head.push(b'}');
+    let now = Timestamp::now();
+    splice_list(&head, "rows", items, |buf, obj| put_row(buf, obj, include, now))
 }
 
 /// A Table of one object, as a watch event or a GET carries it.
@@ -183,21 +198,12 @@ pub fn list_response(out: Output, page: &ListPage, include: IncludeObject) -> Ap
     let meta = list_meta(page);
     match out {
         Output::Json | Output::Discovery(_) => {
-            // Splice the stored bytes: each object was serialized once, when it was written.
-            let head = json!({"apiVersion": API_VERSION, "kind": LIST_KIND, "metadata": meta});
-            let head = serde_json::to_vec(&head).unwrap_or_default();
-            let size = head.len() + page.items.iter().map(|o| o.bytes().len() + 1).sum::<usize>() + 16;
-            let mut buf = BytesMut::with_capacity(size);
-            buf.put_slice(&head[..head.len() - 1]);
-            buf.put_slice(b",\"items\":[");
-            for (i, item) in page.items.iter().enumerate() {
-                if i > 0 {
-                    buf.put_u8(b',');
-                }
-                buf.put_slice(item.bytes());
-            }
-            buf.put_slice(b"]}");
-            Ok(bytes_response(StatusCode::OK, JSON, buf.freeze()))
+            let head = head(&json!({"apiVersion": API_VERSION, "kind": LIST_KIND, "metadata": meta}));
+            let body = splice_list(&head, "items", &page.items, |buf, obj| {
+                buf.put_slice(obj.bytes());
+                Ok(())
+            })?;
+            Ok(bytes_response(StatusCode::OK, JSON, body))
         }
         Output::Yaml => {
             let items = page.items.iter().map(Stored::to_value).collect::<ApiResult<Vec<_>>>()?;
@@ -206,20 +212,13 @@ pub fn list_response(out: Output, page: &ListPage, include: IncludeObject) -> Ap
         }
         Output::Table => Ok(bytes_response(StatusCode::OK, JSON, table(meta, &page.items, include)?)),
         Output::Metadata => {
-            let head = json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta});
-            let head = serde_json::to_vec(&head).unwrap_or_default();
-            let mut buf =
-                BytesMut::with_capacity(head.len() + page.items.iter().map(|o| o.bytes().len()).sum::<usize>());
-            buf.put_slice(&head[..head.len() - 1]);
-            buf.put_slice(b",\"items\":[");
-            for (i, obj) in page.items.iter().enumerate() {
-                if i > 0 {
-                    buf.put_u8(b',');
-                }
-                put_partial_metadata(&mut buf, obj, &*row(obj)?);
-            }
-            buf.put_slice(b"]}");
-            Ok(bytes_response(StatusCode::OK, JSON, buf.freeze()))
+            let head =
+                head(&json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta}));
+            let body = splice_list(&head, "items", &page.items, |buf, obj| {
+                put_partial_metadata(buf, obj, &*row(obj)?);
+                Ok(())
+            })?;
+            Ok(bytes_response(StatusCode::OK, JSON, body))
         }
     }
 }
