@@ -75,7 +75,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     tracing::info!(address = %server.local_addr()?, "serving demo.k8s.io/v1alpha1 over HTTPS");
 
     if let Some(client) = controller_client {
-        opts.controller.spawn(registry, client, informers, shutdown.clone());
+        opts.controller.spawn(registry, client, informers, opts.serving.namespace(), shutdown.clone());
     }
 
     let signal = shutdown.clone();

@@ -41,7 +41,7 @@ pub struct ControllerOptions {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,
 
-    /// Namespace of the leader-election Lease. Default: the pod's namespace in a cluster, else podset-system.
+    /// Namespace of the leader-election Lease. Default: the server's own (see --service-namespace).
     #[arg(long)]
     pub leader_election_namespace: Option<String>,
 }
@@ -60,24 +60,25 @@ impl ControllerOptions {
 
     /// Starts the controller, behind leader election unless --leader-elect=false; it stops with `stop`. Its caches
     /// report to `informers` while it runs.
-    pub fn spawn(&self, registry: Registry, client: kube::Client, informers: InformerSync, stop: CancellationToken) {
+    /// `own_namespace` is where the Lease goes unless --leader-election-namespace says otherwise.
+    pub fn spawn(
+        &self,
+        registry: Registry,
+        client: kube::Client,
+        informers: InformerSync,
+        own_namespace: String,
+        stop: CancellationToken,
+    ) {
         let cfg = ControllerConfig { informers, ..self.config() };
         if !self.leader_elect {
             tokio::spawn(controller::run(registry, client, cfg, stop));
             return;
         }
-        let namespace = self.leader_election_namespace.clone().unwrap_or_else(own_namespace);
+        let namespace = self.leader_election_namespace.clone().unwrap_or(own_namespace);
         let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "podset-apiserver".into());
         let lease = LeaseConfig::new(&namespace, format!("{host}_{}", uuid::Uuid::new_v4()));
         tokio::spawn(leader::run(client.clone(), lease, stop, move |term| {
             controller::run(registry.clone(), client.clone(), cfg.clone(), term)
         }));
     }
-}
-
-/// The pod's namespace in a cluster, else `podset-system`.
-fn own_namespace() -> String {
-    std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_else(|_| "podset-system".into())
 }
