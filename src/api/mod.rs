@@ -1,6 +1,7 @@
 //! The `PodSet` resource: types, defaulting, validation, label selectors, OpenAPI schema and printer columns.
 
 pub mod defaults;
+pub mod duration;
 pub mod schema;
 pub mod selector;
 pub mod status;

@@ -17,7 +17,6 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use http::{HeaderMap, Method, Uri};
 use serde::Serialize;
 
-use super::auth::authz::Attributes;
 use super::auth::User;
 use crate::metrics::{global, NameLabel};
 
@@ -122,8 +121,7 @@ impl Event {
         remote: Option<std::net::IpAddr>,
         at: DateTime<Utc>,
     ) -> Self {
-        let info =
-            Attributes::from_request(method, uri.path(), super::request::Query::parse(uri.query()).ok().as_ref());
+        let info = super::filters::request_info(method, uri.path(), uri.query());
         Self {
             kind: "Event",
             api_version: "audit.k8s.io/v1",

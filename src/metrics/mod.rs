@@ -199,7 +199,7 @@ impl Metrics {
         }
     }
 
-    fn register(&'static self, r: &mut Registry) {
+    fn register(&self, r: &mut Registry) {
         r.register(
             "podset_storage_commit_duration_seconds",
             "Time one group of writes took to become durable in the embedded store (batch and fsync).",
@@ -322,12 +322,12 @@ where
 }
 
 struct Global {
-    metrics: &'static Metrics,
+    metrics: Metrics,
     registry: parking_lot::Mutex<Registry>,
 }
 
 static GLOBAL: LazyLock<Global> = LazyLock::new(|| {
-    let metrics: &'static Metrics = Box::leak(Box::new(Metrics::new()));
+    let metrics = Metrics::new();
     let mut registry = Registry::default();
     metrics.register(&mut registry);
     Global { metrics, registry: parking_lot::Mutex::new(registry) }
@@ -335,7 +335,7 @@ static GLOBAL: LazyLock<Global> = LazyLock::new(|| {
 
 /// The process's metrics.
 pub fn global() -> &'static Metrics {
-    GLOBAL.metrics
+    &GLOBAL.metrics
 }
 
 /// Adds a collector read at each scrape (storage revisions, say).

@@ -42,12 +42,16 @@ impl RequestKind {
 struct Pool {
     limit: usize,
     slots: Arc<Semaphore>,
+    /// `apiserver_current_inflight_requests` for this pool, looked up once.
+    gauge: Gauge,
 }
 
 impl Pool {
     /// 0 means no limit, as in kube-apiserver.
-    fn new(limit: usize) -> Option<Self> {
-        (limit > 0).then(|| Self { limit, slots: Arc::new(Semaphore::new(limit)) })
+    fn new(limit: usize, kind: RequestKind) -> Option<Self> {
+        let label = RequestKindLabel { request_kind: kind.as_str().into() };
+        let gauge = global().current_inflight.get_or_create(&label).clone();
+        (limit > 0).then(|| Self { limit, slots: Arc::new(Semaphore::new(limit)), gauge })
     }
 }
 
@@ -69,9 +73,8 @@ impl InFlight {
         Self { _permit: None, gauge: None }
     }
 
-    fn held(permit: OwnedSemaphorePermit, kind: RequestKind) -> Self {
-        let label = RequestKindLabel { request_kind: kind.as_str().into() };
-        let gauge = global().current_inflight.get_or_create(&label).clone();
+    fn held(permit: OwnedSemaphorePermit, gauge: &Gauge) -> Self {
+        let gauge = gauge.clone();
         gauge.inc();
         Self { _permit: Some(permit), gauge: Some(gauge) }
     }
@@ -87,7 +90,10 @@ impl Drop for InFlight {
 
 impl MaxInFlight {
     pub fn new(max_requests_inflight: usize, max_mutating_requests_inflight: usize) -> Self {
-        Self { read_only: Pool::new(max_requests_inflight), mutating: Pool::new(max_mutating_requests_inflight) }
+        Self {
+            read_only: Pool::new(max_requests_inflight, RequestKind::ReadOnly),
+            mutating: Pool::new(max_mutating_requests_inflight, RequestKind::Mutating),
+        }
     }
 
     /// No limits (tests, tools).
@@ -109,7 +115,7 @@ impl MaxInFlight {
             return Ok(InFlight::none());
         };
         match pool.slots.clone().try_acquire_owned() {
-            Ok(permit) => Ok(InFlight::held(permit, kind)),
+            Ok(permit) => Ok(InFlight::held(permit, &pool.gauge)),
             Err(TryAcquireError::NoPermits) if user.groups.iter().any(|g| g == MASTERS) => Ok(InFlight::none()),
             Err(_) => Err(ApiError::too_many_requests()),
         }

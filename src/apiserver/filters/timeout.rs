@@ -54,13 +54,9 @@ fn requested_timeout(query: Option<&str>) -> Result<Option<Duration>, ApiError> 
     if raw.is_empty() {
         return Ok(None);
     }
-    let parsed = raw.parse::<u64>().map(Duration::from_secs).ok().or_else(|| {
-        let d: jiff::SignedDuration = raw.parse().ok()?;
-        Duration::try_from(d).ok()
-    });
-    match parsed {
-        Some(d) => Ok(Some(d)),
-        None => Err(ApiError::bad_request(format!("invalid timeout specified in the request URL: {raw:?}"))),
+    match crate::api::duration::parse(&raw) {
+        Ok(d) => Ok(Some(d)),
+        Err(_) => Err(ApiError::bad_request(format!("invalid timeout specified in the request URL: {raw:?}"))),
     }
 }
 

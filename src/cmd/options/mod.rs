@@ -9,7 +9,6 @@ mod serving;
 mod storage;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
@@ -71,14 +70,7 @@ pub struct Options {
     pub log_format: LogFormat,
 }
 
-/// A Go-style duration as k8s.io/apiserver's flags take it ("10s", "1m30s", "500ms"), or plain seconds.
-pub(crate) fn duration(s: &str) -> Result<Duration, String> {
-    if let Ok(secs) = s.parse::<u64>() {
-        return Ok(Duration::from_secs(secs));
-    }
-    let d: jiff::SignedDuration = s.parse().map_err(|e| format!("{s:?} is not a duration like 10s or 1m: {e}"))?;
-    Duration::try_from(d).map_err(|_| format!("{s:?} is negative"))
-}
+pub(crate) use crate::api::duration::parse as duration;
 
 /// A client for the main API server from a kubeconfig, else in-cluster, else none. `retry: false` leaves retries
 /// to the caller: a request waiting on a TokenReview or SubjectAccessReview must not sit through kube's long backoff.
@@ -169,17 +161,7 @@ pub(crate) fn no_main_api_server() -> anyhow::Error {
 mod tests {
     use super::*;
     use clap::CommandFactory;
-
-    #[test]
-    fn durations_read_as_kubernetes_flags_write_them() {
-        assert_eq!(duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(duration("0"), Ok(Duration::ZERO));
-        assert_eq!(duration("7"), Ok(Duration::from_secs(7)));
-        assert!(duration("-5s").is_err());
-        assert!(duration("soon").is_err());
-    }
+    use std::time::Duration;
 
     /// `openssl x509 -req -signkey` without extensions: X.509 v1.
     const V1_CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIBNjCB3QIUW2GC0um++kgjK42mI2EhI+USIzowCgYIKoZIzj0EAwIwHTENMAsG\nA1UEAwwEamFuZTEMMAoGA1UECgwDZGV2MCAXDTI2MTEyMzExMTYxNFoYDzIxMjYx\nMDMwMTExNjE0WjAdMQ0wCwYDVQQDDARqYW5lMQwwCgYDVQQKDANkZXYwWTATBgcq\nhkjOPQIBBggqhkjOPQMBBwNCAARDoHI4q06Ob1JNWxiibF2zye+KXuPx2yVKaIES\n8yOb7zf0pFF9k2OUrhRz+H+od9qmOXuUtLvgHzPj/giJ9lZ6MAoGCCqGSM49BAMC\nA0gAMEUCIQD3He+nKeaS3+BNHvcagZdQexQ9vPfLFWrp7D8AF8Rq1wIgX9h3vO7Q\n2vZCyzVw8zCsm4IrRzz57CHyBIRztI5Vj6I=\n-----END CERTIFICATE-----\n";
