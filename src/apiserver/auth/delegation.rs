@@ -228,7 +228,7 @@ mod tests {
         use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair};
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("front-proxy-ca.crt");
-        let (old_pem, _, _) = make_ca("old").unwrap();
+        let (old_pem, old_key, old_params) = make_ca("old").unwrap();
         let (new_pem, new_key, new_params) = make_ca("new").unwrap();
         std::fs::write(&path, &old_pem).unwrap();
         let rh = RequestHeader::new(ClientCa::from_file(&path).unwrap(), vec![], &["X-Remote-User".into()], &[], &[]);
@@ -240,13 +240,16 @@ mod tests {
         let mut p = CertificateParams::default();
         p.distinguished_name.push(DnType::CommonName, "front-proxy-client");
         p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let old_leaf = p.signed_by(&KeyPair::generate().unwrap(), &Issuer::new(old_params, &old_key)).unwrap();
+        let old_chain = [old_leaf.der().clone()];
         let leaf = p.signed_by(&KeyPair::generate().unwrap(), &Issuer::new(new_params, &new_key)).unwrap();
         let chain = [leaf.der().clone()];
         let verifies = || trust.get().1.request_header.as_ref().unwrap().ca.verify(&chain).is_some();
+        let verifies_old = || trust.get().1.request_header.as_ref().unwrap().ca.verify(&old_chain).is_some();
         assert!(!verifies());
         std::fs::write(&path, "garbage").unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(trust.get().1.request_header.is_some(), "an unusable file kept the previous CA");
+        assert!(verifies_old() && !verifies(), "an unusable file kept the previous CA, and only it");
         std::fs::write(&path, format!("{old_pem}{new_pem}")).unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while !verifies() {
