@@ -19,6 +19,7 @@ ARG RUST_VERSION=1.95
 FROM docker.io/library/rust:${RUST_VERSION}-bookworm AS build
 WORKDIR /src
 COPY . .
+RUN hack/install-build-deps.sh
 ARG PODSET_GIT_COMMIT=""
 ARG PODSET_GIT_TREE_STATE=""
 ARG SOURCE_DATE_EPOCH=""

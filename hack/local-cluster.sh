@@ -4,6 +4,7 @@
 set -euo pipefail
 trap 'status=$?; echo "hack/local-cluster.sh: ERROR: \`$BASH_COMMAND\` failed with exit status $status (line $LINENO)" >&2' ERR
 cd "$(dirname "$0")/.."
+hack/install-build-deps.sh
 KUBEBUILDER_ASSETS="$(hack/install-test-assets.sh)"
 export KUBEBUILDER_ASSETS
 cargo build --release --locked --features envtest --bin podset-local-cluster >&2

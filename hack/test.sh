@@ -3,6 +3,7 @@
 set -euo pipefail
 trap 'status=$?; echo "hack/test.sh: ERROR: \`$BASH_COMMAND\` failed with exit status $status (line $LINENO)" >&2' ERR
 cd "$(dirname "$0")/.."
+hack/install-build-deps.sh
 KUBEBUILDER_ASSETS="$(hack/install-test-assets.sh)"
 export KUBEBUILDER_ASSETS
 echo "test assets: $KUBEBUILDER_ASSETS" >&2

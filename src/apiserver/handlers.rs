@@ -327,10 +327,10 @@ async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query) -> ApiR
             list_response(out, &page, include)
         }
         (Verb::Get, None | Some(Subresource::Status)) => {
-            let obj = reg.get(&key()).await?;
+            let obj = reg.get(&key(), q.revision()?).await?;
             object_response(StatusCode::OK, out, &obj, include)
         }
-        (Verb::Get, Some(Subresource::Scale)) => scale_response(out, &reg.get_scale(&key()).await?),
+        (Verb::Get, Some(Subresource::Scale)) => scale_response(out, &reg.get_scale(&key(), q.revision()?).await?),
         (Verb::Create, None) => {
             let ns = ns.ok_or_else(not_allowed)?;
             let format = body_format(content_type.as_deref())?;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
-use super::options::{client_from, in_cluster, Options};
+use super::options::{client_from, in_cluster, Options, StorageBackend};
 use crate::apiserver::auth::DynamicTrust;
 use crate::apiserver::filters::MaxInFlight;
 use crate::apiserver::health::{self, named_check, Endpoint, HealthChecks};
@@ -19,6 +19,7 @@ use crate::storage::Store;
 pub async fn run(opts: Options) -> anyhow::Result<()> {
     tls::provider();
     opts.server_run.validate()?;
+    opts.storage.validate()?;
     let audit = opts.audit.build()?;
     let data_dir = &opts.storage.data_dir;
     std::fs::create_dir_all(data_dir).with_context(|| format!("creating --data-dir {}", data_dir.display()))?;
@@ -43,16 +44,20 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
 
     let store = opts.storage.open().await?;
     if let (Some(client), true, false) =
-        (&controller_client, store.current_revision() == 0, opts.storage.allow_empty_store)
+        (&controller_client, opts.storage.looks_new(store.as_ref()), opts.storage.allow_empty_store)
     {
-        refuse_if_pods_are_orphaned(client, data_dir).await?;
+        let place = match opts.storage.storage_backend {
+            StorageBackend::Sled => format!("the store in {}", data_dir.display()),
+            StorageBackend::Etcd => format!("etcd under {}/demo.k8s.io", opts.storage.etcd_prefix),
+        };
+        refuse_if_pods_are_orphaned(client, &place).await?;
     }
 
     let informers = InformerSync::default();
     // SIGTERM fails /readyz at once; serving stops only after --shutdown-delay-duration.
     let shutdown_initiated = CancellationToken::new();
     let cfg = ServerConfig {
-        health: health_checks(&store, &authenticator.trust, &informers, &shutdown_initiated),
+        health: health_checks(opts.storage.check_name(), &store, &authenticator.trust, &informers, &shutdown_initiated),
         tls,
         authenticator,
         authorizer,
@@ -96,7 +101,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
 
 /// An empty store while Pods still name PodSets as their controller means the data is missing, not new: serving
 /// would tell the garbage collector their owners are gone, and it would delete them.
-async fn refuse_if_pods_are_orphaned(client: &kube::Client, data_dir: &std::path::Path) -> anyhow::Result<()> {
+async fn refuse_if_pods_are_orphaned(client: &kube::Client, place: &str) -> anyhow::Result<()> {
     use k8s_openapi::api::core::v1::Pod;
     let pods: kube::Api<Pod> = kube::Api::all(client.clone());
     let mut params = kube::api::ListParams::default().limit(500);
@@ -115,10 +120,9 @@ async fn refuse_if_pods_are_orphaned(client: &kube::Client, data_dir: &std::path
         });
         if let Some(p) = owned {
             anyhow::bail!(
-                "the store in {} is empty, but Pod {}/{} in the main API server is owned by a PodSet: refusing to \
-                 start, because the garbage collector would delete such Pods. Restore the data directory, or pass \
+                "{place} is empty, but Pod {}/{} in the main API server is owned by a PodSet: refusing to \
+                 start, because the garbage collector would delete such Pods. Restore the data, or pass \
                  --allow-empty-store if the PodSets are really gone.",
-                data_dir.display(),
                 p.metadata.namespace.as_deref().unwrap_or(""),
                 p.metadata.name.as_deref().unwrap_or("")
             );
@@ -135,6 +139,7 @@ async fn refuse_if_pods_are_orphaned(client: &kube::Client, data_dir: &std::path
 /// `storage` on /readyz (and /healthz): the store takes writes now, or has just recovered. On /livez: it can still
 /// recover in place; when it cannot, the kubelet restarts the pod.
 fn health_checks(
+    storage_check: &'static str,
     store: &Arc<dyn Store>,
     trust: &Arc<DynamicTrust>,
     informers: &InformerSync,
@@ -142,7 +147,7 @@ fn health_checks(
 ) -> HealthChecks {
     let mut checks = HealthChecks::default();
     let writable = |store: Arc<dyn Store>| {
-        named_check("storage", move || {
+        named_check(storage_check, move || {
             let store = store.clone();
             async move { store.check_writable().await.map_err(|e| e.to_string()) }
         })
@@ -162,7 +167,7 @@ fn health_checks(
         .add(Endpoint::Livez, health::ping())
         .add(
             Endpoint::Livez,
-            named_check("storage", move || std::future::ready(alive.check_alive().map_err(|e| e.to_string()))),
+            named_check(storage_check, move || std::future::ready(alive.check_alive().map_err(|e| e.to_string()))),
         )
         .add(Endpoint::Readyz, health::ping())
         .add(Endpoint::Readyz, writable(store.clone()))

@@ -94,7 +94,8 @@ fn pod_from_template(ps: &PodSet) -> Pod {
 
 pub(crate) async fn reconcile(ctx: &Arc<Context>, key: &PodSetKey) -> Result<(), Error> {
     let ns = key.namespace.as_str();
-    let obj = match ctx.registry.get(key).await {
+    // From the cache: the change that queued this key is in it, and writes compare revisions anyway.
+    let obj = match ctx.registry.get(key, Some(0)).await {
         Ok(obj) => obj,
         Err(e) if e.code() == 404 => {
             ctx.expectations.forget(key);

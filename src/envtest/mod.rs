@@ -23,6 +23,8 @@ use rcgen::{
     PKCS_ECDSA_P256_SHA256,
 };
 
+pub mod etcd;
+
 pub const NODE_IP: &str = "10.250.0.10";
 
 const NAMESPACE_YAML: &str = include_str!("../../deploy/base/namespace.yaml");

@@ -15,6 +15,8 @@ pub(crate) fn storage_error(e: StorageError, name: &str) -> ApiError {
         }
         StorageError::TooLarge { requested, current } => ApiError::too_large_resource_version(requested, current),
         StorageError::Closed => ApiError::service_unavailable("the server is shutting down"),
+        StorageError::Unavailable(m) => ApiError::service_unavailable(format!("storage is unavailable: {m}")),
+        StorageError::Timeout(m) => ApiError::timeout(&format!("storage did not answer in time: {m}")),
         other => ApiError::internal(other.to_string()),
     }
 }

@@ -80,22 +80,45 @@ impl Registry {
         self.store.get(&key.storage_key()).await.map_err(|e| storage_error(e, &key.name))
     }
 
-    pub async fn get(&self, key: &PodSetKey) -> ApiResult<Stored> {
+    /// The current object for a write: from the cache, which may lag a write another replica just made; a stale
+    /// state is caught by the write's compare-and-swap, a missing one only here, by catching up before saying 404.
+    async fn get_for_write(&self, key: &PodSetKey) -> ApiResult<Option<Arc<Object>>> {
+        match self.get_object(key).await? {
+            Some(o) => Ok(Some(o)),
+            None => {
+                self.store.sync().await.map_err(|e| storage_error(e, &key.name))?;
+                self.get_object(key).await
+            }
+        }
+    }
+
+    /// A GET, with kube-apiserver's `resourceVersion` semantics: unset reads the newest state any replica has
+    /// acknowledged (a consistent read); `0` reads this server's cache as it is; `n` waits for a state not older
+    /// than `n`.
+    pub async fn get(&self, key: &PodSetKey, resource_version: Option<Revision>) -> ApiResult<Stored> {
+        if resource_version != Some(0) {
+            self.read_revision(resource_version, false).await?;
+        }
         self.get_object(key).await?.map(Stored::new).ok_or_else(|| ApiError::not_found(&key.name))
     }
 
     /// GET of `/scale`.
-    pub async fn get_scale(&self, key: &PodSetKey) -> ApiResult<Scale> {
-        Ok(scale::scale_of(self.get(key).await?.decode()?))
+    pub async fn get_scale(&self, key: &PodSetKey, resource_version: Option<Revision>) -> ApiResult<Scale> {
+        Ok(scale::scale_of(self.get(key, resource_version).await?.decode()?))
     }
 
     /// Resolves which revision a list or watch reads at (`resourceVersion` + `resourceVersionMatch`).
     async fn read_revision(&self, requested: Option<Revision>, exact: bool) -> ApiResult<Revision> {
-        let current = self.store.current_revision();
         match requested {
-            None | Some(0) => Ok(current),
+            // Unset: a consistent read, which waits until the cache holds every acknowledged write.
+            None => self.store.sync().await.map_err(ApiError::from),
+            Some(0) => Ok(self.store.current_revision()),
             Some(rv) if exact => Ok(rv),
             Some(rv) => {
+                if self.store.current_revision() < rv {
+                    // Another replica may have written it: catch up with the backend first.
+                    self.store.sync().await?;
+                }
                 // "Not older than": wait briefly for a revision another replica may have written.
                 let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
                 while self.store.current_revision() < rv {
@@ -216,7 +239,7 @@ impl Registry {
         let part = if sub == Subresource::Status { Part::Status } else { Part::Main };
         let storage_key = key.storage_key();
         for _ in 0..MAX_RETRIES {
-            let Some(current) = self.get_object(key).await?.map(Stored::new) else {
+            let Some(current) = self.get_for_write(key).await?.map(Stored::new) else {
                 return Err(ApiError::not_found(&key.name));
             };
             let old = current.decode()?;
@@ -304,7 +327,7 @@ impl Registry {
         fieldmanager::typed::prune_unknown(podset_field_manager().schema(), &mut config);
         let sub = part.subresource();
         for _ in 0..MAX_RETRIES {
-            if self.get_object(key).await?.is_none() {
+            if self.get_for_write(key).await?.is_none() {
                 if part == Part::Status {
                     return Err(ApiError::not_found(&key.name));
                 }
@@ -371,7 +394,7 @@ impl Registry {
         let name = key.name.as_str();
         let storage_key = key.storage_key();
         for _ in 0..MAX_RETRIES {
-            let current = self.get(key).await?;
+            let current = self.get_for_write(key).await?.map(Stored::new).ok_or_else(|| ApiError::not_found(name))?;
             let mut ps = current.decode()?;
             if let Some(p) = &opts.preconditions {
                 if let Some(uid) = p.uid.as_deref().filter(|u| Some(*u) != ps.metadata.uid.as_deref()) {

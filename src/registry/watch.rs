@@ -85,7 +85,8 @@ impl Registry {
     pub async fn watch(&self, req: WatchRequest) -> ApiResult<Watch> {
         let (start, initial) = match (req.send_initial_events, req.resource_version) {
             (Some(send), rv) => (self.read_revision(rv, false).await?, send),
-            (None, None | Some(0)) => (self.store.current_revision(), true),
+            (None, None) => (self.read_revision(None, false).await?, true),
+            (None, Some(0)) => (self.store.current_revision(), true),
             (None, Some(rv)) => (rv, false),
         };
         let stream = self.store.watch(&PodSetKey::prefix(req.namespace.as_deref()), start)?;

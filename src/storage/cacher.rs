@@ -16,14 +16,19 @@ use tokio::sync::watch;
 
 use super::state::State;
 use super::{
-    Backend, ChangeStream, Event, HistoryLimits, ListOptions, ListResult, Object, Result, Revision, StorageError,
+    Backend, ChangeStream, Event, Feed, HistoryLimits, ListOptions, ListResult, Object, Result, Revision, StorageError,
     Store, StoreStats, WatchStream, Write,
 };
 
 /// Most events a watcher takes from the log under one read lock.
 const WATCH_BATCH: usize = 256;
-/// Pause before watching the backend again after its change stream failed.
+/// Pause before watching the backend again after its change stream failed; doubled up to `REWATCH_MAX`.
 const REWATCH_DELAY: Duration = Duration::from_millis(200);
+const REWATCH_MAX: Duration = Duration::from_secs(5);
+/// How long a consistent read waits for the cache to reach the backend's revision (kube-apiserver's 3 s).
+const SYNC_TIMEOUT: Duration = Duration::from_secs(3);
+/// How often a waiting read asks the backend for progress.
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
 
 struct Inner {
     state: RwLock<State>,
@@ -41,12 +46,10 @@ pub struct Cacher {
 }
 
 impl Cacher {
-    /// Loads the backend into memory and follows its changes. Blocking (the load reads everything); must run
-    /// inside a Tokio runtime, which runs the task that applies changes.
-    pub fn new(backend: Arc<dyn Backend>, limits: HistoryLimits) -> Result<Self> {
-        let runtime = tokio::runtime::Handle::try_current()
-            .map_err(|_| StorageError::Backend("the storage cache needs a Tokio runtime".into()))?;
-        let snapshot = backend.load(&limits)?;
+    /// Loads the backend into memory and follows its changes; the task applying them runs on the current Tokio
+    /// runtime.
+    pub async fn new(backend: Arc<dyn Backend>, limits: HistoryLimits) -> Result<Self> {
+        let snapshot = backend.load(&limits).await?;
         let now = Instant::now();
         let mut state = State {
             objects: snapshot.objects.into_iter().map(|o| (o.key.clone(), o)).collect::<BTreeMap<_, _>>(),
@@ -72,7 +75,7 @@ impl Cacher {
         let changes = backend.watch(state.revision)?;
         let (applied_tx, applied) = watch::channel(state.revision);
         let inner = Arc::new(Inner { state: RwLock::new(state), applied, limits });
-        runtime.spawn(follow(inner.clone(), changes, applied_tx, Arc::downgrade(&backend)));
+        tokio::spawn(follow(inner.clone(), changes, applied_tx, Arc::downgrade(&backend)));
         Ok(Self { inner, backend })
     }
 
@@ -91,55 +94,126 @@ impl Cacher {
     }
 
     async fn write(&self, write: Write) -> Result<Arc<Object>> {
-        let obj = self.backend.write(write).await?;
+        match self.backend.write(write).await {
+            Ok(obj) => {
+                // Read-your-writes: reply once the cache holds the write. If the change stream is down, the write
+                // is still durable: say so rather than fail it.
+                if self.wait_for(obj.mod_revision).await.is_err() {
+                    tracing::warn!(revision = obj.mod_revision, "write acknowledged before the cache applied it");
+                }
+                Ok(obj)
+            }
+            Err(
+                e
+                @ (StorageError::Conflict { .. } | StorageError::NotFound { .. } | StorageError::AlreadyExists { .. }),
+            ) => {
+                // Another replica wrote first: catch up, so a retry reads the state that refused this write.
+                let _ = self.sync().await;
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Waits until the cache has applied `revision`, asking the backend for progress now and then (a revision
+    /// of a key outside ours only arrives as progress).
+    async fn wait_for(&self, revision: Revision) -> Result<()> {
         let mut applied = self.inner.applied.clone();
-        applied.wait_for(|r| *r >= obj.mod_revision).await.map_err(|_| StorageError::Stopped)?;
-        Ok(obj)
+        let deadline = tokio::time::Instant::now() + SYNC_TIMEOUT;
+        loop {
+            if *applied.borrow_and_update() >= revision {
+                return Ok(());
+            }
+            self.backend.request_progress();
+            tokio::select! {
+                changed = applied.changed() => changed.map_err(|_| StorageError::Stopped)?,
+                _ = tokio::time::sleep(PROGRESS_INTERVAL) => {}
+                _ = tokio::time::sleep_until(deadline) => {
+                    return Err(StorageError::Timeout(format!(
+                        "the cache did not reach revision {revision} within {SYNC_TIMEOUT:?} (at {})",
+                        *applied.borrow()
+                    )));
+                }
+            }
+        }
     }
 }
 
-/// Applies the backend's changes until the backend is gone; after a stream failure, watches again from the last
-/// revision applied.
+/// Applies the backend's changes until the backend is gone. After a stream failure it watches again from the last
+/// revision applied; if the backend no longer has that history, it reads everything again (watchers from before
+/// get `Expired`).
 async fn follow(
     inner: Arc<Inner>,
     mut changes: ChangeStream,
     applied: watch::Sender<Revision>,
     backend: Weak<dyn Backend>,
 ) {
+    let mut delay = REWATCH_DELAY;
     loop {
-        while let Some(batch) = changes.next().await {
-            let batch = match batch {
-                Ok(b) => b,
+        let mut expired = false;
+        while let Some(feed) = changes.next().await {
+            let feed = match feed {
+                Ok(f) => f,
+                Err(StorageError::Expired { requested, oldest }) => {
+                    tracing::warn!(requested, oldest, "storage backend compacted past the cache; reloading");
+                    expired = true;
+                    break;
+                }
                 Err(e) => {
                     tracing::error!(error = %e, "storage change stream failed");
                     break;
                 }
             };
+            delay = REWATCH_DELAY;
             let (revision, compacted) = {
                 let mut state = inner.state.write();
-                if let Err(e) = state.apply(batch, Instant::now()) {
-                    // A gap would serve wrong data; stop, so writes fail and health checks say why.
-                    tracing::error!(error = %e, "storage cache is inconsistent with its backend; stopping");
-                    return;
+                match feed {
+                    Feed::Progress(r) => state.advance(r),
+                    Feed::Changes(batch) => {
+                        if let Err(e) = state.apply(batch, Instant::now()) {
+                            // A gap would serve wrong data; stop, so writes fail and health checks say why.
+                            tracing::error!(error = %e, "storage cache is inconsistent with its backend; stopping");
+                            return;
+                        }
+                    }
                 }
                 let trimmed = state.trim(&inner.limits, Instant::now());
                 (state.revision, trimmed.then_some(state.compacted))
             };
-            applied.send_replace(revision);
+            applied.send_if_modified(|r| std::mem::replace(r, revision) != revision);
             if let (Some(c), Some(b)) = (compacted, backend.upgrade()) {
                 b.compact(c);
             }
         }
-        tokio::time::sleep(REWATCH_DELAY).await;
-        let Some(b) = backend.upgrade() else { return };
-        let from = inner.state.read().revision;
-        changes = match b.watch(from) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::error!(error = %e, revision = from, "cannot follow the storage backend; stopping");
-                return;
+        drop(changes);
+        loop {
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(REWATCH_MAX);
+            let Some(b) = backend.upgrade() else { return };
+            if expired {
+                match b.load(&inner.limits).await {
+                    Ok(snap) => {
+                        inner.state.write().reload(snap.objects, snap.revision);
+                        applied.send_replace(snap.revision);
+                        tracing::info!(revision = snap.revision, "storage cache reloaded");
+                        expired = false;
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot reload the storage cache; retrying");
+                        continue;
+                    }
+                }
             }
-        };
+            let from = inner.state.read().revision;
+            match b.watch(from) {
+                Ok(c) => {
+                    changes = c;
+                    break;
+                }
+                Err(StorageError::Expired { .. }) => expired = true,
+                Err(e) => tracing::error!(error = %e, revision = from, "cannot follow the storage backend; retrying"),
+            }
+        }
     }
 }
 
@@ -185,6 +259,14 @@ impl Store for Cacher {
 
     fn current_revision(&self) -> Revision {
         self.inner.state.read().revision
+    }
+
+    async fn sync(&self) -> Result<Revision> {
+        self.check_alive()?;
+        if let Some(target) = self.backend.current_revision().await? {
+            self.wait_for(target).await?;
+        }
+        Ok(self.current_revision())
     }
 
     fn compacted_revision(&self) -> Revision {

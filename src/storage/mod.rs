@@ -1,5 +1,5 @@
 //! Revisioned object storage: the `Store` the rest of the server reads and writes, served by one in-memory cache
-//! (`Cacher`, as kube-apiserver's watch cache over `storage.Interface`) over a durable `Backend` (sled today).
+//! (`Cacher`, as kube-apiserver's watch cache over `storage.Interface`) over a durable `Backend`: sled on local disk, or etcd for several replicas.
 //!
 //! The model is etcd's: one global, strictly increasing revision; every write gets the next revision and one event
 //! in a bounded history; reads can be served at an older revision inside that history; watches replay it.
@@ -7,6 +7,7 @@
 mod backend;
 mod cacher;
 mod codec;
+mod etcd_backend;
 mod object;
 mod sled_backend;
 mod state;
@@ -18,8 +19,9 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use serde_json::Value;
 
-pub use backend::{Backend, Change, ChangeStream, Snapshot, Write};
+pub use backend::{Backend, Change, ChangeStream, Feed, Snapshot, Write};
 pub use cacher::Cacher;
+pub use etcd_backend::{EtcdBackend, EtcdOptions};
 pub use object::{Object, ObjectMeta};
 pub use sled_backend::{SledBackend, SledOptions};
 
@@ -91,6 +93,12 @@ pub enum StorageError {
     Stopped,
     #[error("storage backend: {0}")]
     Backend(String),
+    /// The backend cannot be reached; nothing was written.
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    /// The backend did not answer in time; a write may or may not have been applied.
+    #[error("storage timeout: {0}")]
+    Timeout(String),
     #[error("corrupt data in storage: {0}")]
     Corrupt(String),
 }
@@ -147,6 +155,9 @@ pub trait Store: Send + Sync + 'static {
     /// Events under `prefix` with a revision greater than `after`.
     fn watch(&self, prefix: &str, after: Revision) -> Result<WatchStream>;
     fn current_revision(&self) -> Revision;
+    /// Waits until reads see every write acknowledged before this call, by this process or another writing to the
+    /// same backend (a consistent read); returns the revision reads have reached.
+    async fn sync(&self) -> Result<Revision>;
     /// The oldest revision a read or watch can still start from (`after` >= this).
     fn compacted_revision(&self) -> Revision;
     /// Drops history up to and including `revision`.

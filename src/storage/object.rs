@@ -115,6 +115,32 @@ impl Object {
         Ok(Self { key: key.to_owned(), meta, bytes, mod_revision, memo: Memo::default() })
     }
 
+    /// An object from JSON stored without its resourceVersion (as etcd holds it: the revision is the key's
+    /// mod_revision, known only once written), stamped with `revision` by splicing it into `metadata`.
+    pub fn from_unstamped_json(key: &str, json: &[u8], revision: Revision) -> Result<Self> {
+        #[derive(Deserialize)]
+        struct Top<'a> {
+            #[serde(borrow)]
+            metadata: Option<&'a serde_json::value::RawValue>,
+        }
+        let corrupt = |e: &dyn fmt::Display| StorageError::Corrupt(format!("object {key:?}: {e}"));
+        let top: Top<'_> = serde_json::from_slice(json).map_err(|e| corrupt(&e))?;
+        let meta = top.metadata.map(|m| m.get()).filter(|m| m.starts_with('{') && !m.contains("\"resourceVersion\""));
+        let Some(meta) = meta else {
+            // No metadata to splice into, or a stale resourceVersion to replace: the slow way.
+            let value = serde_json::from_slice(json).map_err(|e| corrupt(&e))?;
+            return Self::new(key, value, revision);
+        };
+        let at = meta.as_ptr() as usize - json.as_ptr() as usize + 1;
+        let empty = meta[1..].trim_start().starts_with('}');
+        let field = format!("\"resourceVersion\":\"{revision}\"{}", if empty { "" } else { "," });
+        let mut out = Vec::with_capacity(json.len() + field.len());
+        out.extend_from_slice(&json[..at]);
+        out.extend_from_slice(field.as_bytes());
+        out.extend_from_slice(&json[at..]);
+        Self::from_json(key, Bytes::from(out), revision)
+    }
+
     /// The object as a JSON tree, parsed for this caller.
     pub fn parse(&self) -> Result<Value> {
         serde_json::from_slice(&self.bytes).map_err(|e| StorageError::Corrupt(format!("object {:?}: {e}", self.key)))
@@ -145,6 +171,29 @@ mod tests {
         assert_eq!(obj.meta.label("x"), None);
         assert_eq!(obj.meta.labels().collect::<Vec<_>>(), [("app", "web"), ("tier", "b")]);
         assert_eq!(obj.parse().unwrap()["metadata"]["resourceVersion"], "7");
+    }
+
+    #[test]
+    fn unstamped_json_gets_its_revision_spliced_in() {
+        let stamped = |json: &str| {
+            let o = Object::from_unstamped_json("k", json.as_bytes(), 42).unwrap();
+            (o.parse().unwrap(), o.mod_revision)
+        };
+        let (v, rev) = stamped(r#"{"kind":"PodSet","metadata":{"name":"a","labels":{"x":"y"}},"spec":{}}"#);
+        assert_eq!(rev, 42);
+        assert_eq!(
+            v,
+            json!({"kind": "PodSet", "metadata": {"resourceVersion": "42", "name": "a", "labels": {"x": "y"}}, "spec": {}})
+        );
+        assert_eq!(stamped(r#"{"metadata":{}}"#).0, json!({"metadata": {"resourceVersion": "42"}}));
+        assert_eq!(stamped(r#"{"metadata": { } }"#).0, json!({"metadata": {"resourceVersion": "42"}}));
+        assert_eq!(stamped(r#"{"spec":1}"#).0, json!({"spec": 1, "metadata": {"resourceVersion": "42"}}));
+        // A resourceVersion already there is replaced, not duplicated.
+        let o = Object::from_unstamped_json("k", br#"{"metadata":{"resourceVersion":"7","name":"a"}}"#, 42).unwrap();
+        assert_eq!(o.parse().unwrap(), json!({"metadata": {"resourceVersion": "42", "name": "a"}}));
+        assert_eq!(&*o.meta.name, "a");
+        assert!(matches!(Object::from_unstamped_json("k", b"{nope", 1), Err(StorageError::Corrupt(_))));
+        assert!(Object::from_unstamped_json("k", br#"{"metadata":[1]}"#, 1).is_err());
     }
 
     #[test]

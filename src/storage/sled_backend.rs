@@ -19,7 +19,8 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::codec::{self, EVENT_PREFIX, META_COMPACTED, META_PROBE, META_REVISION, OBJECT_PREFIX};
 use super::{
-    Backend, Change, ChangeStream, EventType, HistoryLimits, Object, Result, Revision, Snapshot, StorageError, Write,
+    Backend, Change, ChangeStream, EventType, Feed, HistoryLimits, Object, Result, Revision, Snapshot, StorageError,
+    Write,
 };
 
 /// Most requests committed by one flush.
@@ -47,7 +48,7 @@ enum Op {
     Check(oneshot::Sender<Result<()>>),
 }
 
-type Subscriber = mpsc::UnboundedSender<Result<Vec<Change>>>;
+type Subscriber = mpsc::UnboundedSender<Result<Feed>>;
 
 /// What the writer has made durable and told subscribers about.
 struct Published {
@@ -123,56 +124,11 @@ impl SledBackend {
 
 #[async_trait]
 impl Backend for SledBackend {
-    fn load(&self, keep: &HistoryLimits) -> Result<Snapshot> {
-        let db = self.db()?;
-        let published = self.shared.published.lock();
-        let mut snap = Snapshot { revision: published.revision, compacted: published.compacted, ..Default::default() };
-        let mut seen = HashMap::new();
-        for kv in db.scan_prefix(OBJECT_PREFIX) {
-            let (k, v) = kv.map_err(backend)?;
-            let key = std::str::from_utf8(&k[OBJECT_PREFIX.len()..])
-                .map_err(|_| StorageError::Corrupt("object key is not UTF-8".into()))?;
-            snap.objects.push(codec::decode_shared(key, &v, &mut seen)?);
-        }
-        // Newest first, only as much history as the cache keeps: what it would drop at once is never decoded.
-        let mut kept = Vec::new();
-        let (mut expected, mut bytes) = (snap.revision, 0usize);
-        for kv in db.scan_prefix(EVENT_PREFIX).rev() {
-            let (k, v) = kv.map_err(backend)?;
-            let revision = codec::decode_u64(&k[EVENT_PREFIX.len()..])?;
-            if revision <= snap.compacted {
-                break; // dropped from the counter, not yet from disk
-            }
-            if revision != expected {
-                return Err(StorageError::Corrupt(format!(
-                    "event log has a gap: expected revision {expected}, found {revision}"
-                )));
-            }
-            bytes += codec::split_event(&v)?.object.len().saturating_sub(8);
-            if !kept.is_empty() && (kept.len() >= keep.max_events || bytes > keep.max_bytes) {
-                snap.compacted = revision;
-                break;
-            }
-            kept.push(v);
-            expected -= 1;
-        }
-        if expected != snap.compacted {
-            return Err(StorageError::Corrupt(format!(
-                "event log starts after revision {expected}, but history is kept from revision {}",
-                snap.compacted + 1
-            )));
-        }
-        let first = snap.revision + 1 - kept.len() as u64;
-        for (revision, v) in (first..).zip(kept.iter().rev()) {
-            let raw = codec::split_event(v)?;
-            let object = codec::decode_shared(raw.key, raw.object, &mut seen)?;
-            let prev = match raw.prev {
-                [] => None,
-                p => Some(codec::decode_shared(raw.key, p, &mut seen)?),
-            };
-            snap.events.push(Arc::new(super::Event { revision, kind: raw.kind, object, prev }));
-        }
-        Ok(snap)
+    async fn load(&self, keep: &HistoryLimits) -> Result<Snapshot> {
+        let (db, shared, keep) = (self.db()?, self.shared.clone(), *keep);
+        tokio::task::spawn_blocking(move || load(&db, &shared, &keep))
+            .await
+            .map_err(|e| StorageError::Backend(format!("loading the store: {e}")))?
     }
 
     fn size_on_disk(&self) -> Option<u64> {
@@ -198,7 +154,7 @@ impl Backend for SledBackend {
         }
         if after < published.revision {
             let db = self.db()?;
-            let _ = tx.send(read_changes(&db, after, published.revision));
+            let _ = tx.send(read_changes(&db, after, published.revision).map(Feed::Changes));
         }
         published.subscribers.push(tx);
         Ok(Box::pin(UnboundedReceiverStream::new(rx)))
@@ -220,6 +176,58 @@ impl Backend for SledBackend {
             }
         }
     }
+}
+
+/// Reads every object and the history the cache keeps. Blocking.
+fn load(db: &sled::Db, shared: &Shared, keep: &HistoryLimits) -> Result<Snapshot> {
+    let published = shared.published.lock();
+    let mut snap = Snapshot { revision: published.revision, compacted: published.compacted, ..Default::default() };
+    let mut seen = HashMap::new();
+    for kv in db.scan_prefix(OBJECT_PREFIX) {
+        let (k, v) = kv.map_err(backend)?;
+        let key = std::str::from_utf8(&k[OBJECT_PREFIX.len()..])
+            .map_err(|_| StorageError::Corrupt("object key is not UTF-8".into()))?;
+        snap.objects.push(codec::decode_shared(key, &v, &mut seen)?);
+    }
+    // Newest first, only as much history as the cache keeps: what it would drop at once is never decoded.
+    let mut kept = Vec::new();
+    let (mut expected, mut bytes) = (snap.revision, 0usize);
+    for kv in db.scan_prefix(EVENT_PREFIX).rev() {
+        let (k, v) = kv.map_err(backend)?;
+        let revision = codec::decode_u64(&k[EVENT_PREFIX.len()..])?;
+        if revision <= snap.compacted {
+            break; // dropped from the counter, not yet from disk
+        }
+        if revision != expected {
+            return Err(StorageError::Corrupt(format!(
+                "event log has a gap: expected revision {expected}, found {revision}"
+            )));
+        }
+        bytes += codec::split_event(&v)?.object.len().saturating_sub(8);
+        if !kept.is_empty() && (kept.len() >= keep.max_events || bytes > keep.max_bytes) {
+            snap.compacted = revision;
+            break;
+        }
+        kept.push(v);
+        expected -= 1;
+    }
+    if expected != snap.compacted {
+        return Err(StorageError::Corrupt(format!(
+            "event log starts after revision {expected}, but history is kept from revision {}",
+            snap.compacted + 1
+        )));
+    }
+    let first = snap.revision + 1 - kept.len() as u64;
+    for (revision, v) in (first..).zip(kept.iter().rev()) {
+        let raw = codec::split_event(v)?;
+        let object = codec::decode_shared(raw.key, raw.object, &mut seen)?;
+        let prev = match raw.prev {
+            [] => None,
+            p => Some(codec::decode_shared(raw.key, p, &mut seen)?),
+        };
+        snap.events.push(Arc::new(super::Event { revision, kind: raw.kind, object, prev }));
+    }
+    Ok(snap)
 }
 
 /// The changes `after + 1 ..= until` from the event log.
@@ -379,7 +387,7 @@ impl Writer {
             let mut published = self.shared.published.lock();
             published.revision = revision;
             published.compacted = compacted;
-            published.subscribers.retain(|s| s.send(Ok(changes.clone())).is_ok());
+            published.subscribers.retain(|s| s.send(Ok(Feed::Changes(changes.clone()))).is_ok());
         }
         for (reply, result) in replies {
             let _ = reply.send(result);
@@ -421,7 +429,7 @@ impl Writer {
         }
         if revision > self.revision {
             let changes = read_changes(&db, self.revision, revision)?;
-            published.subscribers.retain(|s| s.send(Ok(changes.clone())).is_ok());
+            published.subscribers.retain(|s| s.send(Ok(Feed::Changes(changes.clone()))).is_ok());
         }
         self.revision = revision;
         self.compacted = compacted;

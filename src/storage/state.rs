@@ -12,7 +12,8 @@ use super::{Change, Event, EventType, HistoryLimits, ListOptions, ListResult, Ob
 #[derive(Default)]
 pub(crate) struct State {
     pub objects: BTreeMap<String, Arc<Object>>,
-    /// Events `compacted + 1 ..= revision`, one per revision, oldest first.
+    /// The events after `compacted` up to `revision`, oldest first. Revisions increase but may skip: a backend
+    /// shared with other data (etcd) counts its other keys' writes too.
     pub log: VecDeque<(Instant, Arc<Event>)>,
     /// Serialized bytes of the objects the log's events carry.
     pub log_bytes: usize,
@@ -25,9 +26,9 @@ impl State {
     /// before it, so history and current objects share memory.
     pub fn apply(&mut self, changes: Vec<Change>, now: Instant) -> Result<()> {
         for c in changes {
-            if c.revision != self.revision + 1 {
+            if c.revision <= self.revision {
                 return Err(StorageError::Corrupt(format!(
-                    "change stream skipped from revision {} to {}",
+                    "change stream went back from revision {} to {}",
                     self.revision, c.revision
                 )));
             }
@@ -39,6 +40,21 @@ impl State {
             self.push(now, Arc::new(Event { revision: c.revision, kind: c.kind, object: c.object, prev }));
         }
         Ok(())
+    }
+
+    /// The backend has delivered every change up to `revision` (none of them under the cache's keys).
+    pub fn advance(&mut self, revision: Revision) {
+        self.revision = self.revision.max(revision);
+    }
+
+    /// Replaces everything with a fresh read of the backend: history before it is gone, so a watch from an older
+    /// revision gets `Expired`, never a gap.
+    pub fn reload(&mut self, objects: Vec<Arc<Object>>, revision: Revision) {
+        self.objects = objects.into_iter().map(|o| (o.key.clone(), o)).collect();
+        self.log.clear();
+        self.log_bytes = 0;
+        self.revision = revision;
+        self.compacted = revision;
     }
 
     pub fn push(&mut self, at: Instant, ev: Arc<Event>) {
@@ -164,10 +180,10 @@ impl State {
         if after >= self.revision {
             return Ok((Vec::new(), after));
         }
-        let first = self.revision + 1 - self.log.len() as u64;
+        let start = self.log.partition_point(|(_, e)| e.revision <= after);
         let mut out = Vec::new();
         let mut reached = after;
-        for (_, ev) in self.log.iter().skip((after + 1 - first) as usize) {
+        for (_, ev) in self.log.iter().skip(start) {
             if out.len() >= max {
                 break;
             }
@@ -175,6 +191,10 @@ impl State {
             if ev.object.key.starts_with(prefix) {
                 out.push(ev.clone());
             }
+        }
+        if out.len() < max {
+            // Past the last event: revisions without one under our keys were reached too.
+            reached = self.revision;
         }
         Ok((out, reached))
     }

@@ -19,7 +19,7 @@ pub use authorization::AuthorizationOptions;
 pub use controller::ControllerOptions;
 pub use server_run::ServerRunOptions;
 pub use serving::ServingOptions;
-pub use storage::StorageOptions;
+pub use storage::{StorageBackend, StorageOptions};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum LogFormat {

@@ -4,13 +4,52 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::Args;
+use anyhow::Context;
+use clap::{Args, ValueEnum};
 
-use crate::storage::{Cacher, HistoryLimits, SledBackend, SledOptions, StorageError, Store};
+use super::duration;
+use crate::storage::{Backend, Cacher, EtcdBackend, EtcdOptions, HistoryLimits, SledBackend, SledOptions, Store};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StorageBackend {
+    /// Embedded, on local disk (--data-dir): one replica.
+    Sled,
+    /// etcd (--etcd-servers): several replicas share it.
+    Etcd,
+}
 
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Storage")]
 pub struct StorageOptions {
+    /// Where PodSets are kept: `sled` on local disk (one replica), or `etcd` (several replicas).
+    #[arg(long, value_enum, default_value = "sled")]
+    pub storage_backend: StorageBackend,
+
+    /// etcd client URLs, comma separated (--storage-backend=etcd).
+    #[arg(long, value_delimiter = ',')]
+    pub etcd_servers: Vec<String>,
+
+    /// Prefix of every etcd key; PodSets are under <prefix>/demo.k8s.io/podsets/.
+    #[arg(long, default_value = "/registry")]
+    pub etcd_prefix: String,
+
+    /// CA bundle that verifies etcd's serving certificate.
+    #[arg(long)]
+    pub etcd_cafile: Option<PathBuf>,
+
+    /// Client certificate for etcd (with --etcd-keyfile).
+    #[arg(long)]
+    pub etcd_certfile: Option<PathBuf>,
+
+    /// Client key for etcd.
+    #[arg(long)]
+    pub etcd_keyfile: Option<PathBuf>,
+
+    /// How often etcd's old revisions are compacted (one server of all sharing the etcd does it per interval);
+    /// 0 leaves compaction to others.
+    #[arg(long, default_value = "5m", value_parser = duration)]
+    pub etcd_compaction_interval: Duration,
+
     /// Directory of the embedded database (sled) and self-signed certificates.
     #[arg(long, default_value = "podset-data", env = "PODSET_DATA_DIR")]
     pub data_dir: PathBuf,
@@ -52,15 +91,67 @@ impl StorageOptions {
         }
     }
 
-    /// Opens the store under --data-dir: the cache over the embedded backend, loaded.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        match self.storage_backend {
+            StorageBackend::Etcd if self.etcd_servers.is_empty() => {
+                anyhow::bail!("--storage-backend=etcd needs --etcd-servers")
+            }
+            StorageBackend::Sled if !self.etcd_servers.is_empty() => {
+                anyhow::bail!("--etcd-servers is given, but --storage-backend is sled: add --storage-backend=etcd")
+            }
+            _ => {}
+        }
+        if self.etcd_certfile.is_some() != self.etcd_keyfile.is_some() {
+            anyhow::bail!("--etcd-certfile and --etcd-keyfile go together");
+        }
+        if !self.etcd_prefix.starts_with('/') {
+            anyhow::bail!("--etcd-prefix must start with '/', got {:?}", self.etcd_prefix);
+        }
+        Ok(())
+    }
+
+    /// The readiness check that says whether writes can succeed, named as kube-apiserver names it.
+    pub fn check_name(&self) -> &'static str {
+        match self.storage_backend {
+            StorageBackend::Sled => "storage",
+            StorageBackend::Etcd => "etcd",
+        }
+    }
+
+    /// Opens the store: the cache over the chosen backend, loaded.
     pub async fn open(&self) -> anyhow::Result<Arc<dyn Store>> {
-        let db_dir = self.data_dir.join("db");
-        let sled = SledOptions { cache_capacity: self.storage_sled_cache_bytes };
-        let limits = self.history_limits();
-        let cacher = tokio::task::spawn_blocking(move || -> Result<Cacher, StorageError> {
-            Cacher::new(Arc::new(SledBackend::open(&db_dir, sled)?), limits)
-        })
-        .await??;
+        let backend: Arc<dyn Backend> = match self.storage_backend {
+            StorageBackend::Sled => {
+                let db_dir = self.data_dir.join("db");
+                let sled = SledOptions { cache_capacity: self.storage_sled_cache_bytes };
+                Arc::new(tokio::task::spawn_blocking(move || SledBackend::open(&db_dir, sled)).await??)
+            }
+            StorageBackend::Etcd => Arc::new(EtcdBackend::connect(self.etcd_options()).await?),
+        };
+        let cacher = Cacher::new(backend, self.history_limits()).await.with_context(|| match self.storage_backend {
+            StorageBackend::Sled => format!("loading the store in {}", self.data_dir.display()),
+            StorageBackend::Etcd => format!("loading PodSets from etcd at {}", self.etcd_servers.join(",")),
+        })?;
         Ok(Arc::new(cacher))
+    }
+
+    pub fn etcd_options(&self) -> EtcdOptions {
+        EtcdOptions {
+            servers: self.etcd_servers.clone(),
+            prefix: self.etcd_prefix.clone(),
+            ca_file: self.etcd_cafile.clone(),
+            cert_file: self.etcd_certfile.clone(),
+            key_file: self.etcd_keyfile.clone(),
+            compaction_interval: self.etcd_compaction_interval,
+            ..Default::default()
+        }
+    }
+
+    /// A store that has never held anything: a new sled database, or no PodSet in etcd under the prefix.
+    pub fn looks_new(&self, store: &dyn Store) -> bool {
+        match self.storage_backend {
+            StorageBackend::Sled => store.current_revision() == 0,
+            StorageBackend::Etcd => store.stats().objects == 0,
+        }
     }
 }

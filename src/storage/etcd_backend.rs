@@ -1,0 +1,447 @@
+//! The distributed backend: etcd, laid out as kube-apiserver's etcd3 store. Keys are
+//! `<prefix>/demo.k8s.io/podsets/<namespace>/<name>`, values the object's JSON without `resourceVersion` (it is the
+//! key's `mod_revision`, stamped on read), creates and compare-and-swap writes are transactions on the key's
+//! revisions, and the cache above is fed by one watch with `prev_kv` from the revision it listed at. Several servers
+//! may share the store: each one's cache follows every write, and a consistent read waits for etcd's current
+//! revision (see `Backend::current_revision`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{
+    Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, Identity, TlsOptions, Txn,
+    TxnOp, TxnOpResponse, WatchOptions,
+};
+use serde_json::Value;
+use tokio::sync::{mpsc, Notify};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use super::{
+    Backend, Change, ChangeStream, EventType, Feed, HistoryLimits, Object, Result, Revision, Snapshot, StorageError,
+    Write,
+};
+
+/// The API group's part of every key, as kube-apiserver keys resources of a group.
+const GROUP_ROOT: &str = "/demo.k8s.io";
+/// The key compactors of one etcd agree on (kube-apiserver's own), so however many servers share the etcd, one
+/// compacts per interval.
+const COMPACT_REV_KEY: &str = "compact_rev_key";
+/// Objects read per range request when loading: big enough to be few requests, small enough for gRPC's 4 MiB.
+const LOAD_PAGE: i64 = 500;
+
+/// How to reach etcd, with kube-apiserver's flag names.
+#[derive(Debug, Clone)]
+pub struct EtcdOptions {
+    pub servers: Vec<String>,
+    /// Prefix of every key (`--etcd-prefix`).
+    pub prefix: String,
+    pub ca_file: Option<PathBuf>,
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+    /// How often old revisions are compacted; zero leaves compaction to someone else.
+    pub compaction_interval: Duration,
+    /// Longest wait for one request before it fails.
+    pub request_timeout: Duration,
+}
+
+impl Default for EtcdOptions {
+    fn default() -> Self {
+        Self {
+            servers: Vec::new(),
+            prefix: "/registry".into(),
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+            compaction_interval: Duration::from_secs(300),
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+pub struct EtcdBackend {
+    client: Client,
+    /// `<prefix>/demo.k8s.io`: a storage key `/podsets/ns/name` lives at this plus the key.
+    root: String,
+    timeout: Duration,
+    /// Wakes the watch task to ask etcd for a progress notification.
+    progress: Arc<Notify>,
+    compactor: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for EtcdBackend {
+    fn drop(&mut self) {
+        if let Some(c) = self.compactor.take() {
+            c.abort();
+        }
+    }
+}
+
+fn read_pem(path: &PathBuf, what: &str) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| StorageError::Backend(format!("reading the etcd {what} {}: {e}", path.display())))
+}
+
+/// How an etcd client error reads: unreachable, too slow, or something else.
+fn etcd_error(e: etcd_client::Error) -> StorageError {
+    match &e {
+        etcd_client::Error::GRpcStatus(s) => match s.code() {
+            tonic::Code::Unavailable => StorageError::Unavailable(s.message().to_owned()),
+            tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => StorageError::Timeout(s.message().to_owned()),
+            _ => StorageError::Backend(format!("etcd: {}", s.message())),
+        },
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => {
+            StorageError::Unavailable(e.to_string())
+        }
+        _ => StorageError::Backend(format!("etcd: {e}")),
+    }
+}
+
+fn revision(r: i64) -> Revision {
+    r.max(0) as Revision
+}
+
+impl EtcdBackend {
+    /// Connects (lazily: an etcd that is down now is retried by every request) and starts the compactor.
+    pub async fn connect(options: EtcdOptions) -> Result<Self> {
+        if options.servers.is_empty() {
+            return Err(StorageError::Backend("no etcd servers given (--etcd-servers)".into()));
+        }
+        let mut connect = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(5))
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+            .with_keep_alive_while_idle(true);
+        if options.ca_file.is_some() || options.cert_file.is_some() {
+            let mut tls = TlsOptions::new();
+            if let Some(ca) = &options.ca_file {
+                tls = tls.ca_certificate(Certificate::from_pem(read_pem(ca, "CA file")?));
+            }
+            match (&options.cert_file, &options.key_file) {
+                (Some(cert), Some(key)) => {
+                    tls = tls.identity(Identity::from_pem(read_pem(cert, "cert file")?, read_pem(key, "key file")?))
+                }
+                (None, None) => {}
+                _ => return Err(StorageError::Backend("--etcd-certfile and --etcd-keyfile go together".into())),
+            }
+            connect = connect.with_tls(tls);
+        }
+        let client = Client::connect(&options.servers, Some(connect)).await.map_err(etcd_error)?;
+        let root = format!("{}{GROUP_ROOT}", options.prefix.trim_end_matches('/'));
+        let compactor = (!options.compaction_interval.is_zero())
+            .then(|| tokio::spawn(compactor(client.clone(), options.compaction_interval)));
+        Ok(Self { client, root, timeout: options.request_timeout, progress: Arc::new(Notify::new()), compactor })
+    }
+
+    fn etcd_key(&self, key: &str) -> Vec<u8> {
+        format!("{}{key}", self.root).into_bytes()
+    }
+
+    /// Every key under our root: `[root/, root0)`.
+    fn range(&self) -> (Vec<u8>, Vec<u8>) {
+        (format!("{}/", self.root).into_bytes(), format!("{}0", self.root).into_bytes())
+    }
+
+    /// The storage key of an etcd key under our root.
+    fn storage_key<'k>(&self, etcd_key: &'k [u8]) -> Result<&'k str> {
+        std::str::from_utf8(etcd_key).ok().and_then(|k| k.strip_prefix(self.root.as_str())).ok_or_else(|| {
+            StorageError::Corrupt(format!("etcd key {:?} is not ours", String::from_utf8_lossy(etcd_key)))
+        })
+    }
+
+    async fn timed<T>(
+        &self,
+        what: &str,
+        f: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.timeout, f).await {
+            Ok(r) => r.map_err(etcd_error),
+            Err(_) => Err(StorageError::Timeout(format!("etcd {what} took longer than {:?}", self.timeout))),
+        }
+    }
+
+    async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse> {
+        let mut kv = self.client.kv_client();
+        self.timed("transaction", kv.txn(txn)).await
+    }
+}
+
+/// The JSON etcd keeps: the object without `metadata.resourceVersion`.
+fn unstamped(mut value: Value) -> Result<Vec<u8>> {
+    match value.get_mut("metadata") {
+        Some(Value::Object(m)) => drop(m.remove("resourceVersion")),
+        Some(_) => return Err(StorageError::InvalidObject),
+        None => {}
+    }
+    serde_json::to_vec(&value).map_err(|e| StorageError::Backend(e.to_string()))
+}
+
+/// Why an update or delete was refused, from the key's state the transaction read back instead.
+fn refused(key: String, expected: Option<Revision>, resp: &etcd_client::TxnResponse) -> StorageError {
+    let current = resp.op_responses().into_iter().find_map(|r| match r {
+        TxnOpResponse::Get(g) => g.kvs().first().map(|kv| revision(kv.mod_revision())),
+        _ => None,
+    });
+    match (current, expected) {
+        (Some(actual), Some(expected)) => StorageError::Conflict { key, expected, actual },
+        _ => StorageError::NotFound { key },
+    }
+}
+
+#[async_trait]
+impl Backend for EtcdBackend {
+    async fn load(&self, _keep: &HistoryLimits) -> Result<Snapshot> {
+        // Page through the range, every page at the first page's revision: one consistent snapshot.
+        let (mut from, end) = self.range();
+        let mut at = 0i64;
+        let mut objects = Vec::new();
+        loop {
+            let mut opts = GetOptions::new().with_range(end.clone()).with_limit(LOAD_PAGE);
+            if at > 0 {
+                opts = opts.with_revision(at);
+            }
+            let mut kv = self.client.kv_client();
+            let mut resp = self.timed("list", kv.get(from.clone(), Some(opts))).await?;
+            if at == 0 {
+                at = resp.header().map(|h| h.revision()).unwrap_or_default();
+            }
+            let more = resp.more();
+            let kvs = resp.take_kvs();
+            for kv in &kvs {
+                let key = self.storage_key(kv.key())?;
+                objects.push(Arc::new(Object::from_unstamped_json(key, kv.value(), revision(kv.mod_revision()))?));
+            }
+            match kvs.last() {
+                Some(last) if more => from = [last.key(), b"\0"].concat(),
+                _ => break,
+            }
+        }
+        let at = revision(at);
+        // etcd holds history, but the cache starts its own from here, as kube-apiserver's watch cache does.
+        Ok(Snapshot { revision: at, objects, compacted: at, events: Vec::new() })
+    }
+
+    async fn write(&self, write: Write) -> Result<Arc<Object>> {
+        match write {
+            Write::Create { key, value } => {
+                let k = self.etcd_key(&key);
+                let json = unstamped(value)?;
+                let txn = Txn::new()
+                    .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put(k, json.clone(), None)]);
+                let resp = self.txn(txn).await?;
+                if !resp.succeeded() {
+                    return Err(StorageError::AlreadyExists { key });
+                }
+                let rev = revision(resp.header().map(|h| h.revision()).unwrap_or_default());
+                Ok(Arc::new(Object::from_unstamped_json(&key, &json, rev)?))
+            }
+            Write::Update { key, value, expected } => {
+                let k = self.etcd_key(&key);
+                let json = unstamped(value)?;
+                let cmp = match expected {
+                    Some(e) => Compare::mod_revision(k.clone(), CompareOp::Equal, e as i64),
+                    None => Compare::create_revision(k.clone(), CompareOp::Greater, 0),
+                };
+                let txn = Txn::new()
+                    .when([cmp])
+                    .and_then([TxnOp::put(k.clone(), json.clone(), None)])
+                    .or_else([TxnOp::get(k, None)]);
+                let resp = self.txn(txn).await?;
+                if !resp.succeeded() {
+                    return Err(refused(key, expected, &resp));
+                }
+                let rev = revision(resp.header().map(|h| h.revision()).unwrap_or_default());
+                Ok(Arc::new(Object::from_unstamped_json(&key, &json, rev)?))
+            }
+            Write::Delete { key, expected } => {
+                let k = self.etcd_key(&key);
+                let cmp = match expected {
+                    Some(e) => Compare::mod_revision(k.clone(), CompareOp::Equal, e as i64),
+                    None => Compare::create_revision(k.clone(), CompareOp::Greater, 0),
+                };
+                let txn = Txn::new()
+                    .when([cmp])
+                    .and_then([TxnOp::delete(k.clone(), Some(DeleteOptions::new().with_prev_key()))])
+                    .or_else([TxnOp::get(k, None)]);
+                let resp = self.txn(txn).await?;
+                if !resp.succeeded() {
+                    return Err(refused(key, expected, &resp));
+                }
+                let rev = revision(resp.header().map(|h| h.revision()).unwrap_or_default());
+                let prev = resp.op_responses().into_iter().find_map(|r| match r {
+                    TxnOpResponse::Delete(d) => d.prev_kvs().first().map(|kv| kv.value().to_vec()),
+                    _ => None,
+                });
+                let prev =
+                    prev.ok_or_else(|| StorageError::Backend(format!("etcd deleted {key:?} without its value")))?;
+                // A deletion reports the last state, stamped with the deletion's revision.
+                Ok(Arc::new(Object::from_unstamped_json(&key, &prev, rev)?))
+            }
+        }
+    }
+
+    fn watch(&self, after: Revision) -> Result<ChangeStream> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let follower = Follower {
+            client: self.client.clone(),
+            root: self.root.clone(),
+            range: self.range(),
+            progress: self.progress.clone(),
+        };
+        tokio::spawn(async move {
+            let closed = tx.clone();
+            tokio::select! {
+                _ = follower.run(after, &tx) => {}
+                _ = closed.closed() => {}
+            }
+        });
+        Ok(Box::pin(UnboundedReceiverStream::new(rx)))
+    }
+
+    async fn current_revision(&self) -> Result<Option<Revision>> {
+        // A count over our range: etcd answers with the cluster's current revision, having read it through Raft.
+        let (from, end) = self.range();
+        let mut kv = self.client.kv_client();
+        let resp = self
+            .timed("revision read", kv.get(from, Some(GetOptions::new().with_range(end).with_count_only())))
+            .await?;
+        Ok(Some(revision(resp.header().map(|h| h.revision()).unwrap_or_default())))
+    }
+
+    fn request_progress(&self) {
+        self.progress.notify_one();
+    }
+
+    /// etcd's history is compacted by time (the compactor), not by what the cache keeps.
+    fn compact(&self, _revision: Revision) {}
+
+    async fn check(&self) -> Result<()> {
+        self.current_revision().await.map(|_| ())
+    }
+}
+
+/// One watch on etcd, feeding the cache.
+struct Follower {
+    client: Client,
+    root: String,
+    range: (Vec<u8>, Vec<u8>),
+    progress: Arc<Notify>,
+}
+
+type Sender = mpsc::UnboundedSender<Result<Feed>>;
+
+impl Follower {
+    async fn run(self, after: Revision, tx: &Sender) {
+        if let Err(e) = self.follow(after, tx).await {
+            let _ = tx.send(Err(e));
+        }
+    }
+
+    async fn follow(&self, after: Revision, tx: &Sender) -> Result<()> {
+        let opts = WatchOptions::new()
+            .with_range(self.range.1.clone())
+            .with_start_revision(after as i64 + 1)
+            .with_prev_key()
+            .with_progress_notify();
+        let mut watch = self.client.watch_client();
+        let (mut requests, mut responses) =
+            watch.watch(self.range.0.clone(), Some(opts)).await.map_err(etcd_error)?.split();
+        loop {
+            let resp = tokio::select! {
+                r = responses.message() => r.map_err(etcd_error)?,
+                _ = self.progress.notified() => {
+                    requests.request_progress().await.map_err(etcd_error)?;
+                    continue;
+                }
+            };
+            let Some(mut resp) = resp else {
+                return Err(StorageError::Unavailable("etcd ended the watch".into()));
+            };
+            if resp.canceled() {
+                let compacted = revision(resp.compact_revision());
+                if compacted > 0 {
+                    return Err(StorageError::Expired { requested: after, oldest: compacted });
+                }
+                return Err(StorageError::Backend(format!("etcd cancelled the watch: {}", resp.cancel_reason())));
+            }
+            let header = resp.take_header().map(|h| revision(h.revision()));
+            if resp.events().is_empty() {
+                // The response to the create request, or a progress notification: no change up to here.
+                if let Some(r) = header.filter(|_| !resp.created()) {
+                    if tx.send(Ok(Feed::Progress(r))).is_err() {
+                        return Ok(());
+                    }
+                }
+                continue;
+            }
+            let mut changes = Vec::with_capacity(resp.events().len());
+            for ev in resp.events() {
+                changes.push(self.change(ev)?);
+            }
+            if tx.send(Ok(Feed::Changes(changes))).is_err() {
+                return Ok(());
+            }
+        }
+    }
+
+    fn change(&self, ev: &etcd_client::Event) -> Result<Change> {
+        let kv = ev.kv().ok_or_else(|| StorageError::Corrupt("etcd event without a key".into()))?;
+        let key = std::str::from_utf8(kv.key())
+            .ok()
+            .and_then(|k| k.strip_prefix(self.root.as_str()))
+            .ok_or_else(|| StorageError::Corrupt("etcd event for a key that is not ours".into()))?;
+        let rev = revision(kv.mod_revision());
+        let (kind, json) = match ev.event_type() {
+            etcd_client::EventType::Put if kv.create_revision() == kv.mod_revision() => (EventType::Added, kv.value()),
+            etcd_client::EventType::Put => (EventType::Modified, kv.value()),
+            etcd_client::EventType::Delete => {
+                // The last state comes from prev_kv; without it (compacted already) the deletion cannot be told.
+                let prev = ev
+                    .prev_kv()
+                    .ok_or_else(|| StorageError::Expired { requested: rev.saturating_sub(1), oldest: rev })?;
+                (EventType::Deleted, prev.value())
+            }
+        };
+        let object = Arc::new(Object::from_unstamped_json(key, json, rev)?);
+        Ok(Change { revision: rev, kind, object })
+    }
+}
+
+/// kube-apiserver's compactor: every interval, the server that wins a compare-and-swap on `compact_rev_key`
+/// compacts etcd to the revision it saw one interval earlier, so at least one interval of history is kept.
+async fn compactor(client: Client, interval: Duration) {
+    let (mut version, mut rev) = (0i64, 0i64);
+    let mut tick = tokio::time::interval(interval);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        match compact_once(&client, version, rev).await {
+            Ok((v, r)) => (version, rev) = (v, r),
+            Err(e) => tracing::warn!(error = %e, "etcd compaction failed; trying again next interval"),
+        }
+    }
+}
+
+/// One round: returns the key's version and the revision to compact to next time.
+async fn compact_once(client: &Client, version: i64, rev: i64) -> Result<(i64, i64)> {
+    let mut kv = client.kv_client();
+    let txn = Txn::new()
+        .when([Compare::version(COMPACT_REV_KEY, CompareOp::Equal, version)])
+        .and_then([TxnOp::put(COMPACT_REV_KEY, rev.to_string(), None)])
+        .or_else([TxnOp::get(COMPACT_REV_KEY, None)]);
+    let resp = kv.txn(txn).await.map_err(etcd_error)?;
+    let current = resp.header().map(|h| h.revision()).unwrap_or_default();
+    if !resp.succeeded() {
+        // Another server compacted this round; follow its count.
+        let theirs = resp.op_responses().into_iter().find_map(|r| match r {
+            TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.version()),
+            _ => None,
+        });
+        return Ok((theirs.unwrap_or(version), current));
+    }
+    if rev > 0 {
+        kv.compact(rev, None).await.map_err(etcd_error)?;
+        tracing::info!(revision = rev, "compacted etcd");
+    }
+    Ok((version + 1, current))
+}

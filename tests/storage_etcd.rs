@@ -1,0 +1,212 @@
+//! The etcd backend where it differs from an embedded store: several caches (replicas) over one etcd, revisions
+//! shared with other keys, compaction, and etcd going away and coming back. A real etcd from KUBEBUILDER_ASSETS.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Client, GetOptions};
+use futures::StreamExt;
+use podset_apiserver::envtest::etcd::Etcd;
+use podset_apiserver::storage::{
+    Backend, Cacher, EtcdBackend, EtcdOptions, EventType, HistoryLimits, ListOptions, StorageError, Store,
+};
+use serde_json::{json, Value};
+
+fn obj(name: &str, n: i64) -> Value {
+    json!({"metadata": {"name": name, "namespace": "ns"}, "spec": {"n": n}})
+}
+
+fn n_of(o: &podset_apiserver::storage::Object) -> i64 {
+    o.parse().unwrap()["spec"]["n"].as_i64().unwrap()
+}
+
+fn options(etcd: &Etcd) -> EtcdOptions {
+    EtcdOptions {
+        servers: vec![etcd.url()],
+        compaction_interval: Duration::ZERO,
+        request_timeout: Duration::from_secs(2),
+        ..Default::default()
+    }
+}
+
+async fn replica(etcd: &Etcd) -> Arc<dyn Store> {
+    let backend = EtcdBackend::connect(options(etcd)).await.unwrap();
+    Arc::new(Cacher::new(Arc::new(backend), HistoryLimits::default()).await.unwrap())
+}
+
+/// What replica A acknowledged, replica B serves to a consistent read; B's watch sees A's writes in order, without
+/// gaps or duplicates; a resourceVersion from A resumes on B; a compare-and-swap between them loses nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_over_one_etcd_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = Etcd::start(&dir.path().join("etcd"));
+    let (a, b) = (replica(&etcd).await, replica(&etcd).await);
+    let mut watch_b = b.watch("/podsets/", b.current_revision()).unwrap();
+
+    let mut written = Vec::new();
+    for i in 0..50 {
+        let o = a.create(&format!("/podsets/ns/o{i:02}"), obj(&format!("o{i:02}"), i)).await.unwrap();
+        written.push(o.mod_revision);
+        // Read-your-writes across replicas: a consistent read on B right after A's acknowledgement.
+        b.sync().await.unwrap();
+        let seen = b.get(&format!("/podsets/ns/o{i:02}")).await.unwrap().expect("B sees A's write");
+        assert_eq!(seen.mod_revision, o.mod_revision);
+    }
+    let page = b.list(ListOptions { prefix: "/podsets/ns/".into(), ..Default::default() }).await.unwrap();
+    assert_eq!(page.items.len(), 50);
+
+    let mut seen = Vec::new();
+    while seen.len() < 50 {
+        let ev = tokio::time::timeout(Duration::from_secs(5), watch_b.next()).await.unwrap().unwrap().unwrap();
+        assert_eq!(ev.kind, EventType::Added);
+        seen.push(ev.revision);
+    }
+    assert_eq!(seen, written, "B's watch: A's writes, each once, in order");
+
+    // A resourceVersion from A resumes on B.
+    let from = written[24];
+    let mut resumed = b.watch("/podsets/", from).unwrap();
+    let first = resumed.next().await.unwrap().unwrap();
+    assert_eq!(first.revision, written[25]);
+
+    // Concurrent read-modify-write through both replicas: every increment lands once.
+    a.create("/podsets/ns/counter", obj("counter", 0)).await.unwrap();
+    let mut tasks = Vec::new();
+    for s in [a.clone(), b.clone(), a.clone(), b.clone()] {
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..10 {
+                loop {
+                    let cur = s.get("/podsets/ns/counter").await.unwrap().unwrap();
+                    let next = obj("counter", n_of(&cur) + 1);
+                    match s.update("/podsets/ns/counter", next, Some(cur.mod_revision)).await {
+                        Ok(_) => break,
+                        Err(StorageError::Conflict { .. }) => continue,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    a.sync().await.unwrap();
+    assert_eq!(n_of(&a.get("/podsets/ns/counter").await.unwrap().unwrap()), 40);
+}
+
+/// Writes to keys outside ours (kube-apiserver's, on a shared etcd) take revisions too: the cache's revisions skip
+/// them, and a consistent read still returns at once rather than waiting for an event that never comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revisions_of_other_keys_are_skipped_and_reached() {
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = Etcd::start(&dir.path().join("etcd"));
+    let s = replica(&etcd).await;
+    let mut other = Client::connect([etcd.url()], None).await.unwrap();
+    let a = s.create("/podsets/ns/a", obj("a", 1)).await.unwrap();
+    for i in 0..5 {
+        other.put(format!("/registry/pods/ns/p{i}"), "x", None).await.unwrap();
+    }
+    let b = s.create("/podsets/ns/b", obj("b", 1)).await.unwrap();
+    assert_eq!(b.mod_revision, a.mod_revision + 6, "etcd's revisions count every key");
+    let mut w = s.watch("/podsets/", a.mod_revision - 1).unwrap();
+    assert_eq!(w.next().await.unwrap().unwrap().revision, a.mod_revision);
+    assert_eq!(w.next().await.unwrap().unwrap().revision, b.mod_revision);
+
+    // The newest revision is someone else's: the cache gets there by a progress notification.
+    let last = other.put("/registry/pods/ns/last", "x", None).await.unwrap().header().unwrap().revision() as u64;
+    let started = std::time::Instant::now();
+    let reached = s.sync().await.unwrap();
+    assert!(reached >= last, "sync reached {reached}, etcd is at {last}");
+    assert!(started.elapsed() < Duration::from_secs(2), "a consistent read does not wait out its timeout");
+    let page = s.list(ListOptions { prefix: "/podsets/".into(), revision: Some(reached), ..Default::default() });
+    assert_eq!(page.await.unwrap().items.len(), 2);
+    // Keys are where kube-apiserver would put a demo.k8s.io resource.
+    let keys = other.get("/registry/demo.k8s.io/podsets/", Some(GetOptions::new().with_prefix().with_keys_only()));
+    let keys: Vec<String> = keys.await.unwrap().kvs().iter().map(|kv| kv.key_str().unwrap().to_owned()).collect();
+    assert_eq!(keys, ["/registry/demo.k8s.io/podsets/ns/a", "/registry/demo.k8s.io/podsets/ns/b"]);
+}
+
+/// etcd's compaction: a watch from a compacted revision is `Expired` (410 to clients), and the compactor of
+/// several servers compacts once per interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compacted_revisions_expire() {
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = Etcd::start(&dir.path().join("etcd"));
+    let compacting = EtcdOptions { compaction_interval: Duration::from_millis(500), ..options(&etcd) };
+    let (b1, b2) =
+        (EtcdBackend::connect(compacting.clone()).await.unwrap(), EtcdBackend::connect(compacting).await.unwrap());
+    let s = Arc::new(Cacher::new(Arc::new(b1), HistoryLimits::default()).await.unwrap());
+    let first = s.create("/podsets/ns/a", obj("a", 0)).await.unwrap().mod_revision;
+    for i in 1..20 {
+        s.update("/podsets/ns/a", obj("a", i), None).await.unwrap();
+    }
+    // Two rounds: the first records the revision, the next compacts to it.
+    let mut client = Client::connect([etcd.url()], None).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let old = client.get("/registry/demo.k8s.io/podsets/ns/a", Some(GetOptions::new().with_revision(first as i64)));
+        if old.await.is_err() {
+            break; // "required revision has been compacted"
+        }
+        assert!(tokio::time::Instant::now() < deadline, "etcd was not compacted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut changes = b2.watch(first).unwrap();
+    match changes.next().await {
+        Some(Err(StorageError::Expired { .. })) => {}
+        other => panic!("a watch from a compacted revision: {other:?}"),
+    }
+    // The cache that followed all along still serves, and keeps following.
+    let last = s.update("/podsets/ns/a", obj("a", 100), None).await.unwrap();
+    assert_eq!(n_of(&s.get("/podsets/ns/a").await.unwrap().unwrap()), 100);
+    assert_eq!(last.mod_revision, s.current_revision());
+}
+
+/// etcd stopped: writes fail within the request timeout with a clear error and the check fails; cached reads go
+/// on; consistent reads fail clearly. etcd back: the cache follows again, a watcher continues without a gap, and
+/// nothing acknowledged is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_outage_is_survived() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut etcd = Etcd::start(&dir.path().join("etcd"));
+    let (a, b) = (replica(&etcd).await, replica(&etcd).await);
+    let mut acked = Vec::new();
+    for i in 0..5 {
+        acked.push(a.create(&format!("/podsets/ns/o{i}"), obj("o", i)).await.unwrap().mod_revision);
+    }
+    b.sync().await.unwrap();
+    let mut watch_b = b.watch("/podsets/", b.current_revision()).unwrap();
+
+    etcd.stop();
+    let started = std::time::Instant::now();
+    let refused = a.create("/podsets/ns/during", obj("during", 0)).await;
+    assert!(
+        matches!(refused, Err(StorageError::Unavailable(_) | StorageError::Timeout(_))),
+        "a write while etcd is down: {refused:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5), "no hang past the request timeout");
+    assert!(a.check_writable().await.is_err(), "the check says etcd is gone");
+    assert!(a.check_alive().is_ok(), "but the server can recover without a restart");
+    assert!(b.get("/podsets/ns/o1").await.unwrap().is_some(), "cached reads go on");
+    assert!(b.sync().await.is_err(), "a consistent read fails clearly");
+
+    etcd.resume();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let after = loop {
+        match a.create("/podsets/ns/after", obj("after", 1)).await {
+            Ok(o) => break o,
+            Err(StorageError::AlreadyExists { .. }) => break a.get("/podsets/ns/after").await.unwrap().unwrap(),
+            Err(_) if tokio::time::Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(200)).await,
+            Err(e) => panic!("writes did not come back: {e}"),
+        }
+    };
+    a.check_writable().await.expect("writable again");
+    // B's watcher, opened before the outage, continues with A's write: no gap, no 410 (nothing was compacted).
+    let ev = tokio::time::timeout(Duration::from_secs(20), watch_b.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!((ev.revision, &*ev.object.key), (after.mod_revision, "/podsets/ns/after"));
+    b.sync().await.unwrap();
+    for (i, rev) in acked.iter().enumerate() {
+        let o = b.get(&format!("/podsets/ns/o{i}")).await.unwrap().expect("acknowledged before the outage");
+        assert_eq!(o.mod_revision, *rev);
+    }
+}
