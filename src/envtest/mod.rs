@@ -26,6 +26,10 @@ use rcgen::{
 pub mod etcd;
 
 pub const NODE_IP: &str = "10.250.0.10";
+/// Where each replica of podset-apiserver listens when several run ([`Cluster::start_replicated`]): the first is
+/// [`NODE_IP`].
+pub const REPLICA_IPS: [&str; 3] = [NODE_IP, "10.250.0.11", "10.250.0.12"];
+const REPLICA_NAMES: [&str; 3] = ["podset-apiserver", "podset-apiserver-2", "podset-apiserver-3"];
 
 const NAMESPACE_YAML: &str = include_str!("../../deploy/base/namespace.yaml");
 const APISERVICE_YAML: &str = include_str!("../../deploy/base/apiservice.yaml");
@@ -50,7 +54,8 @@ pub fn namespace_command(program: &Path, args: &[String]) -> Command {
 /// `own_proc` also mounts a /proc of the new PID namespace (in a private mount namespace), so the program can
 /// read its children's /proc/<pid> (a benchmark measuring their memory).
 fn namespace_command_with(program: &Path, args: &[String], own_proc: bool) -> Command {
-    let script = format!("ip link set lo up && ip addr add {NODE_IP}/32 dev lo && exec \"$@\"");
+    let addrs: String = REPLICA_IPS.iter().map(|ip| format!(" && ip addr add {ip}/32 dev lo")).collect();
+    let script = format!("ip link set lo up{addrs} && exec \"$@\"");
     let mut c = Command::new("unshare");
     c.args(["--net", "--pid", "--fork", "--kill-child"]);
     if own_proc {
@@ -196,7 +201,13 @@ impl Pki {
             &pc,
             "podset-apiserver.podset-system.svc",
             &[],
-            &["podset-apiserver.podset-system.svc", "podset-apiserver.podset-system", NODE_IP],
+            &[
+                "podset-apiserver.podset-system.svc",
+                "podset-apiserver.podset-system",
+                REPLICA_IPS[0],
+                REPLICA_IPS[1],
+                REPLICA_IPS[2],
+            ],
             true,
         );
         write("podset.crt", &c);
@@ -243,10 +254,24 @@ pub struct Cluster {
     procs: Vec<Proc>,
     server: ServerCommand,
     apiserver_args: Vec<String>,
+    /// How many podset-apiservers run; with more than one, they share the cluster's etcd.
+    replicas: usize,
+    etcd_url: String,
+    /// Logs of replicas killed for good, printed if the test fails.
+    dead: Vec<Proc>,
 }
 
 impl Cluster {
     pub fn start(server: ServerCommand) -> Self {
+        Self::start_replicated(server, 1)
+    }
+
+    /// `replicas` podset-apiservers (at most 3) on [`REPLICA_IPS`], the same port, behind one Service whose
+    /// Endpoints list them all (kube-apiserver runs with `--enable-aggregator-routing`, so it picks one per
+    /// request). With more than one they store PodSets in the cluster's etcd (`--storage-backend=etcd`) and elect a
+    /// leader for the controller.
+    pub fn start_replicated(server: ServerCommand, replicas: usize) -> Self {
+        assert!((1..=REPLICA_IPS.len()).contains(&replicas));
         let assets = assets_dir();
         for bin in ["etcd", "kube-apiserver", "kube-controller-manager", "kubectl"] {
             assert!(assets.join(bin).exists(), "{bin} missing from KUBEBUILDER_ASSETS={}", assets.display());
@@ -262,12 +287,17 @@ impl Cluster {
             procs: Vec::new(),
             server: server.clone(),
             apiserver_args: Vec::new(),
+            replicas,
+            etcd_url: String::new(),
+            dead: Vec::new(),
         };
         cluster.start_etcd_and_apiserver(&assets);
         // The namespace and the controller's RBAC exist before our server starts, as in deploy/.
         cluster.apply_text("namespace.yaml", NAMESPACE_YAML);
         cluster.apply_text("rbac.yaml", RBAC_YAML);
-        cluster.start_podset_apiserver();
+        for i in 0..replicas {
+            cluster.start_replica(i);
+        }
         cluster.register();
         cluster.start_controller_manager(&assets);
         // The service account controller making `default` shows kube-controller-manager is at work.
@@ -291,6 +321,7 @@ impl Cluster {
                 .arg("--unsafe-no-fsync=false"),
         );
         self.procs.push(etcd);
+        self.etcd_url = format!("http://127.0.0.1:{client}");
         let port = free_port();
         self.apiserver_url = format!("https://127.0.0.1:{port}");
         let p = |n| self.pki.path(n);
@@ -378,15 +409,29 @@ impl Cluster {
     }
 
     fn start_podset_apiserver(&mut self) {
+        self.start_replica(0);
+    }
+
+    /// Starts replica `i` (0 is the only one unless the cluster is replicated) on its address and the shared port.
+    pub fn start_replica(&mut self, i: usize) {
         let cmd = &self.server;
         let p = |n| self.pki.path(n);
+        let data_dir = match i {
+            0 => self.dir.path().join("podset-data"),
+            i => self.dir.path().join(format!("podset-data-{i}")),
+        };
+        let mut command = Command::new(&cmd.program);
+        command.args(&cmd.args);
+        if self.replicas > 1 {
+            command.args(["--storage-backend=etcd", &format!("--etcd-servers={}", self.etcd_url)]);
+        }
         let server = Proc::spawn(
-            "podset-apiserver",
-            Command::new(&cmd.program)
-                .args(&cmd.args)
-                .args(["--bind-address", NODE_IP, "--secure-port", &self.podset_addr.port().to_string()])
+            REPLICA_NAMES[i],
+            command
+                .args(["--bind-address", REPLICA_IPS[i], "--secure-port", &self.podset_addr.port().to_string()])
+                .env("HOSTNAME", REPLICA_NAMES[i])
                 .arg("--data-dir")
-                .arg(self.dir.path().join("podset-data"))
+                .arg(data_dir)
                 .args(["--tls-cert-file", &p("podset.crt"), "--tls-private-key-file", &p("podset.key")])
                 .args(["--log-format", "json"])
                 // Also its identity for delegated authentication and authorization, which reads the trust
@@ -396,6 +441,55 @@ impl Cluster {
                 .env("RUST_LOG", "info"),
         );
         self.procs.push(server);
+    }
+
+    /// Kills replica `i` with SIGKILL (as a lost node would); its log is kept for a failing test.
+    pub fn kill_replica(&mut self, i: usize) {
+        let at = self.procs.iter().position(|p| p.name == REPLICA_NAMES[i]).expect("running");
+        let mut old = self.procs.remove(at);
+        let _ = old.child.kill();
+        let _ = old.child.wait();
+        self.dead.push(old);
+    }
+
+    /// The process id of replica `i`, while it runs.
+    pub fn replica_pid(&self, i: usize) -> Option<u32> {
+        self.pid(REPLICA_NAMES[i])
+    }
+
+    /// The log of replica `i` while it runs.
+    pub fn replica_log(&self, i: usize) -> String {
+        self.procs.iter().find(|p| p.name == REPLICA_NAMES[i]).map(Proc::log).unwrap_or_default()
+    }
+
+    /// The replica (index) whose HOSTNAME an identity (a Lease holder's, say) starts with.
+    pub fn replica_named(identity: &str) -> Option<usize> {
+        // Longest name first: "podset-apiserver-2_..." also starts with "podset-apiserver".
+        (0..REPLICA_NAMES.len()).rev().find(|&i| identity.starts_with(&format!("{}_", REPLICA_NAMES[i])))
+    }
+
+    /// Lists only these replicas in the Service's Endpoints (the others as not ready), as the endpoints
+    /// controller does once a pod fails its readiness probe.
+    pub fn set_ready_replicas(&self, ready: &[usize]) {
+        let port = self.podset_addr.port();
+        let list = |want: bool| -> String {
+            (0..self.replicas)
+                .filter(|i| ready.contains(i) == want)
+                .map(|i| format!("\n  - ip: {}", REPLICA_IPS[i]))
+                .collect()
+        };
+        let (up, down) = (list(true), list(false));
+        let mut subset = String::new();
+        if !up.is_empty() {
+            subset.push_str(&format!("\n  addresses:{up}"));
+        }
+        if !down.is_empty() {
+            subset.push_str(&format!("\n  notReadyAddresses:{down}"));
+        }
+        let endpoints = format!(
+            "apiVersion: v1\nkind: Endpoints\nmetadata:\n  name: podset-apiserver\n  namespace: podset-system\nsubsets:\n- ports:\n  - name: https\n    port: {port}{subset}\n"
+        );
+        self.apply_text("endpoints-ready.yaml", &endpoints);
     }
 
     /// Kills podset-apiserver with SIGKILL and starts it again on the same data and port; its log carries on.
@@ -439,11 +533,11 @@ impl Cluster {
     /// deploy/base/apiservice.yaml with our CA, then waits for `Available=True`.
     fn register(&mut self) {
         let port = self.podset_addr.port();
-        let endpoints = format!(
-            "apiVersion: v1\nkind: Service\nmetadata:\n  name: podset-apiserver\n  namespace: podset-system\nspec:\n  ports:\n  - name: https\n    port: 443\n    targetPort: {port}\n\
-             ---\napiVersion: v1\nkind: Endpoints\nmetadata:\n  name: podset-apiserver\n  namespace: podset-system\nsubsets:\n- addresses:\n  - ip: {NODE_IP}\n  ports:\n  - name: https\n    port: {port}\n"
+        let service = format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: podset-apiserver\n  namespace: podset-system\nspec:\n  ports:\n  - name: https\n    port: 443\n    targetPort: {port}\n"
         );
-        self.apply_text("endpoints.yaml", &endpoints);
+        self.apply_text("service.yaml", &service);
+        self.set_ready_replicas(&(0..self.replicas).collect::<Vec<_>>());
         // deploy/base/apiservice.yaml with the caBundle an overlay would add.
         let mut apiservice: serde_yaml::Value =
             serde_yaml::from_str(APISERVICE_YAML).expect("deploy/base/apiservice.yaml");
@@ -559,8 +653,14 @@ impl Cluster {
     /// A kube client straight at podset-apiserver, bypassing kube-apiserver, with the given credential. Needs a
     /// Tokio runtime context.
     pub fn podset_client(&self, credential: Credential<'_>) -> kube::Client {
+        self.replica_client(0, credential)
+    }
+
+    /// [`Self::podset_client`] for replica `i`.
+    pub fn replica_client(&self, i: usize, credential: Credential<'_>) -> kube::Client {
         crate::apiserver::tls::provider();
-        let mut cfg = kube::Config::new(format!("https://{}", self.podset_addr).parse().expect("address"));
+        let addr = format!("https://{}:{}", REPLICA_IPS[i], self.podset_addr.port());
+        let mut cfg = kube::Config::new(addr.parse().expect("address"));
         let ca = crate::apiserver::tls::read_certs(&self.podset_ca()).expect("our CA");
         cfg.root_cert = Some(ca.iter().map(|c| c.to_vec()).collect());
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
@@ -594,7 +694,7 @@ impl Drop for Cluster {
             let _ = p.child.wait();
         }
         if std::thread::panicking() {
-            for p in &self.procs {
+            for p in self.dead.iter().chain(&self.procs) {
                 let log = p.log();
                 let tail: Vec<&str> = log.lines().rev().take(60).collect();
                 eprintln!("----- {} (last {} lines) -----", p.name, tail.len());

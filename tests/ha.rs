@@ -1,0 +1,237 @@
+//! High availability on etcd, on the real control plane: two podset-apiservers on two addresses behind one Service
+//! (kube-apiserver with `--enable-aggregator-routing` picks one per request), sharing the cluster's etcd. The
+//! controller's leader is killed under kubectl load.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::cluster::{in_namespace, runtime};
+use futures::StreamExt;
+use kube::api::{Api, PostParams, WatchEvent, WatchParams};
+use podset_apiserver::api::PodSet;
+use podset_apiserver::envtest::{Cluster, Credential, ServerCommand};
+use serde_json::Value;
+
+fn podset_yaml(name: &str, replicas: u32) -> String {
+    format!(
+        "apiVersion: demo.k8s.io/v1alpha1\nkind: PodSet\nmetadata:\n  name: {name}\nspec:\n  replicas: {replicas}\n  \
+         template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n      containers:\n      - {{name: main, image: busybox}}\n"
+    )
+}
+
+/// The replica holding the controller's Lease.
+fn leader(c: &Cluster) -> Option<usize> {
+    let holder = c
+        .kubectl_try(&[
+            "get",
+            "lease",
+            "-n",
+            "podset-system",
+            "podset-controller",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ])
+        .ok()?;
+    Cluster::replica_named(holder.trim())
+}
+
+/// Runs kubectl until it succeeds (a request that lands on a replica just killed fails; a client retries), up to
+/// 30 s. Returns the output, or the last error.
+fn kubectl_retrying(c: &Cluster, args: &[&str]) -> Result<String, String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match c.kubectl_try(args) {
+            Ok(out) => return Ok(out),
+            // A create whose first attempt was applied but not answered: the object is there, acknowledged.
+            Err(e) if e.contains("AlreadyExists") => return Ok(e),
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(300)),
+        }
+    }
+}
+
+/// Active (not terminating) Pods per controlling PodSet uid, and each PodSet's uid → (name, spec.replicas).
+fn ownership(c: &Cluster) -> Option<(BTreeMap<String, u64>, BTreeMap<String, (String, u64)>)> {
+    let pods: Value = serde_json::from_str(&c.kubectl_try(&["get", "pods", "-o", "json"]).ok()?).ok()?;
+    // PodSets are read after Pods: with replicas only growing in this test, a Pod count is never compared with a
+    // smaller wish than the one it was made for.
+    let sets: Value = serde_json::from_str(&c.kubectl_try(&["get", "podsets", "-o", "json"]).ok()?).ok()?;
+    let mut owned = BTreeMap::new();
+    for p in pods["items"].as_array()? {
+        if p["metadata"]["deletionTimestamp"].is_string() {
+            continue;
+        }
+        for r in p["metadata"]["ownerReferences"].as_array().into_iter().flatten() {
+            if r["controller"] == true && r["kind"] == "PodSet" {
+                *owned.entry(r["uid"].as_str()?.to_owned()).or_insert(0) += 1;
+            }
+        }
+    }
+    let wanted = sets["items"]
+        .as_array()?
+        .iter()
+        .filter_map(|s| {
+            let uid = s["metadata"]["uid"].as_str()?.to_owned();
+            Some((uid, (s["metadata"]["name"].as_str()?.to_owned(), s["spec"]["replicas"].as_u64()?)))
+        })
+        .collect();
+    Some((owned, wanted))
+}
+
+#[test]
+fn two_replicas_on_etcd_survive_losing_the_leader() {
+    in_namespace("two_replicas_on_etcd_survive_losing_the_leader", || {
+        let mut c = Cluster::start_replicated(ServerCommand { program: common::BIN.into(), args: Vec::new() }, 2);
+        for i in 0..3 {
+            c.apply_text(&format!("ps-{i}.yaml"), &podset_yaml(&format!("ps-{i}"), 2));
+        }
+        c.wait_for("a leader", Duration::from_secs(60), |c| leader(c).is_some());
+        let first = leader(&c).unwrap();
+        let survivor = 1 - first;
+        c.wait_for("the leader's controller to make 6 Pods", Duration::from_secs(90), |c| {
+            c.kubectl_try(&["get", "pods", "-o", "name"]).is_ok_and(|o| o.lines().count() == 6)
+        });
+
+        // Both replicas serve every write at once: a write on one, a consistent read and a watch on the other.
+        let admin = c.client_cert("ca", "ha-admin", Some("system:masters"));
+        runtime().block_on(async {
+            let a: Api<PodSet> = Api::namespaced(c.replica_client(0, Credential::Cert(&admin)), "default");
+            let b: Api<PodSet> = Api::namespaced(c.replica_client(1, Credential::Cert(&admin)), "default");
+            let from = b.get("ps-0").await.unwrap().metadata.resource_version.unwrap();
+            let mut events = b.watch(&WatchParams::default(), &from).await.unwrap().boxed();
+            for i in 0..10 {
+                let ps: PodSet = serde_yaml::from_str(&podset_yaml(&format!("direct-{i}"), 0)).unwrap();
+                let made = a.create(&PostParams::default(), &ps).await.unwrap();
+                let seen = b.get(&format!("direct-{i}")).await.expect("a write on A is read at once on B");
+                // The same write or a newer one (the controller writes status at once).
+                let rv = |p: &PodSet| p.metadata.resource_version.as_deref().unwrap().parse::<u64>().unwrap();
+                assert!(rv(&seen) >= rv(&made), "B read {} after A wrote {}", rv(&seen), rv(&made));
+            }
+            let mut added = Vec::new();
+            while added.len() < 10 {
+                let ev = tokio::time::timeout(Duration::from_secs(10), events.next()).await.unwrap().unwrap().unwrap();
+                // (ps-1 and ps-2 were created after ps-0's revision too.)
+                if let WatchEvent::Added(ps) = ev {
+                    added.extend(ps.metadata.name.filter(|n| n.starts_with("direct-")));
+                }
+            }
+            assert_eq!(added, (0..10).map(|i| format!("direct-{i}")).collect::<Vec<_>>(), "in order, once each");
+        });
+
+        // kubectl load through the aggregator, and a check that no PodSet ever owns more Pods than it asked for.
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(Mutex::new(BTreeSet::new()));
+        let failures = Arc::new(Mutex::new(Vec::new()));
+        let over = Arc::new(Mutex::new(Vec::new()));
+        let checks = Arc::new(Mutex::new(0usize));
+        std::thread::scope(|scope| {
+            let c = &c;
+            let load = scope.spawn({
+                let (stop, acked, failures) = (stop.clone(), acked.clone(), failures.clone());
+                move || {
+                    let mut i = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        let name = format!("load-{i}");
+                        let path = c.dir.path().join(format!("{name}.yaml"));
+                        std::fs::write(&path, podset_yaml(&name, 1)).unwrap();
+                        match kubectl_retrying(c, &["create", "-f", path.to_str().unwrap()]) {
+                            Ok(_) => drop(acked.lock().unwrap().insert(name)),
+                            Err(e) => failures.lock().unwrap().push(format!("create {name}: {e}")),
+                        }
+                        if let Err(e) = kubectl_retrying(c, &["get", "podsets"]) {
+                            failures.lock().unwrap().push(format!("list: {e}"));
+                        }
+                        if i % 3 == 0 {
+                            let replicas = format!("--replicas={}", 3 + i / 3);
+                            if let Err(e) = kubectl_retrying(c, &["scale", "podset", "ps-0", &replicas]) {
+                                failures.lock().unwrap().push(format!("scale: {e}"));
+                            }
+                        }
+                        i += 1;
+                    }
+                }
+            });
+            let monitor = scope.spawn({
+                let (stop, over, checks) = (stop.clone(), over.clone(), checks.clone());
+                move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        if let Some((owned, wanted)) = ownership(c) {
+                            *checks.lock().unwrap() += 1;
+                            for (uid, n) in owned {
+                                if let Some((name, want)) = wanted.get(&uid).filter(|(_, want)| n > *want) {
+                                    over.lock().unwrap().push(format!("{name} owns {n} Pods, wants {want}"));
+                                }
+                            }
+                        }
+                        std::thread::sleep(Duration::from_millis(300));
+                    }
+                }
+            });
+
+            std::thread::sleep(Duration::from_secs(5));
+            let killed_at = Instant::now();
+            // SIGKILL, as a lost node: no graceful step-down, the Lease has to expire.
+            let pid = c.replica_pid(first).expect("the leader runs").to_string();
+            assert!(std::process::Command::new("kill").args(["-9", &pid]).status().unwrap().success());
+            // What the endpoints controller does once the dead pod fails its readiness probe.
+            std::thread::sleep(Duration::from_secs(2));
+            c.set_ready_replicas(&[survivor]);
+            let deadline = killed_at + Duration::from_secs(20);
+            while leader(c) != Some(survivor) {
+                assert!(Instant::now() < deadline, "replica {survivor} did not take the lease within 20 s");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            eprintln!("lease taken over {:.1}s after the leader was killed", killed_at.elapsed().as_secs_f64());
+            std::thread::sleep(Duration::from_secs(8));
+            stop.store(true, Ordering::Relaxed);
+            load.join().unwrap();
+            monitor.join().unwrap();
+        });
+        c.kill_replica(first);
+        let failures = failures.lock().unwrap().clone();
+        assert!(failures.is_empty(), "requests that never succeeded: {failures:#?}");
+        assert!(over.lock().unwrap().is_empty(), "over-owned: {:#?}", over.lock().unwrap());
+        assert!(*checks.lock().unwrap() >= 10, "the ownership check ran");
+        let acked = acked.lock().unwrap().clone();
+        assert!(acked.len() >= 5, "the load made progress: {acked:?}");
+
+        // The new leader reconciles: every load PodSet gets its Pod, ps-0 its scaled count; nothing acknowledged
+        // is lost.
+        let want_ps0 =
+            c.kubectl(&["get", "podset", "ps-0", "-o", "jsonpath={.spec.replicas}"]).parse::<usize>().unwrap();
+        c.wait_for("the new leader to reconcile everything", Duration::from_secs(90), |c| {
+            let Some((owned, wanted)) = ownership(c) else { return false };
+            wanted.iter().all(|(uid, (_, want))| owned.get(uid).copied().unwrap_or(0) == *want)
+        });
+        let names = c.kubectl(&["get", "podsets", "-o", "jsonpath={.items[*].metadata.name}"]);
+        let names: BTreeSet<String> = names.split_whitespace().map(String::from).collect();
+        assert!(acked.is_subset(&names), "acknowledged but lost: {:?}", acked.difference(&names).collect::<Vec<_>>());
+        let ps0_pods = c.kubectl(&["get", "pods", "-l", "app=ps-0", "-o", "name"]).lines().count();
+        assert_eq!(ps0_pods, want_ps0);
+
+        // The killed replica comes back and serves the same data.
+        c.start_replica(first);
+        c.set_ready_replicas(&[0, 1]);
+        runtime().block_on(async {
+            let back: Api<PodSet> = Api::namespaced(c.replica_client(first, Credential::Cert(&admin)), "default");
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let listed = loop {
+                match back.list(&Default::default()).await {
+                    Ok(l) => break l,
+                    Err(e) if Instant::now() < deadline => {
+                        let _ = e;
+                        tokio::time::sleep(Duration::from_millis(300)).await
+                    }
+                    Err(e) => panic!("the restarted replica does not serve: {e}"),
+                }
+            };
+            let listed: BTreeSet<String> = listed.items.into_iter().filter_map(|p| p.metadata.name).collect();
+            assert_eq!(listed, names);
+        });
+        assert!(c.replica_log(survivor).contains("became leader"), "{}", c.replica_log(survivor));
+    });
+}
