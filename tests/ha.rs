@@ -55,7 +55,10 @@ fn kubectl_retrying(c: &Cluster, args: &[&str]) -> Result<String, String> {
 }
 
 /// Active (not terminating) Pods per controlling PodSet uid, and each PodSet's uid → (name, spec.replicas).
-fn ownership(c: &Cluster) -> Option<(BTreeMap<String, u64>, BTreeMap<String, (String, u64)>)> {
+/// Pods per owner uid, and PodSets by uid: (name, spec.replicas).
+type Ownership = (BTreeMap<String, u64>, BTreeMap<String, (String, u64)>);
+
+fn ownership(c: &Cluster) -> Option<Ownership> {
     let pods: Value = serde_json::from_str(&c.kubectl_try(&["get", "pods", "-o", "json"]).ok()?).ok()?;
     // PodSets are read after Pods: with replicas only growing in this test, a Pod count is never compared with a
     // smaller wish than the one it was made for.
