@@ -2,9 +2,11 @@
 //! server, as sample-apiserver's `pkg/cmd/server`.
 
 pub mod options;
+mod restore;
 mod start;
 
-pub use options::{LogFormat, Options};
+pub use options::{Command, LogFormat, Options};
+pub use restore::RestoreOptions;
 pub use start::run;
 
 pub fn init_tracing(format: LogFormat) {

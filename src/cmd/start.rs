@@ -16,7 +16,10 @@ use crate::registry::Registry;
 use crate::storage::Store;
 
 /// Runs the server until SIGTERM or SIGINT.
-pub async fn run(opts: Options) -> anyhow::Result<()> {
+pub async fn run(mut opts: Options) -> anyhow::Result<()> {
+    if let Some(super::Command::Restore(restore)) = opts.command.take() {
+        return super::restore::run(restore).await;
+    }
     tls::provider();
     opts.server_run.validate()?;
     opts.storage.validate()?;

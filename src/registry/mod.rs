@@ -10,6 +10,7 @@ pub mod fieldmanager;
 mod key;
 mod managed;
 mod options;
+mod restore;
 mod scale;
 mod stored;
 mod strategy;

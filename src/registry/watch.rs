@@ -87,7 +87,12 @@ impl Registry {
             (Some(send), rv) => (self.read_revision(rv, false).await?, send),
             (None, None) => (self.read_revision(None, false).await?, true),
             (None, Some(0)) => (self.store.current_revision(), true),
-            (None, Some(rv)) => (rv, false),
+            (None, Some(rv)) => {
+                // A revision this server has not reached (another replica's, or from before a restore): wait
+                // briefly, then "too large" as kube-apiserver's watch cache answers, never a silent wait.
+                self.read_revision(Some(rv), false).await?;
+                (rv, false)
+            }
         };
         let stream = self.store.watch(&PodSetKey::prefix(req.namespace.as_deref()), start)?;
         let initial = if initial {

@@ -11,7 +11,7 @@ mod storage;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use clap::{Parser, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 
 pub use audit::AuditOptions;
 pub use authentication::AuthenticationOptions;
@@ -33,7 +33,11 @@ pub enum LogFormat {
 /// the cluster's etcd.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "podset-apiserver", version = crate::version::GIT_VERSION, long_version = crate::version::LONG_VERSION)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Options {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     #[command(flatten)]
     pub serving: ServingOptions,
 
@@ -68,6 +72,14 @@ pub struct Options {
     /// Log format.
     #[arg(long, value_enum, default_value = "text", help_heading = "Logging")]
     pub log_format: LogFormat,
+}
+
+/// What else the binary does besides serving.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Restores PodSets from a backup into an empty store (either backend), keeping uid, creationTimestamp,
+    /// generation, finalizers, owner references, managedFields and status, then exits. resourceVersions are new.
+    Restore(crate::cmd::RestoreOptions),
 }
 
 pub(crate) use crate::api::duration::parse as duration;
