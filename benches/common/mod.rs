@@ -30,15 +30,18 @@ impl Drop for Server {
 }
 
 impl Server {
-    /// Starts the server (`PODSET_APISERVER_BIN` names another build to measure) on `data_dir`.
+    /// Starts the server (`PODSET_APISERVER_BIN` names another build to measure; `PODSET_APISERVER_ARGS` adds
+    /// flags, e.g. `--storage-backend=etcd --etcd-servers=http://127.0.0.1:2379`) on `data_dir`.
     pub fn start(data_dir: &Path, extra: &[&str]) -> Server {
         let bin = std::env::var("PODSET_APISERVER_BIN").unwrap_or_else(|_| BIN.to_owned());
+        let more = std::env::var("PODSET_APISERVER_ARGS").unwrap_or_default();
         let started = Instant::now();
         let mut child = Command::new(bin)
             .args(["--insecure-allow-all", "--bind-address", "127.0.0.1", "--secure-port", "0", "--log-format", "json"])
             .arg("--data-dir")
             .arg(data_dir)
             .args(extra)
+            .args(more.split_whitespace())
             .env("RUST_LOG", "warn,podset_apiserver::cmd=info")
             .env_remove("KUBECONFIG")
             .stderr(Stdio::piped())
