@@ -10,8 +10,8 @@ use std::time::Duration;
 use common::Tmpfs;
 use futures::StreamExt;
 use podset_apiserver::storage::{
-    self, Cacher, Change, ChangeStream, EtcdBackend, EtcdOptions, Event, EventType, Feed, HistoryLimits, ListOptions,
-    Object, Revision, SledBackend, Snapshot, StorageError, Store, Write,
+    self, Cacher, Change, ChangeStream, EtcdBackend, EtcdOptions, Event, EventType, HistoryLimits, ListOptions, Object,
+    Revision, SledBackend, Snapshot, StorageError, Store, Write,
 };
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -75,7 +75,7 @@ struct Disk {
     compacted: Revision,
     objects: BTreeMap<String, Arc<Object>>,
     events: VecDeque<Arc<Event>>,
-    subscribers: Vec<mpsc::UnboundedSender<storage::Result<Feed>>>,
+    subscribers: Vec<mpsc::UnboundedSender<storage::Result<Vec<Change>>>>,
     /// Cut off from the cache: change streams end and cannot be opened (a backend that went away).
     unreachable: bool,
 }
@@ -143,7 +143,7 @@ impl storage::Backend for MemoryBackend {
         d.revision = next;
         d.events.push_back(Arc::new(Event { revision: next, kind, object: object.clone(), prev }));
         let change = Change { revision: next, kind, object: object.clone() };
-        d.subscribers.retain(|s| s.send(Ok(Feed::Changes(vec![change.clone()]))).is_ok());
+        d.subscribers.retain(|s| s.send(Ok(vec![change.clone()])).is_ok());
         Ok(object)
     }
 
@@ -163,7 +163,7 @@ impl storage::Backend for MemoryBackend {
             .map(|e| Change { revision: e.revision, kind: e.kind, object: e.object.clone() })
             .collect();
         if !replay.is_empty() {
-            tx.send(Ok(Feed::Changes(replay))).unwrap();
+            tx.send(Ok(replay)).unwrap();
         }
         d.subscribers.push(tx);
         Ok(Box::pin(tokio_stream::wrappers::UnboundedReceiverStream::new(rx)))

@@ -50,19 +50,9 @@ pub struct Snapshot {
     pub events: Vec<Arc<Event>>,
 }
 
-/// What a backend's change stream carries.
-#[derive(Debug, Clone)]
-pub enum Feed {
-    /// Durable changes, in revision order, batched as they became durable.
-    Changes(Vec<Change>),
-    /// Every change up to this revision has been delivered (etcd's progress notification): revisions of keys
-    /// outside the cache's range advance it too, so a consistent read can wait for them.
-    Progress(Revision),
-}
-
-/// Changes after a revision, in revision order, without gaps. Revisions need not be consecutive: etcd's count
-/// every key of the cluster.
-pub type ChangeStream = BoxStream<'static, Result<Feed>>;
+/// Changes after a revision, in revision order, without gaps, batched as they became durable. Revisions need not
+/// be consecutive: etcd's count every key of the cluster.
+pub type ChangeStream = BoxStream<'static, Result<Vec<Change>>>;
 
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
@@ -75,14 +65,12 @@ pub trait Backend: Send + Sync + 'static {
     /// Every change after `after`. Ends with `Expired` if `after` is older than the kept history, or with another
     /// error if the backend cannot be followed for now (the cache then watches again).
     fn watch(&self, after: Revision) -> Result<ChangeStream>;
-    /// The backend's current revision, when other processes may write to it (etcd): a read that must see every
-    /// acknowledged write waits until the cache has reached it. `None` when every write goes through this process,
-    /// so the cache is always current.
-    async fn current_revision(&self) -> Result<Option<Revision>> {
+    /// The revision of the last write to the cache's keys, by any process, when others may write to the backend
+    /// (etcd): a read that must see every acknowledged write waits until the cache has applied it. `None` when
+    /// every write goes through this process, so the cache is always current.
+    async fn last_write_revision(&self) -> Result<Option<Revision>> {
         Ok(None)
     }
-    /// Asks for a `Feed::Progress` soon, so a cache waiting for a revision of another key's write gets there.
-    fn request_progress(&self) {}
     /// The cache no longer needs history up to `revision`; the backend may drop it when convenient (with its next
     /// write, say). Never blocks.
     fn compact(&self, revision: Revision);

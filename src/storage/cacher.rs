@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use super::state::State;
 use super::{
-    Backend, ChangeStream, Event, Feed, HistoryLimits, ListOptions, ListResult, Object, Result, Revision, StorageError,
+    Backend, ChangeStream, Event, HistoryLimits, ListOptions, ListResult, Object, Result, Revision, StorageError,
     Store, StoreStats, WatchStream, Write,
 };
 
@@ -27,8 +27,6 @@ const REWATCH_DELAY: Duration = Duration::from_millis(200);
 const REWATCH_MAX: Duration = Duration::from_secs(5);
 /// How long a consistent read waits for the cache to reach the backend's revision (kube-apiserver's 3 s).
 const SYNC_TIMEOUT: Duration = Duration::from_secs(3);
-/// How often a waiting read asks the backend for progress.
-const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
 
 struct Inner {
     state: RwLock<State>,
@@ -115,8 +113,7 @@ impl Cacher {
         }
     }
 
-    /// Waits until the cache has applied `revision`, asking the backend for progress now and then (a revision
-    /// of a key outside ours only arrives as progress).
+    /// Waits until the cache has applied `revision`.
     async fn wait_for(&self, revision: Revision) -> Result<()> {
         let mut applied = self.inner.applied.clone();
         let deadline = tokio::time::Instant::now() + SYNC_TIMEOUT;
@@ -124,10 +121,8 @@ impl Cacher {
             if *applied.borrow_and_update() >= revision {
                 return Ok(());
             }
-            self.backend.request_progress();
             tokio::select! {
                 changed = applied.changed() => changed.map_err(|_| StorageError::Stopped)?,
-                _ = tokio::time::sleep(PROGRESS_INTERVAL) => {}
                 _ = tokio::time::sleep_until(deadline) => {
                     return Err(StorageError::Timeout(format!(
                         "the cache did not reach revision {revision} within {SYNC_TIMEOUT:?} (at {})",
@@ -151,8 +146,8 @@ async fn follow(
     let mut delay = REWATCH_DELAY;
     loop {
         let mut expired = false;
-        while let Some(feed) = changes.next().await {
-            let feed = match feed {
+        while let Some(batch) = changes.next().await {
+            let batch = match batch {
                 Ok(f) => f,
                 Err(StorageError::Expired { requested, oldest }) => {
                     tracing::warn!(requested, oldest, "storage backend compacted past the cache; reloading");
@@ -167,15 +162,10 @@ async fn follow(
             delay = REWATCH_DELAY;
             let (revision, compacted) = {
                 let mut state = inner.state.write();
-                match feed {
-                    Feed::Progress(r) => state.advance(r),
-                    Feed::Changes(batch) => {
-                        if let Err(e) = state.apply(batch, Instant::now()) {
-                            // A gap would serve wrong data; stop, so writes fail and health checks say why.
-                            tracing::error!(error = %e, "storage cache is inconsistent with its backend; stopping");
-                            return;
-                        }
-                    }
+                if let Err(e) = state.apply(batch, Instant::now()) {
+                    // A gap would serve wrong data; stop, so writes fail and health checks say why.
+                    tracing::error!(error = %e, "storage cache is inconsistent with its backend; stopping");
+                    return;
                 }
                 let trimmed = state.trim(&inner.limits, Instant::now());
                 (state.revision, trimmed.then_some(state.compacted))
@@ -263,7 +253,7 @@ impl Store for Cacher {
 
     async fn sync(&self) -> Result<Revision> {
         self.check_alive()?;
-        if let Some(target) = self.backend.current_revision().await? {
+        if let Some(target) = self.backend.last_write_revision().await? {
             self.wait_for(target).await?;
         }
         Ok(self.current_revision())

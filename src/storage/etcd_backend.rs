@@ -2,8 +2,9 @@
 //! `<prefix>/demo.k8s.io/podsets/<namespace>/<name>`, values the object's JSON without `resourceVersion` (it is the
 //! key's `mod_revision`, stamped on read), creates and compare-and-swap writes are transactions on the key's
 //! revisions, and the cache above is fed by one watch with `prev_kv` from the revision it listed at. Several servers
-//! may share the store: each one's cache follows every write, and a consistent read waits for etcd's current
-//! revision (see `Backend::current_revision`).
+//! may share the store: each one's cache follows every write. Every write also touches one marker key beside the
+//! range, in the same transaction, so a consistent read needs only the marker's revision to know what the cache
+//! must have applied — not etcd's progress notifications, which etcd before 3.4.31 may send ahead of events.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,12 +16,11 @@ use etcd_client::{
     TxnOp, TxnOpResponse, WatchOptions,
 };
 use serde_json::Value;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::{
-    Backend, Change, ChangeStream, EventType, Feed, HistoryLimits, Object, Result, Revision, Snapshot, StorageError,
-    Write,
+    Backend, Change, ChangeStream, EventType, HistoryLimits, Object, Result, Revision, Snapshot, StorageError, Write,
 };
 
 /// The API group's part of every key, as kube-apiserver keys resources of a group.
@@ -28,6 +28,8 @@ const GROUP_ROOT: &str = "/demo.k8s.io";
 /// The key compactors of one etcd agree on (kube-apiserver's own), so however many servers share the etcd, one
 /// compacts per interval.
 const COMPACT_REV_KEY: &str = "compact_rev_key";
+/// Beside (not inside) the watched range `<root>/`: its mod_revision is the revision of the last write of ours.
+const LAST_WRITE: &str = "#last-write";
 /// Objects read per range request when loading: big enough to be few requests, small enough for gRPC's 4 MiB.
 const LOAD_PAGE: i64 = 500;
 
@@ -65,8 +67,6 @@ pub struct EtcdBackend {
     /// `<prefix>/demo.k8s.io`: a storage key `/podsets/ns/name` lives at this plus the key.
     root: String,
     timeout: Duration,
-    /// Wakes the watch task to ask etcd for a progress notification.
-    progress: Arc<Notify>,
     compactor: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -129,11 +129,16 @@ impl EtcdBackend {
         let root = format!("{}{GROUP_ROOT}", options.prefix.trim_end_matches('/'));
         let compactor = (!options.compaction_interval.is_zero())
             .then(|| tokio::spawn(compactor(client.clone(), options.compaction_interval)));
-        Ok(Self { client, root, timeout: options.request_timeout, progress: Arc::new(Notify::new()), compactor })
+        Ok(Self { client, root, timeout: options.request_timeout, compactor })
     }
 
     fn etcd_key(&self, key: &str) -> Vec<u8> {
         format!("{}{key}", self.root).into_bytes()
+    }
+
+    /// Put in every write's transaction: see `last_write_revision`.
+    fn touch(&self) -> TxnOp {
+        TxnOp::put(format!("{}{LAST_WRITE}", self.root), "", None)
     }
 
     /// Every key under our root: `[root/, root0)`.
@@ -227,7 +232,7 @@ impl Backend for EtcdBackend {
                 let json = unstamped(value)?;
                 let txn = Txn::new()
                     .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
-                    .and_then([TxnOp::put(k, json.clone(), None)]);
+                    .and_then([TxnOp::put(k, json.clone(), None), self.touch()]);
                 let resp = self.txn(txn).await?;
                 if !resp.succeeded() {
                     return Err(StorageError::AlreadyExists { key });
@@ -244,7 +249,7 @@ impl Backend for EtcdBackend {
                 };
                 let txn = Txn::new()
                     .when([cmp])
-                    .and_then([TxnOp::put(k.clone(), json.clone(), None)])
+                    .and_then([TxnOp::put(k.clone(), json.clone(), None), self.touch()])
                     .or_else([TxnOp::get(k, None)]);
                 let resp = self.txn(txn).await?;
                 if !resp.succeeded() {
@@ -261,7 +266,7 @@ impl Backend for EtcdBackend {
                 };
                 let txn = Txn::new()
                     .when([cmp])
-                    .and_then([TxnOp::delete(k.clone(), Some(DeleteOptions::new().with_prev_key()))])
+                    .and_then([TxnOp::delete(k.clone(), Some(DeleteOptions::new().with_prev_key())), self.touch()])
                     .or_else([TxnOp::get(k, None)]);
                 let resp = self.txn(txn).await?;
                 if !resp.succeeded() {
@@ -282,12 +287,7 @@ impl Backend for EtcdBackend {
 
     fn watch(&self, after: Revision) -> Result<ChangeStream> {
         let (tx, rx) = mpsc::unbounded_channel();
-        let follower = Follower {
-            client: self.client.clone(),
-            root: self.root.clone(),
-            range: self.range(),
-            progress: self.progress.clone(),
-        };
+        let follower = Follower { client: self.client.clone(), root: self.root.clone(), range: self.range() };
         tokio::spawn(async move {
             let closed = tx.clone();
             tokio::select! {
@@ -298,25 +298,18 @@ impl Backend for EtcdBackend {
         Ok(Box::pin(UnboundedReceiverStream::new(rx)))
     }
 
-    async fn current_revision(&self) -> Result<Option<Revision>> {
-        // A count over our range: etcd answers with the cluster's current revision, having read it through Raft.
-        let (from, end) = self.range();
+    async fn last_write_revision(&self) -> Result<Option<Revision>> {
+        // A linearizable read of the marker every write of ours touches (0 before the first).
         let mut kv = self.client.kv_client();
-        let resp = self
-            .timed("revision read", kv.get(from, Some(GetOptions::new().with_range(end).with_count_only())))
-            .await?;
-        Ok(Some(revision(resp.header().map(|h| h.revision()).unwrap_or_default())))
-    }
-
-    fn request_progress(&self) {
-        self.progress.notify_one();
+        let resp = self.timed("revision read", kv.get(format!("{}{LAST_WRITE}", self.root), None)).await?;
+        Ok(Some(resp.kvs().first().map(|kv| revision(kv.mod_revision())).unwrap_or(0)))
     }
 
     /// etcd's history is compacted by time (the compactor), not by what the cache keeps.
     fn compact(&self, _revision: Revision) {}
 
     async fn check(&self) -> Result<()> {
-        self.current_revision().await.map(|_| ())
+        self.last_write_revision().await.map(|_| ())
     }
 }
 
@@ -325,10 +318,9 @@ struct Follower {
     client: Client,
     root: String,
     range: (Vec<u8>, Vec<u8>),
-    progress: Arc<Notify>,
 }
 
-type Sender = mpsc::UnboundedSender<Result<Feed>>;
+type Sender = mpsc::UnboundedSender<Result<Vec<Change>>>;
 
 impl Follower {
     async fn run(self, after: Revision, tx: &Sender) {
@@ -338,23 +330,13 @@ impl Follower {
     }
 
     async fn follow(&self, after: Revision, tx: &Sender) -> Result<()> {
-        let opts = WatchOptions::new()
-            .with_range(self.range.1.clone())
-            .with_start_revision(after as i64 + 1)
-            .with_prev_key()
-            .with_progress_notify();
+        let opts =
+            WatchOptions::new().with_range(self.range.1.clone()).with_start_revision(after as i64 + 1).with_prev_key();
         let mut watch = self.client.watch_client();
-        let (mut requests, mut responses) =
+        let (_requests, mut responses) =
             watch.watch(self.range.0.clone(), Some(opts)).await.map_err(etcd_error)?.split();
         loop {
-            let resp = tokio::select! {
-                r = responses.message() => r.map_err(etcd_error)?,
-                _ = self.progress.notified() => {
-                    requests.request_progress().await.map_err(etcd_error)?;
-                    continue;
-                }
-            };
-            let Some(mut resp) = resp else {
+            let Some(resp) = responses.message().await.map_err(etcd_error)? else {
                 return Err(StorageError::Unavailable("etcd ended the watch".into()));
             };
             if resp.canceled() {
@@ -364,21 +346,14 @@ impl Follower {
                 }
                 return Err(StorageError::Backend(format!("etcd cancelled the watch: {}", resp.cancel_reason())));
             }
-            let header = resp.take_header().map(|h| revision(h.revision()));
             if resp.events().is_empty() {
-                // The response to the create request, or a progress notification: no change up to here.
-                if let Some(r) = header.filter(|_| !resp.created()) {
-                    if tx.send(Ok(Feed::Progress(r))).is_err() {
-                        return Ok(());
-                    }
-                }
-                continue;
+                continue; // the response to the create request
             }
             let mut changes = Vec::with_capacity(resp.events().len());
             for ev in resp.events() {
                 changes.push(self.change(ev)?);
             }
-            if tx.send(Ok(Feed::Changes(changes))).is_err() {
+            if tx.send(Ok(changes)).is_err() {
                 return Ok(());
             }
         }

@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use serde_json::Value;
 
-pub use backend::{Backend, Change, ChangeStream, Feed, Snapshot, Write};
+pub use backend::{Backend, Change, ChangeStream, Snapshot, Write};
 pub use cacher::Cacher;
 pub use etcd_backend::{EtcdBackend, EtcdOptions};
 pub use object::{Object, ObjectMeta};

@@ -19,8 +19,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::codec::{self, EVENT_PREFIX, META_COMPACTED, META_PROBE, META_REVISION, OBJECT_PREFIX};
 use super::{
-    Backend, Change, ChangeStream, EventType, Feed, HistoryLimits, Object, Result, Revision, Snapshot, StorageError,
-    Write,
+    Backend, Change, ChangeStream, EventType, HistoryLimits, Object, Result, Revision, Snapshot, StorageError, Write,
 };
 
 /// Most requests committed by one flush.
@@ -48,7 +47,7 @@ enum Op {
     Check(oneshot::Sender<Result<()>>),
 }
 
-type Subscriber = mpsc::UnboundedSender<Result<Feed>>;
+type Subscriber = mpsc::UnboundedSender<Result<Vec<Change>>>;
 
 /// What the writer has made durable and told subscribers about.
 struct Published {
@@ -154,7 +153,7 @@ impl Backend for SledBackend {
         }
         if after < published.revision {
             let db = self.db()?;
-            let _ = tx.send(read_changes(&db, after, published.revision).map(Feed::Changes));
+            let _ = tx.send(read_changes(&db, after, published.revision));
         }
         published.subscribers.push(tx);
         Ok(Box::pin(UnboundedReceiverStream::new(rx)))
@@ -387,7 +386,7 @@ impl Writer {
             let mut published = self.shared.published.lock();
             published.revision = revision;
             published.compacted = compacted;
-            published.subscribers.retain(|s| s.send(Ok(Feed::Changes(changes.clone()))).is_ok());
+            published.subscribers.retain(|s| s.send(Ok(changes.clone())).is_ok());
         }
         for (reply, result) in replies {
             let _ = reply.send(result);
@@ -429,7 +428,7 @@ impl Writer {
         }
         if revision > self.revision {
             let changes = read_changes(&db, self.revision, revision)?;
-            published.subscribers.retain(|s| s.send(Ok(Feed::Changes(changes.clone()))).is_ok());
+            published.subscribers.retain(|s| s.send(Ok(changes.clone())).is_ok());
         }
         self.revision = revision;
         self.compacted = compacted;

@@ -42,11 +42,6 @@ impl State {
         Ok(())
     }
 
-    /// The backend has delivered every change up to `revision` (none of them under the cache's keys).
-    pub fn advance(&mut self, revision: Revision) {
-        self.revision = self.revision.max(revision);
-    }
-
     /// Replaces everything with a fresh read of the backend: history before it is gone, so a watch from an older
     /// revision gets `Expired`, never a gap.
     pub fn reload(&mut self, objects: Vec<Arc<Object>>, revision: Revision) {
