@@ -2,7 +2,8 @@
 //! representation, with bookmarks, WatchList's end marker, timeouts, and 410 as an ERROR event.
 
 use std::convert::Infallible;
-use std::time::Duration;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::response::Response;
@@ -25,7 +26,7 @@ use crate::api::selector::{FieldSelector, Selector};
 use crate::api::validation::FieldError;
 use crate::api::{API_VERSION, GROUP, KIND, PLURAL, VERSION};
 use crate::metrics::GroupVersionResource;
-use crate::registry::{Event, Notification, Registry, Revision, WatchRequest as RegistryWatch};
+use crate::registry::{Event, EventType, Notification, Registry, Revision, WatchRequest as RegistryWatch};
 
 /// `apiserver_watch_events_total` for PodSets.
 static WATCH_EVENTS: std::sync::LazyLock<prometheus_client::metrics::counter::Counter> =
@@ -63,14 +64,53 @@ pub struct WatchRequest {
     pub output: Output,
 }
 
+/// The line forms a watch can send: JSON (as stored), PartialObjectMetadata, and Table with each `includeObject`.
+const FORMS: usize = 5;
+/// A Table line carries an Age: shared only while it is this fresh, so a watcher never sends a stale one.
+const TABLE_FRESH: Duration = Duration::from_secs(1);
+
+/// One revision's encoded lines, by event type and form: encoded by the first watcher to send one, shared (as
+/// `Bytes`, not copied) by the others.
+#[derive(Default)]
+struct Lines([[OnceLock<Line>; FORMS]; 3]);
+
+struct Line {
+    made: Instant,
+    bytes: Bytes,
+}
+
 struct Encoder {
     output: Output,
     include: IncludeObject,
 }
 
 impl Encoder {
+    fn form(&self) -> usize {
+        match (self.output, self.include) {
+            (Output::Table, IncludeObject::None) => 2,
+            (Output::Table, IncludeObject::Metadata) => 3,
+            (Output::Table, IncludeObject::Object) => 4,
+            (Output::Metadata, _) => 1,
+            _ => 0,
+        }
+    }
+
     fn event(&self, ev: &Event) -> Bytes {
         WATCH_EVENTS.inc();
+        let Some(lines) = ev.memo(Lines::default) else { return self.encode(ev) };
+        let kind = match ev.kind {
+            EventType::Added => 0,
+            EventType::Modified => 1,
+            EventType::Deleted => 2,
+        };
+        let line = lines.0[kind][self.form()].get_or_init(|| Line { made: Instant::now(), bytes: self.encode(ev) });
+        if self.output == Output::Table && line.made.elapsed() > TABLE_FRESH {
+            return self.encode(ev);
+        }
+        line.bytes.clone()
+    }
+
+    fn encode(&self, ev: &Event) -> Bytes {
         let obj = &ev.object;
         let mut buf = BytesMut::with_capacity(obj.bytes().len() + 40);
         buf.put_slice(b"{\"type\":\"");
@@ -232,6 +272,60 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::{Part, PatchType, PodSetKey, Stored, WriteOptions};
+    use crate::storage::{Cacher, HistoryLimits, SledBackend, SledOptions};
+    use http_body_util::BodyExt;
+    use serde_json::json;
+    use std::sync::Arc;
+
+    async fn registry(dir: &std::path::Path) -> Registry {
+        let backend = SledBackend::open(dir, SledOptions::default()).unwrap();
+        Registry::new(Arc::new(Cacher::new(Arc::new(backend), HistoryLimits::default()).unwrap()))
+    }
+
+    fn config() -> WatchConfig {
+        WatchConfig {
+            bookmark_interval: Duration::from_secs(60),
+            min_request_timeout: Duration::from_secs(1800),
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    async fn create(reg: &Registry, name: &str, app: &str) -> Stored {
+        let body = json!({"apiVersion": API_VERSION, "kind": KIND,
+                          "metadata": {"name": name, "labels": {"app": app}},
+                          "spec": {"replicas": 1, "selector": {"matchLabels": {"app": app}},
+                                   "template": {"metadata": {"labels": {"app": app}},
+                                                "spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+        reg.create("ns", body, &WriteOptions::manager("test")).await.unwrap().object
+    }
+
+    async fn patch(reg: &Registry, name: &str, patch: Value) -> Stored {
+        let key = PodSetKey::new("ns", name);
+        let patch = serde_json::to_vec(&patch).unwrap();
+        reg.patch(&key, &patch, PatchType::Merge, Part::Main, &WriteOptions::manager("test")).await.unwrap().object
+    }
+
+    async fn watch(reg: &Registry, from: Revision, output: Output, include: IncludeObject, labels: &str) -> Body {
+        let query = Query { resource_version: Some(from.to_string()), include_object: include, ..Default::default() };
+        let req = WatchRequest {
+            namespace: Some("ns".into()),
+            labels: Selector::parse(labels).unwrap(),
+            fields: FieldSelector::default(),
+            query,
+            output,
+        };
+        serve(reg, &config(), req).await.unwrap().into_body()
+    }
+
+    async fn next_frame(body: &mut Body) -> Bytes {
+        let frame = tokio::time::timeout(Duration::from_secs(10), body.frame()).await.unwrap().unwrap().unwrap();
+        frame.into_data().unwrap()
+    }
+
+    fn event_line(kind: &str, object: &[u8]) -> Vec<u8> {
+        [format!(r#"{{"type":"{kind}","object":"#).as_bytes(), object, b"}\n"].concat()
+    }
 
     #[test]
     fn unbounded_watches_end_at_a_random_time_between_t_and_2t() {
@@ -245,5 +339,69 @@ mod tests {
         let distinct: std::collections::HashSet<_> = spread.iter().collect();
         assert!(distinct.len() > 100, "spread out, not one value");
         assert_eq!(cfg.timeout(Some(5)), Duration::from_secs(5), "timeoutSeconds is taken as asked");
+    }
+
+    #[tokio::test]
+    async fn an_event_line_is_encoded_once_per_revision_and_form_for_all_watchers() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = registry(dir.path()).await;
+        let rv = create(&reg, "a", "web").await.resource_version();
+        let mut json = Vec::new();
+        for _ in 0..20 {
+            json.push(watch(&reg, rv, Output::Json, IncludeObject::Metadata, "").await);
+        }
+        let mut tables = Vec::new();
+        for _ in 0..3 {
+            tables.push(watch(&reg, rv, Output::Table, IncludeObject::None, "").await);
+        }
+        let mut metadata = watch(&reg, rv, Output::Metadata, IncludeObject::Metadata, "").await;
+        let changed = patch(&reg, "a", json!({"spec": {"replicas": 2}})).await;
+
+        let mut lines = Vec::new();
+        for body in &mut json {
+            lines.push(next_frame(body).await);
+        }
+        assert_eq!(lines[0], event_line("MODIFIED", changed.bytes()));
+        assert!(lines.iter().all(|l| l.as_ptr() == lines[0].as_ptr()), "one buffer, shared by every JSON watcher");
+
+        let mut rows = Vec::new();
+        for body in &mut tables {
+            rows.push(next_frame(body).await);
+        }
+        assert!(rows.iter().all(|r| r.as_ptr() == rows[0].as_ptr()), "one Table line for every Table watcher");
+        let row: Value = serde_json::from_slice(&rows[0]).unwrap();
+        assert_eq!((row["type"].as_str(), row["object"]["kind"].as_str()), (Some("MODIFIED"), Some("Table")));
+        assert!(row["object"]["rows"][0].get("object").is_none(), "includeObject=None is its own form");
+
+        let partial = next_frame(&mut metadata).await;
+        assert_eq!(partial, event_line("MODIFIED", &partial_metadata(&changed).unwrap()));
+    }
+
+    #[tokio::test]
+    async fn a_selector_leaving_deleted_is_the_previous_state_restamped_made_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = registry(dir.path()).await;
+        let before = create(&reg, "a", "web").await;
+        let rv = before.resource_version();
+        let mut leaving = Vec::new();
+        for _ in 0..10 {
+            leaving.push(watch(&reg, rv, Output::Json, IncludeObject::Metadata, "app=web").await);
+        }
+        let mut entering = watch(&reg, rv, Output::Json, IncludeObject::Metadata, "app=db").await;
+        let after = patch(&reg, "a", json!({"metadata": {"labels": {"app": "db"}}})).await;
+
+        // What each watcher was sent before the line was shared: the previous state stamped at the new revision.
+        let restamped = before.restamped(after.resource_version()).unwrap();
+        let want = event_line("DELETED", restamped.bytes());
+        let mut lines = Vec::new();
+        for body in &mut leaving {
+            lines.push(next_frame(body).await);
+        }
+        assert_eq!(lines[0], want);
+        let deleted: Value = serde_json::from_slice(&lines[0]).unwrap();
+        assert_eq!(deleted["object"]["metadata"]["labels"]["app"], "web");
+        assert_eq!(deleted["object"]["metadata"]["resourceVersion"], after.resource_version().to_string());
+        assert!(lines.iter().all(|l| l.as_ptr() == lines[0].as_ptr()), "made once for all leaving watchers");
+        assert_eq!(next_frame(&mut entering).await, event_line("ADDED", after.bytes()));
     }
 }
