@@ -1,22 +1,26 @@
 //! Watch over HTTP: the registry's watch as a chunked stream of JSON `WatchEvent`s in the negotiated
 //! representation, with bookmarks, WatchList's end marker, timeouts, and 410 as an ERROR event.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::OnceLock;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::response::Response;
 use bytes::{BufMut, Bytes, BytesMut};
-use futures::StreamExt;
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
 use http::{header, HeaderValue, StatusCode};
 use kube::core::watch::{Bookmark, BookmarkMeta};
 use kube::core::{TypeMeta, WatchEvent};
 use rand::Rng;
 use serde_json::Value;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tokio_util::sync::CancellationToken;
+use tokio::time::{Interval, Sleep};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::error::{ApiError, ApiResult, StatusBody};
 use super::negotiate::Output;
@@ -163,6 +167,121 @@ fn invalid_options(errors: &[FieldError]) -> ApiError {
     ApiError::invalid_kind("ListOptions.meta.k8s.io", "", errors)
 }
 
+/// Lines that are ready together go out as one body frame (one chunk, one TLS record, one write) up to this size.
+const BATCH_BYTES: usize = 32 << 10;
+
+/// Lines gathered for one frame: a single line is passed on as it is (shared, not copied).
+#[derive(Default)]
+struct Batch {
+    one: Option<Bytes>,
+    more: BytesMut,
+}
+
+impl Batch {
+    fn push(&mut self, line: Bytes) {
+        if self.more.is_empty() && self.one.is_none() {
+            self.one = Some(line);
+            return;
+        }
+        if let Some(first) = self.one.take() {
+            self.more.reserve(first.len() + line.len());
+            self.more.put(first);
+        }
+        self.more.put(line);
+    }
+
+    fn len(&self) -> usize {
+        self.one.as_ref().map_or(self.more.len(), Bytes::len)
+    }
+
+    fn full(&self) -> bool {
+        self.len() >= BATCH_BYTES
+    }
+
+    fn take(&mut self) -> Option<Bytes> {
+        match self.one.take() {
+            Some(b) => Some(b),
+            None if self.more.is_empty() => None,
+            None => Some(std::mem::take(&mut self.more).freeze()),
+        }
+    }
+}
+
+/// A watch's response body, pulled by the connection as it writes: events go from the registry's watch straight
+/// into the body, with no task or queue per watcher between them.
+struct WatchBody {
+    encoder: Encoder,
+    /// Sent before any change: the initial events and the initial-events-end bookmark.
+    first: VecDeque<Bytes>,
+    events: BoxStream<'static, ApiResult<Notification>>,
+    deadline: Pin<Box<Sleep>>,
+    shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
+    /// Bookmarks, when the watcher allows them.
+    ticker: Option<Interval>,
+    /// The revision the watcher has been told about, or skipped to (what a bookmark reports).
+    seen: Revision,
+    done: bool,
+}
+
+impl Stream for WatchBody {
+    type Item = Result<Bytes, Infallible>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        let mut batch = Batch::default();
+        while !batch.full() {
+            let Some(line) = this.first.pop_front() else { break };
+            batch.push(line);
+        }
+        if let Some(b) = batch.take() {
+            return Poll::Ready(Some(Ok(b)));
+        }
+        if this.deadline.as_mut().poll(cx).is_ready() || this.shutdown.as_mut().poll(cx).is_ready() {
+            this.done = true;
+            return Poll::Ready(None);
+        }
+        if let Some(ticker) = &mut this.ticker {
+            if ticker.poll_tick(cx).is_ready() {
+                return Poll::Ready(Some(Ok(this.encoder.bookmark(this.seen, false))));
+            }
+        }
+        while !batch.full() {
+            match this.events.poll_next_unpin(cx) {
+                Poll::Pending => break,
+                Poll::Ready(None) => {
+                    this.done = true;
+                    break;
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    batch.push(this.encoder.error(&e));
+                    this.done = true;
+                    break;
+                }
+                Poll::Ready(Some(Ok(Notification::Progress(revision)))) => this.seen = revision,
+                Poll::Ready(Some(Ok(Notification::Event(ev)))) => {
+                    this.seen = ev.revision;
+                    batch.push(this.encoder.event(&ev));
+                }
+            }
+        }
+        match batch.take() {
+            Some(b) => Poll::Ready(Some(Ok(b))),
+            None if this.done => Poll::Ready(None),
+            None => Poll::Pending,
+        }
+    }
+}
+
+fn response(body: Body) -> Response {
+    let mut resp = Response::new(body);
+    *resp.status_mut() = StatusCode::OK;
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
 /// Starts a watch and returns the streaming response.
 pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) -> ApiResult<Response> {
     let q = &req.query;
@@ -193,14 +312,6 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
     }
 
     let encoder = Encoder { output: req.output, include: q.include_object };
-    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
-    let response = || {
-        let mut resp = Response::new(Body::from_stream(ReceiverStream::new(rx)));
-        *resp.status_mut() = StatusCode::OK;
-        resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        resp
-    };
-
     let watch = registry.watch(RegistryWatch {
         namespace: req.namespace,
         labels: req.labels,
@@ -212,61 +323,30 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
         Ok(w) => w,
         Err(e) if e.code() == 410 => {
             // As the watch cache: HTTP 200 and one ERROR event, so clients relist instead of retrying forever.
-            let _ = tx.try_send(Ok(encoder.error(&e)));
-            return Ok(response());
+            let line: Result<Bytes, Infallible> = Ok(encoder.error(&e));
+            return Ok(response(Body::from_stream(futures::stream::once(async move { line }))));
         }
         Err(e) => return Err(e),
     };
     let start = watch.revision;
-    let mut first: Vec<Bytes> = watch.initial.iter().map(|ev| encoder.event(ev)).collect();
+    let mut first: VecDeque<Bytes> = watch.initial.iter().map(|ev| encoder.event(ev)).collect();
     if q.send_initial_events == Some(true) {
-        first.push(encoder.bookmark(start, true));
+        first.push_back(encoder.bookmark(start, true));
     }
-    let mut events = watch.events;
-
-    let timeout = cfg.timeout(q.timeout_seconds);
-    let bookmarks = q.allow_watch_bookmarks;
-    let cfg = cfg.clone();
-
-    tokio::spawn(async move {
-        for chunk in first {
-            if tx.send(Ok(chunk)).await.is_err() {
-                return;
-            }
-        }
-        let deadline = tokio::time::sleep(timeout);
-        tokio::pin!(deadline);
-        let mut ticker =
-            tokio::time::interval_at(tokio::time::Instant::now() + cfg.bookmark_interval, cfg.bookmark_interval);
-        let mut seen = start;
-        loop {
-            let chunk = tokio::select! {
-                _ = &mut deadline => return,
-                _ = cfg.shutdown.cancelled() => return,
-                _ = tx.closed() => return,
-                _ = ticker.tick(), if bookmarks => encoder.bookmark(seen, false),
-                next = events.next() => match next {
-                    None => return,
-                    Some(Err(e)) => {
-                        let _ = tx.send(Ok(encoder.error(&e))).await;
-                        return;
-                    }
-                    Some(Ok(Notification::Progress(revision))) => {
-                        seen = revision;
-                        continue;
-                    }
-                    Some(Ok(Notification::Event(ev))) => {
-                        seen = ev.revision;
-                        encoder.event(&ev)
-                    }
-                },
-            };
-            if tx.send(Ok(chunk)).await.is_err() {
-                return;
-            }
-        }
-    });
-    Ok(response())
+    let ticker = q
+        .allow_watch_bookmarks
+        .then(|| tokio::time::interval_at(tokio::time::Instant::now() + cfg.bookmark_interval, cfg.bookmark_interval));
+    let body = WatchBody {
+        encoder,
+        first,
+        events: watch.events,
+        deadline: Box::pin(tokio::time::sleep(cfg.timeout(q.timeout_seconds))),
+        shutdown: Box::pin(cfg.shutdown.clone().cancelled_owned()),
+        ticker,
+        seen: start,
+        done: false,
+    };
+    Ok(response(Body::from_stream(body)))
 }
 
 #[cfg(test)]
@@ -403,5 +483,17 @@ mod tests {
         assert_eq!(deleted["object"]["metadata"]["resourceVersion"], after.resource_version().to_string());
         assert!(lines.iter().all(|l| l.as_ptr() == lines[0].as_ptr()), "made once for all leaving watchers");
         assert_eq!(next_frame(&mut entering).await, event_line("ADDED", after.bytes()));
+    }
+
+    #[tokio::test]
+    async fn events_ready_together_go_in_one_frame() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = registry(dir.path()).await;
+        let rv = create(&reg, "z", "web").await.resource_version();
+        let mut body = watch(&reg, rv, Output::Json, IncludeObject::Metadata, "").await;
+        let a = create(&reg, "a", "web").await;
+        let b = create(&reg, "b", "web").await;
+        let frame = next_frame(&mut body).await;
+        assert_eq!(frame, [event_line("ADDED", a.bytes()), event_line("ADDED", b.bytes())].concat());
     }
 }
