@@ -5,14 +5,16 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::OnceLock;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::response::Response;
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::stream::BoxStream;
+use futures::task::AtomicWaker;
 use futures::{Stream, StreamExt};
 use http::{header, HeaderValue, StatusCode};
 use kube::core::watch::{Bookmark, BookmarkMeta};
@@ -221,6 +223,34 @@ struct WatchBody {
     /// The revision the watcher has been told about, or skipped to (what a bookmark reports).
     seen: Revision,
     done: bool,
+    /// What the sources above wake, instead of the connection's own waker.
+    wake: Arc<Woken>,
+    waker: Waker,
+}
+
+/// Wakes the connection for a watch and remembers that it did. The connection polls the body after every frame it
+/// writes and on wake-ups of its own; only a poll after this fired reads the sources (locks, timers) again.
+struct Woken {
+    flag: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl Wake for Woken {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.flag.store(true, Ordering::Release);
+        self.task.wake();
+    }
+}
+
+impl Woken {
+    /// Set at first, so the first poll reads every source (and registers with it).
+    fn new() -> Arc<Self> {
+        Arc::new(Woken { flag: AtomicBool::new(true), task: AtomicWaker::new() })
+    }
 }
 
 impl Stream for WatchBody {
@@ -239,16 +269,28 @@ impl Stream for WatchBody {
         if let Some(b) = batch.take() {
             return Poll::Ready(Some(Ok(b)));
         }
+        // Registered before the flag is read, so a wake-up in between is not lost.
+        this.wake.task.register(cx.waker());
+        if !this.wake.flag.swap(false, Ordering::AcqRel) {
+            return Poll::Pending;
+        }
+        let cx = &mut Context::from_waker(&this.waker);
         if this.deadline.as_mut().poll(cx).is_ready() || this.shutdown.as_mut().poll(cx).is_ready() {
             this.done = true;
             return Poll::Ready(None);
         }
         if let Some(ticker) = &mut this.ticker {
             if ticker.poll_tick(cx).is_ready() {
+                this.wake.flag.store(true, Ordering::Release);
                 return Poll::Ready(Some(Ok(this.encoder.bookmark(this.seen, false))));
             }
         }
-        while !batch.full() {
+        loop {
+            if batch.full() {
+                // Not read to its end: the events may not wake us for what is left.
+                this.wake.flag.store(true, Ordering::Release);
+                break;
+            }
             match this.events.poll_next_unpin(cx) {
                 Poll::Pending => break,
                 Poll::Ready(None) => {
@@ -336,6 +378,7 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
     let ticker = q
         .allow_watch_bookmarks
         .then(|| tokio::time::interval_at(tokio::time::Instant::now() + cfg.bookmark_interval, cfg.bookmark_interval));
+    let wake = Woken::new();
     let body = WatchBody {
         encoder,
         first,
@@ -345,6 +388,8 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
         ticker,
         seen: start,
         done: false,
+        waker: Waker::from(wake.clone()),
+        wake,
     };
     Ok(response(Body::from_stream(body)))
 }
@@ -356,7 +401,6 @@ mod tests {
     use crate::storage::{Cacher, HistoryLimits, SledBackend, SledOptions};
     use http_body_util::BodyExt;
     use serde_json::json;
-    use std::sync::Arc;
 
     async fn registry(dir: &std::path::Path) -> Registry {
         let backend = SledBackend::open(dir, SledOptions::default()).unwrap();
@@ -483,6 +527,86 @@ mod tests {
         assert_eq!(deleted["object"]["metadata"]["resourceVersion"], after.resource_version().to_string());
         assert!(lines.iter().all(|l| l.as_ptr() == lines[0].as_ptr()), "made once for all leaving watchers");
         assert_eq!(next_frame(&mut entering).await, event_line("ADDED", after.bytes()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_body_reads_its_sources_only_after_they_woke_it() {
+        let polls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (tx, mut rx) = futures::channel::mpsc::unbounded::<ApiResult<Notification>>();
+        let counted = polls.clone();
+        let events = futures::stream::poll_fn(move |cx| {
+            counted.fetch_add(1, Ordering::Relaxed);
+            rx.poll_next_unpin(cx)
+        });
+        let shutdown = CancellationToken::new();
+        let wake = Woken::new();
+        let start = tokio::time::Instant::now();
+        let mut body = WatchBody {
+            encoder: Encoder { output: Output::Json, include: IncludeObject::Metadata },
+            first: VecDeque::from([Bytes::from_static(b"a\n"), Bytes::from_static(b"b\n")]),
+            events: events.boxed(),
+            deadline: Box::pin(tokio::time::sleep(Duration::from_secs(10))),
+            shutdown: Box::pin(shutdown.clone().cancelled_owned()),
+            ticker: Some(tokio::time::interval_at(start + Duration::from_secs(3), Duration::from_secs(3))),
+            seen: 5,
+            done: false,
+            waker: Waker::from(wake.clone()),
+            wake,
+        };
+        let mut poll = || futures::FutureExt::now_or_never(body.next()).map(|l| l.map(Result::unwrap));
+        assert_eq!(poll(), Some(Some(Bytes::from_static(b"a\nb\n"))), "the first lines, in one frame");
+        assert_eq!(poll(), None);
+        assert_eq!(polls.load(Ordering::Relaxed), 1);
+        assert_eq!(poll(), None);
+        assert_eq!(polls.load(Ordering::Relaxed), 1, "nothing woke it: the events are not read again");
+
+        tx.unbounded_send(Ok(Notification::Progress(9))).unwrap();
+        assert_eq!(poll(), None, "a change the watcher does not see sends nothing");
+        assert_eq!(polls.load(Ordering::Relaxed), 3);
+
+        tokio::time::advance(Duration::from_secs(3)).await;
+        let bookmark: Value = serde_json::from_slice(&poll().unwrap().unwrap()).unwrap();
+        assert_eq!(bookmark["type"], "BOOKMARK");
+        assert_eq!(bookmark["object"]["metadata"]["resourceVersion"], "9", "at the revision skipped to");
+        assert_eq!(poll(), None);
+
+        shutdown.cancel();
+        assert_eq!(poll(), Some(None), "shutdown ends the watch");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_body_ends_at_its_deadline_and_after_an_error() {
+        let (tx, rx) = futures::channel::mpsc::unbounded::<ApiResult<Notification>>();
+        let wake = Woken::new();
+        let mut body = WatchBody {
+            encoder: Encoder { output: Output::Json, include: IncludeObject::Metadata },
+            first: VecDeque::new(),
+            events: rx.boxed(),
+            deadline: Box::pin(tokio::time::sleep(Duration::from_secs(10))),
+            shutdown: Box::pin(CancellationToken::new().cancelled_owned()),
+            ticker: None,
+            seen: 5,
+            done: false,
+            waker: Waker::from(wake.clone()),
+            wake,
+        };
+        assert!(futures::FutureExt::now_or_never(body.next()).is_none());
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert!(matches!(futures::FutureExt::now_or_never(body.next()), Some(None)), "ends at its deadline");
+
+        let wake = Woken::new();
+        let mut body = WatchBody {
+            events: futures::stream::iter([Err(ApiError::expired("too old"))]).boxed(),
+            deadline: Box::pin(tokio::time::sleep(Duration::from_secs(10))),
+            done: false,
+            waker: Waker::from(wake.clone()),
+            wake,
+            ..body
+        };
+        let line: Value = serde_json::from_slice(&body.next().await.unwrap().unwrap()).unwrap();
+        assert_eq!((line["type"].as_str(), line["object"]["code"].as_i64()), (Some("ERROR"), Some(410)));
+        assert!(body.next().await.is_none());
+        drop(tx);
     }
 
     #[tokio::test]
