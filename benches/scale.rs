@@ -1,14 +1,14 @@
 //! Memory, restart and fan-out at scale, against the release server binary over HTTPS on loopback:
 //! RSS (current and peak) idle, at 10k and at 100k PodSets of ~0.7 KB each; RSS and time to serving after
 //! kill -9 and after SIGTERM at 100k; data dir size, also after churn; a list of 2000 as Table beside JSON;
-//! watch latency (write sent → event received) with 10 and 100 watchers.
+//! watch latency (write sent → event received) with 10 and 100 watchers, and the server's CPU time per write then.
 //!
 //! The same figures at 10k are then taken from kube-apiserver + etcd serving PodSet as a CRD on the local control
 //! plane (1.20), memory being kube-apiserver's plus etcd's.
 //!
 //! `cargo bench --features envtest --bench scale` as root with KUBEBUILDER_ASSETS set (see hack/test.sh);
-//! SCALE_N=20000 for a quicker run, SCALE_CRD=0 to skip kube-apiserver. Figures and targets are printed; nothing
-//! is asserted on time.
+//! SCALE_N=20000 for a quicker run, SCALE_CRD=0 to skip kube-apiserver, SCALE_ONLY=watch for only the watch figures
+//! (SCALE_ROUNDS=3 to repeat them). Figures and targets are printed; nothing is asserted on time.
 
 mod common;
 
@@ -21,7 +21,7 @@ use http::Request;
 use http_body_util::BodyExt;
 use serde_json::json;
 
-use common::{dir_bytes, percentile, rss_mb, send, Server, PATH};
+use common::{cpu_us, dir_bytes, percentile, rss_mb, send, Server, PATH};
 use podset_apiserver::envtest::{reenter_namespace, Cluster, ServerCommand};
 
 const CONCURRENCY: usize = 32;
@@ -141,9 +141,10 @@ async fn list_ms(t: &Target, accept: &str) -> f64 {
     percentile(&times, 0.5)
 }
 
-/// p50 and p99 from a write being sent to each of `watchers` receiving its event, over 200 writes; each watcher
-/// has its own client (connection), as separate programs would.
-async fn watch_latency(t: &Target, clients: &[kube::Client], watchers: usize) -> (f64, f64) {
+/// p50 and p99 from a write being sent to each of `watchers` receiving its event, over 200 writes, and the server's
+/// CPU time per write (the write and its fan-out); each watcher has its own client (connection), as separate
+/// programs would.
+async fn watch_latency(t: &Target, pids: &[u32], clients: &[kube::Client], watchers: usize) -> (f64, f64, f64) {
     let (client, path) = (&t.client, &t.path);
     let (_, body) = send(client, Request::get(format!("{path}?limit=1")).body(vec![]).unwrap()).await;
     let rv = serde_json::from_slice::<serde_json::Value>(&body).unwrap()["metadata"]["resourceVersion"]
@@ -174,6 +175,8 @@ async fn watch_latency(t: &Target, clients: &[kube::Client], watchers: usize) ->
             }
         }));
     }
+    let cpu = || pids.iter().map(|p| cpu_us(*p)).sum::<f64>();
+    let cpu_before = cpu();
     let mut sent = Vec::with_capacity(writes);
     for i in 0..writes {
         let started = Instant::now();
@@ -189,6 +192,7 @@ async fn watch_latency(t: &Target, clients: &[kube::Client], watchers: usize) ->
             tokio::time::sleep(Duration::from_micros(200)).await;
         }
     }
+    let cpu_per_write = (cpu() - cpu_before) / writes as f64;
     for t in tasks {
         t.abort();
     }
@@ -199,7 +203,7 @@ async fn watch_latency(t: &Target, clients: &[kube::Client], watchers: usize) ->
         })
         .collect();
     lat.sort_by(f64::total_cmp);
-    (percentile(&lat, 0.5), percentile(&lat, 0.99))
+    (percentile(&lat, 0.5), percentile(&lat, 0.99), cpu_per_write)
 }
 
 fn row(what: &str, figure: String, target: &str) {
@@ -219,14 +223,32 @@ async fn at_small_scale(t: &Target, pids: &[u32], n: usize, clients: &[kube::Cli
     let (json_ms, table_ms) = (list_ms(t, "application/json").await, list_ms(t, TABLE).await);
     row("list 2000 as JSON (median)", format!("{json_ms:.1} ms"), "");
     row("list 2000 as Table (median)", format!("{table_ms:.1} ms ({:.2}x)", table_ms / json_ms), "Table <= 1.5x JSON");
+    watch_rows(t, pids, clients).await;
+}
+
+async fn watch_rows(t: &Target, pids: &[u32], clients: &[kube::Client]) {
     for watchers in [10, 100] {
-        let (p50, p99) = watch_latency(t, clients, watchers).await;
+        let (p50, p99, cpu) = watch_latency(t, pids, clients, watchers).await;
         row(
             &format!("watch p50 / p99, {watchers} watchers, 200 writes"),
             format!("{p50:.2} / {p99:.2} ms"),
             "p99 <= 3 ms",
         );
+        row(&format!("server CPU per write, {watchers} watchers"), format!("{cpu:.0} us"), "");
     }
+}
+
+/// `SCALE_ONLY=watch`: the objects the watch figures write to, then those figures `SCALE_ROUNDS` times.
+async fn only_watch(t: &Target, pids: &[u32], n: usize, clients: &[kube::Client]) {
+    create_range(t, 0, n).await;
+    let rounds: usize = std::env::var("SCALE_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    for _ in 0..rounds {
+        watch_rows(t, pids, clients).await;
+    }
+}
+
+fn only_watch_asked() -> bool {
+    std::env::var("SCALE_ONLY").as_deref() == Ok("watch")
 }
 
 /// Kills the server (`signal`) and starts it again on the same data: time to serving and memory right after.
@@ -267,6 +289,14 @@ async fn ours() {
     let pid = server.pid();
     println!("{:<44} {:>18}   target", "podset-apiserver (release)", "figure");
     let clients: Vec<_> = (0..100).map(|_| server.client()).collect();
+    if only_watch_asked() {
+        only_watch(&t, &[pid], small, &clients).await;
+        // Ends as it would in service, so a profiler it runs under (PODSET_APISERVER_BIN) writes its figures.
+        let mut server = server;
+        std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
+        server.child.wait().unwrap();
+        return;
+    }
     at_small_scale(&t, &[pid], small, &clients).await;
 
     create_range(&t, small, n).await;
@@ -310,6 +340,9 @@ async fn crd() {
     let mut clients = Vec::new();
     for _ in 0..100 {
         clients.push(cluster.client().await);
+    }
+    if only_watch_asked() {
+        return only_watch(&t, &pids, n, &clients).await;
     }
     at_small_scale(&t, &pids, n, &clients).await;
 }

@@ -1,21 +1,28 @@
 //! Watch over HTTP: the registry's watch as a chunked stream of JSON `WatchEvent`s in the negotiated
 //! representation, with bookmarks, WatchList's end marker, timeouts, and 410 as an ERROR event.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::time::Duration;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::response::Response;
 use bytes::{BufMut, Bytes, BytesMut};
-use futures::StreamExt;
+use futures::stream::BoxStream;
+use futures::task::AtomicWaker;
+use futures::{Stream, StreamExt};
 use http::{header, HeaderValue, StatusCode};
 use kube::core::watch::{Bookmark, BookmarkMeta};
 use kube::core::{TypeMeta, WatchEvent};
 use rand::Rng;
 use serde_json::Value;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tokio_util::sync::CancellationToken;
+use tokio::time::{Interval, Sleep};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::error::{ApiError, ApiResult, StatusBody};
 use super::negotiate::Output;
@@ -25,7 +32,7 @@ use crate::api::selector::{FieldSelector, Selector};
 use crate::api::validation::FieldError;
 use crate::api::{API_VERSION, GROUP, KIND, PLURAL, VERSION};
 use crate::metrics::GroupVersionResource;
-use crate::registry::{Event, Notification, Registry, Revision, WatchRequest as RegistryWatch};
+use crate::registry::{Event, EventType, Notification, Registry, Revision, WatchRequest as RegistryWatch};
 
 /// `apiserver_watch_events_total` for PodSets.
 static WATCH_EVENTS: std::sync::LazyLock<prometheus_client::metrics::counter::Counter> =
@@ -63,14 +70,53 @@ pub struct WatchRequest {
     pub output: Output,
 }
 
+/// The line forms a watch can send: JSON (as stored), PartialObjectMetadata, and Table with each `includeObject`.
+const FORMS: usize = 5;
+/// A Table line carries an Age: shared only while it is this fresh, so a watcher never sends a stale one.
+const TABLE_FRESH: Duration = Duration::from_secs(1);
+
+/// One revision's encoded lines, by event type and form: encoded by the first watcher to send one, shared (as
+/// `Bytes`, not copied) by the others.
+#[derive(Default)]
+struct Lines([[OnceLock<Line>; FORMS]; 3]);
+
+struct Line {
+    made: Instant,
+    bytes: Bytes,
+}
+
 struct Encoder {
     output: Output,
     include: IncludeObject,
 }
 
 impl Encoder {
+    fn form(&self) -> usize {
+        match (self.output, self.include) {
+            (Output::Table, IncludeObject::None) => 2,
+            (Output::Table, IncludeObject::Metadata) => 3,
+            (Output::Table, IncludeObject::Object) => 4,
+            (Output::Metadata, _) => 1,
+            _ => 0,
+        }
+    }
+
     fn event(&self, ev: &Event) -> Bytes {
         WATCH_EVENTS.inc();
+        let Some(lines) = ev.memo(Lines::default) else { return self.encode(ev) };
+        let kind = match ev.kind {
+            EventType::Added => 0,
+            EventType::Modified => 1,
+            EventType::Deleted => 2,
+        };
+        let line = lines.0[kind][self.form()].get_or_init(|| Line { made: Instant::now(), bytes: self.encode(ev) });
+        if self.output == Output::Table && line.made.elapsed() > TABLE_FRESH {
+            return self.encode(ev);
+        }
+        line.bytes.clone()
+    }
+
+    fn encode(&self, ev: &Event) -> Bytes {
         let obj = &ev.object;
         let mut buf = BytesMut::with_capacity(obj.bytes().len() + 40);
         buf.put_slice(b"{\"type\":\"");
@@ -123,6 +169,161 @@ fn invalid_options(errors: &[FieldError]) -> ApiError {
     ApiError::invalid_kind("ListOptions.meta.k8s.io", "", errors)
 }
 
+/// Lines that are ready together go out as one body frame (one chunk, one TLS record, one write) up to this size.
+const BATCH_BYTES: usize = 32 << 10;
+
+/// Lines gathered for one frame: a single line is passed on as it is (shared, not copied).
+#[derive(Default)]
+struct Batch {
+    one: Option<Bytes>,
+    more: BytesMut,
+}
+
+impl Batch {
+    fn push(&mut self, line: Bytes) {
+        if self.more.is_empty() && self.one.is_none() {
+            self.one = Some(line);
+            return;
+        }
+        if let Some(first) = self.one.take() {
+            self.more.reserve(first.len() + line.len());
+            self.more.put(first);
+        }
+        self.more.put(line);
+    }
+
+    fn len(&self) -> usize {
+        self.one.as_ref().map_or(self.more.len(), Bytes::len)
+    }
+
+    fn full(&self) -> bool {
+        self.len() >= BATCH_BYTES
+    }
+
+    fn take(&mut self) -> Option<Bytes> {
+        match self.one.take() {
+            Some(b) => Some(b),
+            None if self.more.is_empty() => None,
+            None => Some(std::mem::take(&mut self.more).freeze()),
+        }
+    }
+}
+
+/// A watch's response body, pulled by the connection as it writes: events go from the registry's watch straight
+/// into the body, with no task or queue per watcher between them.
+struct WatchBody {
+    encoder: Encoder,
+    /// Sent before any change: the initial events and the initial-events-end bookmark.
+    first: VecDeque<Bytes>,
+    events: BoxStream<'static, ApiResult<Notification>>,
+    deadline: Pin<Box<Sleep>>,
+    shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
+    /// Bookmarks, when the watcher allows them.
+    ticker: Option<Interval>,
+    /// The revision the watcher has been told about, or skipped to (what a bookmark reports).
+    seen: Revision,
+    done: bool,
+    /// What the sources above wake, instead of the connection's own waker.
+    wake: Arc<Woken>,
+    waker: Waker,
+}
+
+/// Wakes the connection for a watch and remembers that it did. The connection polls the body after every frame it
+/// writes and on wake-ups of its own; only a poll after this fired reads the sources (locks, timers) again.
+struct Woken {
+    flag: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl Wake for Woken {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.flag.store(true, Ordering::Release);
+        self.task.wake();
+    }
+}
+
+impl Woken {
+    /// Set at first, so the first poll reads every source (and registers with it).
+    fn new() -> Arc<Self> {
+        Arc::new(Woken { flag: AtomicBool::new(true), task: AtomicWaker::new() })
+    }
+}
+
+impl Stream for WatchBody {
+    type Item = Result<Bytes, Infallible>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        let mut batch = Batch::default();
+        while !batch.full() {
+            let Some(line) = this.first.pop_front() else { break };
+            batch.push(line);
+        }
+        if let Some(b) = batch.take() {
+            return Poll::Ready(Some(Ok(b)));
+        }
+        // Registered before the flag is read, so a wake-up in between is not lost.
+        this.wake.task.register(cx.waker());
+        if !this.wake.flag.swap(false, Ordering::AcqRel) {
+            return Poll::Pending;
+        }
+        let cx = &mut Context::from_waker(&this.waker);
+        if this.deadline.as_mut().poll(cx).is_ready() || this.shutdown.as_mut().poll(cx).is_ready() {
+            this.done = true;
+            return Poll::Ready(None);
+        }
+        if let Some(ticker) = &mut this.ticker {
+            if ticker.poll_tick(cx).is_ready() {
+                this.wake.flag.store(true, Ordering::Release);
+                return Poll::Ready(Some(Ok(this.encoder.bookmark(this.seen, false))));
+            }
+        }
+        loop {
+            if batch.full() {
+                // Not read to its end: the events may not wake us for what is left.
+                this.wake.flag.store(true, Ordering::Release);
+                break;
+            }
+            match this.events.poll_next_unpin(cx) {
+                Poll::Pending => break,
+                Poll::Ready(None) => {
+                    this.done = true;
+                    break;
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    batch.push(this.encoder.error(&e));
+                    this.done = true;
+                    break;
+                }
+                Poll::Ready(Some(Ok(Notification::Progress(revision)))) => this.seen = revision,
+                Poll::Ready(Some(Ok(Notification::Event(ev)))) => {
+                    this.seen = ev.revision;
+                    batch.push(this.encoder.event(&ev));
+                }
+            }
+        }
+        match batch.take() {
+            Some(b) => Poll::Ready(Some(Ok(b))),
+            None if this.done => Poll::Ready(None),
+            None => Poll::Pending,
+        }
+    }
+}
+
+fn response(body: Body) -> Response {
+    let mut resp = Response::new(body);
+    *resp.status_mut() = StatusCode::OK;
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
 /// Starts a watch and returns the streaming response.
 pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) -> ApiResult<Response> {
     let q = &req.query;
@@ -153,14 +354,6 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
     }
 
     let encoder = Encoder { output: req.output, include: q.include_object };
-    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
-    let response = || {
-        let mut resp = Response::new(Body::from_stream(ReceiverStream::new(rx)));
-        *resp.status_mut() = StatusCode::OK;
-        resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        resp
-    };
-
     let watch = registry.watch(RegistryWatch {
         namespace: req.namespace,
         labels: req.labels,
@@ -172,66 +365,91 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
         Ok(w) => w,
         Err(e) if e.code() == 410 => {
             // As the watch cache: HTTP 200 and one ERROR event, so clients relist instead of retrying forever.
-            let _ = tx.try_send(Ok(encoder.error(&e)));
-            return Ok(response());
+            let line: Result<Bytes, Infallible> = Ok(encoder.error(&e));
+            return Ok(response(Body::from_stream(futures::stream::once(async move { line }))));
         }
         Err(e) => return Err(e),
     };
     let start = watch.revision;
-    let mut first: Vec<Bytes> = watch.initial.iter().map(|ev| encoder.event(ev)).collect();
+    let mut first: VecDeque<Bytes> = watch.initial.iter().map(|ev| encoder.event(ev)).collect();
     if q.send_initial_events == Some(true) {
-        first.push(encoder.bookmark(start, true));
+        first.push_back(encoder.bookmark(start, true));
     }
-    let mut events = watch.events;
-
-    let timeout = cfg.timeout(q.timeout_seconds);
-    let bookmarks = q.allow_watch_bookmarks;
-    let cfg = cfg.clone();
-
-    tokio::spawn(async move {
-        for chunk in first {
-            if tx.send(Ok(chunk)).await.is_err() {
-                return;
-            }
-        }
-        let deadline = tokio::time::sleep(timeout);
-        tokio::pin!(deadline);
-        let mut ticker =
-            tokio::time::interval_at(tokio::time::Instant::now() + cfg.bookmark_interval, cfg.bookmark_interval);
-        let mut seen = start;
-        loop {
-            let chunk = tokio::select! {
-                _ = &mut deadline => return,
-                _ = cfg.shutdown.cancelled() => return,
-                _ = tx.closed() => return,
-                _ = ticker.tick(), if bookmarks => encoder.bookmark(seen, false),
-                next = events.next() => match next {
-                    None => return,
-                    Some(Err(e)) => {
-                        let _ = tx.send(Ok(encoder.error(&e))).await;
-                        return;
-                    }
-                    Some(Ok(Notification::Progress(revision))) => {
-                        seen = revision;
-                        continue;
-                    }
-                    Some(Ok(Notification::Event(ev))) => {
-                        seen = ev.revision;
-                        encoder.event(&ev)
-                    }
-                },
-            };
-            if tx.send(Ok(chunk)).await.is_err() {
-                return;
-            }
-        }
-    });
-    Ok(response())
+    let ticker = q
+        .allow_watch_bookmarks
+        .then(|| tokio::time::interval_at(tokio::time::Instant::now() + cfg.bookmark_interval, cfg.bookmark_interval));
+    let wake = Woken::new();
+    let body = WatchBody {
+        encoder,
+        first,
+        events: watch.events,
+        deadline: Box::pin(tokio::time::sleep(cfg.timeout(q.timeout_seconds))),
+        shutdown: Box::pin(cfg.shutdown.clone().cancelled_owned()),
+        ticker,
+        seen: start,
+        done: false,
+        waker: Waker::from(wake.clone()),
+        wake,
+    };
+    Ok(response(Body::from_stream(body)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::{Part, PatchType, PodSetKey, Stored, WriteOptions};
+    use crate::storage::{Cacher, HistoryLimits, SledBackend, SledOptions};
+    use http_body_util::BodyExt;
+    use serde_json::json;
+
+    async fn registry(dir: &std::path::Path) -> Registry {
+        let backend = SledBackend::open(dir, SledOptions::default()).unwrap();
+        Registry::new(Arc::new(Cacher::new(Arc::new(backend), HistoryLimits::default()).unwrap()))
+    }
+
+    fn config() -> WatchConfig {
+        WatchConfig {
+            bookmark_interval: Duration::from_secs(60),
+            min_request_timeout: Duration::from_secs(1800),
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    async fn create(reg: &Registry, name: &str, app: &str) -> Stored {
+        let body = json!({"apiVersion": API_VERSION, "kind": KIND,
+                          "metadata": {"name": name, "labels": {"app": app}},
+                          "spec": {"replicas": 1, "selector": {"matchLabels": {"app": app}},
+                                   "template": {"metadata": {"labels": {"app": app}},
+                                                "spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+        reg.create("ns", body, &WriteOptions::manager("test")).await.unwrap().object
+    }
+
+    async fn patch(reg: &Registry, name: &str, patch: Value) -> Stored {
+        let key = PodSetKey::new("ns", name);
+        let patch = serde_json::to_vec(&patch).unwrap();
+        reg.patch(&key, &patch, PatchType::Merge, Part::Main, &WriteOptions::manager("test")).await.unwrap().object
+    }
+
+    async fn watch(reg: &Registry, from: Revision, output: Output, include: IncludeObject, labels: &str) -> Body {
+        let query = Query { resource_version: Some(from.to_string()), include_object: include, ..Default::default() };
+        let req = WatchRequest {
+            namespace: Some("ns".into()),
+            labels: Selector::parse(labels).unwrap(),
+            fields: FieldSelector::default(),
+            query,
+            output,
+        };
+        serve(reg, &config(), req).await.unwrap().into_body()
+    }
+
+    async fn next_frame(body: &mut Body) -> Bytes {
+        let frame = tokio::time::timeout(Duration::from_secs(10), body.frame()).await.unwrap().unwrap().unwrap();
+        frame.into_data().unwrap()
+    }
+
+    fn event_line(kind: &str, object: &[u8]) -> Vec<u8> {
+        [format!(r#"{{"type":"{kind}","object":"#).as_bytes(), object, b"}\n"].concat()
+    }
 
     #[test]
     fn unbounded_watches_end_at_a_random_time_between_t_and_2t() {
@@ -245,5 +463,161 @@ mod tests {
         let distinct: std::collections::HashSet<_> = spread.iter().collect();
         assert!(distinct.len() > 100, "spread out, not one value");
         assert_eq!(cfg.timeout(Some(5)), Duration::from_secs(5), "timeoutSeconds is taken as asked");
+    }
+
+    #[tokio::test]
+    async fn an_event_line_is_encoded_once_per_revision_and_form_for_all_watchers() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = registry(dir.path()).await;
+        let rv = create(&reg, "a", "web").await.resource_version();
+        let mut json = Vec::new();
+        for _ in 0..20 {
+            json.push(watch(&reg, rv, Output::Json, IncludeObject::Metadata, "").await);
+        }
+        let mut tables = Vec::new();
+        for _ in 0..3 {
+            tables.push(watch(&reg, rv, Output::Table, IncludeObject::None, "").await);
+        }
+        let mut metadata = watch(&reg, rv, Output::Metadata, IncludeObject::Metadata, "").await;
+        let changed = patch(&reg, "a", json!({"spec": {"replicas": 2}})).await;
+
+        let mut lines = Vec::new();
+        for body in &mut json {
+            lines.push(next_frame(body).await);
+        }
+        assert_eq!(lines[0], event_line("MODIFIED", changed.bytes()));
+        assert!(lines.iter().all(|l| l.as_ptr() == lines[0].as_ptr()), "one buffer, shared by every JSON watcher");
+
+        let mut rows = Vec::new();
+        for body in &mut tables {
+            rows.push(next_frame(body).await);
+        }
+        assert!(rows.iter().all(|r| r.as_ptr() == rows[0].as_ptr()), "one Table line for every Table watcher");
+        let row: Value = serde_json::from_slice(&rows[0]).unwrap();
+        assert_eq!((row["type"].as_str(), row["object"]["kind"].as_str()), (Some("MODIFIED"), Some("Table")));
+        assert!(row["object"]["rows"][0].get("object").is_none(), "includeObject=None is its own form");
+
+        let partial = next_frame(&mut metadata).await;
+        assert_eq!(partial, event_line("MODIFIED", &partial_metadata(&changed).unwrap()));
+    }
+
+    #[tokio::test]
+    async fn a_selector_leaving_deleted_is_the_previous_state_restamped_made_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = registry(dir.path()).await;
+        let before = create(&reg, "a", "web").await;
+        let rv = before.resource_version();
+        let mut leaving = Vec::new();
+        for _ in 0..10 {
+            leaving.push(watch(&reg, rv, Output::Json, IncludeObject::Metadata, "app=web").await);
+        }
+        let mut entering = watch(&reg, rv, Output::Json, IncludeObject::Metadata, "app=db").await;
+        let after = patch(&reg, "a", json!({"metadata": {"labels": {"app": "db"}}})).await;
+
+        // What each watcher was sent before the line was shared: the previous state stamped at the new revision.
+        let restamped = before.restamped(after.resource_version()).unwrap();
+        let want = event_line("DELETED", restamped.bytes());
+        let mut lines = Vec::new();
+        for body in &mut leaving {
+            lines.push(next_frame(body).await);
+        }
+        assert_eq!(lines[0], want);
+        let deleted: Value = serde_json::from_slice(&lines[0]).unwrap();
+        assert_eq!(deleted["object"]["metadata"]["labels"]["app"], "web");
+        assert_eq!(deleted["object"]["metadata"]["resourceVersion"], after.resource_version().to_string());
+        assert!(lines.iter().all(|l| l.as_ptr() == lines[0].as_ptr()), "made once for all leaving watchers");
+        assert_eq!(next_frame(&mut entering).await, event_line("ADDED", after.bytes()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_body_reads_its_sources_only_after_they_woke_it() {
+        let polls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (tx, mut rx) = futures::channel::mpsc::unbounded::<ApiResult<Notification>>();
+        let counted = polls.clone();
+        let events = futures::stream::poll_fn(move |cx| {
+            counted.fetch_add(1, Ordering::Relaxed);
+            rx.poll_next_unpin(cx)
+        });
+        let shutdown = CancellationToken::new();
+        let wake = Woken::new();
+        let start = tokio::time::Instant::now();
+        let mut body = WatchBody {
+            encoder: Encoder { output: Output::Json, include: IncludeObject::Metadata },
+            first: VecDeque::from([Bytes::from_static(b"a\n"), Bytes::from_static(b"b\n")]),
+            events: events.boxed(),
+            deadline: Box::pin(tokio::time::sleep(Duration::from_secs(10))),
+            shutdown: Box::pin(shutdown.clone().cancelled_owned()),
+            ticker: Some(tokio::time::interval_at(start + Duration::from_secs(3), Duration::from_secs(3))),
+            seen: 5,
+            done: false,
+            waker: Waker::from(wake.clone()),
+            wake,
+        };
+        let mut poll = || futures::FutureExt::now_or_never(body.next()).map(|l| l.map(Result::unwrap));
+        assert_eq!(poll(), Some(Some(Bytes::from_static(b"a\nb\n"))), "the first lines, in one frame");
+        assert_eq!(poll(), None);
+        assert_eq!(polls.load(Ordering::Relaxed), 1);
+        assert_eq!(poll(), None);
+        assert_eq!(polls.load(Ordering::Relaxed), 1, "nothing woke it: the events are not read again");
+
+        tx.unbounded_send(Ok(Notification::Progress(9))).unwrap();
+        assert_eq!(poll(), None, "a change the watcher does not see sends nothing");
+        assert_eq!(polls.load(Ordering::Relaxed), 3);
+
+        tokio::time::advance(Duration::from_secs(3)).await;
+        let bookmark: Value = serde_json::from_slice(&poll().unwrap().unwrap()).unwrap();
+        assert_eq!(bookmark["type"], "BOOKMARK");
+        assert_eq!(bookmark["object"]["metadata"]["resourceVersion"], "9", "at the revision skipped to");
+        assert_eq!(poll(), None);
+
+        shutdown.cancel();
+        assert_eq!(poll(), Some(None), "shutdown ends the watch");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_body_ends_at_its_deadline_and_after_an_error() {
+        let (tx, rx) = futures::channel::mpsc::unbounded::<ApiResult<Notification>>();
+        let wake = Woken::new();
+        let mut body = WatchBody {
+            encoder: Encoder { output: Output::Json, include: IncludeObject::Metadata },
+            first: VecDeque::new(),
+            events: rx.boxed(),
+            deadline: Box::pin(tokio::time::sleep(Duration::from_secs(10))),
+            shutdown: Box::pin(CancellationToken::new().cancelled_owned()),
+            ticker: None,
+            seen: 5,
+            done: false,
+            waker: Waker::from(wake.clone()),
+            wake,
+        };
+        assert!(futures::FutureExt::now_or_never(body.next()).is_none());
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert!(matches!(futures::FutureExt::now_or_never(body.next()), Some(None)), "ends at its deadline");
+
+        let wake = Woken::new();
+        let mut body = WatchBody {
+            events: futures::stream::iter([Err(ApiError::expired("too old"))]).boxed(),
+            deadline: Box::pin(tokio::time::sleep(Duration::from_secs(10))),
+            done: false,
+            waker: Waker::from(wake.clone()),
+            wake,
+            ..body
+        };
+        let line: Value = serde_json::from_slice(&body.next().await.unwrap().unwrap()).unwrap();
+        assert_eq!((line["type"].as_str(), line["object"]["code"].as_i64()), (Some("ERROR"), Some(410)));
+        assert!(body.next().await.is_none());
+        drop(tx);
+    }
+
+    #[tokio::test]
+    async fn events_ready_together_go_in_one_frame() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = registry(dir.path()).await;
+        let rv = create(&reg, "z", "web").await.resource_version();
+        let mut body = watch(&reg, rv, Output::Json, IncludeObject::Metadata, "").await;
+        let a = create(&reg, "a", "web").await;
+        let b = create(&reg, "b", "web").await;
+        let frame = next_frame(&mut body).await;
+        assert_eq!(frame, [event_line("ADDED", a.bytes()), event_line("ADDED", b.bytes())].concat());
     }
 }

@@ -70,11 +70,13 @@ enum Tracking {
 #[derive(Clone)]
 pub struct Registry {
     store: Arc<dyn Store>,
+    /// What the watchers of the newest revisions share.
+    recent: Arc<watch::Recent>,
 }
 
 impl Registry {
     pub fn new(store: Arc<dyn Store>) -> Self {
-        Self { store }
+        Self { store, recent: Arc::default() }
     }
 
     async fn get_object(&self, key: &PodSetKey) -> ApiResult<Option<Arc<Object>>> {
