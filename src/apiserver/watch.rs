@@ -404,7 +404,7 @@ mod tests {
 
     async fn registry(dir: &std::path::Path) -> Registry {
         let backend = SledBackend::open(dir, SledOptions::default()).unwrap();
-        Registry::new(Arc::new(Cacher::new(Arc::new(backend), HistoryLimits::default()).unwrap()))
+        Registry::new(Arc::new(Cacher::new(Arc::new(backend), HistoryLimits::default()).await.unwrap()))
     }
 
     fn config() -> WatchConfig {
