@@ -88,6 +88,10 @@ fn etcd_error(e: etcd_client::Error) -> StorageError {
         etcd_client::Error::GRpcStatus(s) => match s.code() {
             tonic::Code::Unavailable => StorageError::Unavailable(s.message().to_owned()),
             tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => StorageError::Timeout(s.message().to_owned()),
+            // tonic's word for a connection that broke under the request.
+            tonic::Code::Unknown if s.message().contains("transport error") => {
+                StorageError::Unavailable(s.message().to_owned())
+            }
             _ => StorageError::Backend(format!("etcd: {}", s.message())),
         },
         etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => {

@@ -93,7 +93,8 @@ pub enum StorageError {
     Stopped,
     #[error("storage backend: {0}")]
     Backend(String),
-    /// The backend cannot be reached; nothing was written.
+    /// The backend cannot be reached (if the connection broke under a write, the write may still have landed, as
+    /// with etcd's own clients).
     #[error("storage unavailable: {0}")]
     Unavailable(String),
     /// The backend did not answer in time; a write may or may not have been applied.
