@@ -9,7 +9,7 @@ pub mod schema;
 pub mod set;
 pub mod typed;
 
-use std::collections::BTreeMap;
+use std::collections::{btree_map, BTreeMap};
 
 use serde_json::{json, Map, Value};
 
@@ -260,18 +260,30 @@ impl FieldManager {
         now: &str,
     ) -> Result<Managed, FieldManagerError> {
         let ignored = self.ignored(sub);
-        let current = ManagerId { manager: CURRENT_OPERATION.into(), ..self.id(manager, Operation::Update, sub) };
-        let cmp = self.update_managers(live, new, &mut managed, &current, true, ignored)?;
-        let set = cmp.modified.union(&cmp.added).difference(&self.strip);
+        let mut set = if managed.is_empty() && live.as_object().is_some_and(Map::is_empty) {
+            // A create: nobody owns anything to take from, and the writer owns all it set. One walk over `new`
+            // finds that, where comparing against `{}` would build and merge three sets.
+            let mut set = typed::created_set(&self.schema, new, Some(&self.skeleton))?;
+            set.recursive_difference_in_place(ignored);
+            set
+        } else {
+            let current = ManagerId { manager: CURRENT_OPERATION.into(), ..self.id(manager, Operation::Update, sub) };
+            let cmp = self.update_managers(live, new, &mut managed, &current, true, ignored)?;
+            cmp.modified.union(&cmp.added)
+        };
+        set.difference_in_place(&self.strip);
         if !set.is_empty() {
-            let id = self.id(manager, Operation::Update, sub);
-            let entry = managed.entry(id).or_insert_with(|| Entry {
-                set: Set::new(),
-                api_version: self.api_version.clone(),
-                time: None,
-            });
-            entry.set.union_in_place(&set);
-            entry.time = Some(now.to_owned());
+            let time = Some(now.to_owned());
+            match managed.entry(self.id(manager, Operation::Update, sub)) {
+                btree_map::Entry::Occupied(mut e) => {
+                    let e = e.get_mut();
+                    e.set.union_in_place(&set);
+                    e.time = time;
+                }
+                btree_map::Entry::Vacant(e) => {
+                    e.insert(Entry { set, api_version: self.api_version.clone(), time });
+                }
+            }
         }
         cap_update_managers(&mut managed, &self.api_version);
         Ok(managed)

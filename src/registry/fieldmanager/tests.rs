@@ -92,6 +92,80 @@ fn create_records_the_creator_without_system_fields() {
     );
 }
 
+/// PodSets of many shapes, as the registry stores them (system fields, defaults) and as clients send them.
+fn varied_podsets() -> Vec<Value> {
+    let full = json!({"apiVersion": V, "kind": "PodSet",
+        "metadata": {"name": "web", "namespace": "default", "uid": "u1", "generation": 1, "resourceVersion": "",
+                     "creationTimestamp": "2026-01-01T00:00:00Z", "generateName": "web-",
+                     "labels": {"app": "web", "tier": ""}, "annotations": {"a": "b"},
+                     "finalizers": ["example.com/f", "orphan"],
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "o1",
+                                          "controller": true}]},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"},
+                                             "matchExpressions": [{"key": "a", "operator": "Exists"}]},
+                 "template": {"metadata": {"labels": {"app": "web"}, "annotations": {"x": "y"}},
+                              "spec": {"containers": [
+                                  {"name": "main", "image": "nginx", "args": ["-g", "daemon off;"],
+                                   "ports": [{"containerPort": 80}, {"containerPort": 53, "protocol": "UDP"}],
+                                   "env": [{"name": "A", "value": "1"},
+                                           {"name": "B", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}],
+                                   "resources": {"limits": {"cpu": "1"}, "requests": {"memory": "1Gi"}},
+                                   "volumeMounts": [{"name": "v", "mountPath": "/v"}]},
+                                  {"name": "side", "image": "busybox", "command": ["sleep", "3600"]}],
+                                  "initContainers": [{"name": "init", "image": "busybox"}],
+                                  "volumes": [{"name": "v", "emptyDir": {}}],
+                                  "tolerations": [{"key": "k", "operator": "Exists"}],
+                                  "nodeSelector": {"disk": "ssd"},
+                                  "securityContext": {}, "restartPolicy": "Always"}}},
+        "status": {"replicas": 1, "podNames": ["web-a"], "conditions": [{"type": "ReplicaFailure", "status": "True",
+                   "lastTransitionTime": "2026-01-01T00:00:00Z", "reason": "R", "message": "m"}]}});
+    let mut out = vec![
+        full.clone(),
+        json!({}),
+        json!({"metadata": {"name": "web"}}),
+        json!({"apiVersion": V, "kind": "PodSet", "metadata": {"name": "web", "labels": {"app": "bench"}},
+               "spec": {"replicas": 1}}),
+        podset(2, main_container("nginx")),
+        podset(0, json!([])),
+        podset(1, json!(null)),
+        json!({"metadata": {"labels": {}, "annotations": null}, "spec": {"template": {}, "selector": {}},
+               "status": {}}),
+        json!({"spec": {"template": {"metadata": {}, "spec": {}}}}),
+        json!({"spec": {"template": {"spec": {"containers": [{"name": "a", "ports": []}]}}}}),
+    ];
+    let mut no_status = full.clone();
+    no_status.as_object_mut().unwrap().remove("status");
+    out.push(no_status);
+    let mut bare_template = full;
+    bare_template["spec"]["template"] = json!({"spec": {"containers": [{"name": "only"}]}});
+    out.push(bare_template);
+    out
+}
+
+#[test]
+fn a_create_owns_what_comparing_against_nothing_finds() {
+    let fm = fm();
+    for obj in varied_podsets() {
+        for sub in [Subresource::Main, Subresource::Status, Subresource::Scale] {
+            let mut created = obj.clone();
+            fm.update(None, &mut created, "m", sub, T1).unwrap();
+            // What comparing the new object against `{}` and taking from every other manager would record.
+            let mut managed = Managed::new();
+            let id = fm.id("m", Operation::Update, sub);
+            let cmp = fm.update_managers(&json!({}), &obj, &mut managed, &id, true, fm.ignored(sub)).unwrap();
+            let set = cmp.modified.union(&cmp.added).difference(&fm.strip);
+            if !set.is_empty() {
+                managed.insert(id, Entry { set, api_version: V.into(), time: Some(T1.into()) });
+            }
+            let mut expected = obj.clone();
+            set_managed_fields(&mut expected, &managed);
+            assert_eq!(created, expected, "{obj} through {sub:?}");
+        }
+    }
+    let mut dup = podset(1, json!([{"name": "a"}, {"name": "a"}]));
+    assert!(matches!(fm.update(None, &mut dup, "m", Subresource::Main, T1), Err(FieldManagerError::Schema(_))));
+}
+
 #[test]
 fn apply_creates_then_conflicts_then_force_moves_ownership() {
     let fm = fm();

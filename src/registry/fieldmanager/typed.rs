@@ -38,19 +38,22 @@ fn key_default(field: &str) -> Option<Value> {
 enum Shape<'s> {
     Scalar,
     Map { schema_map: Option<(&'s HashMap<String, TypeId>, Option<TypeId>)>, atomic: bool },
-    List { element: TypeId, kind: ListKind },
+    List { element: TypeId, kind: &'s ListKind },
 }
+
+/// How lists without a schema are merged.
+static UNTYPED_LIST: ListKind = ListKind::Atomic;
 
 fn shape<'s>(schema: &'s Schema, t: TypeId, lhs: Option<&Value>, rhs: Option<&Value>) -> Shape<'s> {
     match schema.get(t) {
         Type::Scalar => Shape::Scalar,
         Type::Map { fields, element, atomic } => Shape::Map { schema_map: Some((fields, *element)), atomic: *atomic },
-        Type::List { element, kind } => Shape::List { element: *element, kind: kind.clone() },
+        Type::List { element, kind } => Shape::List { element: *element, kind },
         Type::Untyped => {
             let v = rhs.filter(|v| !v.is_null()).or(lhs);
             match v {
                 Some(Value::Object(_)) => Shape::Map { schema_map: None, atomic: false },
-                Some(Value::Array(_)) => Shape::List { element: t, kind: ListKind::Atomic },
+                Some(Value::Array(_)) => Shape::List { element: t, kind: &UNTYPED_LIST },
                 _ => Shape::Scalar,
             }
         }
@@ -177,8 +180,8 @@ where
             }
             Shape::List { element, kind } => {
                 let (l, r) = (as_list(lhs), as_list(rhs));
-                let (lpes, lby) = index_items(&kind, l, path)?;
-                let (rpes, rby) = index_items(&kind, r, path)?;
+                let (lpes, lby) = index_items(kind, l, path)?;
+                let (rpes, rby) = index_items(kind, r, path)?;
                 let mut out = Vec::with_capacity(l.len().max(r.len()));
                 let mut item = |w: &mut Self, pe: &PathElement, path: &mut Path| -> Result<(), SchemaError> {
                     let key = pe.encode();
@@ -261,7 +264,7 @@ fn field_set_into(schema: &Schema, t: TypeId, v: &Value, path: &mut Path, set: &
         }
         Shape::List { element, kind } => {
             let Some(items) = v.as_array() else { return Ok(()) };
-            let (pes, _) = index_items(&kind, items, path)?;
+            let (pes, _) = index_items(kind, items, path)?;
             for (item, pe) in items.iter().zip(pes) {
                 path.push(pe);
                 field_set_into(schema, element, item, path, set)?;
@@ -394,8 +397,8 @@ fn compare_children(
         }
         Shape::List { element, kind } => {
             let (li, ri) = (as_list(l), as_list(r));
-            let (lpes, lby) = index_items(&kind, li, path)?;
-            let (rpes, rby) = index_items(&kind, ri, path)?;
+            let (lpes, lby) = index_items(kind, li, path)?;
+            let (rpes, rby) = index_items(kind, ri, path)?;
             for (pe, item) in rpes.into_iter().zip(ri) {
                 let lv = lby.get(&pe.encode()).copied();
                 compare_child(schema, element, pe, lv, Some(item), None, path, sets)?;
@@ -404,6 +407,97 @@ fn compare_children(
                 if !rby.contains_key(&pe.encode()) {
                     compare_child(schema, element, pe, Some(item), None, None, path, sets)?;
                 }
+            }
+        }
+        Shape::Scalar => {}
+    }
+    Ok(())
+}
+
+/// The fields an object sets that [`compare_with_skeleton`] from `{}` would report added or modified: what a
+/// create (or a first write of an untracked object) owns, in one walk over `value` and none over another object.
+pub fn created_set(schema: &Schema, value: &Value, skeleton: Option<&Value>) -> Result<Set, SchemaError> {
+    let mut set = Set::new();
+    if let Some(m) = value.as_object() {
+        let schema_map = match shape(schema, schema.root(), None, Some(value)) {
+            Shape::Map { schema_map, .. } => schema_map,
+            _ => None,
+        };
+        let skel_map = skeleton.and_then(Value::as_object);
+        for (k, v) in m {
+            let ct = child_type(schema.root(), schema_map, k);
+            let sk = skel_map.and_then(|s| s.get(k));
+            created_child(schema, ct, PathElement::Field(k.clone()), v, sk, &mut Vec::new(), &mut set)?;
+        }
+    }
+    Ok(set)
+}
+
+/// [`compare_child`] of a created value `v` against `base`, its skeleton (or nothing): records `pe` in `parent`
+/// when it is new (no base) or differs from its base.
+fn created_child(
+    schema: &Schema,
+    t: TypeId,
+    pe: PathElement,
+    v: &Value,
+    base: Option<&Value>,
+    path: &mut Path,
+    parent: &mut Set,
+) -> Result<(), SchemaError> {
+    let r = Some(v);
+    let leaf = match shape(schema, t, base, r) {
+        Shape::Scalar | Shape::Map { atomic: true, .. } | Shape::List { kind: ListKind::Atomic, .. } => true,
+        Shape::Map { .. } => {
+            let not_map = |v: Option<&Value>| v.is_some_and(|v| !v.is_object() && !is_empty_value(Some(v)));
+            (is_empty_value(base) && is_empty_value(r)) || not_map(base) || not_map(r)
+        }
+        Shape::List { .. } => is_empty_value(base) && is_empty_value(r),
+    };
+    if leaf {
+        if base.is_none_or(|b| b != v) {
+            parent.insert_member(pe);
+        }
+        return Ok(());
+    }
+    let mut own = Set::new();
+    path.push(pe);
+    let result = created_children(schema, t, v, base, path, &mut own);
+    let pe = path.pop().expect("pushed");
+    result?;
+    if base.is_none() {
+        parent.insert_member(pe.clone());
+    }
+    parent.set_child(pe, own);
+    Ok(())
+}
+
+/// [`compare_children`] of a created value against its base. Fields only the base has are equal on both sides
+/// (the base stands in for a missing field), so they record nothing.
+fn created_children(
+    schema: &Schema,
+    t: TypeId,
+    v: &Value,
+    base: Option<&Value>,
+    path: &mut Path,
+    set: &mut Set,
+) -> Result<(), SchemaError> {
+    match shape(schema, t, base, Some(v)) {
+        Shape::Map { schema_map, .. } => {
+            let base_map = base.and_then(Value::as_object);
+            for (k, child) in v.as_object().into_iter().flatten() {
+                let ct = child_type(t, schema_map, k);
+                let b = base_map.and_then(|m| m.get(k));
+                created_child(schema, ct, PathElement::Field(k.clone()), child, b, path, set)?;
+            }
+        }
+        Shape::List { element, kind } => {
+            let items = as_list(Some(v));
+            let (pes, _) = index_items(kind, items, path)?;
+            let base_items = as_list(base);
+            let base_by = if base_items.is_empty() { None } else { Some(index_items(kind, base_items, path)?.1) };
+            for (pe, item) in pes.into_iter().zip(items) {
+                let b = base_by.as_ref().and_then(|by| by.get(&pe.encode()).copied());
+                created_child(schema, element, pe, item, b, path, set)?;
             }
         }
         Shape::Scalar => {}
@@ -456,7 +550,7 @@ fn remove_in(schema: &Schema, t: TypeId, v: &Value, set: &Set) -> Value {
             let Some(items) = v.as_array() else { return v.clone() };
             let mut out = Vec::with_capacity(items.len());
             for (i, item) in items.iter().enumerate() {
-                let Ok(pe) = item_element(&kind, item, i, &Vec::new()) else {
+                let Ok(pe) = item_element(kind, item, i, &Vec::new()) else {
                     out.push(item.clone());
                     continue;
                 };
@@ -627,6 +721,47 @@ mod tests {
         );
         let back = compare(&s, &b, &a).unwrap();
         assert_eq!(fields(&back.removed), fields(&c.added));
+    }
+
+    #[test]
+    fn created_set_is_what_compare_from_nothing_adds_or_modifies() {
+        let s = schema();
+        let objects = [
+            json!({}),
+            json!({"metadata": {"name": "a", "labels": {"app": "web", "tier": ""}, "finalizers": ["x", "y"]},
+                   "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}, "strategy": {"max": 1},
+                            "containers": [{"name": "main", "image": "x", "args": ["a", "b"],
+                                            "ports": [{"containerPort": 80}, {"containerPort": 80, "protocol": "UDP"}]},
+                                           {"name": "side"}]},
+                   "status": {"n": 1}, "extra": {"deep": {"er": [1, {"x": null}]}}}),
+            // Empty and null values, next to and instead of the skeleton's.
+            json!({"metadata": {}, "spec": {"strategy": {}, "containers": [], "replicas": null, "selector": {}},
+                   "status": null}),
+            json!({"metadata": {"labels": {}}, "spec": {"strategy": null, "containers": [{"name": "a", "args": []}]}}),
+            // Values of the wrong shape for their type.
+            json!({"metadata": "x", "spec": {"containers": "nope", "strategy": 3, "replicas": {"x": 1}}}),
+            json!({"spec": {"containers": [{"name": "a", "ports": 5}], "strategy": ["a"]}, "status": []}),
+        ];
+        let skeletons = [
+            None,
+            Some(json!({"metadata": {}, "spec": {"strategy": {}, "containers": null}, "status": {}})),
+            Some(json!({"spec": {"strategy": {"max": 1}, "replicas": 2}})),
+            Some(
+                json!({"spec": {"containers": [{"name": "main", "image": "x"}]}, "metadata": {"labels": {"app": "web"}}}),
+            ),
+        ];
+        for obj in &objects {
+            for skel in &skeletons {
+                let cmp = compare_with_skeleton(&s, &json!({}), obj, skel.as_ref()).unwrap();
+                let created = created_set(&s, obj, skel.as_ref()).unwrap();
+                assert_eq!(fields(&created), fields(&cmp.added.union(&cmp.modified)), "{obj} on {skel:?}");
+                assert_eq!(created, cmp.added.union(&cmp.modified), "{obj} on {skel:?}");
+            }
+        }
+        let dup = json!({"spec": {"containers": [{"name": "a"}, {"name": "a"}]}});
+        assert!(created_set(&s, &dup, None).unwrap_err().message.contains("duplicate entries"));
+        let keyless = json!({"spec": {"containers": [{"image": "a"}]}});
+        assert!(created_set(&s, &keyless, None).unwrap_err().message.contains("omits key field \"name\""));
     }
 
     #[test]
