@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use futures::StreamExt;
@@ -15,9 +14,8 @@ use http::Request;
 use http_body_util::BodyExt;
 use serde_json::json;
 
-use common::{cpu_us, percentile, send, Server, PATH};
-
-const CONCURRENCY: usize = 32;
+use common::workload::throughput;
+use common::{percentile, send, Server, PATH};
 
 // kube-apiserver + etcd with PodSet as a CRD, same machine (from the project's issue tracker).
 const CRD_CREATE_PER_S: f64 = 1500.0;
@@ -32,28 +30,6 @@ fn body(name: &str) -> Vec<u8> {
         "spec": {"replicas": 1}
     }))
     .unwrap()
-}
-
-/// Runs `n` requests made by `make(i)` with `CONCURRENCY` in flight; returns requests per second and the
-/// server's CPU time per request (µs).
-async fn throughput<F>(client: &kube::Client, pid: u32, n: usize, make: F) -> (f64, f64)
-where
-    F: Fn(usize) -> Request<Vec<u8>> + Send + Sync + 'static,
-{
-    let cpu_before = cpu_us(pid);
-    let make = Arc::new(make);
-    let started = Instant::now();
-    let results: Vec<u16> = futures::stream::iter(0..n)
-        .map(|i| {
-            let (client, make) = (client.clone(), make.clone());
-            async move { send(&client, make(i)).await.0 }
-        })
-        .buffer_unordered(CONCURRENCY)
-        .collect()
-        .await;
-    let elapsed = started.elapsed().as_secs_f64();
-    assert!(results.iter().all(|s| *s < 300), "some requests failed: {:?}", results.iter().find(|s| **s >= 300));
-    (n as f64 / elapsed, (cpu_us(pid) - cpu_before) / n as f64)
 }
 
 fn report(name: &str, ours: f64, unit: &str, baseline: f64, higher_is_better: bool) {
@@ -73,17 +49,18 @@ async fn main() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), &[]);
     let client = server.client();
+    let clients = [client.clone()];
     let pid = server.pid();
 
     let creates = 3000;
-    let (rate, cpu) = throughput(&client, pid, creates, |i| {
+    let (rate, cpu) = throughput(&clients, &[pid], creates, |i| {
         Request::post(PATH).header("content-type", "application/json").body(body(&format!("c{i:05}"))).unwrap()
     })
     .await;
     report("create (durable)", rate, "/s", CRD_CREATE_PER_S, true);
     report_cpu("create", cpu);
 
-    let (rate, cpu) = throughput(&client, pid, 20_000, move |i| {
+    let (rate, cpu) = throughput(&clients, &[pid], 20_000, move |i| {
         Request::get(format!("{PATH}/c{:05}", i % creates)).body(vec![]).unwrap()
     })
     .await;
@@ -99,7 +76,7 @@ async fn main() {
     let (rate, cpu) = if !apply_supported {
         (f64::NAN, f64::NAN)
     } else {
-        throughput(&client, pid, creates, |i| {
+        throughput(&clients, &[pid], creates, |i| {
             let cfg = json!({"apiVersion": "demo.k8s.io/v1alpha1", "kind": "PodSet",
                          "metadata": {"name": format!("c{i:05}"), "labels": {"applied": "yes"}}});
             Request::patch(format!("{PATH}/c{i:05}?fieldManager=bench"))

@@ -1,6 +1,9 @@
 //! What the benches share: the server binary started on a data dir over HTTPS on loopback, a client for it, and
-//! readings of the process from /proc.
+//! readings of the process from /proc; the workload (`workload`) and the CRD baseline (`crd`).
 #![allow(dead_code)]
+
+pub mod crd;
+pub mod workload;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
