@@ -367,6 +367,11 @@ impl Cluster {
         self.procs.iter().find(|p| p.name == name).map(|p| p.child.id())
     }
 
+    /// The client URL of the cluster's etcd (kube-apiserver's `--etcd-servers`), for more servers to share it.
+    pub fn etcd_url(&self) -> &str {
+        &self.etcd_url
+    }
+
     /// Kills kube-apiserver (etcd and the rest keep running).
     pub fn stop_apiserver(&mut self) {
         if let Some(i) = self.procs.iter().position(|p| p.name == "kube-apiserver") {
