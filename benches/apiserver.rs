@@ -3,7 +3,8 @@
 //! received).
 //!
 //! `cargo bench --bench apiserver` prints each figure beside kube-apiserver + etcd serving the same type as a CRD
-//! (measured on this project's 2-core machine), and the ratio.
+//! (measured on this project's 2-core machine), and the ratio. `APISERVER_CREATES` sets how many PodSets are
+//! created (3000); `APISERVER_ONLY=create` stops after the creates, e.g. to profile them.
 
 mod common;
 
@@ -52,13 +53,16 @@ async fn main() {
     let clients = [client.clone()];
     let pid = server.pid();
 
-    let creates = 3000;
+    let creates = std::env::var("APISERVER_CREATES").ok().and_then(|n| n.parse().ok()).unwrap_or(3000);
     let (rate, cpu) = throughput(&clients, &[pid], creates, |i| {
         Request::post(PATH).header("content-type", "application/json").body(body(&format!("c{i:05}"))).unwrap()
     })
     .await;
     report("create (durable)", rate, "/s", CRD_CREATE_PER_S, true);
     report_cpu("create", cpu);
+    if std::env::var("APISERVER_ONLY").as_deref() == Ok("create") {
+        return;
+    }
 
     let (rate, cpu) = throughput(&clients, &[pid], 20_000, move |i| {
         Request::get(format!("{PATH}/c{:05}", i % creates)).body(vec![]).unwrap()
