@@ -161,6 +161,56 @@ async fn consistent_reads_under_concurrent_writes_on_two_replicas() {
     }
 }
 
+/// Reads etcd's count of range requests from its metrics.
+async fn etcd_ranges(etcd: &Etcd) -> u64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = etcd.url().trim_start_matches("http://").to_owned();
+    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    conn.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await.unwrap();
+    let mut body = String::new();
+    conn.read_to_string(&mut body).await.unwrap();
+    let line = body.lines().find_map(|l| l.strip_prefix("etcd_mvcc_range_total ")).expect("etcd_mvcc_range_total");
+    line.trim().parse::<f64>().unwrap() as u64
+}
+
+/// Consistent reads that arrive together share one read of etcd's revision, and each still sees every write
+/// acknowledged before it began.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_consistent_reads_share_one_revision_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = Etcd::start(&dir.path().join("etcd"));
+    let (a, b) = (replica(&etcd).await, replica(&etcd).await);
+    let made = a.create("/podsets/ns/x", obj("x", 1)).await.unwrap();
+
+    let before = etcd_ranges(&etcd).await;
+    let reads = futures::future::join_all((0..200).map(|_| {
+        let b = b.clone();
+        async move { b.sync().await.unwrap() }
+    }))
+    .await;
+    let ranges = etcd_ranges(&etcd).await - before;
+    assert!(reads.iter().all(|r| *r >= made.mod_revision), "every read sees the write acknowledged before it");
+    assert!(ranges < 50, "200 concurrent consistent reads made {ranges} range requests to etcd");
+
+    // Reads that keep arriving while one is in flight wait for the next one, which sees writes acknowledged
+    // in between.
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let (a, b) = (a.clone(), b.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..40 {
+                let key = format!("/podsets/ns/r{w}-{i:02}");
+                let made = a.create(&key, obj("r", i)).await.unwrap();
+                assert!(b.sync().await.unwrap() >= made.mod_revision);
+                assert!(b.get(&key).await.unwrap().is_some(), "acknowledged on A, so read on B");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
 /// etcd's compaction: a watch from a compacted revision is `Expired` (410 to clients), and the compactor of
 /// several servers compacts once per interval.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

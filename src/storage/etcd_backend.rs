@@ -15,6 +15,7 @@ use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, Identity, TlsOptions, Txn,
     TxnOp, TxnOpResponse, WatchOptions,
 };
+use futures::future::{BoxFuture, FutureExt, Shared};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -68,6 +69,20 @@ pub struct EtcdBackend {
     root: String,
     timeout: Duration,
     compactor: Option<tokio::task::JoinHandle<()>>,
+    reads: RevisionReads,
+}
+
+type SharedRead = Shared<BoxFuture<'static, Result<Revision>>>;
+
+/// Consistent reads that arrive together share one linearizable read of the marker, one read at a time. A caller
+/// joins the next read to start, never one already in flight: that one may have started before the caller's
+/// request did, and so miss a write acknowledged before it.
+#[derive(Default)]
+struct RevisionReads {
+    /// The read that has not started yet, which arriving callers join.
+    next: Arc<parking_lot::Mutex<Option<SharedRead>>>,
+    /// Held by the read in flight.
+    turn: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Drop for EtcdBackend {
@@ -133,7 +148,26 @@ impl EtcdBackend {
         let root = format!("{}{GROUP_ROOT}", options.prefix.trim_end_matches('/'));
         let compactor = (!options.compaction_interval.is_zero())
             .then(|| tokio::spawn(compactor(client.clone(), options.compaction_interval)));
-        Ok(Self { client, root, timeout: options.request_timeout, compactor })
+        Ok(Self { client, root, timeout: options.request_timeout, compactor, reads: RevisionReads::default() })
+    }
+
+    /// A linearizable read of the marker every write of ours touches (0 before the first); see `RevisionReads`.
+    fn marker_read(&self) -> impl std::future::Future<Output = Result<Revision>> + Send + 'static {
+        let (mut kv, key, timeout) = (self.client.kv_client(), format!("{}{LAST_WRITE}", self.root), self.timeout);
+        let (next, turn) = (self.reads.next.clone(), self.reads.turn.clone());
+        async move {
+            // The wait is bounded: the read in flight has its own timeout.
+            let _turn = turn.lock().await;
+            // Starting now: whoever arrives from here on waits for the next read.
+            next.lock().take();
+            let resp = match tokio::time::timeout(timeout, kv.get(key, None)).await {
+                Ok(r) => r.map_err(etcd_error)?,
+                Err(_) => {
+                    return Err(StorageError::Timeout(format!("etcd revision read took longer than {timeout:?}")))
+                }
+            };
+            Ok(resp.kvs().first().map(|kv| revision(kv.mod_revision())).unwrap_or(0))
+        }
     }
 
     fn etcd_key(&self, key: &str) -> Vec<u8> {
@@ -303,10 +337,11 @@ impl Backend for EtcdBackend {
     }
 
     async fn last_write_revision(&self) -> Result<Option<Revision>> {
-        // A linearizable read of the marker every write of ours touches (0 before the first).
-        let mut kv = self.client.kv_client();
-        let resp = self.timed("revision read", kv.get(format!("{}{LAST_WRITE}", self.root), None)).await?;
-        Ok(Some(resp.kvs().first().map(|kv| revision(kv.mod_revision())).unwrap_or(0)))
+        let read = {
+            let mut next = self.reads.next.lock();
+            next.get_or_insert_with(|| self.marker_read().boxed().shared()).clone()
+        };
+        read.await.map(Some)
     }
 
     /// etcd's history is compacted by time (the compactor), not by what the cache keeps.

@@ -73,7 +73,7 @@ pub struct ListResult {
     pub remaining: Option<u64>,
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StorageError {
     #[error("key {key:?} not found")]
     NotFound { key: String },
