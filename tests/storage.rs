@@ -10,8 +10,8 @@ use std::time::Duration;
 use common::Tmpfs;
 use futures::StreamExt;
 use podset_apiserver::storage::{
-    self, Cacher, Change, ChangeStream, EtcdBackend, EtcdOptions, Event, EventType, HistoryLimits, ListOptions, Object,
-    Revision, SledBackend, Snapshot, StorageError, Store, Write,
+    self, Cacher, Change, ChangeStream, Draft, EtcdBackend, EtcdOptions, Event, EventType, HistoryLimits, ListOptions,
+    Object, Revision, SledBackend, Snapshot, StorageError, Store, Write,
 };
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -119,15 +119,15 @@ impl storage::Backend for MemoryBackend {
             Some(o) => Ok(o.clone()),
         };
         let (kind, object, prev) = match write {
-            Write::Create { key, value } => {
+            Write::Create { key, object } => {
                 if d.objects.contains_key(&key) {
                     return Err(StorageError::AlreadyExists { key });
                 }
-                (EventType::Added, Object::new(&key, value, next)?, None)
+                (EventType::Added, Object::from_draft(&key, object, next), None)
             }
-            Write::Update { key, value, expected } => {
+            Write::Update { key, object, expected } => {
                 let prev = check(&d, &key, expected)?;
-                (EventType::Modified, Object::new(&key, value, next)?, Some(prev))
+                (EventType::Modified, Object::from_draft(&key, object, next), Some(prev))
             }
             Write::Delete { key, expected } => {
                 let prev = check(&d, &key, expected)?;
@@ -182,6 +182,11 @@ impl storage::Backend for MemoryBackend {
     }
 }
 
+/// A JSON object as the store takes it.
+fn draft(v: Value) -> Draft {
+    Draft::new(&v, &[]).unwrap()
+}
+
 fn obj(name: &str, n: i64) -> Value {
     json!({"metadata": {"name": name}, "spec": {"n": n}})
 }
@@ -218,12 +223,12 @@ async fn writes_get_strictly_increasing_revisions(b: &dyn Backend) {
     // A new store is at 0 (sled) or wherever its backend starts (etcd: 1); each write takes the next revision.
     let base = s.current_revision();
     assert!(base <= 1);
-    let a = s.create("/p/ns/a", obj("a", 1)).await.unwrap();
+    let a = s.create("/p/ns/a", draft(obj("a", 1))).await.unwrap();
     assert_eq!(a.mod_revision, base + 1);
     let rv = a.parse().unwrap()["metadata"]["resourceVersion"].clone();
     assert_eq!(rv, (base + 1).to_string(), "the stored JSON carries its revision");
-    let b2 = s.create("/p/ns/b", obj("b", 1)).await.unwrap();
-    let a2 = s.update("/p/ns/a", obj("a", 2), Some(base + 1)).await.unwrap();
+    let b2 = s.create("/p/ns/b", draft(obj("b", 1))).await.unwrap();
+    let a2 = s.update("/p/ns/a", draft(obj("a", 2)), Some(base + 1)).await.unwrap();
     assert_eq!((b2.mod_revision, a2.mod_revision), (base + 2, base + 3));
     let gone = s.delete("/p/ns/b", None).await.unwrap();
     assert_eq!(gone.mod_revision, base + 4);
@@ -239,14 +244,14 @@ async fn compare_and_swap_conflicts(b: &dyn Backend) {
     let f = fixture();
     let s = b.open(&f.dir, HistoryLimits::default()).await;
     let base = s.current_revision();
-    s.create("/p/ns/a", obj("a", 1)).await.unwrap();
-    assert!(matches!(s.create("/p/ns/a", obj("a", 1)).await, Err(StorageError::AlreadyExists { .. })));
-    let r = s.update("/p/ns/a", obj("a", 2), Some(base + 7)).await;
+    s.create("/p/ns/a", draft(obj("a", 1))).await.unwrap();
+    assert!(matches!(s.create("/p/ns/a", draft(obj("a", 1))).await, Err(StorageError::AlreadyExists { .. })));
+    let r = s.update("/p/ns/a", draft(obj("a", 2)), Some(base + 7)).await;
     assert!(
         matches!(r, Err(StorageError::Conflict { actual, expected, .. }) if actual == base + 1 && expected == base + 7)
     );
     assert!(matches!(s.delete("/p/ns/a", Some(7)).await, Err(StorageError::Conflict { .. })));
-    assert!(matches!(s.update("/p/ns/x", obj("x", 1), None).await, Err(StorageError::NotFound { .. })));
+    assert!(matches!(s.update("/p/ns/x", draft(obj("x", 1)), None).await, Err(StorageError::NotFound { .. })));
     assert!(matches!(s.delete("/p/ns/x", None).await, Err(StorageError::NotFound { .. })));
     assert_eq!(s.current_revision(), base + 1, "failed writes take no revision");
 }
@@ -255,7 +260,7 @@ async fn concurrent_read_modify_write_loses_nothing(b: &dyn Backend) {
     let f = fixture();
     let s = b.open(&f.dir, HistoryLimits::default()).await;
     let base = s.current_revision();
-    s.create("/p/ns/counter", obj("counter", 0)).await.unwrap();
+    s.create("/p/ns/counter", draft(obj("counter", 0))).await.unwrap();
     let mut tasks = Vec::new();
     for _ in 0..16 {
         let s = s.clone();
@@ -264,7 +269,7 @@ async fn concurrent_read_modify_write_loses_nothing(b: &dyn Backend) {
                 loop {
                     let cur = s.get("/p/ns/counter").await.unwrap().unwrap();
                     let next = obj("counter", n_of(&cur.parse().unwrap()) + 1);
-                    match s.update("/p/ns/counter", next, Some(cur.mod_revision)).await {
+                    match s.update("/p/ns/counter", draft(next), Some(cur.mod_revision)).await {
                         Ok(_) => break,
                         // The write this lost to reaches the cache through a task on this runtime: let it run,
                         // or (the memory backend never yields) spinning tasks can starve it forever.
@@ -287,8 +292,8 @@ async fn watch_replays_in_order_without_gaps_then_goes_live(b: &dyn Backend) {
     let s = b.open(&f.dir, HistoryLimits::default()).await;
     let base = s.current_revision();
     for i in 0..10 {
-        s.create(&format!("/p/ns/o{i}"), obj("o", i)).await.unwrap();
-        s.create(&format!("/p/other/o{i}"), obj("o", i)).await.unwrap();
+        s.create(&format!("/p/ns/o{i}"), draft(obj("o", i))).await.unwrap();
+        s.create(&format!("/p/other/o{i}"), draft(obj("o", i))).await.unwrap();
     }
     s.delete("/p/ns/o3", None).await.unwrap();
     let mut w = s.watch("/p/ns/", base + 4).unwrap();
@@ -303,7 +308,7 @@ async fn watch_replays_in_order_without_gaps_then_goes_live(b: &dyn Backend) {
     let expected: Vec<Revision> = [5, 7, 9, 11, 13, 15, 17, 19, 21].iter().map(|r| base + r).collect();
     assert_eq!(revisions, expected, "only the prefix, every event once, in order");
     assert_eq!(kinds[8], EventType::Deleted);
-    let live = s.update("/p/ns/o0", obj("o", 100), None).await.unwrap();
+    let live = s.update("/p/ns/o0", draft(obj("o", 100)), None).await.unwrap();
     let ev = tokio::time::timeout(Duration::from_secs(5), w.next()).await.unwrap().unwrap().unwrap();
     assert_eq!((ev.revision, ev.kind), (live.mod_revision, EventType::Modified));
     assert_eq!(n_of(&ev.prev.as_ref().unwrap().parse().unwrap()), 0, "events carry the previous state");
@@ -314,7 +319,7 @@ async fn watch_before_kept_history_is_expired(b: &dyn Backend) {
     let s = b.open(&f.dir, SMALL).await;
     let base = s.current_revision();
     for i in 0..20 {
-        s.create(&format!("/p/ns/o{i}"), obj("o", i)).await.unwrap();
+        s.create(&format!("/p/ns/o{i}"), draft(obj("o", i))).await.unwrap();
     }
     assert!(s.compacted_revision() >= base + 15, "history is bounded");
     assert!(matches!(s.watch("/p/", base + 1), Err(StorageError::Expired { .. })));
@@ -325,7 +330,7 @@ async fn watch_before_kept_history_is_expired(b: &dyn Backend) {
     // A watcher that falls behind the history gets one Expired and ends.
     let mut slow = s.watch("/p/", s.current_revision()).unwrap();
     for i in 0..20 {
-        s.update(&format!("/p/ns/o{i}"), obj("o", -1), None).await.unwrap();
+        s.update(&format!("/p/ns/o{i}"), draft(obj("o", -1)), None).await.unwrap();
     }
     assert!(matches!(slow.next().await, Some(Err(StorageError::Expired { .. }))));
     assert!(slow.next().await.is_none());
@@ -339,7 +344,7 @@ async fn list_reads_a_consistent_snapshot(b: &dyn Backend) {
     let s = b.open(&f.dir, HistoryLimits::default()).await;
     let base = s.current_revision();
     for i in 0..10 {
-        s.create(&format!("/p/ns/o{i}"), obj("o", i)).await.unwrap();
+        s.create(&format!("/p/ns/o{i}"), draft(obj("o", i))).await.unwrap();
     }
     let at = s.current_revision();
     let page = s.list(ListOptions { prefix: "/p/ns/".into(), limit: Some(4), ..Default::default() }).await.unwrap();
@@ -350,8 +355,8 @@ async fn list_reads_a_consistent_snapshot(b: &dyn Backend) {
 
     // Change everything, then read the rest at the first page's revision.
     s.delete("/p/ns/o5", None).await.unwrap();
-    s.update("/p/ns/o6", obj("o", 66), None).await.unwrap();
-    s.create("/p/ns/o45", obj("new", 0)).await.unwrap();
+    s.update("/p/ns/o6", draft(obj("o", 66)), None).await.unwrap();
+    s.create("/p/ns/o45", draft(obj("new", 0))).await.unwrap();
     let rest = s
         .list(ListOptions {
             prefix: "/p/ns/".into(),
@@ -392,7 +397,7 @@ async fn old_revisions_expire_with_history(b: &dyn Backend) {
     let s = b.open(&f.dir, SMALL).await;
     let base = s.current_revision();
     for i in 0..20 {
-        s.create(&format!("/p/ns/o{i}"), obj("o", i)).await.unwrap();
+        s.create(&format!("/p/ns/o{i}"), draft(obj("o", i))).await.unwrap();
     }
     let r = s.list(ListOptions { prefix: "/p/".into(), revision: Some(base + 2), ..Default::default() }).await;
     assert!(matches!(r, Err(StorageError::Expired { .. })));
@@ -405,12 +410,12 @@ async fn restart_keeps_objects_and_revision(b: &dyn Backend) {
         let s = b.open(&f.dir, HistoryLimits::default()).await;
         base = s.current_revision();
         for i in 0..5 {
-            s.create(&format!("/p/ns/o{i}"), obj("o", i)).await.unwrap();
+            s.create(&format!("/p/ns/o{i}"), draft(obj("o", i))).await.unwrap();
         }
-        s.update("/p/ns/o1", obj("o", 11), None).await.unwrap();
+        s.update("/p/ns/o1", draft(obj("o", 11)), None).await.unwrap();
         s.delete("/p/ns/o2", None).await.unwrap();
         let labelled = json!({"metadata": {"name": "o3", "namespace": "ns", "uid": "u3", "labels": {"app": "web"}}});
-        let o3 = s.update("/p/ns/o3", labelled, None).await.unwrap();
+        let o3 = s.update("/p/ns/o3", draft(labelled), None).await.unwrap();
         assert_eq!((o3.meta.label("app"), &*o3.meta.uid, &*o3.meta.namespace), (Some("web"), "u3", "ns"));
     }
     let s = b.open(&f.dir, HistoryLimits::default()).await;
@@ -425,7 +430,7 @@ async fn restart_keeps_objects_and_revision(b: &dyn Backend) {
     assert_eq!(s.current_revision(), base + 8);
     assert_eq!(n_of(&s.get("/p/ns/o1").await.unwrap().unwrap().parse().unwrap()), 11);
     assert!(s.get("/p/ns/o2").await.unwrap().is_none());
-    let next = s.create("/p/ns/o9", obj("o", 9)).await.unwrap();
+    let next = s.create("/p/ns/o9", draft(obj("o", 9))).await.unwrap();
     assert_eq!(next.mod_revision, base + 9, "the revision continues");
 }
 
@@ -434,11 +439,11 @@ async fn restart_keeps_history(b: &dyn Backend) {
     {
         let s = b.open(&f.dir, HistoryLimits::default()).await;
         for i in 0..5 {
-            s.create(&format!("/p/ns/o{i}"), obj("o", i)).await.unwrap();
+            s.create(&format!("/p/ns/o{i}"), draft(obj("o", i))).await.unwrap();
         }
-        s.update("/p/ns/o1", obj("o", 11), None).await.unwrap();
+        s.update("/p/ns/o1", draft(obj("o", 11)), None).await.unwrap();
         s.delete("/p/ns/o2", None).await.unwrap();
-        s.update("/p/ns/o3", obj("o", 33), None).await.unwrap();
+        s.update("/p/ns/o3", draft(obj("o", 33)), None).await.unwrap();
     }
     let s = b.open(&f.dir, HistoryLimits::default()).await;
     let mut w = s.watch("/p/", 0).unwrap();
@@ -459,7 +464,9 @@ async fn history_is_bounded_in_bytes(b: &dyn Backend) {
     let base = s.current_revision();
     let pad = "x".repeat(200);
     for i in 0..50 {
-        s.create(&format!("/p/ns/o{i:02}"), json!({"metadata": {"name": "o"}, "spec": {"pad": pad}})).await.unwrap();
+        s.create(&format!("/p/ns/o{i:02}"), draft(json!({"metadata": {"name": "o"}, "spec": {"pad": pad}})))
+            .await
+            .unwrap();
     }
     let size = s.get("/p/ns/o10").await.unwrap().unwrap().bytes.len() as u64;
     let kept = s.current_revision() - s.compacted_revision();
@@ -474,7 +481,7 @@ async fn restart_with_less_history_is_honest(b: &dyn Backend) {
     {
         let s = b.open(&f.dir, HistoryLimits::default()).await;
         for i in 0..20 {
-            s.create(&format!("/p/ns/o{i}"), obj("o", i)).await.unwrap();
+            s.create(&format!("/p/ns/o{i}"), draft(obj("o", i))).await.unwrap();
         }
     }
     let s = b.open(&f.dir, SMALL).await;
@@ -503,10 +510,10 @@ async fn restart_shares_history_with_current_objects(b: &dyn Backend) {
     let f = fixture();
     {
         let s = b.open(&f.dir, HistoryLimits::default()).await;
-        s.create("/p/ns/a", obj("a", 1)).await.unwrap();
-        s.update("/p/ns/a", obj("a", 2), None).await.unwrap();
-        s.create("/p/ns/b", obj("b", 1)).await.unwrap();
-        s.update("/p/ns/a", obj("a", 3), None).await.unwrap();
+        s.create("/p/ns/a", draft(obj("a", 1))).await.unwrap();
+        s.update("/p/ns/a", draft(obj("a", 2)), None).await.unwrap();
+        s.create("/p/ns/b", draft(obj("b", 1))).await.unwrap();
+        s.update("/p/ns/a", draft(obj("a", 3)), None).await.unwrap();
     }
     let s = b.open(&f.dir, HistoryLimits::default()).await;
     let mut w = s.watch("/p/", 0).unwrap();
@@ -528,7 +535,9 @@ async fn concurrent_writers_share_flushes(b: &dyn Backend) {
     let tasks: Vec<_> = (0..200)
         .map(|i| {
             let s = s.clone();
-            tokio::spawn(async move { s.create(&format!("/p/ns/o{i:03}"), obj("o", i)).await.unwrap().mod_revision })
+            tokio::spawn(
+                async move { s.create(&format!("/p/ns/o{i:03}"), draft(obj("o", i))).await.unwrap().mod_revision },
+            )
         })
         .collect();
     let mut revs = Vec::new();
@@ -547,7 +556,7 @@ async fn a_cache_behind_compacted_history_reloads() {
     let f = fixture();
     let s = Memory.open(&f.dir, HistoryLimits::default()).await;
     for i in 0..3 {
-        s.create(&format!("/p/ns/o{i}"), obj("o", i)).await.unwrap();
+        s.create(&format!("/p/ns/o{i}"), draft(obj("o", i))).await.unwrap();
     }
     let mut before = s.watch("/p/", s.current_revision()).unwrap();
     let disk = static_disk(&f.dir);
@@ -559,7 +568,9 @@ async fn a_cache_behind_compacted_history_reloads() {
     // Another writer goes on meanwhile, and the backend compacts its history.
     let other = MemoryBackend(disk.clone());
     storage::Backend::write(&other, Write::Delete { key: "/p/ns/o0".into(), expected: None }).await.unwrap();
-    storage::Backend::write(&other, Write::Create { key: "/p/ns/new".into(), value: obj("new", 9) }).await.unwrap();
+    storage::Backend::write(&other, Write::Create { key: "/p/ns/new".into(), object: draft(obj("new", 9)) })
+        .await
+        .unwrap();
     storage::Backend::compact(&other, 5);
     assert!(s.get("/p/ns/new").await.unwrap().is_none(), "the cache is behind");
     disk.lock().unwrap().unreachable = false;
@@ -574,7 +585,7 @@ async fn a_cache_behind_compacted_history_reloads() {
     assert!(matches!(before.next().await, Some(Err(StorageError::Expired { .. }))), "no silent gap");
     assert!(matches!(s.watch("/p/", 3), Err(StorageError::Expired { .. })));
     let mut after = s.watch("/p/", 5).unwrap();
-    s.update("/p/ns/new", obj("new", 10), None).await.unwrap();
+    s.update("/p/ns/new", draft(obj("new", 10)), None).await.unwrap();
     assert_eq!(after.next().await.unwrap().unwrap().revision, 6, "and follows again");
 }
 
@@ -588,7 +599,7 @@ async fn sled_recovers_in_place_after_a_full_disk() {
     let pad = "x".repeat(16 * 1024);
     let big = |i: usize| json!({"metadata": {"name": format!("o{i}")}, "spec": {"pad": pad}});
     for i in 0..10 {
-        s.create(&format!("/p/ns/o{i}"), big(i)).await.unwrap();
+        s.create(&format!("/p/ns/o{i}"), draft(big(i))).await.unwrap();
     }
     s.check_writable().await.expect("writable before the disk fills");
     let filler = disk.fill();
@@ -596,7 +607,7 @@ async fn sled_recovers_in_place_after_a_full_disk() {
     let mut acked = (0..10).collect::<Vec<_>>();
     let mut refused = None;
     for i in 10..2000 {
-        match s.create(&format!("/p/ns/o{i}"), big(i)).await {
+        match s.create(&format!("/p/ns/o{i}"), draft(big(i))).await {
             Ok(o) => {
                 assert_eq!(o.mod_revision, i as u64 + 1);
                 acked.push(i)
@@ -610,11 +621,11 @@ async fn sled_recovers_in_place_after_a_full_disk() {
     assert!(matches!(refused, Some(StorageError::Backend(_))), "a full disk refuses writes: {refused:?}");
     assert!(s.check_writable().await.is_err(), "the check says the store cannot write");
     assert!(s.check_alive().is_ok(), "but it can recover in place");
-    assert!(s.create("/p/ns/still-full", obj("x", 0)).await.is_err());
+    assert!(s.create("/p/ns/still-full", draft(obj("x", 0))).await.is_err());
 
     std::fs::remove_file(filler).unwrap();
     s.check_writable().await.expect("writable again once space is freed");
-    let after = s.create("/p/ns/after", obj("after", 1)).await.expect("a write after recovery");
+    let after = s.create("/p/ns/after", draft(obj("after", 1))).await.expect("a write after recovery");
     for i in &acked {
         assert!(s.get(&format!("/p/ns/o{i}")).await.unwrap().is_some(), "acknowledged o{i} is served");
     }

@@ -8,12 +8,14 @@ use etcd_client::{Client, GetOptions};
 use futures::StreamExt;
 use podset_apiserver::envtest::etcd::Etcd;
 use podset_apiserver::storage::{
-    Backend, Cacher, EtcdBackend, EtcdOptions, EventType, HistoryLimits, ListOptions, StorageError, Store,
+    Backend, Cacher, Draft, EtcdBackend, EtcdOptions, EventType, HistoryLimits, ListOptions, Object, StorageError,
+    Store,
 };
-use serde_json::{json, Value};
+use serde_json::json;
 
-fn obj(name: &str, n: i64) -> Value {
-    json!({"metadata": {"name": name, "namespace": "ns"}, "spec": {"n": n}})
+/// A PodSet-shaped object as the store takes it.
+fn obj(name: &str, n: i64) -> Draft {
+    Draft::new(&json!({"metadata": {"name": name, "namespace": "ns"}, "spec": {"n": n}}), &[]).unwrap()
 }
 
 fn n_of(o: &podset_apiserver::storage::Object) -> i64 {
@@ -124,6 +126,39 @@ async fn revisions_of_other_keys_are_skipped_and_reached() {
     let keys = other.get("/registry/demo.k8s.io/podsets/", Some(GetOptions::new().with_prefix().with_keys_only()));
     let keys: Vec<String> = keys.await.unwrap().kvs().iter().map(|kv| kv.key_str().unwrap().to_owned()).collect();
     assert_eq!(keys, ["/registry/demo.k8s.io/podsets/ns/a", "/registry/demo.k8s.io/podsets/ns/b"]);
+}
+
+/// etcd keeps an object's JSON as serde_json writes it, without `resourceVersion`; the write, a get, a watch and
+/// another replica's load all return those bytes with the revision spliced in, and the same ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_keeps_the_json_without_its_revision() {
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = Etcd::start(&dir.path().join("etcd"));
+    let s = replica(&etcd).await;
+    let values = [
+        json!({"kind": "PodSet", "metadata": {"name": "a", "namespace": "ns", "labels": {"x": "y"}}, "spec": {"n": 1}}),
+        json!({"metadata": {"name": "b", "resourceVersion": "7", "uid": "u"}, "spec": {"n": 2}}),
+        json!({"spec": {"n": 3}, "apiVersion": "v1"}),
+    ];
+    let mut client = Client::connect([etcd.url()], None).await.unwrap();
+    for (i, value) in values.iter().enumerate() {
+        let key = format!("/podsets/ns/o{i}");
+        let written = s.create(&key, Draft::new(value, &[]).unwrap()).await.unwrap();
+        let mut want = value.clone();
+        if let Some(m) = want.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+            m.remove("resourceVersion");
+        }
+        let stored = client.get(format!("/registry/demo.k8s.io{key}"), None).await.unwrap();
+        assert_eq!(stored.kvs()[0].value_str().unwrap(), serde_json::to_string(&want).unwrap());
+        let again = Object::from_unstamped_json(&key, stored.kvs()[0].value(), written.mod_revision).unwrap();
+        assert_eq!(written.bytes, again.bytes, "{value}");
+        assert_eq!(written.meta, again.meta);
+        assert_eq!(s.get(&key).await.unwrap().unwrap().bytes, written.bytes);
+        let mut w = s.watch("/podsets/", written.mod_revision - 1).unwrap();
+        assert_eq!(w.next().await.unwrap().unwrap().object.bytes, written.bytes);
+        let other = replica(&etcd).await;
+        assert_eq!(other.get(&key).await.unwrap().unwrap().bytes, written.bytes);
+    }
 }
 
 /// Many writers on two replicas while both keep making consistent reads: every read sees what was acknowledged

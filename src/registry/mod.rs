@@ -41,7 +41,7 @@ use self::strategy::{check_identity, now};
 use crate::api::status::{ApiError, ApiResult};
 use crate::api::validation::{self, FieldError};
 use crate::api::{PodSet, PodSetStatus};
-use crate::storage::{ListOptions, Object, StorageError, Store};
+use crate::storage::{Draft, ListOptions, Object, StorageError, Store};
 
 /// Attempts at a read-modify-write before giving up on a hot object.
 const MAX_RETRIES: usize = 32;
@@ -217,7 +217,8 @@ impl Registry {
             if opts.dry_run {
                 return Ok(Written { object: Stored::unstored(value), warnings, created: true });
             }
-            match self.store.create(&key.storage_key(), value).await {
+            let draft = Draft::new(&value, &[]).map_err(|e| storage_error(e, &key.name))?;
+            match self.store.create(&key.storage_key(), draft).await {
                 Ok(object) => return Ok(Written { object: Stored::new(object), warnings, created: true }),
                 Err(StorageError::AlreadyExists { .. }) if generate.is_some() && attempt < 8 => continue,
                 Err(e) => return Err(storage_error(e, &key.name)),
@@ -271,7 +272,8 @@ impl Registry {
                 // The last finalizer is gone: the object goes now, as kube-apiserver does.
                 self.store.delete(&storage_key, expected).await
             } else {
-                self.store.update(&storage_key, value, expected).await
+                let draft = Draft::new(&value, &[]).map_err(|e| storage_error(e, &key.name))?;
+                self.store.update(&storage_key, draft, expected).await
             };
             match result {
                 Ok(object) => return Ok(Written { object: Stored::new(object), warnings, created: false }),
@@ -465,7 +467,8 @@ impl Registry {
                 if dry_run {
                     return Ok(Deleted { object: Stored::unstored(value), gone });
                 }
-                self.store.update(&storage_key, value, expected).await
+                let draft = Draft::new(&value, &[]).map_err(|e| storage_error(e, name))?;
+                self.store.update(&storage_key, draft, expected).await
             };
             match result {
                 Ok(object) => return Ok(Deleted { object: Stored::new(object), gone }),

@@ -11,7 +11,7 @@ use super::options::FieldValidation;
 use super::stored::Stored;
 use super::{strategy, Registry};
 use crate::api::status::{ApiError, ApiResult};
-use crate::storage::StorageError;
+use crate::storage::{Draft, StorageError};
 
 impl Registry {
     /// True when the store holds no PodSet: a restore only goes into an empty store, so nothing is merged.
@@ -42,7 +42,8 @@ impl Registry {
         // write, as for objects already stored.
         strategy::validate_create(&mut ps)?;
         let key = PodSetKey::new(namespace, name);
-        match self.store.create(&key.storage_key(), value).await {
+        let draft = Draft::new(&value, &[]).map_err(|e| storage_error(e, &key.name))?;
+        match self.store.create(&key.storage_key(), draft).await {
             Ok(object) => Ok(Stored::new(object)),
             Err(StorageError::AlreadyExists { .. }) => Err(ApiError::already_exists(&key.name)),
             Err(e) => Err(storage_error(e, &key.name)),

@@ -3,11 +3,9 @@
 
 use std::sync::Arc;
 
+use super::{Draft, Event, EventType, HistoryLimits, Object, Result, Revision};
 use async_trait::async_trait;
 use futures::stream::BoxStream;
-use serde_json::Value;
-
-use super::{Event, EventType, HistoryLimits, Object, Result, Revision};
 
 /// One write, checked and applied by the backend. The backend stamps `metadata.resourceVersion` with the revision
 /// it assigns.
@@ -15,12 +13,12 @@ use super::{Event, EventType, HistoryLimits, Object, Result, Revision};
 pub enum Write {
     Create {
         key: String,
-        value: Value,
+        object: Draft,
     },
     /// Replaces `key` if its revision is still `expected` (when given).
     Update {
         key: String,
-        value: Value,
+        object: Draft,
         expected: Option<Revision>,
     },
     /// Removes `key` if its revision is still `expected` (when given).

@@ -11,13 +11,12 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use futures::StreamExt;
 use parking_lot::RwLock;
-use serde_json::Value;
 use tokio::sync::watch;
 
 use super::state::State;
 use super::{
-    Backend, ChangeStream, Event, HistoryLimits, ListOptions, ListResult, Object, Result, Revision, StorageError,
-    Store, StoreStats, WatchStream, Write,
+    Backend, ChangeStream, Draft, Event, HistoryLimits, ListOptions, ListResult, Object, Result, Revision,
+    StorageError, Store, StoreStats, WatchStream, Write,
 };
 
 /// Most events a watcher takes from the log under one read lock.
@@ -217,12 +216,12 @@ impl Store for Cacher {
         self.inner.state.read().list(&opts)
     }
 
-    async fn create(&self, key: &str, value: Value) -> Result<Arc<Object>> {
-        self.write(Write::Create { key: key.to_owned(), value }).await
+    async fn create(&self, key: &str, object: Draft) -> Result<Arc<Object>> {
+        self.write(Write::Create { key: key.to_owned(), object }).await
     }
 
-    async fn update(&self, key: &str, value: Value, expected: Option<Revision>) -> Result<Arc<Object>> {
-        self.write(Write::Update { key: key.to_owned(), value, expected }).await
+    async fn update(&self, key: &str, object: Draft, expected: Option<Revision>) -> Result<Arc<Object>> {
+        self.write(Write::Update { key: key.to_owned(), object, expected }).await
     }
 
     async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<Arc<Object>> {

@@ -16,7 +16,6 @@ use etcd_client::{
     TxnOp, TxnOpResponse, WatchOptions,
 };
 use futures::future::{BoxFuture, FutureExt, Shared};
-use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
@@ -208,16 +207,6 @@ impl EtcdBackend {
     }
 }
 
-/// The JSON etcd keeps: the object without `metadata.resourceVersion`.
-fn unstamped(mut value: Value) -> Result<Vec<u8>> {
-    match value.get_mut("metadata") {
-        Some(Value::Object(m)) => drop(m.remove("resourceVersion")),
-        Some(_) => return Err(StorageError::InvalidObject),
-        None => {}
-    }
-    serde_json::to_vec(&value).map_err(|e| StorageError::Backend(e.to_string()))
-}
-
 /// Why an update or delete was refused, from the key's state the transaction read back instead.
 fn refused(key: String, expected: Option<Revision>, resp: &etcd_client::TxnResponse) -> StorageError {
     let current = resp.op_responses().into_iter().find_map(|r| match r {
@@ -265,9 +254,10 @@ impl Backend for EtcdBackend {
 
     async fn write(&self, write: Write) -> Result<Arc<Object>> {
         match write {
-            Write::Create { key, value } => {
+            Write::Create { key, object } => {
                 let k = self.etcd_key(&key);
-                let json = unstamped(value)?;
+                // The JSON etcd keeps: the object without `metadata.resourceVersion`.
+                let json = object.into_unstamped();
                 let txn = Txn::new()
                     .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
                     .and_then([TxnOp::put(k, json.clone(), None), self.touch()]);
@@ -278,9 +268,9 @@ impl Backend for EtcdBackend {
                 let rev = revision(resp.header().map(|h| h.revision()).unwrap_or_default());
                 Ok(Arc::new(Object::from_unstamped_json(&key, &json, rev)?))
             }
-            Write::Update { key, value, expected } => {
+            Write::Update { key, object, expected } => {
                 let k = self.etcd_key(&key);
-                let json = unstamped(value)?;
+                let json = object.into_unstamped();
                 let cmp = match expected {
                     Some(e) => Compare::mod_revision(k.clone(), CompareOp::Equal, e as i64),
                     None => Compare::create_revision(k.clone(), CompareOp::Greater, 0),

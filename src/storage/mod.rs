@@ -17,12 +17,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
-use serde_json::Value;
 
 pub use backend::{Backend, Change, ChangeStream, Snapshot, Write};
 pub use cacher::Cacher;
 pub use etcd_backend::{EtcdBackend, EtcdOptions};
-pub use object::{Object, ObjectMeta};
+pub use object::{Draft, Object, ObjectMeta};
 pub use sled_backend::{SledBackend, SledOptions};
 
 /// A revision of the whole store. 0 means "nothing written yet".
@@ -148,9 +147,9 @@ pub trait Store: Send + Sync + 'static {
     async fn get(&self, key: &str) -> Result<Option<Arc<Object>>>;
     async fn list(&self, opts: ListOptions) -> Result<ListResult>;
     /// Creates `key`; sets `metadata.resourceVersion` to the new revision.
-    async fn create(&self, key: &str, value: Value) -> Result<Arc<Object>>;
+    async fn create(&self, key: &str, object: Draft) -> Result<Arc<Object>>;
     /// Replaces `key`, if its revision is still `expected` (when given).
-    async fn update(&self, key: &str, value: Value, expected: Option<Revision>) -> Result<Arc<Object>>;
+    async fn update(&self, key: &str, object: Draft, expected: Option<Revision>) -> Result<Arc<Object>>;
     /// Removes `key`, if its revision is still `expected` (when given). Returns the deleted object.
     async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<Arc<Object>>;
     /// Events under `prefix` with a revision greater than `after`.
@@ -168,17 +167,4 @@ pub trait Store: Send + Sync + 'static {
     /// Ok unless the store can no longer serve until the process restarts (`/livez`).
     fn check_alive(&self) -> Result<()>;
     fn stats(&self) -> StoreStats;
-}
-
-/// Sets `metadata.resourceVersion` on a JSON object.
-pub(crate) fn stamp_resource_version(value: &mut Value, revision: Revision) -> Result<()> {
-    let meta = value
-        .as_object_mut()
-        .ok_or(StorageError::InvalidObject)?
-        .entry("metadata")
-        .or_insert_with(|| Value::Object(Default::default()));
-    meta.as_object_mut()
-        .ok_or(StorageError::InvalidObject)?
-        .insert("resourceVersion".into(), Value::String(revision.to_string()));
-    Ok(())
 }

@@ -5,13 +5,14 @@
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::Range;
 use std::sync::OnceLock;
 
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{stamp_resource_version, Result, Revision, StorageError};
+use super::{Result, Revision, StorageError};
 
 /// The metadata the cache indexes: namespace, name, uid and labels.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -83,6 +84,142 @@ impl fmt::Debug for Memo {
     }
 }
 
+/// An object on its way into storage, serialized by the writer's caller (so not on the store's one writer
+/// thread): its JSON with an empty `metadata.resourceVersion` for the store to fill in, and what the cache indexes.
+#[derive(Debug, Clone)]
+pub struct Draft {
+    json: Vec<u8>,
+    /// Where the revision goes: between the quotes of `"resourceVersion":""`.
+    revision_at: usize,
+    /// What a store that keeps the revision beside the object (etcd) leaves out: that field with a comma beside it,
+    /// or the whole `metadata` when the draft added it only to hold the field.
+    unstamped_cut: Range<usize>,
+    meta: ObjectMeta,
+}
+
+impl Draft {
+    /// `value` as it will be stored. `raw_meta` are fields of `metadata` the caller serialized already (JSON
+    /// text), in place of any of the same name; the bytes are those of `value` with them set, stamped, and
+    /// serialized.
+    pub fn new(value: &Value, raw_meta: &[(&str, &str)]) -> Result<Self> {
+        let root = value.as_object().ok_or(StorageError::InvalidObject)?;
+        let meta = match root.get("metadata") {
+            None => None,
+            Some(Value::Object(m)) => Some(m),
+            Some(_) => return Err(StorageError::InvalidObject),
+        };
+        let mut extra: Vec<(&str, Option<&str>)> = raw_meta.iter().map(|(k, v)| (*k, Some(*v))).collect();
+        extra.retain(|(k, _)| *k != "resourceVersion");
+        extra.push(("resourceVersion", None));
+        extra.sort_by_key(|(k, _)| *k);
+        let mut w = JsonWriter { out: Vec::with_capacity(1024), revision_at: 0, revision_field: 0..0 };
+        w.out.push(b'{');
+        let mut first = true;
+        // The `metadata` added when `value` has none: etcd's form leaves it out, unless raw fields came in it.
+        let mut added_meta = None;
+        for (k, v) in root {
+            if meta.is_none() && added_meta.is_none() && k.as_str() > "metadata" {
+                added_meta = Some(w.added_meta(&mut first, &extra)?);
+            }
+            w.key(&mut first, k)?;
+            if k == "metadata" {
+                w.meta(meta, &extra)?;
+            } else {
+                w.value(v)?;
+            }
+        }
+        if meta.is_none() && added_meta.is_none() {
+            added_meta = Some(w.added_meta(&mut first, &extra)?);
+        }
+        w.out.push(b'}');
+        let JsonWriter { mut out, revision_at, revision_field } = w;
+        out.shrink_to_fit();
+        let mut cut = added_meta.filter(|_| extra.len() == 1).unwrap_or(revision_field);
+        if out[cut.start] != b',' && out[cut.end] == b',' {
+            cut.end += 1; // the first member: the comma after it goes instead
+        }
+        Ok(Self { json: out, revision_at, unstamped_cut: cut, meta: ObjectMeta::from_value(value) })
+    }
+
+    /// The JSON without `metadata.resourceVersion`, as a store that keeps the revision beside the object holds it
+    /// (etcd): the bytes of `value` with the raw fields set, serialized (no `metadata` when `value` had none and
+    /// no raw field came).
+    pub fn into_unstamped(self) -> Vec<u8> {
+        let mut json = self.json;
+        json.drain(self.unstamped_cut);
+        json
+    }
+}
+
+/// Compact JSON as serde_json writes a `Value`, with fields of `metadata` spliced in.
+struct JsonWriter {
+    out: Vec<u8>,
+    revision_at: usize,
+    /// The member `"resourceVersion":""`, with the comma before it if any.
+    revision_field: Range<usize>,
+}
+
+impl JsonWriter {
+    fn key(&mut self, first: &mut bool, k: &str) -> Result<()> {
+        if !std::mem::take(first) {
+            self.out.push(b',');
+        }
+        self.value(k)?;
+        self.out.push(b':');
+        Ok(())
+    }
+
+    fn value<T: serde::Serialize + ?Sized>(&mut self, v: &T) -> Result<()> {
+        serde_json::to_writer(&mut self.out, v).map_err(|e| StorageError::Backend(e.to_string()))
+    }
+
+    /// `metadata` with `extra` (sorted; `None` is the resourceVersion slot) in their places.
+    fn meta(&mut self, meta: Option<&serde_json::Map<String, Value>>, extra: &[(&str, Option<&str>)]) -> Result<()> {
+        self.out.push(b'{');
+        let mut first = true;
+        let mut pending = extra.iter().peekable();
+        for (k, v) in meta.into_iter().flatten() {
+            while let Some((name, raw)) = pending.next_if(|(name, _)| *name < k.as_str()) {
+                self.extra(&mut first, name, *raw)?;
+            }
+            if extra.iter().any(|(name, _)| *name == k.as_str()) {
+                continue;
+            }
+            self.key(&mut first, k)?;
+            self.value(v)?;
+        }
+        for (name, raw) in pending {
+            self.extra(&mut first, name, *raw)?;
+        }
+        self.out.push(b'}');
+        Ok(())
+    }
+
+    /// A `metadata` of only `extra`, for a value without one; returns the member's bytes, with the comma before it
+    /// if any.
+    fn added_meta(&mut self, first: &mut bool, extra: &[(&str, Option<&str>)]) -> Result<Range<usize>> {
+        let start = self.out.len();
+        self.key(first, "metadata")?;
+        self.meta(None, extra)?;
+        Ok(start..self.out.len())
+    }
+
+    fn extra(&mut self, first: &mut bool, name: &str, raw: Option<&str>) -> Result<()> {
+        let start = self.out.len();
+        self.key(first, name)?;
+        match raw {
+            Some(json) => self.out.extend_from_slice(json.as_bytes()),
+            None => {
+                self.out.push(b'"');
+                self.revision_at = self.out.len();
+                self.out.push(b'"');
+                self.revision_field = start..self.out.len();
+            }
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug)]
 pub struct Object {
     pub key: String,
@@ -95,13 +232,26 @@ pub struct Object {
 
 impl Object {
     /// Stamps `metadata.resourceVersion` with `revision` and serializes, once for the life of this state.
-    pub fn new(key: &str, mut value: Value, revision: Revision) -> Result<Self> {
-        stamp_resource_version(&mut value, revision)?;
-        let mut json = serde_json::to_vec(&value).map_err(|e| StorageError::Backend(e.to_string()))?;
-        // The buffer grew by doubling; kept for the life of the revision, its spare capacity would be a third of
-        // the cache's memory.
-        json.shrink_to_fit();
-        Ok(Self::with_bytes(key, &value, Bytes::from(json), revision))
+    pub fn new(key: &str, value: Value, revision: Revision) -> Result<Self> {
+        Ok(Self::from_draft(key, Draft::new(&value, &[])?, revision))
+    }
+
+    /// The draft stamped with `revision`.
+    pub fn from_draft(key: &str, draft: Draft, revision: Revision) -> Self {
+        let digits = revision.to_string();
+        let (head, tail) = draft.json.split_at(draft.revision_at);
+        // Exactly sized: kept for the life of the revision, spare capacity would be a third of the cache's memory.
+        let mut json = Vec::with_capacity(draft.json.len() + digits.len());
+        json.extend_from_slice(head);
+        json.extend_from_slice(digits.as_bytes());
+        json.extend_from_slice(tail);
+        Self {
+            key: key.to_owned(),
+            meta: draft.meta,
+            bytes: Bytes::from(json),
+            mod_revision: revision,
+            memo: Memo::default(),
+        }
     }
 
     /// An object whose bytes are already `value` serialized.
@@ -171,6 +321,79 @@ mod tests {
         assert_eq!(obj.meta.label("x"), None);
         assert_eq!(obj.meta.labels().collect::<Vec<_>>(), [("app", "web"), ("tier", "b")]);
         assert_eq!(obj.parse().unwrap()["metadata"]["resourceVersion"], "7");
+    }
+
+    /// What a draft must store: the value with the raw fields set and the revision stamped, serialized.
+    fn reference(value: &Value, raw_meta: &[(&str, &str)], revision: Revision) -> Vec<u8> {
+        let mut v = value.clone();
+        let meta = v.as_object_mut().unwrap().entry("metadata").or_insert_with(|| json!({}));
+        for (k, raw) in raw_meta {
+            meta[*k] = serde_json::from_str(raw).unwrap();
+        }
+        meta["resourceVersion"] = json!(revision.to_string());
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    /// What a draft must give a store that keeps the revision beside it (etcd): the value with the raw fields set
+    /// and without a resourceVersion, serialized, as the etcd backend wrote values before drafts.
+    fn reference_unstamped(value: &Value, raw_meta: &[(&str, &str)]) -> Vec<u8> {
+        let mut v = value.clone();
+        if !raw_meta.is_empty() {
+            let meta = v.as_object_mut().unwrap().entry("metadata").or_insert_with(|| json!({}));
+            for (k, raw) in raw_meta {
+                meta[*k] = serde_json::from_str(raw).unwrap();
+            }
+        }
+        if let Some(Value::Object(m)) = v.get_mut("metadata") {
+            m.remove("resourceVersion");
+        }
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    #[test]
+    fn a_draft_stores_the_bytes_of_its_value_stamped() {
+        let values = [
+            json!({}),
+            json!({"kind": "PodSet"}),
+            json!({"zeta": 1, "apiVersion": "v1"}),
+            json!({"metadata": {}}),
+            json!({"a": [1, 2.5, -3, null, true], "metadata": {"name": "x", "resourceVersion": "old"}, "z": {"y": {}}}),
+            json!({"metadata": {"annotations": {"q\"uote\\": "line\nbreak\u{1}", "ünï": "cödé"}, "zz": 1,
+                                "managedFields": [{"manager": "old"}], "labels": {"a": "b"}, "uid": "u"},
+                   "spec": {"n": 1e300, "s": "\u{7f}\u{2028}"}, "status": null}),
+            json!({"metadata": {"resourceVersionX": 1, "resourceVersio": 2, "managedFieldsZ": 3}}),
+            json!({"metadata": {"resourceVersion": "old"}}),
+            json!({"spec": 1}),
+            json!({"metadata": {"name": "a"}, "spec": 1}),
+        ];
+        let raws: [&[(&str, &str)]; 4] = [
+            &[],
+            &[("managedFields", r#"[{"fieldsV1":{"f:spec":{"f:n":{}}},"manager":"m"}]"#)],
+            &[("a", "1"), ("zzz", r#""z""#), ("managedFields", "[]")],
+            &[("resourceVersion", r#""ignored""#)],
+        ];
+        for v in &values {
+            for raw in raws {
+                for revision in [1, 42, u64::MAX] {
+                    let obj = Object::from_draft("k", Draft::new(v, raw).unwrap(), revision);
+                    let want = reference(
+                        v,
+                        raw.iter().filter(|(k, _)| *k != "resourceVersion").cloned().collect::<Vec<_>>().as_slice(),
+                        revision,
+                    );
+                    assert_eq!(String::from_utf8_lossy(&obj.bytes), String::from_utf8_lossy(&want), "{v} with {raw:?}");
+                    assert_eq!(obj.meta, ObjectMeta::from_value(v));
+                    assert_eq!(obj.mod_revision, revision);
+                    assert_eq!(obj.bytes.len(), want.len());
+                }
+                let raw_kept = raw.iter().filter(|(k, _)| *k != "resourceVersion").cloned().collect::<Vec<_>>();
+                let unstamped = Draft::new(v, raw).unwrap().into_unstamped();
+                let want = reference_unstamped(v, &raw_kept);
+                assert_eq!(String::from_utf8_lossy(&unstamped), String::from_utf8_lossy(&want), "{v} with {raw:?}");
+            }
+        }
+        assert!(matches!(Draft::new(&json!([1]), &[]), Err(StorageError::InvalidObject)));
+        assert!(matches!(Draft::new(&json!({"metadata": "x"}), &[]), Err(StorageError::InvalidObject)));
     }
 
     #[test]

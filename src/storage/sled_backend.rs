@@ -480,22 +480,22 @@ fn apply(
     };
     let next = *revision + 1;
     let (key, kind, object, event) = match write {
-        Write::Create { key, value } => {
+        Write::Create { key, object } => {
             if current(&key)?.is_some() {
                 return Err(StorageError::AlreadyExists { key });
             }
-            let obj = Object::new(&key, value, next)?;
+            let obj = Object::from_draft(&key, object, next);
             let record = codec::encode_object(&obj);
             let event = codec::encode_event(EventType::Added, &key, &record, None);
             batch.insert(codec::object_key(&key), record);
             (key, EventType::Added, obj, event)
         }
-        Write::Update { key, value, expected } => {
+        Write::Update { key, object, expected } => {
             let Some(prev) = current(&key)? else {
                 return Err(StorageError::NotFound { key });
             };
             check_expected(&key, prev.revision()?, expected)?;
-            let obj = Object::new(&key, value, next)?;
+            let obj = Object::from_draft(&key, object, next);
             let record = codec::encode_object(&obj);
             let event = codec::encode_event(EventType::Modified, &key, &record, Some(&prev.record()));
             batch.insert(codec::object_key(&key), record);
