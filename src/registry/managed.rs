@@ -24,6 +24,21 @@ pub fn podset_field_manager() -> &'static FieldManager {
     })
 }
 
+/// Whether a write sent managedFields of its own (which a create keeps, or which reset them).
+pub(crate) fn sent_managed_fields(new: &Value) -> bool {
+    new.get("metadata").and_then(|m| m.get("managedFields")).is_some_and(|m| !m.is_null())
+}
+
+/// The managedFields of a create by `opts.field_manager` of `new`, sent without managedFields, as the JSON to
+/// store beside it: what `manage_fields` would record, written out directly. `None` when there is nothing to
+/// record, or (logged) when the schema cannot take the object, which then loses field tracking as there.
+pub(crate) fn created_managed_fields(new: &mut Value, opts: &WriteOptions) -> Option<String> {
+    podset_field_manager().created_managed_fields(new, &opts.field_manager, &now_text()).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "managedFields could not be updated; dropping them");
+        None
+    })
+}
+
 /// The managedFields of a write by `opts.field_manager` to `sub`, going from `live` (`None` on create) to `new`.
 ///
 /// - `Update` (create, update, merge or JSON patch): `new` is the object about to be stored; returns it with the

@@ -36,7 +36,7 @@ pub use crate::storage::Revision;
 
 use self::decode::{apply_patch, decode_podset};
 use self::error::storage_error;
-use self::managed::manage_fields;
+use self::managed::{created_managed_fields, manage_fields, sent_managed_fields};
 use self::strategy::{check_identity, now};
 use crate::api::status::{ApiError, ApiResult};
 use crate::api::validation::{self, FieldError};
@@ -211,13 +211,25 @@ impl Registry {
             let mut candidate = ps.clone();
             strategy::validate_create(&mut candidate)?;
             let mut value = to_value(&candidate)?;
-            if tracking == Tracking::Update {
-                value = manage_fields(None, value, opts, Operation::Update, Subresource::Main)?;
-            }
+            // A create's managedFields are written out as JSON and stored as such, never built as a tree; ones the
+            // client sent go the general way.
+            let managed_fields = match tracking {
+                Tracking::Update if sent_managed_fields(&value) => {
+                    value = manage_fields(None, value, opts, Operation::Update, Subresource::Main)?;
+                    None
+                }
+                Tracking::Update => created_managed_fields(&mut value, opts),
+                Tracking::Applied => None,
+            };
             if opts.dry_run {
+                if let Some(json) = &managed_fields {
+                    value["metadata"]["managedFields"] =
+                        serde_json::from_str(json).map_err(|e| ApiError::internal(e.to_string()))?;
+                }
                 return Ok(Written { object: Stored::unstored(value), warnings, created: true });
             }
-            let draft = Draft::new(&value, &[]).map_err(|e| storage_error(e, &key.name))?;
+            let raw: Vec<(&str, &str)> = managed_fields.iter().map(|m| ("managedFields", m.as_str())).collect();
+            let draft = Draft::new(&value, &raw).map_err(|e| storage_error(e, &key.name))?;
             match self.store.create(&key.storage_key(), draft).await {
                 Ok(object) => return Ok(Written { object: Stored::new(object), warnings, created: true }),
                 Err(StorageError::AlreadyExists { .. }) if generate.is_some() && attempt < 8 => continue,

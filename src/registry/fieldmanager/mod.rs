@@ -250,6 +250,41 @@ impl FieldManager {
         Ok(())
     }
 
+    /// [`FieldManager::update`] of a create on the main resource of an object sent without managedFields, for a
+    /// caller that stores objects serialized: the JSON of the `metadata.managedFields` to store with `new` (`None`:
+    /// nothing to record), written in one walk that builds no set and no tree. `new` is left as `update` leaves
+    /// it, but for that field.
+    pub fn created_managed_fields(
+        &self,
+        new: &mut Value,
+        manager: &str,
+        now: &str,
+    ) -> Result<Option<String>, FieldManagerError> {
+        debug_assert!(new.pointer("/metadata/managedFields").is_none_or(Value::is_null));
+        remove_managed_fields(new);
+        let text = |out: &mut Vec<u8>, s: &str| serde_json::to_writer(out, s).expect("writing to a Vec cannot fail");
+        // One entry, its keys in the order serde_json writes a map's.
+        let mut out = Vec::with_capacity(512);
+        out.extend_from_slice(b"[{\"apiVersion\":");
+        text(&mut out, &self.api_version);
+        out.extend_from_slice(b",\"fieldsType\":\"FieldsV1\",\"fieldsV1\":");
+        let ignored = self.ignored(Subresource::Main);
+        let any =
+            typed::write_created_fields_v1(&self.schema, new, Some(&self.skeleton), ignored, &self.strip, &mut out)?;
+        if let Some(o) = new.as_object_mut() {
+            o.entry("metadata").or_insert_with(|| json!({}));
+        }
+        if !any {
+            return Ok(None);
+        }
+        out.extend_from_slice(b",\"manager\":");
+        text(&mut out, manager);
+        out.extend_from_slice(b",\"operation\":\"Update\",\"time\":");
+        text(&mut out, now);
+        out.extend_from_slice(b"}]");
+        Ok(Some(String::from_utf8(out).expect("JSON is UTF-8")))
+    }
+
     fn track_update(
         &self,
         live: &Value,

@@ -4,7 +4,7 @@
 use std::cmp::Ordering;
 use std::fmt;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// One step into an object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,8 +33,18 @@ impl PathElement {
         match self {
             PathElement::Field(name) => format!("f:{name}"),
             PathElement::Key(fields) => {
-                let m: Map<String, Value> = fields.iter().cloned().collect();
-                format!("k:{}", Value::Object(m))
+                // The fields are sorted by name, so this is the JSON of the map of them.
+                let mut out = b"k:{".to_vec();
+                for (i, (name, value)) in fields.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    serde_json::to_writer(&mut out, name).expect("writing to a Vec cannot fail");
+                    out.push(b':');
+                    serde_json::to_writer(&mut out, value).expect("writing to a Vec cannot fail");
+                }
+                out.push(b'}');
+                String::from_utf8(out).expect("JSON is UTF-8")
             }
             PathElement::Value(v) => format!("v:{v}"),
             PathElement::Index(i) => format!("i:{i}"),
@@ -160,7 +170,8 @@ mod tests {
 
     #[test]
     fn elements_round_trip_through_their_fields_v1_form() {
-        for s in ["f:replicas", r#"k:{"containerPort":80,"protocol":"TCP"}"#, r#"v:"orphan""#, "i:3"] {
+        let keys = [r#"k:{"containerPort":80,"protocol":"TCP"}"#, r#"k:{"a\"b":[1,{"x":null}],"c":"\n"}"#];
+        for s in ["f:replicas", keys[0], keys[1], r#"v:"orphan""#, "i:3"] {
             assert_eq!(PathElement::decode(s).unwrap().encode(), s);
         }
         assert!(PathElement::decode("x:1").is_err());

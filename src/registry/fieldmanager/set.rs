@@ -41,6 +41,16 @@ impl Set {
         }
     }
 
+    /// Whether the field `name` is a member (sets here are small: a scan, with no path element to build).
+    pub fn has_field(&self, name: &str) -> bool {
+        self.members.iter().any(|m| matches!(m, PathElement::Field(f) if f == name))
+    }
+
+    /// The subtree under the field `name`, if any.
+    pub fn field_child(&self, name: &str) -> Option<&Set> {
+        self.children.iter().find(|(pe, _)| matches!(pe, PathElement::Field(f) if f == name)).map(|(_, c)| c)
+    }
+
     /// The subtree under `pe`, if any.
     pub fn child(&self, pe: &PathElement) -> Option<&Set> {
         self.children.get(pe)
