@@ -119,7 +119,9 @@ impl Drop for WatchEnd {
 
 async fn serve(app: &App, mut req: Request, conn: Option<&ConnInfo>) -> Served {
     let conn = conn.ok_or_else(|| (ApiError::unauthorized(), None))?;
-    let user = app.authenticator.authenticate(conn, req.headers_mut()).await.map_err(|e| (e, None))?;
+    // The larger steps are boxed: a request's future is moved whole several times on its way to the runtime, and
+    // held inline they made it some 60 KB.
+    let user = Box::pin(app.authenticator.authenticate(conn, req.headers_mut())).await.map_err(|e| (e, None))?;
     let who = Some(user.clone());
     // kube-apiserver impersonates before proxying; a direct request must not think it acted as someone else.
     if req.headers().keys().any(|k| k.as_str().starts_with("impersonate-")) {
@@ -130,7 +132,8 @@ async fn serve(app: &App, mut req: Request, conn: Option<&ConnInfo>) -> Served {
     let _in_flight = app.max_in_flight.admit(&info, &user).map_err(|e| (e, who.clone()))?;
     // Parsed once: authorization must read the query exactly as the handler will (a 400 comes after it).
     let query = Query::parse(req.uri().query());
-    if let Err(e) = app.authorizer.authorize(&user, req.method(), req.uri().path(), query.as_ref().ok()).await {
+    let allowed = Box::pin(app.authorizer.authorize(&user, req.method(), req.uri().path(), query.as_ref().ok()));
+    if let Err(e) = allowed.await {
         return Err((e, who));
     }
     let target = match Target::parse(req.uri().path()) {
@@ -175,7 +178,7 @@ async fn dispatch(app: &App, target: Target, req: Request, query: ApiResult<Quer
     let headers = req.headers();
     let d = &app.discovery;
     match target {
-        Target::Resource(r) => resource(app, r, req, query?).await,
+        Target::Resource(r) => Box::pin(resource(app, r, req, query?)).await,
         Target::Unknown => Err(ApiError::path_not_found(&path)),
         _ if !read_only(&method) => Err(ApiError::method_not_allowed(&method, &path)),
         Target::Apis => Ok(match negotiate(accept(headers), APIS)? {
