@@ -340,8 +340,11 @@ async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query) -> ApiR
             if !matches!(format, BodyFormat::Json | BodyFormat::Yaml) {
                 return Err(ApiError::unsupported_media_type(content_type.as_deref().unwrap_or("")));
             }
-            let body = parse_body(&read_body(body).await?, format)?;
-            let written = reg.create(ns, body, &write_opts).await?;
+            let body = read_body(body).await?;
+            let written = match format {
+                BodyFormat::Yaml => reg.create(ns, yaml_object(&body)?, &write_opts).await?,
+                _ => reg.create_json(ns, &body, &write_opts).await?,
+            };
             Ok(with_warnings(object_response(StatusCode::CREATED, out, &written.object, include)?, &written.warnings))
         }
         (Verb::Update, sub) => {

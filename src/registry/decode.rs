@@ -36,6 +36,24 @@ pub(crate) fn decode_podset(value: Value, fv: FieldValidation) -> ApiResult<(Pod
     unknown_fields(unknown, fv, "PodSet").map(|w| (ps, w))
 }
 
+/// [`decode_podset`] of a JSON body, read straight into the PodSet when it is a plain one (an object naming its
+/// type, nothing unknown in it), with no JSON tree in between; anything else goes the way of `decode_podset`, so
+/// errors and warnings read the same.
+pub(crate) fn decode_json_podset(body: &[u8], fv: FieldValidation) -> ApiResult<(PodSet, Vec<String>)> {
+    let is_object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    if is_object {
+        let mut de = serde_json::Deserializer::from_slice(body);
+        let mut unknown = false;
+        let decoded: Result<PodSet, _> = serde_ignored::deserialize(&mut de, |_| unknown = true);
+        if let (Ok(ps), Ok(())) = (decoded, de.end()) {
+            if !unknown && ps.api_version == API_VERSION && ps.kind == KIND {
+                return Ok((ps, Vec::new()));
+            }
+        }
+    }
+    decode_podset(json_object(body)?, fv)
+}
+
 fn unknown_fields(unknown: Vec<String>, fv: FieldValidation, kind: &str) -> ApiResult<Vec<String>> {
     let messages: Vec<String> = unknown.iter().map(|p| format!("unknown field \"{p}\"")).collect();
     match fv {
@@ -116,6 +134,38 @@ mod tests {
         assert!(decode_podset(v, FieldValidation::Ignore).unwrap().1.is_empty());
         let wrong_kind = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}});
         assert_eq!(decode_podset(wrong_kind, FieldValidation::Warn).unwrap_err().code(), 400);
+    }
+
+    #[test]
+    fn a_json_body_decodes_as_its_tree_does() {
+        let bodies = [
+            r#"{"apiVersion":"demo.k8s.io/v1alpha1","kind":"PodSet","metadata":{"name":"a","labels":{"x":"y"}},"spec":{"replicas":2}}"#,
+            r#"  {"kind":"PodSet","apiVersion":"demo.k8s.io/v1alpha1","metadata":{"name":"a"},"spec":{"template":{"spec":{"containers":[{"name":"c","image":"i"}]}}}} "#,
+            r#"{"metadata":{"name":"a"}}"#,
+            r#"{"apiVersion":"","kind":"PodSet"}"#,
+            r#"{"apiVersion":"v1","kind":"PodSet"}"#,
+            r#"{"apiVersion":"demo.k8s.io/v1alpha1","kind":"Pod"}"#,
+            r#"{"apiVersion":"demo.k8s.io/v1alpha1","kind":"PodSet","spec":{"bogus":1,"replicas":1},"zzz":2,"aaa":3}"#,
+            r#"{"apiVersion":"demo.k8s.io/v1alpha1","kind":"PodSet","spec":{"replicas":1.5}}"#,
+            r#"{"apiVersion":"demo.k8s.io/v1alpha1","kind":"PodSet","spec":{"replicas":1},"spec":{"replicas":2}}"#,
+            r#"{"apiVersion":"demo.k8s.io/v1alpha1","kind":"PodSet","metadata":{"labels":{"a":"1","a":"2"}}}"#,
+            r#"{"apiVersion":"demo.k8s.io/v1alpha1","kind":"PodSet","apiVersion":null}"#,
+            r#"["demo.k8s.io/v1alpha1","PodSet",{"name":"a"}]"#,
+            r#"{"apiVersion":"demo.k8s.io/v1alpha1","kind":"PodSet"} trailing"#,
+            r#"{"apiVersion":"demo.k8s.io/v1alpha1","kind":"PodSet""#,
+            "",
+        ];
+        for body in bodies {
+            for fv in [FieldValidation::Strict, FieldValidation::Warn, FieldValidation::Ignore] {
+                let direct = decode_json_podset(body.as_bytes(), fv);
+                let via_tree = json_object(body.as_bytes()).and_then(|v| decode_podset(v, fv));
+                match (direct, via_tree) {
+                    (Ok(a), Ok(b)) => assert_eq!(a, b, "{body}"),
+                    (Err(a), Err(b)) => assert_eq!(a.status, b.status, "{body}"),
+                    (a, b) => panic!("{body}: {a:?} but through a tree {b:?}"),
+                }
+            }
+        }
     }
 
     #[test]

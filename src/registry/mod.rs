@@ -34,7 +34,7 @@ pub use self::stored::Stored;
 pub use self::watch::{Event, EventType, Notification, Watch, WatchRequest};
 pub use crate::storage::Revision;
 
-use self::decode::{apply_patch, decode_podset};
+use self::decode::{apply_patch, decode_json_podset, decode_podset};
 use self::error::storage_error;
 use self::managed::{created_managed_fields, manage_fields, sent_managed_fields};
 use self::strategy::{check_identity, now};
@@ -190,6 +190,12 @@ impl Registry {
     /// POST: creates a PodSet in `namespace` from a decoded body.
     pub async fn create(&self, namespace: &str, body: Value, opts: &WriteOptions) -> ApiResult<Written> {
         let (ps, warnings) = decode_podset(body, opts.field_validation)?;
+        self.insert(namespace, ps, warnings, opts, Tracking::Update).await
+    }
+
+    /// POST with a JSON body: [`Registry::create`] of `json_object(body)`, usually decoded without the tree.
+    pub async fn create_json(&self, namespace: &str, body: &[u8], opts: &WriteOptions) -> ApiResult<Written> {
+        let (ps, warnings) = decode_json_podset(body, opts.field_validation)?;
         self.insert(namespace, ps, warnings, opts, Tracking::Update).await
     }
 
