@@ -1,6 +1,17 @@
 use clap::Parser;
 use podset_apiserver::cmd::{init_tracing, run, Options};
 
+/// jemalloc instead of glibc's malloc: a request allocates and frees many small and mid-sized buffers, which glibc
+/// serves with bin consolidation on the request path (about a quarter of the server's CPU per create).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// One arena (two cores do not contend for it, and fewer arenas hold fewer idle pages), and freed pages go back to
+/// the system within a second, from a background thread rather than on the request path.
+#[allow(non_upper_case_globals)]
+#[export_name = "_rjem_malloc_conf"]
+pub static malloc_conf: &[u8] = b"background_thread:true,narenas:1,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let opts = Options::parse();
