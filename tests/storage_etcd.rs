@@ -128,6 +128,56 @@ async fn revisions_of_other_keys_are_skipped_and_reached() {
     assert_eq!(keys, ["/registry/demo.k8s.io/podsets/ns/a", "/registry/demo.k8s.io/podsets/ns/b"]);
 }
 
+/// Another client's transaction writing two PodSets, and a range delete of both, give several events one revision:
+/// the cache applies them all, keeps following, and a watch gets every one of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_keys_in_one_revision_are_applied() {
+    use etcd_client::{DeleteOptions, Txn, TxnOp};
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = Etcd::start(&dir.path().join("etcd"));
+    let s = replica(&etcd).await;
+    let mut w = s.watch("/podsets/", s.current_revision()).unwrap();
+    let mut other = Client::connect([etcd.url()], None).await.unwrap();
+    let value = |name: &str| json!({"metadata": {"name": name, "namespace": "ns"}, "spec": {"n": 1}}).to_string();
+    let put = |name: &str| TxnOp::put(format!("/registry/demo.k8s.io/podsets/ns/{name}"), value(name), None);
+    other.txn(Txn::new().and_then([put("a"), put("b")])).await.unwrap();
+    other.delete("/registry/demo.k8s.io/podsets/ns/", Some(DeleteOptions::new().with_prefix())).await.unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let ev = tokio::time::timeout(Duration::from_secs(5), w.next()).await.unwrap().unwrap().unwrap();
+        seen.push((ev.kind, ev.object.meta.name.to_string(), ev.revision));
+    }
+    assert_eq!(seen[0].2, seen[1].2, "one transaction, one revision");
+    assert_eq!(seen[2].2, seen[3].2, "one range delete, one revision");
+    let kinds: Vec<_> = seen.iter().map(|(k, n, _)| (*k, n.as_str())).collect();
+    assert_eq!(
+        kinds,
+        [(EventType::Added, "a"), (EventType::Added, "b"), (EventType::Deleted, "a"), (EventType::Deleted, "b")]
+    );
+    s.check_alive().expect("the cache still follows etcd");
+    let made = s.create("/podsets/ns/c", obj("c", 1)).await.unwrap();
+    assert!(made.mod_revision > seen[3].2);
+    let page = s.list(ListOptions { prefix: "/podsets/".into(), ..Default::default() }).await.unwrap();
+    assert_eq!(page.items.iter().map(|o| &*o.meta.name).collect::<Vec<_>>(), ["c"]);
+
+    // More events in one revision than a watch takes from the cache at a time: none is skipped.
+    let made = futures::future::join_all((0..300).map(|i| {
+        let s = s.clone();
+        async move { s.create(&format!("/podsets/ns/m{i:03}"), obj("m", i)).await }
+    }));
+    assert!(made.await.into_iter().all(|r| r.is_ok()));
+    let mut w = s.watch("/podsets/", s.current_revision()).unwrap();
+    other.delete("/registry/demo.k8s.io/podsets/ns/", Some(DeleteOptions::new().with_prefix())).await.unwrap();
+    let mut deleted = std::collections::BTreeSet::new();
+    while deleted.len() < 301 {
+        let ev = tokio::time::timeout(Duration::from_secs(5), w.next()).await;
+        let ev = ev.unwrap_or_else(|_| panic!("{} of 301 deletions arrived", deleted.len()));
+        let ev = ev.unwrap().unwrap();
+        assert_eq!(ev.kind, EventType::Deleted);
+        deleted.insert(ev.object.key.clone());
+    }
+}
+
 /// etcd keeps an object's JSON as serde_json writes it, without `resourceVersion`; the write, a get, a watch and
 /// another replica's load all return those bytes with the revision spliced in, and the same ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

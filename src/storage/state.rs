@@ -23,10 +23,12 @@ pub(crate) struct State {
 
 impl State {
     /// Appends durable changes, in revision order. Each event's `prev` is this image's own copy of the state
-    /// before it, so history and current objects share memory.
+    /// before it, so history and current objects share memory. One revision may change several keys (an etcd
+    /// transaction or range delete by another client): its events follow each other.
     pub fn apply(&mut self, changes: Vec<Change>, now: Instant) -> Result<()> {
         for c in changes {
-            if c.revision <= self.revision {
+            let same_revision = self.log.back().is_some_and(|(_, e)| e.revision == c.revision);
+            if c.revision < self.revision || (c.revision == self.revision && !same_revision) {
                 return Err(StorageError::Corrupt(format!(
                     "change stream went back from revision {} to {}",
                     self.revision, c.revision
@@ -179,7 +181,8 @@ impl State {
         let mut out = Vec::new();
         let mut reached = after;
         for (_, ev) in self.log.iter().skip(start) {
-            if out.len() >= max {
+            // A revision's events go out together: a watch resumes after whole revisions.
+            if out.len() >= max && ev.revision != reached {
                 break;
             }
             reached = ev.revision;
