@@ -100,11 +100,13 @@ impl Cacher {
                 }
                 Ok(obj)
             }
-            Err(
-                e
-                @ (StorageError::Conflict { .. } | StorageError::NotFound { .. } | StorageError::AlreadyExists { .. }),
-            ) => {
-                // Another replica wrote first: catch up, so a retry reads the state that refused this write.
+            // Another replica wrote first: catch up, so a retry reads the state that refused this write (a conflict
+            // names its revision; for the others, ask the backend).
+            Err(e @ StorageError::Conflict { actual, .. }) => {
+                let _ = self.wait_for(actual).await;
+                Err(e)
+            }
+            Err(e @ (StorageError::NotFound { .. } | StorageError::AlreadyExists { .. })) => {
                 let _ = self.sync().await;
                 Err(e)
             }
