@@ -195,12 +195,48 @@ fn backups_restore_into_either_backend_as_they_were() {
         let scaled = api.patch("web-5", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 7}}))).await;
         assert_eq!(scaled.unwrap().metadata.generation, Some(3));
 
-        // A broken item is named, and the store stays empty for a second try.
-        let bad = json!({"kind": "List", "items": [{"apiVersion": "demo.k8s.io/v1alpha1", "kind": "PodSet",
-                         "metadata": {"name": "no-uid", "namespace": "x"}, "spec": {"replicas": 1}}]});
+        // A broken item is named; as the only one, it leaves the store empty for a second try.
+        let no_uid = json!({"apiVersion": "demo.k8s.io/v1alpha1", "kind": "PodSet",
+                            "metadata": {"name": "no-uid", "namespace": "x"}, "spec": {"replicas": 1}});
+        let bad = json!({"kind": "List", "items": [no_uid]});
         std::fs::write(tmp.path().join("bad.json"), bad.to_string()).unwrap();
         let out = restore(&tmp.path().join("bad.json"), &tmp.path().join("sled-3"), &[]);
         assert!(!out.status.success());
-        assert!(String::from_utf8_lossy(&out.stderr).contains("x/no-uid"), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("x/no-uid") && !stderr.contains("empty it"), "{out:?}");
+
+        // A namespace that is not a DNS label would become part of the storage key: refused.
+        let mut slashed = first["items"][0].clone();
+        slashed["metadata"]["namespace"] = json!("a/b");
+        std::fs::write(tmp.path().join("slashed.json"), json!({"kind": "List", "items": [slashed]}).to_string())
+            .unwrap();
+        let out = restore(&tmp.path().join("slashed.json"), &tmp.path().join("sled-4"), &[]);
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("metadata.namespace"), "{out:?}");
+
+        // A broken item after many good ones (more than are written at once): those are stored, and the error
+        // says the store must be emptied; a second try is refused until it is.
+        let mut items: Vec<Value> = (0..600)
+            .map(|i| {
+                let mut o = first["items"][0].clone();
+                o["metadata"]["name"] = json!(format!("many-{i:03}"));
+                o["metadata"]["uid"] = json!(format!("00000000-0000-0000-0000-{i:012}"));
+                o
+            })
+            .collect();
+        items.push(no_uid);
+        std::fs::write(tmp.path().join("partial.json"), json!({"kind": "List", "items": items}).to_string()).unwrap();
+        let out = restore(&tmp.path().join("partial.json"), &tmp.path().join("sled-5"), &[]);
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("empty it before restoring again"), "{out:?}");
+        let again = restore(&tmp.path().join("partial.json"), &tmp.path().join("sled-5"), &[]);
+        assert!(String::from_utf8_lossy(&again.stderr).contains("already holds PodSets"), "{again:?}");
+
+        // A backup cut short in its last line is an error, not a smaller restore.
+        let lines: String = (0..3).map(|i| format!("{}\n", items[i])).collect();
+        let cut = &lines[..lines.len() - 20];
+        std::fs::write(tmp.path().join("cut.ndjson"), cut).unwrap();
+        let out = restore(&tmp.path().join("cut.ndjson"), &tmp.path().join("sled-6"), &[]);
+        assert!(!out.status.success(), "{out:?}");
     });
 }

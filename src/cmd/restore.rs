@@ -13,7 +13,7 @@ use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::options::StorageOptions;
+use super::options::{StorageBackend, StorageOptions};
 use crate::registry::Registry;
 
 /// Writes in flight: enough to fill sled's group commits and etcd's pipeline.
@@ -32,8 +32,10 @@ pub struct RestoreOptions {
 
 pub async fn run(opts: RestoreOptions) -> anyhow::Result<()> {
     opts.storage.validate()?;
-    std::fs::create_dir_all(&opts.storage.data_dir)
-        .with_context(|| format!("creating --data-dir {}", opts.storage.data_dir.display()))?;
+    if opts.storage.storage_backend == StorageBackend::Sled {
+        std::fs::create_dir_all(&opts.storage.data_dir)
+            .with_context(|| format!("creating --data-dir {}", opts.storage.data_dir.display()))?;
+    }
     let input: Box<dyn Read + Send> = if opts.from.as_os_str() == "-" {
         Box::new(std::io::stdin())
     } else {
@@ -63,16 +65,35 @@ pub async fn run(opts: RestoreOptions) -> anyhow::Result<()> {
         })
         .buffer_unordered(IN_FLIGHT);
     let mut restored = 0usize;
+    let mut failed = None;
     while let Some(written) = writes.next().await {
-        written?;
-        restored += 1;
+        match written {
+            Ok(_) => restored += 1,
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
     }
-    reader.await.context("reading the backup")??;
+    // Stop the reader (the channel closes) and take its error if it failed first.
+    drop(writes);
+    let read = reader.await.context("reading the backup").and_then(|r| r);
+    if let Some(e) = failed.or(read.err()) {
+        // Items are written as they are read, so an error may leave some stored.
+        return Err(if registry.is_empty().await.unwrap_or(false) {
+            e
+        } else {
+            e.context(format!(
+                "PodSets read before this were written to {}: empty it before restoring again",
+                opts.storage.location()
+            ))
+        });
+    }
     registry.seal_restore().await?;
     tracing::info!(restored, seconds = started.elapsed().as_secs_f64(), "restore done");
     println!("restored {restored} PodSets in {:.1}s", started.elapsed().as_secs_f64());
     // Dropping the store commits what is pending (sled closes its database).
-    drop((writes, registry));
+    drop(registry);
     tokio::task::spawn_blocking(move || drop(store)).await?;
     Ok(())
 }
@@ -84,8 +105,7 @@ fn read_items(input: impl Read, tx: mpsc::Sender<Value>) -> anyhow::Result<()> {
     loop {
         match (Document { tx: &tx }).deserialize(&mut de) {
             Ok(()) => documents += 1,
-            Err(e) if e.is_eof() && documents > 0 => return Ok(()),
-            Err(e) => return Err(anyhow::anyhow!("reading the backup: {e}")),
+            Err(e) => return Err(anyhow::anyhow!("reading the backup (after {documents} documents): {e}")),
         }
         // Another document follows only after whitespace (one object per line); the end is fine too.
         if de.end().is_ok() {
@@ -189,6 +209,7 @@ mod tests {
         assert_eq!(read(r#"{"kind":"List","items":[]}"#).unwrap().len(), 0);
         assert!(read("").is_err(), "an empty file is not a backup");
         assert!(read(r#"{"kind":"List","items":[{"metadata":"#).is_err(), "a truncated backup fails");
+        assert!(read("{\"metadata\":{\"name\":\"a\"}}\n{\"metadata\":").is_err(), "so does a truncated last line");
         assert!(read("[1,2]").is_err());
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
-use super::options::{client_from, in_cluster, Options, StorageBackend};
+use super::options::{client_from, in_cluster, Options};
 use crate::apiserver::auth::DynamicTrust;
 use crate::apiserver::filters::MaxInFlight;
 use crate::apiserver::health::{self, named_check, Endpoint, HealthChecks};
@@ -49,11 +49,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     if let (Some(client), true, false) =
         (&controller_client, opts.storage.looks_new(store.as_ref()), opts.storage.allow_empty_store)
     {
-        let place = match opts.storage.storage_backend {
-            StorageBackend::Sled => format!("the store in {}", data_dir.display()),
-            StorageBackend::Etcd => format!("etcd under {}/demo.k8s.io", opts.storage.etcd_prefix),
-        };
-        refuse_if_pods_are_orphaned(client, &place).await?;
+        refuse_if_pods_are_orphaned(client, &opts.storage.location()).await?;
     }
 
     let informers = InformerSync::default();

@@ -11,7 +11,8 @@ use super::options::FieldValidation;
 use super::stored::Stored;
 use super::{strategy, Registry};
 use crate::api::status::{ApiError, ApiResult};
-use crate::storage::{Draft, StorageError};
+use crate::api::validation::{self, FieldError};
+use crate::storage::Draft;
 
 impl Registry {
     /// True when the store holds no PodSet: a restore only goes into an empty store, so nothing is merged.
@@ -35,6 +36,15 @@ impl Registry {
                 ))
             }
         };
+        // On a create the URL names the namespace; here the backup does, and it becomes part of the storage key.
+        let bad_namespace = validation::dns1123_label_errors(&namespace);
+        if !bad_namespace.is_empty() {
+            let errors: Vec<_> = bad_namespace
+                .into_iter()
+                .map(|detail| FieldError::invalid("metadata.namespace", &namespace, detail))
+                .collect();
+            return Err(ApiError::invalid(&name, &errors));
+        }
         if ps.metadata.uid.as_deref().is_none_or(str::is_empty) {
             return Err(ApiError::bad_request(format!("PodSet {namespace}/{name} in the backup has no metadata.uid")));
         }
@@ -43,11 +53,7 @@ impl Registry {
         strategy::validate_create(&mut ps)?;
         let key = PodSetKey::new(namespace, name);
         let draft = Draft::new(&value, &[]).map_err(|e| storage_error(e, &key.name))?;
-        match self.store.create(&key.storage_key(), draft).await {
-            Ok(object) => Ok(Stored::new(object)),
-            Err(StorageError::AlreadyExists { .. }) => Err(ApiError::already_exists(&key.name)),
-            Err(e) => Err(storage_error(e, &key.name)),
-        }
+        self.store.create(&key.storage_key(), draft).await.map(Stored::new).map_err(|e| storage_error(e, &key.name))
     }
 
     /// After a restore: history before now is gone, so a client's resourceVersion from before the backup was made

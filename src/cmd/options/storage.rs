@@ -128,11 +128,22 @@ impl StorageOptions {
             }
             StorageBackend::Etcd => Arc::new(EtcdBackend::connect(self.etcd_options()).await?),
         };
-        let cacher = Cacher::new(backend, self.history_limits()).await.with_context(|| match self.storage_backend {
-            StorageBackend::Sled => format!("loading the store in {}", self.data_dir.display()),
-            StorageBackend::Etcd => format!("loading PodSets from etcd at {}", self.etcd_servers.join(",")),
-        })?;
+        let cacher = Cacher::new(backend, self.history_limits())
+            .await
+            .with_context(|| format!("loading {}", self.location()))?;
         Ok(Arc::new(cacher))
+    }
+
+    /// Where the PodSets are, for messages.
+    pub fn location(&self) -> String {
+        match self.storage_backend {
+            StorageBackend::Sled => format!("the store in {}", self.data_dir.display()),
+            StorageBackend::Etcd => format!(
+                "etcd at {} under {}/demo.k8s.io",
+                self.etcd_servers.join(","),
+                self.etcd_prefix.trim_end_matches('/')
+            ),
+        }
     }
 
     pub fn etcd_options(&self) -> EtcdOptions {
