@@ -48,17 +48,7 @@ impl Etcd {
     pub fn resume(&mut self) {
         assert!(self.proc.is_none(), "etcd is running");
         let (client, peer) = (self.client_port, self.peer_port);
-        let proc = Proc::spawn(
-            "etcd",
-            Command::new(&self.binary)
-                .arg(format!("--data-dir={}", self.data_dir.display()))
-                .arg(format!("--listen-client-urls=http://127.0.0.1:{client}"))
-                .arg(format!("--advertise-client-urls=http://127.0.0.1:{client}"))
-                .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
-                .arg(format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"))
-                .arg(format!("--initial-cluster=default=http://127.0.0.1:{peer}"))
-                .arg("--log-level=warn"),
-        );
+        let proc = Proc::spawn("etcd", command(&self.binary, &self.data_dir, client, peer).arg("--log-level=warn"));
         self.proc = Some(proc);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -88,6 +78,18 @@ impl Etcd {
     pub fn log(&self) -> String {
         self.proc.as_ref().map(Proc::log).unwrap_or_default()
     }
+}
+
+/// One etcd member serving clients on `client` and its peer port on `peer`, both on loopback.
+pub(super) fn command(binary: &Path, data_dir: &Path, client: u16, peer: u16) -> Command {
+    let mut cmd = Command::new(binary);
+    cmd.arg(format!("--data-dir={}", data_dir.display()))
+        .arg(format!("--listen-client-urls=http://127.0.0.1:{client}"))
+        .arg(format!("--advertise-client-urls=http://127.0.0.1:{client}"))
+        .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
+        .arg(format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"))
+        .arg(format!("--initial-cluster=default=http://127.0.0.1:{peer}"));
+    cmd
 }
 
 impl Drop for Etcd {

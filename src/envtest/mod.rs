@@ -309,16 +309,10 @@ impl Cluster {
 
     fn start_etcd_and_apiserver(&mut self, assets: &Path) {
         let (client, peer) = (free_port(), free_port());
+        let data_dir = self.dir.path().join("etcd");
         let etcd = Proc::spawn(
             "etcd",
-            Command::new(assets.join("etcd"))
-                .arg(format!("--data-dir={}", self.dir.path().join("etcd").display()))
-                .arg(format!("--listen-client-urls=http://127.0.0.1:{client}"))
-                .arg(format!("--advertise-client-urls=http://127.0.0.1:{client}"))
-                .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
-                .arg(format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"))
-                .arg(format!("--initial-cluster=default=http://127.0.0.1:{peer}"))
-                .arg("--unsafe-no-fsync=false"),
+            etcd::command(&assets.join("etcd"), &data_dir, client, peer).arg("--unsafe-no-fsync=false"),
         );
         self.procs.push(etcd);
         self.etcd_url = format!("http://127.0.0.1:{client}");
@@ -326,7 +320,7 @@ impl Cluster {
         self.apiserver_url = format!("https://127.0.0.1:{port}");
         let p = |n| self.pki.path(n);
         self.apiserver_args = vec![
-            format!("--etcd-servers=http://127.0.0.1:{client}"),
+            format!("--etcd-servers={}", self.etcd_url),
             "--bind-address=127.0.0.1".into(),
             format!("--secure-port={port}"),
             format!("--advertise-address={NODE_IP}"),
