@@ -169,6 +169,9 @@ fn invalid_options(errors: &[FieldError]) -> ApiError {
     ApiError::invalid_kind("ListOptions.meta.k8s.io", "", errors)
 }
 
+/// Notifications one poll of a watch body reads at most (as tokio's budget bounds a task's work per poll).
+const READS_PER_POLL: usize = 128;
+
 /// Lines that are ready together go out as one body frame (one chunk, one TLS record, one write) up to this size.
 const BATCH_BYTES: usize = 32 << 10;
 
@@ -285,12 +288,16 @@ impl Stream for WatchBody {
                 return Poll::Ready(Some(Ok(this.encoder.bookmark(this.seen, false))));
             }
         }
+        let mut reads = 0;
         loop {
-            if batch.full() {
-                // Not read to its end: the events may not wake us for what is left.
+            if batch.full() || reads == READS_PER_POLL {
+                // Not read to its end: the events may not wake us for what is left. A watcher catching up through
+                // many events it does not see (a selector's) reads them a share at a time, letting others run.
                 this.wake.flag.store(true, Ordering::Release);
+                this.wake.task.wake();
                 break;
             }
+            reads += 1;
             match this.events.poll_next_unpin(cx) {
                 Poll::Pending => break,
                 Poll::Ready(None) => {
@@ -572,6 +579,52 @@ mod tests {
 
         shutdown.cancel();
         assert_eq!(poll(), Some(None), "shutdown ends the watch");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn events_the_watcher_does_not_see_are_read_a_share_per_poll() {
+        struct Count(std::sync::atomic::AtomicUsize);
+        impl std::task::Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let reads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (tx, mut rx) = futures::channel::mpsc::unbounded::<ApiResult<Notification>>();
+        for revision in 0..(2 * READS_PER_POLL + 10) as Revision {
+            tx.unbounded_send(Ok(Notification::Progress(revision))).unwrap();
+        }
+        let counted = reads.clone();
+        let events = futures::stream::poll_fn(move |cx| {
+            counted.fetch_add(1, Ordering::Relaxed);
+            rx.poll_next_unpin(cx)
+        });
+        let wake = Woken::new();
+        let mut body = WatchBody {
+            encoder: Encoder { output: Output::Json, include: IncludeObject::Metadata },
+            first: VecDeque::new(),
+            events: events.boxed(),
+            deadline: Box::pin(tokio::time::sleep(Duration::from_secs(10))),
+            shutdown: Box::pin(CancellationToken::new().cancelled_owned()),
+            ticker: None,
+            seen: 0,
+            done: false,
+            waker: Waker::from(wake.clone()),
+            wake,
+        };
+        let woken = Arc::new(Count(std::sync::atomic::AtomicUsize::new(0)));
+        let waker = Waker::from(woken.clone());
+        let mut cx = Context::from_waker(&waker);
+        for share in 1..=2 {
+            assert!(body.poll_next_unpin(&mut cx).is_pending());
+            assert_eq!(reads.load(Ordering::Relaxed), share * READS_PER_POLL, "one share per poll");
+            assert_eq!(woken.0.load(Ordering::Relaxed), share, "and it asks to be polled again");
+        }
+        assert!(body.poll_next_unpin(&mut cx).is_pending());
+        assert_eq!(reads.load(Ordering::Relaxed), 2 * READS_PER_POLL + 11, "the rest, up to the end");
+        assert_eq!(body.seen, (2 * READS_PER_POLL + 9) as Revision);
+        assert_eq!(woken.0.load(Ordering::Relaxed), 2, "nothing left: no wake-up");
+        drop(tx);
     }
 
     #[tokio::test(start_paused = true)]
