@@ -130,6 +130,7 @@ async fn full_disk_fails_readyz_and_recovers_in_place() {
     }
     let (status, body) = refused.expect("the disk never filled");
     assert_eq!((status, body["kind"].as_str(), body["code"].as_u64()), (500, Some("Status"), Some(500)), "{body}");
+    assert!(body["message"].as_str().unwrap().contains("no space left"), "{body}");
 
     let (status, body) = get(&client, "/readyz?verbose").await;
     assert_eq!(
@@ -148,7 +149,7 @@ async fn full_disk_fails_readyz_and_recovers_in_place() {
     std::fs::remove_file(filler).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while get(&client, "/readyz/storage").await.0 != 200 {
-        assert!(Instant::now() < deadline, "the store did not recover after space was freed");
+        assert!(Instant::now() < deadline, "the store did not recover after space was freed\n{}", server.logs());
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(get(&client, "/readyz").await, (200, "ok".into()));

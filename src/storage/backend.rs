@@ -75,6 +75,10 @@ pub trait Backend: Send + Sync + 'static {
     /// Ok when the backend can take writes. After a failed write it first tries to recover in place (sled: reopen
     /// the database), so a store whose cause went away (a disk that was full) heals without a restart.
     async fn check(&self) -> Result<()>;
+    /// Ok unless the backend is stuck for good, so only a restart helps (`/livez`).
+    fn check_alive(&self) -> Result<()> {
+        Ok(())
+    }
     /// Bytes the backend's files take, if it can tell.
     fn size_on_disk(&self) -> Option<u64> {
         None

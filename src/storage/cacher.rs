@@ -290,7 +290,7 @@ impl Store for Cacher {
     fn check_alive(&self) -> Result<()> {
         // The applier holds the sender; once it has stopped, nothing written would ever be read back.
         match self.inner.applied.has_changed() {
-            Ok(_) => Ok(()),
+            Ok(_) => self.backend.check_alive(),
             Err(_) => Err(StorageError::Stopped),
         }
     }

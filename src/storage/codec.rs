@@ -1,26 +1,29 @@
 //! On-disk layout of the sled backend, in one tree so a write group is one atomic batch:
-//! `o/<key>` → object record, `e/<revision BE>` → event record, `m/revision`, `m/compacted`, `m/probe`.
+//! `o/<key>` → object record, `e/<revision BE><kind><key>` → previous object record, `m/revision`, `m/compacted`,
+//! `m/format`, `m/probe`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use sled::IVec;
 
-use super::{EventType, Object, Result, Revision, StorageError};
+use super::{Draft, EventType, Object, Result, Revision, StorageError};
 
 pub const OBJECT_PREFIX: &[u8] = b"o/";
 pub const EVENT_PREFIX: &[u8] = b"e/";
+/// The first key after the event log.
+pub const EVENT_END: &[u8] = b"e0";
 pub const META_REVISION: &[u8] = b"m/revision";
 pub const META_COMPACTED: &[u8] = b"m/compacted";
+/// The layout's version; a store without it has format 1, whose events held their object and previous state.
+pub const META_FORMAT: &[u8] = b"m/format";
+pub const FORMAT: u64 = 2;
 /// Written to prove the disk takes writes again after a failure.
 pub const META_PROBE: &[u8] = b"m/probe";
 
 pub fn object_key(key: &str) -> Vec<u8> {
     [OBJECT_PREFIX, key.as_bytes()].concat()
-}
-
-pub fn event_key(revision: Revision) -> Vec<u8> {
-    [EVENT_PREFIX, &revision.to_be_bytes()].concat()
 }
 
 pub fn encode_u64(v: u64) -> [u8; 8] {
@@ -36,82 +39,104 @@ pub fn corrupt(what: &str) -> StorageError {
     StorageError::Corrupt(what.to_owned())
 }
 
-/// An object record: `[mod_revision u64][json]`.
-pub fn encode_object(obj: &Object) -> Vec<u8> {
-    let mut out = Vec::with_capacity(8 + obj.bytes.len());
-    out.extend_from_slice(&obj.mod_revision.to_be_bytes());
-    out.extend_from_slice(&obj.bytes);
-    out
+/// The draft stamped with `revision`, and its object record `[mod_revision u64][json]`. The object's JSON is the
+/// record's, not a copy: sled keeps the value it is given in its page cache, and the cache above keeps the object,
+/// so the two share it.
+pub fn stamp(key: &str, draft: Draft, revision: Revision) -> (Object, IVec) {
+    let (record, meta) = draft.stamp(revision, &revision.to_be_bytes());
+    let record = IVec::from(record);
+    let json = Bytes::from_owner(record.clone()).slice(8..);
+    (Object::from_parts(key, meta, json, revision), record)
 }
 
 /// The revision of an object record, without decoding the rest.
-pub fn record_revision(raw: &[u8]) -> Result<Revision> {
-    raw.get(..8).ok_or_else(|| corrupt("object record too short")).and_then(decode_u64)
+pub fn record_revision(record: &[u8]) -> Result<Revision> {
+    record.get(..8).ok_or_else(|| corrupt("object record too short")).and_then(decode_u64)
 }
 
-pub fn decode_object(key: &str, raw: &[u8]) -> Result<Object> {
-    let mod_revision = record_revision(raw)?;
-    Object::from_json(key, Bytes::copy_from_slice(&raw[8..]), mod_revision)
+/// Decodes an object record, sharing its bytes rather than copying them: after a restart, sled's page cache holds
+/// every value the load read (it evicts lazily), and the cache above holds the same objects.
+pub fn decode_object(key: &str, record: &IVec) -> Result<Object> {
+    let mod_revision = record_revision(record)?;
+    Object::from_json(key, Bytes::from_owner(record.clone()).slice(8..), mod_revision)
 }
 
-/// Decodes an object record, or shares the copy already decoded for the same revision: a revision names one
-/// state of one key, so the history and the current objects need each state in memory once.
-pub fn decode_shared(key: &str, raw: &[u8], seen: &mut HashMap<Revision, Arc<Object>>) -> Result<Arc<Object>> {
-    let revision = record_revision(raw)?;
-    if let Some(o) = seen.get(&revision) {
-        if o.key == key {
-            return Ok(o.clone());
-        }
-    }
-    let obj = Arc::new(decode_object(key, raw)?);
-    seen.insert(revision, obj.clone());
-    Ok(obj)
-}
-
-/// `[kind u8][key len u32][key][object record len u32][object record][prev record len u32, 0 = none][prev record]`
-pub fn encode_event(kind: EventType, key: &str, object: &[u8], prev: Option<&[u8]>) -> Vec<u8> {
+/// The key of the event at `revision`: `e/<revision BE><kind u8><object key>`. Its value is the record of the
+/// key's previous state as it was stored (empty for an added key), and its new state is the key's next record (the
+/// next event's previous state, or the current object): so every state is on disk once, and a value sled keeps in
+/// its page cache is the very buffer an object in the cache above shares.
+pub fn event_key(revision: Revision, kind: EventType, key: &str) -> Vec<u8> {
     let kind = match kind {
         EventType::Added => 0u8,
         EventType::Modified => 1,
         EventType::Deleted => 2,
     };
-    let prev = prev.unwrap_or_default();
-    let key = key.as_bytes();
-    let mut out = Vec::with_capacity(13 + key.len() + object.len() + prev.len());
-    out.push(kind);
-    for part in [key, object, prev] {
-        out.extend_from_slice(&(part.len() as u32).to_be_bytes());
-        out.extend_from_slice(part);
-    }
-    out
+    [&event_prefix(revision)[..], &[kind], key.as_bytes()].concat()
 }
 
-/// The parts of an event record, not yet decoded.
-pub struct RawEvent<'a> {
+/// Where the events of `revision` start: a bound for ranges of the log.
+pub fn event_prefix(revision: Revision) -> Vec<u8> {
+    [EVENT_PREFIX, &revision.to_be_bytes()].concat()
+}
+
+/// An event key, decoded.
+pub struct EventKey<'a> {
+    pub revision: Revision,
     pub kind: EventType,
     pub key: &'a str,
-    pub object: &'a [u8],
-    /// Empty when there was no previous state.
-    pub prev: &'a [u8],
 }
 
-pub fn split_event(raw: &[u8]) -> Result<RawEvent<'_>> {
-    let (&kind, mut rest) = raw.split_first().ok_or_else(|| corrupt("empty event"))?;
-    let mut take = || -> Result<&[u8]> {
-        let len = rest.get(..4).ok_or_else(|| corrupt("event record truncated"))?;
-        let len = u32::from_be_bytes(len.try_into().map_err(|_| corrupt("event record truncated"))?) as usize;
-        let part = rest.get(4..4 + len).ok_or_else(|| corrupt("event record truncated"))?;
-        rest = &rest[4 + len..];
-        Ok(part)
-    };
-    let key = std::str::from_utf8(take()?).map_err(|_| corrupt("event key is not UTF-8"))?;
-    let object = take()?;
-    let prev = take()?;
-    let kind = match kind {
+pub fn split_event_key(raw: &[u8]) -> Result<EventKey<'_>> {
+    let rest = raw.strip_prefix(EVENT_PREFIX).ok_or_else(|| corrupt("not an event key"))?;
+    if rest.len() < 9 {
+        return Err(corrupt("event key too short"));
+    }
+    let revision = decode_u64(&rest[..8])?;
+    let kind = match rest[8] {
         0 => EventType::Added,
         1 => EventType::Modified,
         2 => EventType::Deleted,
         _ => return Err(corrupt("unknown event kind")),
     };
-    Ok(RawEvent { kind, key, object, prev })
+    let key = std::str::from_utf8(&rest[9..]).map_err(|_| corrupt("event key is not UTF-8"))?;
+    Ok(EventKey { revision, kind, key })
+}
+
+/// Gives each event its new state, walking the log newest first: the state after an event is the previous state
+/// held by the key's next event, or, for the key's last event, its current record.
+pub struct Unwind<F> {
+    after: HashMap<String, Option<Arc<Object>>>,
+    current: F,
+}
+
+impl<F: FnMut(&str) -> Result<Option<Arc<Object>>>> Unwind<F> {
+    /// `current` reads a key's current object.
+    pub fn new(current: F) -> Self {
+        Self { after: HashMap::new(), current }
+    }
+
+    /// The new and the previous state of the event `event` with value `value`; events must come newest first.
+    pub fn event(&mut self, event: &EventKey<'_>, value: &IVec) -> Result<(Arc<Object>, Option<Arc<Object>>)> {
+        let after = match self.after.remove(event.key) {
+            Some(state) => state,
+            None => (self.current)(event.key)?,
+        };
+        let prev = if value.is_empty() { None } else { Some(Arc::new(decode_object(event.key, value)?)) };
+        let object = match (event.kind, after, &prev) {
+            (EventType::Deleted, None, Some(p)) => Arc::new(Object::new(event.key, p.parse()?, event.revision)?),
+            (EventType::Added, Some(o), None) | (EventType::Modified, Some(o), Some(_))
+                if o.mod_revision == event.revision =>
+            {
+                o
+            }
+            _ => {
+                return Err(StorageError::Corrupt(format!(
+                    "the event log and the objects disagree at revision {} ({:?} of {:?})",
+                    event.revision, event.kind, event.key
+                )))
+            }
+        };
+        self.after.insert(event.key.to_owned(), prev.clone());
+        Ok((object, prev))
+    }
 }

@@ -141,6 +141,24 @@ impl Draft {
         Ok(Self { json: out, revision_at, unstamped_cut: cut, meta: ObjectMeta::from_value(value) })
     }
 
+    /// Bytes of the JSON.
+    pub fn size(&self) -> usize {
+        self.json.len()
+    }
+
+    /// `header` followed by the JSON stamped with `revision`, in one exactly sized buffer (it is kept for the
+    /// life of the revision: spare capacity would be a third of the cache's memory), and the indexed metadata.
+    pub fn stamp(self, revision: Revision, header: &[u8]) -> (Vec<u8>, ObjectMeta) {
+        let digits = revision.to_string();
+        let (head, tail) = self.json.split_at(self.revision_at);
+        let mut out = Vec::with_capacity(header.len() + self.json.len() + digits.len());
+        out.extend_from_slice(header);
+        out.extend_from_slice(head);
+        out.extend_from_slice(digits.as_bytes());
+        out.extend_from_slice(tail);
+        (out, self.meta)
+    }
+
     /// The JSON without `metadata.resourceVersion`, as a store that keeps the revision beside the object holds it
     /// (etcd): the bytes of `value` with the raw fields set, serialized (no `metadata` when `value` had none and
     /// no raw field came).
@@ -238,20 +256,13 @@ impl Object {
 
     /// The draft stamped with `revision`.
     pub fn from_draft(key: &str, draft: Draft, revision: Revision) -> Self {
-        let digits = revision.to_string();
-        let (head, tail) = draft.json.split_at(draft.revision_at);
-        // Exactly sized: kept for the life of the revision, spare capacity would be a third of the cache's memory.
-        let mut json = Vec::with_capacity(draft.json.len() + digits.len());
-        json.extend_from_slice(head);
-        json.extend_from_slice(digits.as_bytes());
-        json.extend_from_slice(tail);
-        Self {
-            key: key.to_owned(),
-            meta: draft.meta,
-            bytes: Bytes::from(json),
-            mod_revision: revision,
-            memo: Memo::default(),
-        }
+        let (json, meta) = draft.stamp(revision, &[]);
+        Self::from_parts(key, meta, Bytes::from(json), revision)
+    }
+
+    /// An object whose metadata the caller read already from `bytes`.
+    pub fn from_parts(key: &str, meta: ObjectMeta, bytes: Bytes, mod_revision: Revision) -> Self {
+        Self { key: key.to_owned(), meta, bytes, mod_revision, memo: Memo::default() }
     }
 
     /// An object whose bytes are already `value` serialized.

@@ -5,7 +5,6 @@
 //! means the write is on disk, and concurrent writers share one fsync. Nothing of the objects is kept in memory
 //! here: the cache above holds them, and compare-and-swap reads the stored record.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -13,7 +12,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use parking_lot::{Mutex, RwLock};
-use serde_json::Value;
+use sled::IVec;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
@@ -25,17 +24,25 @@ use super::{
 /// Most requests committed by one flush.
 const MAX_GROUP: usize = 1024;
 
+/// Free disk space a write group leaves untouched, beyond twice its own size: room for sled's log segments (512 KiB
+/// each) and its flush. A write that would cut into it is refused before sled sees the disk fill up, because sled
+/// does not always come back from a write that failed for lack of space (its next flush can wait forever).
+const FREE_SPACE_RESERVE: u64 = 4 << 20;
+
 /// How sled is opened.
 #[derive(Debug, Clone)]
 pub struct SledOptions {
     /// sled's own page cache. Every object is served from the cache above, so sled reads only for compare-and-swap
     /// and at start; its default (1 GiB) would hold a second copy of the data after a restart's full scan.
     pub cache_capacity: u64,
+    /// A writer busy with one group for longer than this is stuck (in sled, on a broken disk): the store is then
+    /// not alive (`/livez` fails, so the process is restarted).
+    pub stuck_after: std::time::Duration,
 }
 
 impl Default for SledOptions {
     fn default() -> Self {
-        Self { cache_capacity: 16 << 20 }
+        Self { cache_capacity: 16 << 20, stuck_after: std::time::Duration::from_secs(60) }
     }
 }
 
@@ -64,12 +71,23 @@ struct Shared {
     compact_to: AtomicU64,
     /// An `Op::Compact` is queued.
     compact_queued: AtomicBool,
+    /// When the writer took up the group it is busy with (ms since `epoch`), 0 when idle.
+    busy_since: AtomicU64,
+    epoch: std::time::Instant,
+}
+
+impl Shared {
+    fn now_ms(&self) -> u64 {
+        // Never 0, which means idle.
+        self.epoch.elapsed().as_millis() as u64 + 1
+    }
 }
 
 /// The sled `Backend`. When dropped, pending writes are committed and the database is closed before the drop
 /// returns.
 pub struct SledBackend {
     shared: Arc<Shared>,
+    stuck_after: std::time::Duration,
     requests: Option<mpsc::Sender<Op>>,
     writer: Option<std::thread::JoinHandle<()>>,
 }
@@ -91,6 +109,38 @@ fn open_db(dir: &Path, options: &SledOptions) -> Result<sled::Db> {
     sled::Config::new().path(dir).cache_capacity(options.cache_capacity).open().map_err(backend)
 }
 
+/// Brings a store written by an older layout to `codec::FORMAT`. Format 1 kept each event's object and previous
+/// state in its value; those events are dropped, so history starts again at the current revision (a watch from
+/// before it gets 410 Gone, as after a compaction). The objects are the same in both.
+fn upgrade(db: &sled::Db) -> Result<()> {
+    match db.get(codec::META_FORMAT).map_err(backend)? {
+        Some(v) if codec::decode_u64(&v)? == codec::FORMAT => return Ok(()),
+        Some(v) => {
+            return Err(StorageError::Corrupt(format!(
+                "the store has format {}, newer than this server's {}",
+                codec::decode_u64(&v)?,
+                codec::FORMAT
+            )))
+        }
+        None => {}
+    }
+    let mut batch = sled::Batch::default();
+    let mut dropped = 0usize;
+    for k in db.scan_prefix(EVENT_PREFIX).keys() {
+        batch.remove(k.map_err(backend)?);
+        dropped += 1;
+    }
+    let revision = read_counter(db, META_REVISION)?;
+    batch.insert(META_COMPACTED, &codec::encode_u64(revision));
+    batch.insert(codec::META_FORMAT, &codec::encode_u64(codec::FORMAT));
+    db.apply_batch(batch).map_err(backend)?;
+    db.flush().map_err(backend)?;
+    if dropped > 0 {
+        tracing::info!(dropped, revision, "store upgraded to format {}: history starts again here", codec::FORMAT);
+    }
+    Ok(())
+}
+
 fn read_counter(db: &sled::Db, key: &[u8]) -> Result<u64> {
     db.get(key).map_err(backend)?.map(|v| codec::decode_u64(&v)).transpose().map(|v| v.unwrap_or(0))
 }
@@ -99,6 +149,7 @@ impl SledBackend {
     /// Opens (or creates) the store in `dir`.
     pub fn open(dir: &Path, options: SledOptions) -> Result<Self> {
         let db = open_db(dir, &options)?;
+        upgrade(&db)?;
         let revision = read_counter(&db, META_REVISION)?;
         let compacted = read_counter(&db, META_COMPACTED)?;
         let shared = Arc::new(Shared {
@@ -106,14 +157,17 @@ impl SledBackend {
             published: Mutex::new(Published { revision, compacted, subscribers: Vec::new() }),
             compact_to: AtomicU64::new(compacted),
             compact_queued: AtomicBool::new(false),
+            busy_since: AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
         });
         let (requests, rx) = mpsc::channel(4 * MAX_GROUP);
+        let stuck_after = options.stuck_after;
         let writer = Writer { shared: shared.clone(), dir: dir.to_owned(), options, revision, compacted, failed: None };
         let writer = std::thread::Builder::new()
             .name("sled-writer".into())
             .spawn(move || writer.run(rx))
             .map_err(|e| StorageError::Backend(format!("cannot start writer thread: {e}")))?;
-        Ok(Self { shared, requests: Some(requests), writer: Some(writer) })
+        Ok(Self { shared, stuck_after, requests: Some(requests), writer: Some(writer) })
     }
 
     fn db(&self) -> Result<sled::Db> {
@@ -166,6 +220,18 @@ impl Backend for SledBackend {
         rx.await.map_err(|_| StorageError::Closed)?
     }
 
+    fn check_alive(&self) -> Result<()> {
+        let since = self.shared.busy_since.load(Ordering::Relaxed);
+        let busy = std::time::Duration::from_millis(self.shared.now_ms().saturating_sub(since.max(1)));
+        if since != 0 && busy > self.stuck_after {
+            return Err(StorageError::Backend(format!(
+                "the store's writer has been busy with one write for {}s",
+                busy.as_secs()
+            )));
+        }
+        Ok(())
+    }
+
     fn compact(&self, revision: Revision) {
         self.shared.compact_to.fetch_max(revision, Ordering::Relaxed);
         if !self.shared.compact_queued.swap(true, Ordering::AcqRel) {
@@ -179,100 +245,79 @@ impl Backend for SledBackend {
 
 /// Reads every object and the history the cache keeps. Blocking.
 fn load(db: &sled::Db, shared: &Shared, keep: &HistoryLimits) -> Result<Snapshot> {
+    // Held while reading: the writer commits under it, so the objects and the log agree.
     let published = shared.published.lock();
     let mut snap = Snapshot { revision: published.revision, compacted: published.compacted, ..Default::default() };
-    let mut seen = HashMap::new();
     for kv in db.scan_prefix(OBJECT_PREFIX) {
         let (k, v) = kv.map_err(backend)?;
         let key = std::str::from_utf8(&k[OBJECT_PREFIX.len()..])
             .map_err(|_| StorageError::Corrupt("object key is not UTF-8".into()))?;
-        snap.objects.push(codec::decode_shared(key, &v, &mut seen)?);
+        snap.objects.push(Arc::new(codec::decode_object(key, &v)?));
     }
+    // In key order, as scanned: the unwinding finds a key's current object without an index.
+    let objects = &snap.objects;
+    let mut unwind = codec::Unwind::new(|key: &str| {
+        Ok(objects.binary_search_by(|o| o.key.as_str().cmp(key)).ok().map(|i| objects[i].clone()))
+    });
     // Newest first, only as much history as the cache keeps: what it would drop at once is never decoded.
-    let mut kept = Vec::new();
-    let (mut expected, mut bytes) = (snap.revision, 0usize);
+    let mut events = Vec::new();
+    let (mut expected, mut bytes, mut compacted) = (snap.revision, 0usize, snap.compacted);
     for kv in db.scan_prefix(EVENT_PREFIX).rev() {
         let (k, v) = kv.map_err(backend)?;
-        let revision = codec::decode_u64(&k[EVENT_PREFIX.len()..])?;
-        if revision <= snap.compacted {
+        let event = codec::split_event_key(&k)?;
+        if event.revision <= compacted {
             break; // dropped from the counter, not yet from disk
         }
-        if revision != expected {
+        if event.revision != expected {
             return Err(StorageError::Corrupt(format!(
-                "event log has a gap: expected revision {expected}, found {revision}"
+                "event log has a gap: expected revision {expected}, found {}",
+                event.revision
             )));
         }
-        bytes += codec::split_event(&v)?.object.len().saturating_sub(8);
-        if !kept.is_empty() && (kept.len() >= keep.max_events || bytes > keep.max_bytes) {
-            snap.compacted = revision;
+        let (object, prev) = unwind.event(&event, &v)?;
+        bytes += object.bytes.len();
+        if !events.is_empty() && (events.len() >= keep.max_events || bytes > keep.max_bytes) {
+            compacted = event.revision;
             break;
         }
-        kept.push(v);
+        events.push(Arc::new(super::Event { revision: event.revision, kind: event.kind, object, prev }));
         expected -= 1;
     }
-    if expected != snap.compacted {
+    if expected != compacted {
         return Err(StorageError::Corrupt(format!(
             "event log starts after revision {expected}, but history is kept from revision {}",
-            snap.compacted + 1
+            compacted + 1
         )));
     }
-    let first = snap.revision + 1 - kept.len() as u64;
-    for (revision, v) in (first..).zip(kept.iter().rev()) {
-        let raw = codec::split_event(v)?;
-        let object = codec::decode_shared(raw.key, raw.object, &mut seen)?;
-        let prev = match raw.prev {
-            [] => None,
-            p => Some(codec::decode_shared(raw.key, p, &mut seen)?),
-        };
-        snap.events.push(Arc::new(super::Event { revision, kind: raw.kind, object, prev }));
-    }
+    events.reverse();
+    snap.events = events;
+    snap.compacted = compacted;
     Ok(snap)
 }
 
-/// The changes `after + 1 ..= until` from the event log.
+/// The changes `after + 1 ..= until` from the event log. The caller holds the published lock, so no commit lands
+/// while it reads.
 fn read_changes(db: &sled::Db, after: Revision, until: Revision) -> Result<Vec<Change>> {
+    let mut unwind = codec::Unwind::new(|key: &str| {
+        db.get(codec::object_key(key))
+            .map_err(backend)?
+            .map(|r| codec::decode_object(key, &r).map(Arc::new))
+            .transpose()
+    });
     let mut out = Vec::with_capacity((until - after) as usize);
-    for kv in db.range(codec::event_key(after + 1)..=codec::event_key(until)) {
+    for kv in db.range(codec::event_prefix(after + 1)..codec::EVENT_END.to_vec()).rev() {
         let (k, v) = kv.map_err(backend)?;
-        let revision = codec::decode_u64(&k[EVENT_PREFIX.len()..])?;
-        let raw = codec::split_event(&v)?;
-        let object = Arc::new(codec::decode_object(raw.key, raw.object)?);
-        out.push(Change { revision, kind: raw.kind, object });
+        let event = codec::split_event_key(&k)?;
+        let (object, _) = unwind.event(&event, &v)?;
+        if event.revision <= until {
+            out.push(Change { revision: event.revision, kind: event.kind, object });
+        }
     }
-    if out.len() as u64 != until - after {
+    out.reverse();
+    if out.len() as u64 != until - after || out.iter().zip(after + 1..).any(|(c, r)| c.revision != r) {
         return Err(StorageError::Corrupt(format!("event log between {after} and {until} has a gap")));
     }
     Ok(out)
-}
-
-/// The state of a key before a write: written earlier in the same group, or as stored.
-enum Current {
-    Written(Arc<Object>),
-    Stored(sled::IVec),
-}
-
-impl Current {
-    fn revision(&self) -> Result<Revision> {
-        match self {
-            Current::Written(o) => Ok(o.mod_revision),
-            Current::Stored(raw) => codec::record_revision(raw),
-        }
-    }
-
-    fn record(&self) -> Cow<'_, [u8]> {
-        match self {
-            Current::Written(o) => Cow::Owned(codec::encode_object(o)),
-            Current::Stored(raw) => Cow::Borrowed(raw),
-        }
-    }
-
-    fn value(&self, key: &str) -> Result<Value> {
-        let json = match self {
-            Current::Written(o) => &o.bytes[..],
-            Current::Stored(raw) => &raw[8..],
-        };
-        serde_json::from_slice(json).map_err(|e| StorageError::Corrupt(format!("object {key:?}: {e}")))
-    }
 }
 
 struct Writer {
@@ -299,7 +344,9 @@ impl Writer {
                     Err(_) => break,
                 }
             }
+            self.shared.busy_since.store(self.shared.now_ms(), Ordering::Relaxed);
             self.commit(group);
+            self.shared.busy_since.store(0, Ordering::Relaxed);
         }
         if let Some(db) = self.shared.db.write().take() {
             if let Err(e) = db.flush() {
@@ -325,10 +372,20 @@ impl Writer {
                 return;
             }
         };
+        if let Err(e) = self.enough_space(&group) {
+            for op in group {
+                match op {
+                    Op::Write(_, reply) => drop(reply.send(Err(clone_error(&e)))),
+                    Op::Check(reply) => drop(reply.send(Err(clone_error(&e)))),
+                    Op::Compact => {}
+                }
+            }
+            return;
+        }
         let mut checks = Vec::new();
         self.shared.compact_queued.store(false, Ordering::Release);
         let mut batch = sled::Batch::default();
-        let mut overlay: HashMap<String, Option<Arc<Object>>> = HashMap::new();
+        let mut overlay: HashMap<String, Option<IVec>> = HashMap::new();
         let mut changes: Vec<Change> = Vec::new();
         let mut replies: Vec<Reply> = Vec::with_capacity(group.len());
         let mut revision = self.revision;
@@ -355,19 +412,25 @@ impl Writer {
             }
             return;
         }
-        for r in self.compacted + 1..=compact_to {
-            batch.remove(codec::event_key(r));
-        }
-        let compacted = self.compacted.max(compact_to);
+        let compacted = match remove_events(&db, &mut batch, self.compacted, compact_to) {
+            Ok(()) => self.compacted.max(compact_to),
+            Err(e) => {
+                tracing::warn!(error = %e, "dropping old history from disk failed");
+                self.compacted
+            }
+        };
         batch.insert(META_COMPACTED, &codec::encode_u64(compacted));
         batch.insert(META_REVISION, &codec::encode_u64(revision));
 
         let started = std::time::Instant::now();
+        // Under the publish lock: a replay from the log (`watch`) or a load never sees a batch not yet published.
+        let mut published = self.shared.published.lock();
         let durable = db.apply_batch(batch).and_then(|_| db.flush().map(|_| ()));
         let m = crate::metrics::global();
         m.storage_commit_duration.observe(started.elapsed().as_secs_f64());
         m.storage_commit_group_size.observe(changes.len() as f64);
         if let Err(e) = durable {
+            drop(published);
             tracing::error!(error = %e, "store write failed; the whole group is refused");
             // sled refuses everything after an I/O error, and its memory may hold the refused batch: the next
             // request reopens it from disk first.
@@ -382,17 +445,40 @@ impl Writer {
         }
         self.revision = revision;
         self.compacted = compacted;
-        {
-            let mut published = self.shared.published.lock();
-            published.revision = revision;
-            published.compacted = compacted;
-            published.subscribers.retain(|s| s.send(Ok(changes.clone())).is_ok());
-        }
+        published.revision = revision;
+        published.compacted = compacted;
+        published.subscribers.retain(|s| s.send(Ok(changes.clone())).is_ok());
+        drop(published);
         for (reply, result) in replies {
             let _ = reply.send(result);
         }
         for reply in checks {
             let _ = reply.send(Ok(()));
+        }
+    }
+
+    /// Refuses a group that would leave less than `FREE_SPACE_RESERVE` free on the store's disk.
+    fn enough_space(&self, group: &[Op]) -> Result<()> {
+        let writes: u64 = group
+            .iter()
+            .map(|op| match op {
+                Op::Write(Write::Create { object, .. } | Write::Update { object, .. }, _) => object.size() as u64,
+                Op::Write(Write::Delete { .. }, _) => 1024,
+                Op::Check(_) => 1,
+                Op::Compact => 0,
+            })
+            .sum();
+        if writes == 0 {
+            return Ok(());
+        }
+        let needed = FREE_SPACE_RESERVE + 2 * writes;
+        match fs2::available_space(&self.dir) {
+            Ok(free) if free < needed => Err(StorageError::Backend(format!(
+                "no space left for the store: {free} bytes free on the disk of {}, {needed} needed",
+                self.dir.display()
+            ))),
+            // An unknown amount of space is sled's to find out.
+            _ => Ok(()),
         }
     }
 
@@ -450,14 +536,15 @@ impl Writer {
     /// Drops history without a flush of its own: losing it in a crash only means a longer history after restart.
     fn compact_only(&mut self, db: &sled::Db, to: Revision) {
         let mut batch = sled::Batch::default();
-        for r in self.compacted + 1..=to {
-            batch.remove(codec::event_key(r));
-        }
-        batch.insert(META_COMPACTED, &codec::encode_u64(to));
-        match db.apply_batch(batch) {
+        let mut published = self.shared.published.lock();
+        let done = remove_events(db, &mut batch, self.compacted, to).and_then(|()| {
+            batch.insert(META_COMPACTED, &codec::encode_u64(to));
+            db.apply_batch(batch).map_err(backend)
+        });
+        match done {
             Ok(()) => {
                 self.compacted = to;
-                self.shared.published.lock().compacted = to;
+                published.compacted = to;
             }
             Err(e) => tracing::warn!(error = %e, "dropping old history from disk failed"),
         }
@@ -466,64 +553,266 @@ impl Writer {
 
 fn apply(
     db: &sled::Db,
-    overlay: &mut HashMap<String, Option<Arc<Object>>>,
+    overlay: &mut HashMap<String, Option<IVec>>,
     batch: &mut sled::Batch,
     revision: &mut Revision,
     write: Write,
     changes: &mut Vec<Change>,
 ) -> Result<Arc<Object>> {
-    let current = |key: &str| -> Result<Option<Current>> {
+    // The key's record: written earlier in the same group, or as stored.
+    let current = |key: &str| -> Result<Option<IVec>> {
         match overlay.get(key) {
-            Some(o) => Ok(o.clone().map(Current::Written)),
-            None => Ok(db.get(codec::object_key(key)).map_err(backend)?.map(Current::Stored)),
+            Some(record) => Ok(record.clone()),
+            None => db.get(codec::object_key(key)).map_err(backend),
         }
     };
     let next = *revision + 1;
-    let (key, kind, object, event) = match write {
+    let (key, kind, object, record, prev) = match write {
         Write::Create { key, object } => {
             if current(&key)?.is_some() {
                 return Err(StorageError::AlreadyExists { key });
             }
-            let obj = Object::from_draft(&key, object, next);
-            let record = codec::encode_object(&obj);
-            let event = codec::encode_event(EventType::Added, &key, &record, None);
-            batch.insert(codec::object_key(&key), record);
-            (key, EventType::Added, obj, event)
+            let (obj, record) = codec::stamp(&key, object, next);
+            (key, EventType::Added, obj, Some(record), IVec::default())
         }
         Write::Update { key, object, expected } => {
             let Some(prev) = current(&key)? else {
                 return Err(StorageError::NotFound { key });
             };
-            check_expected(&key, prev.revision()?, expected)?;
-            let obj = Object::from_draft(&key, object, next);
-            let record = codec::encode_object(&obj);
-            let event = codec::encode_event(EventType::Modified, &key, &record, Some(&prev.record()));
-            batch.insert(codec::object_key(&key), record);
-            (key, EventType::Modified, obj, event)
+            check_expected(&key, codec::record_revision(&prev)?, expected)?;
+            let (obj, record) = codec::stamp(&key, object, next);
+            (key, EventType::Modified, obj, Some(record), prev)
         }
         Write::Delete { key, expected } => {
             let Some(prev) = current(&key)? else {
                 return Err(StorageError::NotFound { key });
             };
-            check_expected(&key, prev.revision()?, expected)?;
-            let obj = Object::new(&key, prev.value(&key)?, next)?;
-            let event =
-                codec::encode_event(EventType::Deleted, &key, &codec::encode_object(&obj), Some(&prev.record()));
-            batch.remove(codec::object_key(&key));
-            (key, EventType::Deleted, obj, event)
+            check_expected(&key, codec::record_revision(&prev)?, expected)?;
+            let value = serde_json::from_slice(&prev[8..])
+                .map_err(|e| StorageError::Corrupt(format!("object {key:?}: {e}")))?;
+            let obj = Object::new(&key, value, next)?;
+            (key, EventType::Deleted, obj, None, prev)
         }
     };
     *revision = next;
-    batch.insert(codec::event_key(next), event);
+    match &record {
+        Some(record) => batch.insert(codec::object_key(&key), record.clone()),
+        None => batch.remove(codec::object_key(&key)),
+    }
+    // The previous record as it was stored: the same buffer, not a copy (see `codec::event_key`).
+    batch.insert(codec::event_key(next, kind, &key), prev);
     let object = Arc::new(object);
-    overlay.insert(key, (kind != EventType::Deleted).then(|| object.clone()));
+    overlay.insert(key, record);
     changes.push(Change { revision: next, kind, object: object.clone() });
     Ok(object)
+}
+
+/// Adds the removal of the log's events after `from` up to `to` to `batch`.
+fn remove_events(db: &sled::Db, batch: &mut sled::Batch, from: Revision, to: Revision) -> Result<()> {
+    if to > from {
+        for k in db.range(codec::event_prefix(from + 1)..codec::event_prefix(to + 1)).keys() {
+            batch.remove(k.map_err(backend)?);
+        }
+    }
+    Ok(())
 }
 
 fn check_expected(key: &str, actual: Revision, expected: Option<Revision>) -> Result<()> {
     match expected {
         Some(e) if e != actual => Err(StorageError::Conflict { key: key.to_owned(), expected: e, actual }),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures::StreamExt;
+    use serde_json::json;
+
+    use super::*;
+    use crate::storage::Draft;
+
+    fn draft(name: &str, n: i64) -> Draft {
+        Draft::new(&json!({"metadata": {"name": name}, "spec": {"n": n}}), &[]).unwrap()
+    }
+
+    fn open(dir: &Path) -> SledBackend {
+        SledBackend::open(dir, SledOptions::default()).unwrap()
+    }
+
+    /// A create, an update, a delete and a create again of one key, and a create of another.
+    async fn write_some(b: &SledBackend) -> Vec<Change> {
+        let writes = [
+            (EventType::Added, Write::Create { key: "/a".into(), object: draft("a", 1) }),
+            (EventType::Added, Write::Create { key: "/b".into(), object: draft("b", 1) }),
+            (EventType::Modified, Write::Update { key: "/a".into(), object: draft("a", 2), expected: Some(1) }),
+            (EventType::Deleted, Write::Delete { key: "/a".into(), expected: None }),
+            (EventType::Added, Write::Create { key: "/a".into(), object: draft("a", 3) }),
+            (EventType::Modified, Write::Update { key: "/b".into(), object: draft("b", 2), expected: None }),
+        ];
+        let mut out = Vec::new();
+        for (kind, w) in writes {
+            let object = b.write(w).await.unwrap();
+            out.push(Change { revision: object.mod_revision, kind, object });
+        }
+        out
+    }
+
+    fn same(a: &[Change], b: &[Change]) {
+        let view = |c: &[Change]| {
+            c.iter().map(|c| (c.revision, c.kind, c.object.key.clone(), c.object.bytes.clone())).collect::<Vec<_>>()
+        };
+        assert_eq!(view(a), view(b));
+    }
+
+    #[tokio::test]
+    async fn every_state_is_kept_once_and_shared_with_the_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = open(dir.path());
+        let first = b.write(Write::Create { key: "/a".into(), object: draft("a", 1) }).await.unwrap();
+        let second = b.write(Write::Update { key: "/a".into(), object: draft("a", 2), expected: None }).await.unwrap();
+        let db = b.db().unwrap();
+        let stored = db.get(codec::object_key("/a")).unwrap().unwrap();
+        assert_eq!(stored.as_ptr().wrapping_add(8), second.bytes.as_ptr(), "sled's value is the object's JSON");
+        let (_, prev) = db.scan_prefix(EVENT_PREFIX).last().unwrap().unwrap();
+        assert_eq!(prev.as_ptr().wrapping_add(8), first.bytes.as_ptr(), "the event holds the previous state");
+        drop((db, b));
+
+        // After a restart, the loaded objects and history are sled's values too, not copies.
+        let b = open(dir.path());
+        let snap = b.load(&HistoryLimits::default()).await.unwrap();
+        let db = b.db().unwrap();
+        let stored = db.get(codec::object_key("/a")).unwrap().unwrap();
+        assert_eq!(stored.as_ptr().wrapping_add(8), snap.objects[0].bytes.as_ptr());
+        assert!(Arc::ptr_eq(&snap.events[1].object, &snap.objects[0]));
+        assert!(Arc::ptr_eq(snap.events[1].prev.as_ref().unwrap(), &snap.events[0].object));
+        assert_eq!(snap.events[0].object.bytes, first.bytes);
+    }
+
+    #[tokio::test]
+    async fn the_log_replays_each_state_as_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = open(dir.path());
+        let written = write_some(&b).await;
+        let replayed = b.watch(0).unwrap().next().await.unwrap().unwrap();
+        same(&written, &replayed);
+        // From the middle, and after a restart (read from disk).
+        drop(b);
+        let b = open(dir.path());
+        let replayed = b.watch(2).unwrap().next().await.unwrap().unwrap();
+        same(&written[2..], &replayed);
+        let snap = b.load(&HistoryLimits::default()).await.unwrap();
+        let history: Vec<_> = snap
+            .events
+            .iter()
+            .map(|e| Change { revision: e.revision, kind: e.kind, object: e.object.clone() })
+            .collect();
+        same(&written, &history);
+        let prevs: Vec<_> = snap.events.iter().map(|e| e.prev.as_ref().map(|p| p.mod_revision)).collect();
+        assert_eq!(prevs, [None, None, Some(1), Some(3), None, Some(2)]);
+    }
+
+    #[tokio::test]
+    async fn a_log_that_disagrees_with_the_objects_is_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = open(dir.path());
+        write_some(&b).await;
+        // An object changed behind the log's back.
+        b.db().unwrap().insert(codec::object_key("/b"), codec::stamp("/b", draft("b", 9), 9).1).unwrap();
+        let err = b.load(&HistoryLimits::default()).await.unwrap_err();
+        assert!(matches!(&err, StorageError::Corrupt(m) if m.contains("disagree at revision 6")), "{err:?}");
+        assert!(matches!(b.watch(0).unwrap().next().await.unwrap(), Err(StorageError::Corrupt(_))));
+    }
+
+    #[tokio::test]
+    async fn a_store_of_the_first_format_keeps_its_objects_and_starts_history_again() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            // As the first format wrote two creates: events `e/<revision>` holding kind, key, object and prev.
+            let db = open_db(dir.path(), &SledOptions::default()).unwrap();
+            for (rev, name) in [(1u64, "a"), (2, "b")] {
+                let (_, record) = codec::stamp(&format!("/{name}"), draft(name, 1), rev);
+                db.insert(codec::object_key(&format!("/{name}")), record.clone()).unwrap();
+                let mut event = vec![0u8];
+                for part in [format!("/{name}").as_bytes(), &record[..], &[]] {
+                    event.extend_from_slice(&(part.len() as u32).to_be_bytes());
+                    event.extend_from_slice(part);
+                }
+                db.insert([EVENT_PREFIX, &rev.to_be_bytes()].concat(), event).unwrap();
+            }
+            db.insert(META_REVISION, &codec::encode_u64(2)).unwrap();
+            db.insert(META_COMPACTED, &codec::encode_u64(0)).unwrap();
+            db.flush().unwrap();
+        }
+        let b = open(dir.path());
+        let snap = b.load(&HistoryLimits::default()).await.unwrap();
+        assert_eq!((snap.revision, snap.compacted, snap.objects.len(), snap.events.len()), (2, 2, 2, 0));
+        assert!(matches!(b.watch(1), Err(StorageError::Expired { requested: 1, oldest: 2 })));
+        let c = b.write(Write::Update { key: "/a".into(), object: draft("a", 2), expected: Some(1) }).await.unwrap();
+        assert_eq!(c.mod_revision, 3);
+        drop(b);
+        let snap = open(dir.path()).load(&HistoryLimits::default()).await.unwrap();
+        assert_eq!((snap.revision, snap.compacted, snap.events.len()), (3, 2, 1));
+        assert_eq!(snap.events[0].prev.as_ref().unwrap().mod_revision, 1);
+    }
+
+    #[tokio::test]
+    async fn a_store_of_a_newer_format_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = open_db(dir.path(), &SledOptions::default()).unwrap();
+            db.insert(codec::META_FORMAT, &codec::encode_u64(codec::FORMAT + 1)).unwrap();
+            db.flush().unwrap();
+        }
+        let err = SledBackend::open(dir.path(), SledOptions::default()).err().unwrap();
+        assert!(matches!(&err, StorageError::Corrupt(m) if m.contains("newer")), "{err:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_writer_stuck_in_one_write_makes_the_store_not_alive() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = SledOptions { stuck_after: Duration::from_millis(300), ..Default::default() };
+        let b = Arc::new(SledBackend::open(dir.path(), options).unwrap());
+        // The writer publishes under this lock: holding it keeps the writer inside one group.
+        let held = b.shared.published.lock();
+        let writing = tokio::spawn({
+            let b = b.clone();
+            async move { b.write(Write::Create { key: "/a".into(), object: draft("a", 1) }).await }
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(b.check_alive().is_ok(), "busy, not yet stuck");
+        std::thread::sleep(Duration::from_millis(400));
+        let err = b.check_alive().unwrap_err();
+        assert!(err.to_string().contains("busy with one write"), "{err}");
+        drop(held);
+        writing.await.unwrap().unwrap();
+        // The writer marks itself idle just after replying.
+        for _ in 0..100 {
+            if b.check_alive().is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("still not alive after the write went through");
+    }
+
+    #[tokio::test]
+    async fn compaction_drops_the_log_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = open(dir.path());
+        write_some(&b).await;
+        b.compact(4);
+        b.write(Write::Create { key: "/c".into(), object: draft("c", 1) }).await.unwrap();
+        let db = b.db().unwrap();
+        let revisions: Vec<_> = db
+            .scan_prefix(EVENT_PREFIX)
+            .keys()
+            .map(|k| codec::split_event_key(&k.unwrap()).unwrap().revision)
+            .collect();
+        assert_eq!(revisions, [5, 6, 7]);
+        assert!(matches!(b.watch(3), Err(StorageError::Expired { .. })));
+        assert_eq!(b.watch(4).unwrap().next().await.unwrap().unwrap().len(), 3);
     }
 }

@@ -123,7 +123,7 @@ impl StorageOptions {
         let backend: Arc<dyn Backend> = match self.storage_backend {
             StorageBackend::Sled => {
                 let db_dir = self.data_dir.join("db");
-                let sled = SledOptions { cache_capacity: self.storage_sled_cache_bytes };
+                let sled = SledOptions { cache_capacity: self.storage_sled_cache_bytes, ..Default::default() };
                 Arc::new(tokio::task::spawn_blocking(move || SledBackend::open(&db_dir, sled)).await??)
             }
             StorageBackend::Etcd => Arc::new(EtcdBackend::connect(self.etcd_options()).await?),
