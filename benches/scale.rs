@@ -8,7 +8,8 @@
 //!
 //! `cargo bench --features envtest --bench scale` as root with KUBEBUILDER_ASSETS set (see hack/test.sh);
 //! SCALE_N=20000 for a quicker run, SCALE_CRD=0 to skip kube-apiserver, SCALE_ONLY=watch for only the watch figures
-//! (SCALE_ROUNDS=3 to repeat them). Figures and targets are printed; nothing is asserted on time.
+//! (SCALE_ROUNDS=3 to repeat them), SCALE_CHURN_ROUNDS (3) for the rounds of updates. Figures and targets are
+//! printed; nothing is asserted on time.
 
 mod common;
 
@@ -23,14 +24,15 @@ use podset_apiserver::envtest::reenter_namespace;
 
 const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
 
-async fn churn(t: &Target, n: usize, objects: usize) {
+/// Updates `n` PodSets among the first `objects`, each to a replica count it did not have in the round before.
+async fn churn(t: &Target, n: usize, objects: usize, round: usize) {
     futures::stream::iter(0..n)
         .map(|i| {
             let (client, path) = (t.client().clone(), t.path.clone());
             async move {
                 let req = Request::patch(format!("{path}/{}", name(i % objects)))
                     .header("content-type", "application/merge-patch+json")
-                    .body(format!(r#"{{"spec":{{"replicas":{}}}}}"#, i % 5 + 1).into_bytes())
+                    .body(format!(r#"{{"spec":{{"replicas":{}}}}}"#, (i + round) % 5 + 1).into_bytes())
                     .unwrap();
                 assert_eq!(send(&client, req).await.0, 200);
             }
@@ -146,10 +148,14 @@ async fn ours() {
     row("RSS right after that restart", mem(&[server.pid()]), "<= RSS before");
 
     let t = Target { clients: vec![server.client()], ..t };
-    churn(&t, n, n).await;
-    let data = dir_bytes(dir.path()) as f64 / 1e6;
-    row(&format!("data dir after {n} updates"), format!("{data:.0} MB"), "bounded");
-    row("RSS after the updates", mem(&[server.pid()]), "");
+    // Several rounds: whether the data dir levels off under churn.
+    let rounds: usize = std::env::var("SCALE_CHURN_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    for round in 1..=rounds {
+        churn(&t, n, n, round).await;
+        let data = dir_bytes(dir.path()) as f64 / 1e6;
+        row(&format!("data dir after {} updates", round * n), format!("{data:.0} MB"), "bounded");
+        row("RSS after the updates", mem(&[server.pid()]), "");
+    }
 }
 
 /// The same figures at 10k from kube-apiserver + etcd, PodSet as a CRD.
