@@ -178,8 +178,8 @@ impl SledBackend {
 #[async_trait]
 impl Backend for SledBackend {
     async fn load(&self, keep: &HistoryLimits) -> Result<Snapshot> {
-        let (db, shared, keep) = (self.db()?, self.shared.clone(), *keep);
-        tokio::task::spawn_blocking(move || load(&db, &shared, &keep))
+        let (shared, keep) = (self.shared.clone(), *keep);
+        tokio::task::spawn_blocking(move || load(&shared, &keep))
             .await
             .map_err(|e| StorageError::Backend(format!("loading the store: {e}")))?
     }
@@ -244,9 +244,11 @@ impl Backend for SledBackend {
 }
 
 /// Reads every object and the history the cache keeps. Blocking.
-fn load(db: &sled::Db, shared: &Shared, keep: &HistoryLimits) -> Result<Snapshot> {
-    // Held while reading: the writer commits under it, so the objects and the log agree.
+fn load(shared: &Shared, keep: &HistoryLimits) -> Result<Snapshot> {
+    // Held while reading: the writer commits under it, so the objects and the log agree. The handle is taken under
+    // it too, so a reopen cannot swap it in between.
     let published = shared.published.lock();
+    let db = shared.db.read().clone().ok_or_else(|| StorageError::Backend("store is being reopened".into()))?;
     let mut snap = Snapshot { revision: published.revision, compacted: published.compacted, ..Default::default() };
     for kv in db.scan_prefix(OBJECT_PREFIX) {
         let (k, v) = kv.map_err(backend)?;
@@ -267,6 +269,12 @@ fn load(db: &sled::Db, shared: &Shared, keep: &HistoryLimits) -> Result<Snapshot
         let event = codec::split_event_key(&k)?;
         if event.revision <= compacted {
             break; // dropped from the counter, not yet from disk
+        }
+        if event.revision > snap.revision {
+            // A batch whose flush failed, still in sled's memory until the store is reopened: not acknowledged,
+            // but the state after the events below it.
+            unwind.event(&event, &v)?;
+            continue;
         }
         if event.revision != expected {
             return Err(StorageError::Corrupt(format!(
@@ -304,7 +312,7 @@ fn read_changes(db: &sled::Db, after: Revision, until: Revision) -> Result<Vec<C
             .map(|r| codec::decode_object(key, &r).map(Arc::new))
             .transpose()
     });
-    let mut out = Vec::with_capacity((until - after) as usize);
+    let mut out = Vec::with_capacity((until - after).min(4096) as usize);
     for kv in db.range(codec::event_prefix(after + 1)..codec::EVENT_END.to_vec()).rev() {
         let (k, v) = kv.map_err(backend)?;
         let event = codec::split_event_key(&k)?;
@@ -356,6 +364,8 @@ impl Writer {
     }
 
     fn commit(&mut self, group: Vec<Op>) {
+        // Any compaction queued is taken up by this group, or dropped with it if it is refused: let the next one queue.
+        self.shared.compact_queued.store(false, Ordering::Release);
         let healthy = self.recover_if_failed();
         let db = self.shared.db.read().clone();
         let (db, group) = match (healthy, db) {
@@ -383,7 +393,6 @@ impl Writer {
             return;
         }
         let mut checks = Vec::new();
-        self.shared.compact_queued.store(false, Ordering::Release);
         let mut batch = sled::Batch::default();
         let mut overlay: HashMap<String, Option<IVec>> = HashMap::new();
         let mut changes: Vec<Change> = Vec::new();
