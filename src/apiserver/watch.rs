@@ -256,6 +256,31 @@ impl Woken {
     }
 }
 
+impl WatchBody {
+    /// A body with nothing to send first and no bookmarks, that ends after `timeout` or at `shutdown`.
+    fn new(
+        encoder: Encoder,
+        events: BoxStream<'static, ApiResult<Notification>>,
+        seen: Revision,
+        timeout: Duration,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let wake = Woken::new();
+        WatchBody {
+            encoder,
+            first: VecDeque::new(),
+            events,
+            deadline: Box::pin(tokio::time::sleep(timeout)),
+            shutdown: Box::pin(shutdown.cancelled_owned()),
+            ticker: None,
+            seen,
+            done: false,
+            waker: Waker::from(wake.clone()),
+            wake,
+        }
+    }
+}
+
 impl Stream for WatchBody {
     type Item = Result<Bytes, Infallible>;
 
@@ -385,19 +410,9 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
     let ticker = q
         .allow_watch_bookmarks
         .then(|| tokio::time::interval_at(tokio::time::Instant::now() + cfg.bookmark_interval, cfg.bookmark_interval));
-    let wake = Woken::new();
-    let body = WatchBody {
-        encoder,
-        first,
-        events: watch.events,
-        deadline: Box::pin(tokio::time::sleep(cfg.timeout(q.timeout_seconds))),
-        shutdown: Box::pin(cfg.shutdown.clone().cancelled_owned()),
-        ticker,
-        seen: start,
-        done: false,
-        waker: Waker::from(wake.clone()),
-        wake,
-    };
+    let timeout = cfg.timeout(q.timeout_seconds);
+    let body =
+        WatchBody { first, ticker, ..WatchBody::new(encoder, watch.events, start, timeout, cfg.shutdown.clone()) };
     Ok(response(Body::from_stream(body)))
 }
 
@@ -536,6 +551,16 @@ mod tests {
         assert_eq!(next_frame(&mut entering).await, event_line("ADDED", after.bytes()));
     }
 
+    /// A JSON body of the metadata, ending in 10 s.
+    fn test_body(
+        events: BoxStream<'static, ApiResult<Notification>>,
+        seen: Revision,
+        shutdown: CancellationToken,
+    ) -> WatchBody {
+        let encoder = Encoder { output: Output::Json, include: IncludeObject::Metadata };
+        WatchBody::new(encoder, events, seen, Duration::from_secs(10), shutdown)
+    }
+
     #[tokio::test(start_paused = true)]
     async fn the_body_reads_its_sources_only_after_they_woke_it() {
         let polls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -546,19 +571,11 @@ mod tests {
             rx.poll_next_unpin(cx)
         });
         let shutdown = CancellationToken::new();
-        let wake = Woken::new();
         let start = tokio::time::Instant::now();
         let mut body = WatchBody {
-            encoder: Encoder { output: Output::Json, include: IncludeObject::Metadata },
             first: VecDeque::from([Bytes::from_static(b"a\n"), Bytes::from_static(b"b\n")]),
-            events: events.boxed(),
-            deadline: Box::pin(tokio::time::sleep(Duration::from_secs(10))),
-            shutdown: Box::pin(shutdown.clone().cancelled_owned()),
             ticker: Some(tokio::time::interval_at(start + Duration::from_secs(3), Duration::from_secs(3))),
-            seen: 5,
-            done: false,
-            waker: Waker::from(wake.clone()),
-            wake,
+            ..test_body(events.boxed(), 5, shutdown.clone())
         };
         let mut poll = || futures::FutureExt::now_or_never(body.next()).map(|l| l.map(Result::unwrap));
         assert_eq!(poll(), Some(Some(Bytes::from_static(b"a\nb\n"))), "the first lines, in one frame");
@@ -599,19 +616,7 @@ mod tests {
             counted.fetch_add(1, Ordering::Relaxed);
             rx.poll_next_unpin(cx)
         });
-        let wake = Woken::new();
-        let mut body = WatchBody {
-            encoder: Encoder { output: Output::Json, include: IncludeObject::Metadata },
-            first: VecDeque::new(),
-            events: events.boxed(),
-            deadline: Box::pin(tokio::time::sleep(Duration::from_secs(10))),
-            shutdown: Box::pin(CancellationToken::new().cancelled_owned()),
-            ticker: None,
-            seen: 0,
-            done: false,
-            waker: Waker::from(wake.clone()),
-            wake,
-        };
+        let mut body = test_body(events.boxed(), 0, CancellationToken::new());
         let woken = Arc::new(Count(std::sync::atomic::AtomicUsize::new(0)));
         let waker = Waker::from(woken.clone());
         let mut cx = Context::from_waker(&waker);
@@ -630,32 +635,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_body_ends_at_its_deadline_and_after_an_error() {
         let (tx, rx) = futures::channel::mpsc::unbounded::<ApiResult<Notification>>();
-        let wake = Woken::new();
-        let mut body = WatchBody {
-            encoder: Encoder { output: Output::Json, include: IncludeObject::Metadata },
-            first: VecDeque::new(),
-            events: rx.boxed(),
-            deadline: Box::pin(tokio::time::sleep(Duration::from_secs(10))),
-            shutdown: Box::pin(CancellationToken::new().cancelled_owned()),
-            ticker: None,
-            seen: 5,
-            done: false,
-            waker: Waker::from(wake.clone()),
-            wake,
-        };
+        let mut body = test_body(rx.boxed(), 5, CancellationToken::new());
         assert!(futures::FutureExt::now_or_never(body.next()).is_none());
         tokio::time::advance(Duration::from_secs(10)).await;
         assert!(matches!(futures::FutureExt::now_or_never(body.next()), Some(None)), "ends at its deadline");
 
-        let wake = Woken::new();
-        let mut body = WatchBody {
-            events: futures::stream::iter([Err(ApiError::expired("too old"))]).boxed(),
-            deadline: Box::pin(tokio::time::sleep(Duration::from_secs(10))),
-            done: false,
-            waker: Waker::from(wake.clone()),
-            wake,
-            ..body
-        };
+        let mut body =
+            test_body(futures::stream::iter([Err(ApiError::expired("too old"))]).boxed(), 5, CancellationToken::new());
         let line: Value = serde_json::from_slice(&body.next().await.unwrap().unwrap()).unwrap();
         assert_eq!((line["type"].as_str(), line["object"]["code"].as_i64()), (Some("ERROR"), Some(410)));
         assert!(body.next().await.is_none());
