@@ -61,6 +61,13 @@ pub fn decode_object(key: &str, record: &IVec) -> Result<Object> {
     Object::from_json(key, Bytes::from_owner(record.clone()).slice(8..), mod_revision)
 }
 
+/// What a delete at `revision` reports: the last state, `json`, stamped with the delete's revision. Made when the
+/// delete is written, and made again the same way when the log is read.
+pub fn deletion(key: &str, json: &[u8], revision: Revision) -> Result<Object> {
+    let value = serde_json::from_slice(json).map_err(|e| StorageError::Corrupt(format!("object {key:?}: {e}")))?;
+    Object::new(key, value, revision)
+}
+
 /// The key of the event at `revision`: `e/<revision BE><kind u8><object key>`. Its value is the record of the
 /// key's previous state as it was stored (empty for an added key), and its new state is the key's next record (the
 /// next event's previous state, or the current object): so every state is on disk once, and a value sled keeps in
@@ -123,7 +130,7 @@ impl<F: FnMut(&str) -> Result<Option<Arc<Object>>>> Unwind<F> {
         };
         let prev = if value.is_empty() { None } else { Some(Arc::new(decode_object(event.key, value)?)) };
         let object = match (event.kind, after, &prev) {
-            (EventType::Deleted, None, Some(p)) => Arc::new(Object::new(event.key, p.parse()?, event.revision)?),
+            (EventType::Deleted, None, Some(p)) => Arc::new(deletion(event.key, &p.bytes, event.revision)?),
             (EventType::Added, Some(o), None) | (EventType::Modified, Some(o), Some(_))
                 if o.mod_revision == event.revision =>
             {

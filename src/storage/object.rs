@@ -141,11 +141,6 @@ impl Draft {
         Ok(Self { json: out, revision_at, unstamped_cut: cut, meta: ObjectMeta::from_value(value) })
     }
 
-    /// Bytes of the JSON.
-    pub fn size(&self) -> usize {
-        self.json.len()
-    }
-
     /// `header` followed by the JSON stamped with `revision`, in one exactly sized buffer (it is kept for the
     /// life of the revision: spare capacity would be a third of the cache's memory), and the indexed metadata.
     pub fn stamp(self, revision: Revision, header: &[u8]) -> (Vec<u8>, ObjectMeta) {

@@ -113,16 +113,14 @@ fn open_db(dir: &Path, options: &SledOptions) -> Result<sled::Db> {
 /// state in its value; those events are dropped, so history starts again at the current revision (a watch from
 /// before it gets 410 Gone, as after a compaction). The objects are the same in both.
 fn upgrade(db: &sled::Db) -> Result<()> {
-    match db.get(codec::META_FORMAT).map_err(backend)? {
-        Some(v) if codec::decode_u64(&v)? == codec::FORMAT => return Ok(()),
-        Some(v) => {
-            return Err(StorageError::Corrupt(format!(
-                "the store has format {}, newer than this server's {}",
-                codec::decode_u64(&v)?,
+    if let Some(v) = db.get(codec::META_FORMAT).map_err(backend)? {
+        return match codec::decode_u64(&v)? {
+            codec::FORMAT => Ok(()),
+            other => Err(StorageError::Corrupt(format!(
+                "the store has format {other}, newer than this server's {}",
                 codec::FORMAT
-            )))
-        }
-        None => {}
+            ))),
+        };
     }
     let mut batch = sled::Batch::default();
     let mut dropped = 0usize;
@@ -222,8 +220,11 @@ impl Backend for SledBackend {
 
     fn check_alive(&self) -> Result<()> {
         let since = self.shared.busy_since.load(Ordering::Relaxed);
-        let busy = std::time::Duration::from_millis(self.shared.now_ms().saturating_sub(since.max(1)));
-        if since != 0 && busy > self.stuck_after {
+        if since == 0 {
+            return Ok(());
+        }
+        let busy = std::time::Duration::from_millis(self.shared.now_ms().saturating_sub(since));
+        if busy > self.stuck_after {
             return Err(StorageError::Backend(format!(
                 "the store's writer has been busy with one write for {}s",
                 busy.as_secs()
@@ -262,6 +263,7 @@ fn load(shared: &Shared, keep: &HistoryLimits) -> Result<Snapshot> {
         Ok(objects.binary_search_by(|o| o.key.as_str().cmp(key)).ok().map(|i| objects[i].clone()))
     });
     // Newest first, only as much history as the cache keeps: what it would drop at once is never decoded.
+    let mut unpublished = HashMap::new();
     let mut events = Vec::new();
     let (mut expected, mut bytes, mut compacted) = (snap.revision, 0usize, snap.compacted);
     for kv in db.scan_prefix(EVENT_PREFIX).rev() {
@@ -271,9 +273,10 @@ fn load(shared: &Shared, keep: &HistoryLimits) -> Result<Snapshot> {
             break; // dropped from the counter, not yet from disk
         }
         if event.revision > snap.revision {
-            // A batch whose flush failed, still in sled's memory until the store is reopened: not acknowledged,
-            // but the state after the events below it.
-            unwind.event(&event, &v)?;
+            // A batch whose flush failed is in sled's memory until the store is reopened: not acknowledged, so its
+            // keys are read as they were before it.
+            let (_, before) = unwind.event(&event, &v)?;
+            unpublished.insert(event.key.to_owned(), before);
             continue;
         }
         if event.revision != expected {
@@ -296,6 +299,14 @@ fn load(shared: &Shared, keep: &HistoryLimits) -> Result<Snapshot> {
             "event log starts after revision {expected}, but history is kept from revision {}",
             compacted + 1
         )));
+    }
+    for (key, before) in unpublished {
+        match (snap.objects.binary_search_by(|o| o.key.as_str().cmp(&key)), before) {
+            (Ok(i), Some(o)) => snap.objects[i] = o,
+            (Ok(i), None) => drop(snap.objects.remove(i)),
+            (Err(i), Some(o)) => snap.objects.insert(i, o),
+            (Err(_), None) => {}
+        }
     }
     events.reverse();
     snap.events = events;
@@ -340,8 +351,6 @@ struct Writer {
     failed: Option<String>,
 }
 
-type Reply = (oneshot::Sender<Result<Arc<Object>>>, Result<Arc<Object>>);
-
 impl Writer {
     fn run(mut self, mut rx: mpsc::Receiver<Op>) {
         while let Some(first) = rx.blocking_recv() {
@@ -366,61 +375,35 @@ impl Writer {
     fn commit(&mut self, group: Vec<Op>) {
         // Any compaction queued is taken up by this group, or dropped with it if it is refused: let the next one queue.
         self.shared.compact_queued.store(false, Ordering::Release);
-        let healthy = self.recover_if_failed();
-        let db = self.shared.db.read().clone();
-        let (db, group) = match (healthy, db) {
-            (Ok(()), Some(db)) => (db, group),
-            (result, _) => {
-                let err = result.err().unwrap_or(StorageError::Closed);
-                for op in group {
-                    match op {
-                        Op::Write(_, reply) => drop(reply.send(Err(clone_error(&err)))),
-                        Op::Check(reply) => drop(reply.send(Err(clone_error(&err)))),
-                        Op::Compact => {}
-                    }
-                }
-                return;
-            }
-        };
-        if let Err(e) = self.enough_space(&group) {
-            for op in group {
-                match op {
-                    Op::Write(_, reply) => drop(reply.send(Err(clone_error(&e)))),
-                    Op::Check(reply) => drop(reply.send(Err(clone_error(&e)))),
-                    Op::Compact => {}
-                }
-            }
-            return;
-        }
-        let mut checks = Vec::new();
-        let mut batch = sled::Batch::default();
-        let mut overlay: HashMap<String, Option<IVec>> = HashMap::new();
-        let mut changes: Vec<Change> = Vec::new();
-        let mut replies: Vec<Reply> = Vec::with_capacity(group.len());
-        let mut revision = self.revision;
+        let (mut writes, mut checks) = (Vec::new(), Vec::new());
         for op in group {
             match op {
-                Op::Write(write, reply) => {
-                    let result = apply(&db, &mut overlay, &mut batch, &mut revision, write, &mut changes);
-                    replies.push((reply, result));
-                }
+                Op::Write(write, reply) => writes.push((write, reply)),
                 Op::Check(reply) => checks.push(reply),
                 Op::Compact => {}
             }
         }
-        let compact_to = self.shared.compact_to.load(Ordering::Relaxed).min(revision);
-        if changes.is_empty() {
-            for (reply, result) in replies {
-                let _ = reply.send(result);
+        let db = match self.recover_if_failed().and_then(|()| self.shared.db.read().clone().ok_or(StorageError::Closed))
+        {
+            Ok(db) => db,
+            Err(e) => return refuse(writes.into_iter().map(|(_, reply)| (reply, Err(e.clone()))), checks, &e),
+        };
+        let mut pending = Pending::new(self.revision);
+        let replies: Vec<_> = writes.into_iter().map(|(write, reply)| (reply, pending.apply(&db, write))).collect();
+        let compact_to = self.shared.compact_to.load(Ordering::Relaxed).min(pending.revision);
+        if !pending.changes.is_empty() || !checks.is_empty() {
+            if let Err(e) = self.enough_space(pending.bytes) {
+                return refuse(replies, checks, &e);
             }
-            for reply in checks {
-                let _ = reply.send(Ok(()));
-            }
+        }
+        if pending.changes.is_empty() {
+            reply(replies, checks);
             if compact_to > self.compacted {
                 self.compact_only(&db, compact_to);
             }
             return;
         }
+        let Pending { mut batch, changes, revision, .. } = pending;
         let compacted = match remove_events(&db, &mut batch, self.compacted, compact_to) {
             Ok(()) => self.compacted.max(compact_to),
             Err(e) => {
@@ -444,13 +427,7 @@ impl Writer {
             // sled refuses everything after an I/O error, and its memory may hold the refused batch: the next
             // request reopens it from disk first.
             self.failed = Some(e.to_string());
-            for (reply, result) in replies {
-                let _ = reply.send(result.and(Err(StorageError::Backend(e.to_string()))));
-            }
-            for reply in checks {
-                let _ = reply.send(Err(StorageError::Backend(e.to_string())));
-            }
-            return;
+            return refuse(replies, checks, &backend(e));
         }
         self.revision = revision;
         self.compacted = compacted;
@@ -458,29 +435,13 @@ impl Writer {
         published.compacted = compacted;
         published.subscribers.retain(|s| s.send(Ok(changes.clone())).is_ok());
         drop(published);
-        for (reply, result) in replies {
-            let _ = reply.send(result);
-        }
-        for reply in checks {
-            let _ = reply.send(Ok(()));
-        }
+        reply(replies, checks);
     }
 
-    /// Refuses a group that would leave less than `FREE_SPACE_RESERVE` free on the store's disk.
-    fn enough_space(&self, group: &[Op]) -> Result<()> {
-        let writes: u64 = group
-            .iter()
-            .map(|op| match op {
-                Op::Write(Write::Create { object, .. } | Write::Update { object, .. }, _) => object.size() as u64,
-                Op::Write(Write::Delete { .. }, _) => 1024,
-                Op::Check(_) => 1,
-                Op::Compact => 0,
-            })
-            .sum();
-        if writes == 0 {
-            return Ok(());
-        }
-        let needed = FREE_SPACE_RESERVE + 2 * writes;
+    /// Refuses a write that would leave less than `FREE_SPACE_RESERVE` free on the store's disk (a check asks
+    /// whether any write could go through).
+    fn enough_space(&self, bytes: u64) -> Result<()> {
+        let needed = FREE_SPACE_RESERVE + 2 * bytes;
         match fs2::available_space(&self.dir) {
             Ok(free) if free < needed => Err(StorageError::Backend(format!(
                 "no space left for the store: {free} bytes free on the disk of {}, {needed} needed",
@@ -537,8 +498,26 @@ impl Writer {
     }
 }
 
-fn clone_error(e: &StorageError) -> StorageError {
-    StorageError::Backend(e.to_string())
+type Reply = (oneshot::Sender<Result<Arc<Object>>>, Result<Arc<Object>>);
+
+/// Sends each write its result, and each check its Ok.
+fn reply(replies: Vec<Reply>, checks: Vec<oneshot::Sender<Result<()>>>) {
+    for (reply, result) in replies {
+        let _ = reply.send(result);
+    }
+    for reply in checks {
+        let _ = reply.send(Ok(()));
+    }
+}
+
+/// Sends every write and check `err`, unless the write failed on its own already.
+fn refuse(replies: impl IntoIterator<Item = Reply>, checks: Vec<oneshot::Sender<Result<()>>>, err: &StorageError) {
+    for (reply, result) in replies {
+        let _ = reply.send(result.and(Err(err.clone())));
+    }
+    for reply in checks {
+        let _ = reply.send(Err(err.clone()));
+    }
 }
 
 impl Writer {
@@ -560,60 +539,71 @@ impl Writer {
     }
 }
 
-fn apply(
-    db: &sled::Db,
-    overlay: &mut HashMap<String, Option<IVec>>,
-    batch: &mut sled::Batch,
-    revision: &mut Revision,
-    write: Write,
-    changes: &mut Vec<Change>,
-) -> Result<Arc<Object>> {
-    // The key's record: written earlier in the same group, or as stored.
-    let current = |key: &str| -> Result<Option<IVec>> {
-        match overlay.get(key) {
+/// A write group being built: the batch, the changes it makes, and the records written so far.
+struct Pending {
+    batch: sled::Batch,
+    /// Each key's record as this group leaves it (`None`: deleted).
+    overlay: HashMap<String, Option<IVec>>,
+    changes: Vec<Change>,
+    revision: Revision,
+    /// Keys and values the batch writes.
+    bytes: u64,
+}
+
+impl Pending {
+    fn new(revision: Revision) -> Self {
+        Self { batch: Default::default(), overlay: HashMap::new(), changes: Vec::new(), revision, bytes: 0 }
+    }
+
+    /// The key's record: written earlier in the same group, or as stored.
+    fn current(&self, db: &sled::Db, key: &str) -> Result<Option<IVec>> {
+        match self.overlay.get(key) {
             Some(record) => Ok(record.clone()),
             None => db.get(codec::object_key(key)).map_err(backend),
         }
-    };
-    let next = *revision + 1;
-    let (key, kind, object, record, prev) = match write {
-        Write::Create { key, object } => {
-            if current(&key)?.is_some() {
-                return Err(StorageError::AlreadyExists { key });
-            }
-            let (obj, record) = codec::stamp(&key, object, next);
-            (key, EventType::Added, obj, Some(record), IVec::default())
-        }
-        Write::Update { key, object, expected } => {
-            let Some(prev) = current(&key)? else {
-                return Err(StorageError::NotFound { key });
-            };
-            check_expected(&key, codec::record_revision(&prev)?, expected)?;
-            let (obj, record) = codec::stamp(&key, object, next);
-            (key, EventType::Modified, obj, Some(record), prev)
-        }
-        Write::Delete { key, expected } => {
-            let Some(prev) = current(&key)? else {
-                return Err(StorageError::NotFound { key });
-            };
-            check_expected(&key, codec::record_revision(&prev)?, expected)?;
-            let value = serde_json::from_slice(&prev[8..])
-                .map_err(|e| StorageError::Corrupt(format!("object {key:?}: {e}")))?;
-            let obj = Object::new(&key, value, next)?;
-            (key, EventType::Deleted, obj, None, prev)
-        }
-    };
-    *revision = next;
-    match &record {
-        Some(record) => batch.insert(codec::object_key(&key), record.clone()),
-        None => batch.remove(codec::object_key(&key)),
     }
-    // The previous record as it was stored: the same buffer, not a copy (see `codec::event_key`).
-    batch.insert(codec::event_key(next, kind, &key), prev);
-    let object = Arc::new(object);
-    overlay.insert(key, record);
-    changes.push(Change { revision: next, kind, object: object.clone() });
-    Ok(object)
+
+    fn apply(&mut self, db: &sled::Db, write: Write) -> Result<Arc<Object>> {
+        let next = self.revision + 1;
+        let (key, kind, object, record, prev) = match write {
+            Write::Create { key, object } => {
+                if self.current(db, &key)?.is_some() {
+                    return Err(StorageError::AlreadyExists { key });
+                }
+                let (obj, record) = codec::stamp(&key, object, next);
+                (key, EventType::Added, obj, Some(record), IVec::default())
+            }
+            Write::Update { key, object, expected } => {
+                let Some(prev) = self.current(db, &key)? else {
+                    return Err(StorageError::NotFound { key });
+                };
+                check_expected(&key, codec::record_revision(&prev)?, expected)?;
+                let (obj, record) = codec::stamp(&key, object, next);
+                (key, EventType::Modified, obj, Some(record), prev)
+            }
+            Write::Delete { key, expected } => {
+                let Some(prev) = self.current(db, &key)? else {
+                    return Err(StorageError::NotFound { key });
+                };
+                check_expected(&key, codec::record_revision(&prev)?, expected)?;
+                let obj = codec::deletion(&key, &prev[8..], next)?;
+                (key, EventType::Deleted, obj, None, prev)
+            }
+        };
+        self.revision = next;
+        let (object_key, event_key) = (codec::object_key(&key), codec::event_key(next, kind, &key));
+        self.bytes += (object_key.len() + event_key.len() + prev.len() + record.as_ref().map_or(0, |r| r.len())) as u64;
+        match &record {
+            Some(record) => self.batch.insert(object_key, record.clone()),
+            None => self.batch.remove(object_key),
+        }
+        // The previous record as it was stored: the same buffer, not a copy (see `codec::event_key`).
+        self.batch.insert(event_key, prev);
+        let object = Arc::new(object);
+        self.overlay.insert(key, record);
+        self.changes.push(Change { revision: next, kind, object: object.clone() });
+        Ok(object)
+    }
 }
 
 /// Adds the removal of the log's events after `from` up to `to` to `batch`.
@@ -724,6 +714,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_load_leaves_out_a_batch_that_was_not_published() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = open(dir.path());
+        let written = write_some(&b).await;
+        // As a batch whose flush failed leaves sled's memory: an update of /b and a create of /c, not published.
+        let db = b.db().unwrap();
+        let prev = db.get(codec::object_key("/b")).unwrap().unwrap();
+        db.insert(codec::object_key("/b"), codec::stamp("/b", draft("b", 9), 7).1).unwrap();
+        db.insert(codec::event_key(7, EventType::Modified, "/b"), prev).unwrap();
+        db.insert(codec::object_key("/c"), codec::stamp("/c", draft("c", 1), 8).1).unwrap();
+        db.insert(codec::event_key(8, EventType::Added, "/c"), IVec::default()).unwrap();
+        let snap = b.load(&HistoryLimits::default()).await.unwrap();
+        let objects: Vec<_> = snap.objects.iter().map(|o| (o.key.as_str(), o.mod_revision)).collect();
+        assert_eq!((snap.revision, objects), (6, vec![("/a", 5), ("/b", 6)]));
+        let history: Vec<_> = snap
+            .events
+            .iter()
+            .map(|e| Change { revision: e.revision, kind: e.kind, object: e.object.clone() })
+            .collect();
+        same(&written, &history);
+    }
+
+    #[tokio::test]
     async fn a_log_that_disagrees_with_the_objects_is_corrupt() {
         let dir = tempfile::tempdir().unwrap();
         let b = open(dir.path());
@@ -790,7 +803,9 @@ mod tests {
             let b = b.clone();
             async move { b.write(Write::Create { key: "/a".into(), object: draft("a", 1) }).await }
         });
-        std::thread::sleep(Duration::from_millis(100));
+        while b.shared.busy_since.load(Ordering::Relaxed) == 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         assert!(b.check_alive().is_ok(), "busy, not yet stuck");
         std::thread::sleep(Duration::from_millis(400));
         let err = b.check_alive().unwrap_err();
