@@ -34,7 +34,7 @@ use std::future::Future;
 
 use http::Request;
 
-use common::workload::{create_range, list_ms, name, throughput, watch_latency, Target, WATCH_WRITES};
+use common::workload::{create_range, list_ms, name, throughput, watch_latency, Target, Watchers, WATCH_WRITES};
 use common::{cpu_us, Server, PATH};
 use podset_apiserver::envtest::reenter_namespace;
 
@@ -269,7 +269,8 @@ async fn run() {
     }
     for s in &subjects {
         let ((p50, p99, cpu), etcd_cpu) =
-            with_etcd_cpu(etcd, WATCH_WRITES, watch_latency(&s.target, &s.pids, &s.watchers, watchers)).await;
+            with_etcd_cpu(etcd, WATCH_WRITES, watch_latency(&s.target, &s.pids, &Watchers::Own(&s.watchers), watchers))
+                .await;
         table.put(&format!("watch p50, {watchers} watchers (write sent → event)"), Unit::Ms, s.kind, p50);
         table.put(&format!("watch p99, {watchers} watchers"), Unit::Ms, s.kind, p99);
         table.put("API server CPU per watched write", Unit::CpuUs, s.kind, cpu);

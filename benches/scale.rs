@@ -18,7 +18,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use http::Request;
 
-use common::workload::{create_range, list_ms, name, watch_latency, Target, CONCURRENCY};
+use common::workload::{create_range, list_ms, name, watch_latency, Target, Watchers, CONCURRENCY};
 use common::{dir_bytes, rss_mb, send, Server, PATH};
 use podset_apiserver::envtest::reenter_namespace;
 
@@ -43,7 +43,7 @@ async fn churn(t: &Target, n: usize, objects: usize, round: usize) {
 }
 
 fn row(what: &str, figure: String, target: &str) {
-    println!("{what:<44} {figure:>18}   {target}");
+    println!("{what:<50} {figure:>18}   {target}");
 }
 
 fn mem(pids: &[u32]) -> String {
@@ -52,34 +52,36 @@ fn mem(pids: &[u32]) -> String {
 }
 
 /// Memory at `n` objects, Table beside JSON, and watch latency: the figures taken from both servers.
-async fn at_small_scale(t: &Target, pids: &[u32], n: usize, clients: &[kube::Client]) {
+async fn at_small_scale(t: &Target, pids: &[u32], n: usize, clients: &[kube::Client], shared: &kube::Config) {
     row("RSS idle (current / peak)", mem(pids), "");
     create_range(t, pids, 0, n).await;
     row(&format!("RSS at {n} PodSets"), mem(pids), "<= 64 MB at 10k");
     let (json_ms, table_ms) = (list_ms(t, "application/json").await, list_ms(t, TABLE).await);
     row("list 2000 as JSON (median)", format!("{json_ms:.1} ms"), "");
     row("list 2000 as Table (median)", format!("{table_ms:.1} ms ({:.2}x)", table_ms / json_ms), "Table <= 1.5x JSON");
-    watch_rows(t, pids, clients).await;
+    watch_rows(t, pids, clients, shared).await;
 }
 
-async fn watch_rows(t: &Target, pids: &[u32], clients: &[kube::Client]) {
-    for watchers in [10, 100] {
-        let (p50, p99, cpu) = watch_latency(t, pids, clients, watchers).await;
-        row(
-            &format!("watch p50 / p99, {watchers} watchers, 200 writes"),
-            format!("{p50:.2} / {p99:.2} ms"),
-            "p99 <= 3 ms",
-        );
-        row(&format!("server CPU per write, {watchers} watchers"), format!("{cpu:.0} us"), "");
+/// Watch latency with 10 and 100 watchers on connections of their own, and with 100 sharing one HTTP/2 connection.
+async fn watch_rows(t: &Target, pids: &[u32], clients: &[kube::Client], shared: &kube::Config) {
+    let cases = [
+        (10, Watchers::Own(clients), ""),
+        (100, Watchers::Own(clients), ""),
+        (100, Watchers::Shared(shared), " on one HTTP/2"),
+    ];
+    for (watchers, how, on) in &cases {
+        let (p50, p99, cpu) = watch_latency(t, pids, how, *watchers).await;
+        row(&format!("watch p50 / p99, {watchers} watchers{on}"), format!("{p50:.2} / {p99:.2} ms"), "p99 <= 3 ms");
+        row(&format!("server CPU per write, {watchers} watchers{on}"), format!("{cpu:.0} us"), "");
     }
 }
 
 /// `SCALE_ONLY=watch`: the objects the watch figures write to, then those figures `SCALE_ROUNDS` times.
-async fn only_watch(t: &Target, pids: &[u32], n: usize, clients: &[kube::Client]) {
+async fn only_watch(t: &Target, pids: &[u32], n: usize, clients: &[kube::Client], shared: &kube::Config) {
     create_range(t, pids, 0, n).await;
     let rounds: usize = std::env::var("SCALE_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
     for _ in 0..rounds {
-        watch_rows(t, pids, clients).await;
+        watch_rows(t, pids, clients, shared).await;
     }
 }
 
@@ -123,17 +125,18 @@ async fn ours() {
     let server = Server::start(dir.path(), &[]);
     let t = Target { path: PATH.into(), api_version: "demo.k8s.io/v1alpha1", clients: vec![server.client()] };
     let pid = server.pid();
-    println!("{:<44} {:>18}   target", "podset-apiserver (release)", "figure");
+    println!("{:<50} {:>18}   target", "podset-apiserver (release)", "figure");
     let clients: Vec<_> = (0..100).map(|_| server.client()).collect();
+    let shared = server.config();
     if only_watch_asked() {
-        only_watch(&t, &[pid], small, &clients).await;
+        only_watch(&t, &[pid], small, &clients, &shared).await;
         // Ends as it would in service, so a profiler it runs under (PODSET_APISERVER_BIN) writes its figures.
         let mut server = server;
         std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
         server.child.wait().unwrap();
         return;
     }
-    at_small_scale(&t, &[pid], small, &clients).await;
+    at_small_scale(&t, &[pid], small, &clients, &shared).await;
 
     create_range(&t, &[pid], small, n).await;
     row(&format!("RSS at {n} PodSets"), mem(&[pid]), "<= 300 MB at 100k");
@@ -164,13 +167,14 @@ async fn crd() {
     let (cluster, t) = common::crd::start().await;
     let pids = [cluster.pid("kube-apiserver").unwrap(), cluster.pid("etcd").unwrap()];
     println!();
-    println!("{:<44} {:>18}", "kube-apiserver 1.20 + etcd, PodSet as CRD", "figure");
+    println!("{:<50} {:>18}", "kube-apiserver 1.20 + etcd, PodSet as CRD", "figure");
     let mut clients = Vec::new();
     for _ in 0..100 {
         clients.push(cluster.client().await);
     }
+    let shared = cluster.config().await;
     if only_watch_asked() {
-        return only_watch(&t, &pids, n, &clients).await;
+        return only_watch(&t, &pids, n, &clients, &shared).await;
     }
-    at_small_scale(&t, &pids, n, &clients).await;
+    at_small_scale(&t, &pids, n, &clients, &shared).await;
 }

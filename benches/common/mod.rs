@@ -73,11 +73,16 @@ impl Server {
         self.child.id()
     }
 
-    pub fn client(&self) -> kube::Client {
+    /// How to reach the server (no credentials: it allows all).
+    pub fn config(&self) -> kube::Config {
         podset_apiserver::apiserver::tls::provider();
         let mut cfg = kube::Config::new(self.url.parse().unwrap());
         cfg.root_cert = Some(vec![self.ca.clone()]);
-        kube::Client::try_from(cfg).unwrap()
+        cfg
+    }
+
+    pub fn client(&self) -> kube::Client {
+        kube::Client::try_from(self.config()).unwrap()
     }
 }
 

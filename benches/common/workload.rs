@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use http::Request;
 use http_body_util::BodyExt;
 use serde_json::json;
@@ -117,11 +117,77 @@ pub const WATCH_WRITES: usize = 200;
 /// Makes every watch round's writes change something (a write that changes nothing makes no event).
 static WATCH_ROUND: AtomicUsize = AtomicUsize::new(0);
 
+/// How the watchers of `watch_latency` reach the server.
+pub enum Watchers<'a> {
+    /// Each over a connection of its own (HTTP/1.1), as separate programs would: watcher `w` uses `clients[w]`
+    /// (which may reach another replica than the writes).
+    Own(&'a [kube::Client]),
+    /// All as streams of one HTTP/2 connection, as one Go program's watches (client-go's informers) share one.
+    Shared(&'a kube::Config),
+}
+
+/// A watch response's body, as chunks.
+type Chunks = futures::stream::BoxStream<'static, Result<bytes::Bytes, Box<dyn std::error::Error + Send + Sync>>>;
+
+impl Watchers<'_> {
+    /// Opens `n` watches of `path` from `rv`.
+    async fn open(&self, path: &str, rv: &str, n: usize) -> Vec<Chunks> {
+        let uri = format!("{path}?watch=1&resourceVersion={rv}");
+        let mut out = Vec::new();
+        match self {
+            Watchers::Own(clients) => {
+                for client in &clients[..n] {
+                    let req = Request::get(&uri).body(kube::client::Body::empty()).unwrap();
+                    let body = client.send(req).await.unwrap().into_body();
+                    out.push(body.into_data_stream().map_err(|e| e.into()).boxed());
+                }
+            }
+            Watchers::Shared(cfg) => {
+                let mut conn = h2_connection(cfg).await;
+                let base = cfg.cluster_url.to_string();
+                for _ in 0..n {
+                    let req = Request::get(format!("{}{uri}", base.trim_end_matches('/')))
+                        .body(http_body_util::Empty::<bytes::Bytes>::new())
+                        .unwrap();
+                    conn.ready().await.unwrap();
+                    let resp = conn.send_request(req).await.unwrap();
+                    assert_eq!(resp.status(), 200);
+                    out.push(resp.into_body().into_data_stream().map_err(|e| e.into()).boxed());
+                }
+            }
+        }
+        out
+    }
+}
+
+/// One HTTP/2 connection to the server `cfg` names, with its TLS settings and credentials.
+async fn h2_connection(
+    cfg: &kube::Config,
+) -> hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>> {
+    use kube::client::ConfigExt;
+    let mut tls = cfg.rustls_client_config().unwrap();
+    tls.alpn_protocols = vec![b"h2".to_vec()];
+    let host = cfg.cluster_url.host().unwrap().to_owned();
+    let port = cfg.cluster_url.port_u16().unwrap();
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let name = rustls::pki_types::ServerName::try_from(host).unwrap();
+    let stream = tokio_rustls::TlsConnector::from(Arc::new(tls)).connect(name, tcp).await.unwrap();
+    assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"h2"[..]), "the server speaks HTTP/2");
+    let (send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    send
+}
+
 /// p50 and p99 from a write being sent (by the target's first client) to each of `watchers` receiving its event,
 /// over `WATCH_WRITES` writes to PodSets `create_range` made, and the CPU time per write of `pids` (the write and its
-/// fan-out); each watcher has its own client (connection), as separate programs would, from `clients` (which may
-/// reach another replica than the writes).
-pub async fn watch_latency(t: &Target, pids: &[u32], clients: &[kube::Client], watchers: usize) -> (f64, f64, f64) {
+/// fan-out).
+pub async fn watch_latency(t: &Target, pids: &[u32], how: &Watchers<'_>, watchers: usize) -> (f64, f64, f64) {
     let (client, path) = (t.client(), &t.path);
     let round = WATCH_ROUND.fetch_add(1, Ordering::Relaxed);
     let (_, body) = send(client, Request::get(format!("{path}?limit=1")).body(vec![]).unwrap()).await;
@@ -134,14 +200,9 @@ pub async fn watch_latency(t: &Target, pids: &[u32], clients: &[kube::Client], w
     let arrivals: Arc<Vec<parking_lot::Mutex<Vec<Instant>>>> =
         Arc::new((0..watchers).map(|_| parking_lot::Mutex::new(Vec::with_capacity(writes))).collect());
     let mut tasks = Vec::new();
-    for w in 0..watchers {
-        // One connection per watcher, as separate clients would have.
-        let client = clients[w].clone();
-        let req = Request::get(format!("{path}?watch=1&resourceVersion={rv}")).body(kube::client::Body::empty());
-        let resp = client.send(req.unwrap()).await.unwrap();
+    for (w, mut frames) in how.open(path, &rv, watchers).await.into_iter().enumerate() {
         let (received, arrivals) = (received.clone(), arrivals.clone());
         tasks.push(tokio::spawn(async move {
-            let mut frames = resp.into_body().into_data_stream();
             let mut pending = Vec::new();
             while let Some(Ok(chunk)) = frames.next().await {
                 pending.extend_from_slice(&chunk);

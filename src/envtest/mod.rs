@@ -638,10 +638,14 @@ impl Cluster {
 
     /// A kube-rs client for kube-apiserver, as the admin.
     pub async fn client(&self) -> kube::Client {
+        kube::Client::try_from(self.config().await).unwrap()
+    }
+
+    /// How the admin reaches kube-apiserver: its address, CA and client certificate.
+    pub async fn config(&self) -> kube::Config {
         crate::apiserver::tls::provider();
         let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig).unwrap();
-        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap();
-        kube::Client::try_from(cfg).unwrap()
+        kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap()
     }
 
     /// Everything podset-apiserver has logged so far.
