@@ -1,7 +1,8 @@
 //! Memory, restart and fan-out at scale, against the release server binary over HTTPS on loopback:
 //! RSS (current and peak) idle, at 10k and at 100k PodSets of ~0.7 KB each; RSS and time to serving after
 //! kill -9 and after SIGTERM at 100k; data dir size, also after churn; a list of 2000 as Table beside JSON;
-//! watch latency (write sent → event received) with 10 and 100 watchers, and the server's CPU time per write then.
+//! watch latency (write sent → event received) with 10 and 100 watchers on connections of their own and with 100
+//! sharing one HTTP/2 connection, and the server's CPU time per write then.
 //!
 //! The same figures at 10k are then taken from kube-apiserver + etcd serving PodSet as a CRD on the local control
 //! plane (1.20), memory being kube-apiserver's plus etcd's.
