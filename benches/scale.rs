@@ -47,24 +47,41 @@ fn row(what: &str, figure: String, target: &str) {
     println!("{what:<50} {figure:>18}   {target}");
 }
 
+/// Our targets are printed beside our figures only, not beside kube-apiserver's.
+fn goal(ours: bool, target: &str) -> &str {
+    if ours {
+        target
+    } else {
+        ""
+    }
+}
+
 fn mem(pids: &[u32]) -> String {
     let (now, peak) = pids.iter().map(|p| rss_mb(*p)).fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
     format!("{now:.0} / {peak:.0} MB")
 }
 
 /// Memory at `n` objects, Table beside JSON, and watch latency: the figures taken from both servers.
-async fn at_small_scale(t: &Target, pids: &[u32], n: usize, clients: &[kube::Client], shared: &kube::Config) {
+async fn at_small_scale(
+    t: &Target,
+    pids: &[u32],
+    n: usize,
+    clients: &[kube::Client],
+    shared: &kube::Config,
+    ours: bool,
+) {
     row("RSS idle (current / peak)", mem(pids), "");
     create_range(t, pids, 0, n).await;
-    row(&format!("RSS at {n} PodSets"), mem(pids), "<= 64 MB at 10k");
+    row(&format!("RSS at {n} PodSets"), mem(pids), goal(ours, "<= 64 MB at 10k"));
     let (json_ms, table_ms) = (list_ms(t, "application/json").await, list_ms(t, TABLE).await);
     row("list 2000 as JSON (median)", format!("{json_ms:.1} ms"), "");
-    row("list 2000 as Table (median)", format!("{table_ms:.1} ms ({:.2}x)", table_ms / json_ms), "Table <= 1.5x JSON");
-    watch_rows(t, pids, clients, shared).await;
+    let table = format!("{table_ms:.1} ms ({:.2}x)", table_ms / json_ms);
+    row("list 2000 as Table (median)", table, goal(ours, "Table <= 1.5x JSON"));
+    watch_rows(t, pids, clients, shared, ours).await;
 }
 
 /// Watch latency with 10 and 100 watchers on connections of their own, and with 100 sharing one HTTP/2 connection.
-async fn watch_rows(t: &Target, pids: &[u32], clients: &[kube::Client], shared: &kube::Config) {
+async fn watch_rows(t: &Target, pids: &[u32], clients: &[kube::Client], shared: &kube::Config, ours: bool) {
     let cases = [
         (10, Watchers::Own(clients), ""),
         (100, Watchers::Own(clients), ""),
@@ -72,17 +89,21 @@ async fn watch_rows(t: &Target, pids: &[u32], clients: &[kube::Client], shared: 
     ];
     for (watchers, how, on) in &cases {
         let (p50, p99, cpu) = watch_latency(t, pids, how, *watchers).await;
-        row(&format!("watch p50 / p99, {watchers} watchers{on}"), format!("{p50:.2} / {p99:.2} ms"), "p99 <= 3 ms");
+        row(
+            &format!("watch p50 / p99, {watchers} watchers{on}"),
+            format!("{p50:.2} / {p99:.2} ms"),
+            goal(ours, "p99 <= 3 ms"),
+        );
         row(&format!("server CPU per write, {watchers} watchers{on}"), format!("{cpu:.0} us"), "");
     }
 }
 
 /// `SCALE_ONLY=watch`: the objects the watch figures write to, then those figures `SCALE_ROUNDS` times.
-async fn only_watch(t: &Target, pids: &[u32], n: usize, clients: &[kube::Client], shared: &kube::Config) {
+async fn only_watch(t: &Target, pids: &[u32], n: usize, clients: &[kube::Client], shared: &kube::Config, ours: bool) {
     create_range(t, pids, 0, n).await;
     let rounds: usize = std::env::var("SCALE_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
     for _ in 0..rounds {
-        watch_rows(t, pids, clients, shared).await;
+        watch_rows(t, pids, clients, shared, ours).await;
     }
 }
 
@@ -130,14 +151,14 @@ async fn ours() {
     let clients: Vec<_> = (0..100).map(|_| server.client()).collect();
     let shared = server.config();
     if only_watch_asked() {
-        only_watch(&t, &[pid], small, &clients, &shared).await;
+        only_watch(&t, &[pid], small, &clients, &shared, true).await;
         // Ends as it would in service, so a profiler it runs under (PODSET_APISERVER_BIN) writes its figures.
         let mut server = server;
         std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
         server.child.wait().unwrap();
         return;
     }
-    at_small_scale(&t, &[pid], small, &clients, &shared).await;
+    at_small_scale(&t, &[pid], small, &clients, &shared, true).await;
 
     create_range(&t, &[pid], small, n).await;
     row(&format!("RSS at {n} PodSets"), mem(&[pid]), "<= 300 MB at 100k");
@@ -175,7 +196,7 @@ async fn crd() {
     }
     let shared = cluster.config().await;
     if only_watch_asked() {
-        return only_watch(&t, &pids, n, &clients, &shared).await;
+        return only_watch(&t, &pids, n, &clients, &shared, false).await;
     }
-    at_small_scale(&t, &pids, n, &clients, &shared).await;
+    at_small_scale(&t, &pids, n, &clients, &shared, false).await;
 }
