@@ -380,3 +380,41 @@ async fn an_etcd_outage_is_survived() {
         assert_eq!(o.mod_revision, *rev);
     }
 }
+
+/// Responses over gRPC's default 4 MiB: a load page of 500 large objects, and one watch response holding a range
+/// delete of 600 of them with their previous values. The cache loads and follows (tonic's default limit would
+/// fail the load, and make the follower watch again in a loop).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_over_four_mib_are_read() {
+    use etcd_client::DeleteOptions;
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = Etcd::start(&dir.path().join("etcd"));
+    let s = replica(&etcd).await;
+    let big = |name: &str, n: i64| {
+        let pad = "x".repeat(10_000);
+        Draft::new(&json!({"metadata": {"name": name, "namespace": "ns"}, "spec": {"n": n, "pad": pad}}), &[]).unwrap()
+    };
+    let made = futures::stream::iter(0..600)
+        .map(|i| {
+            let (s, big) = (s.clone(), &big);
+            async move { s.create(&format!("/podsets/ns/b{i:03}"), big("b", i)).await }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+    assert!(made.iter().all(|r| r.is_ok()));
+
+    let loaded = replica(&etcd).await;
+    let page = loaded.list(ListOptions { prefix: "/podsets/".into(), ..Default::default() }).await.unwrap();
+    assert_eq!(page.items.len(), 600, "a second replica loads every object");
+
+    let mut w = loaded.watch("/podsets/", loaded.current_revision()).unwrap();
+    let mut other = Client::connect([etcd.url()], None).await.unwrap();
+    other.delete("/registry/demo.k8s.io/podsets/ns/", Some(DeleteOptions::new().with_prefix())).await.unwrap();
+    for seen in 0..600 {
+        let ev = tokio::time::timeout(Duration::from_secs(10), w.next()).await;
+        let ev = ev.unwrap_or_else(|_| panic!("{seen} of 600 deletions arrived")).unwrap().unwrap();
+        assert_eq!(ev.kind, EventType::Deleted);
+    }
+    loaded.check_alive().expect("the cache still follows etcd");
+}

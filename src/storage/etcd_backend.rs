@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{
-    Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, Identity, TlsOptions, Txn,
-    TxnOp, TxnOpResponse, WatchOptions,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, Identity, KvClient,
+    ResponseHeader, TlsOptions, Txn, TxnOp, TxnOpResponse, WatchClient, WatchOptions,
 };
 use futures::future::{BoxFuture, FutureExt, Shared};
 use tokio::sync::mpsc;
@@ -30,8 +30,24 @@ const GROUP_ROOT: &str = "/demo.k8s.io";
 const COMPACT_REV_KEY: &str = "compact_rev_key";
 /// Beside (not inside) the watched range `<root>/`: its mod_revision is the revision of the last write of ours.
 const LAST_WRITE: &str = "#last-write";
-/// Objects read per range request when loading: big enough to be few requests, small enough for gRPC's 4 MiB.
+/// Objects read per range request when loading.
 const LOAD_PAGE: i64 = 500;
+/// Largest response read, as etcd's Go client (kube-apiserver's) allows. tonic's default of 4 MiB would fail a load
+/// page of large objects, or a watch response holding a range delete with every previous value, again and again.
+const MAX_RESPONSE: usize = i32::MAX as usize;
+
+fn kv_client(client: &Client) -> KvClient {
+    client.kv_client().max_decoding_message_size(MAX_RESPONSE)
+}
+
+fn watch_client(client: &Client) -> WatchClient {
+    client.watch_client().max_decoding_message_size(MAX_RESPONSE)
+}
+
+/// The revision a response was served at; etcd always sends it, and taking 0 instead would go back in time.
+fn header_revision(header: Option<&ResponseHeader>) -> Result<i64> {
+    header.map(|h| h.revision()).ok_or_else(|| StorageError::Backend("etcd sent a response without a header".into()))
+}
 
 /// How to reach etcd, with kube-apiserver's flag names.
 #[derive(Debug, Clone)]
@@ -146,13 +162,13 @@ impl EtcdBackend {
         let client = Client::connect(&options.servers, Some(connect)).await.map_err(etcd_error)?;
         let root = format!("{}{GROUP_ROOT}", options.prefix.trim_end_matches('/'));
         let compactor = (!options.compaction_interval.is_zero())
-            .then(|| tokio::spawn(compactor(client.clone(), options.compaction_interval)));
+            .then(|| tokio::spawn(compactor(client.clone(), options.compaction_interval, options.request_timeout)));
         Ok(Self { client, root, timeout: options.request_timeout, compactor, reads: RevisionReads::default() })
     }
 
     /// A linearizable read of the marker every write of ours touches (0 before the first); see `RevisionReads`.
     fn marker_read(&self) -> impl std::future::Future<Output = Result<Revision>> + Send + 'static {
-        let (mut kv, key, timeout) = (self.client.kv_client(), format!("{}{LAST_WRITE}", self.root), self.timeout);
+        let (mut kv, key, timeout) = (kv_client(&self.client), format!("{}{LAST_WRITE}", self.root), self.timeout);
         let (next, turn) = (self.reads.next.clone(), self.reads.turn.clone());
         async move {
             // The wait is bounded: the read in flight has its own timeout.
@@ -202,7 +218,7 @@ impl EtcdBackend {
     }
 
     async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse> {
-        let mut kv = self.client.kv_client();
+        let mut kv = kv_client(&self.client);
         self.timed("transaction", kv.txn(txn)).await
     }
 }
@@ -231,10 +247,10 @@ impl Backend for EtcdBackend {
             if at > 0 {
                 opts = opts.with_revision(at);
             }
-            let mut kv = self.client.kv_client();
+            let mut kv = kv_client(&self.client);
             let mut resp = self.timed("list", kv.get(from.clone(), Some(opts))).await?;
             if at == 0 {
-                at = resp.header().map(|h| h.revision()).unwrap_or_default();
+                at = header_revision(resp.header())?;
             }
             let more = resp.more();
             let kvs = resp.take_kvs();
@@ -265,7 +281,7 @@ impl Backend for EtcdBackend {
                 if !resp.succeeded() {
                     return Err(StorageError::AlreadyExists { key });
                 }
-                let rev = revision(resp.header().map(|h| h.revision()).unwrap_or_default());
+                let rev = revision(header_revision(resp.header())?);
                 Ok(Arc::new(Object::from_unstamped_json(&key, &json, rev)?))
             }
             Write::Update { key, object, expected } => {
@@ -283,7 +299,7 @@ impl Backend for EtcdBackend {
                 if !resp.succeeded() {
                     return Err(refused(key, expected, &resp));
                 }
-                let rev = revision(resp.header().map(|h| h.revision()).unwrap_or_default());
+                let rev = revision(header_revision(resp.header())?);
                 Ok(Arc::new(Object::from_unstamped_json(&key, &json, rev)?))
             }
             Write::Delete { key, expected } => {
@@ -300,7 +316,7 @@ impl Backend for EtcdBackend {
                 if !resp.succeeded() {
                     return Err(refused(key, expected, &resp));
                 }
-                let rev = revision(resp.header().map(|h| h.revision()).unwrap_or_default());
+                let rev = revision(header_revision(resp.header())?);
                 let prev = resp.op_responses().into_iter().find_map(|r| match r {
                     TxnOpResponse::Delete(d) => d.prev_kvs().first().map(|kv| kv.value().to_vec()),
                     _ => None,
@@ -361,7 +377,7 @@ impl Follower {
     async fn follow(&self, after: Revision, tx: &Sender) -> Result<()> {
         let opts =
             WatchOptions::new().with_range(self.range.1.clone()).with_start_revision(after as i64 + 1).with_prev_key();
-        let mut watch = self.client.watch_client();
+        let mut watch = watch_client(&self.client);
         let (_requests, mut responses) =
             watch.watch(self.range.0.clone(), Some(opts)).await.map_err(etcd_error)?.split();
         loop {
@@ -413,28 +429,29 @@ impl Follower {
 
 /// kube-apiserver's compactor: every interval, the server that wins a compare-and-swap on `compact_rev_key`
 /// compacts etcd to the revision it saw one interval earlier, so at least one interval of history is kept.
-async fn compactor(client: Client, interval: Duration) {
+async fn compactor(client: Client, interval: Duration, timeout: Duration) {
     let (mut version, mut rev) = (0i64, 0i64);
     let mut tick = tokio::time::interval(interval);
     tick.tick().await;
     loop {
         tick.tick().await;
-        match compact_once(&client, version, rev).await {
-            Ok((v, r)) => (version, rev) = (v, r),
-            Err(e) => tracing::warn!(error = %e, "etcd compaction failed; trying again next interval"),
+        match tokio::time::timeout(timeout, compact_once(&client, version, rev)).await {
+            Ok(Ok((v, r))) => (version, rev) = (v, r),
+            Ok(Err(e)) => tracing::warn!(error = %e, "etcd compaction failed; trying again next interval"),
+            Err(_) => tracing::warn!(?timeout, "etcd compaction timed out; trying again next interval"),
         }
     }
 }
 
 /// One round: returns the key's version and the revision to compact to next time.
 async fn compact_once(client: &Client, version: i64, rev: i64) -> Result<(i64, i64)> {
-    let mut kv = client.kv_client();
+    let mut kv = kv_client(client);
     let txn = Txn::new()
         .when([Compare::version(COMPACT_REV_KEY, CompareOp::Equal, version)])
         .and_then([TxnOp::put(COMPACT_REV_KEY, rev.to_string(), None)])
         .or_else([TxnOp::get(COMPACT_REV_KEY, None)]);
     let resp = kv.txn(txn).await.map_err(etcd_error)?;
-    let current = resp.header().map(|h| h.revision()).unwrap_or_default();
+    let current = header_revision(resp.header())?;
     if !resp.succeeded() {
         // Another server compacted this round; follow its count.
         let theirs = resp.op_responses().into_iter().find_map(|r| match r {
