@@ -174,7 +174,7 @@ impl ApiError {
             Self::new(504, "Timeout", format!("Timeout: Too large resource version: {requested}, current: {current}"));
         let cause = StatusCause {
             reason: "ResourceVersionTooLarge".into(),
-            message: format!("Too large resource version: {requested}, current: {current}"),
+            message: "Too large resource version".into(),
             field: String::new(),
         };
         e.status.details = Some(StatusDetails { retry_after_seconds: 1, ..status_details("", "", "", vec![cause]) });

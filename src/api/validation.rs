@@ -17,6 +17,7 @@ pub enum ErrorType {
     Required,
     Forbidden,
     TooLong,
+    NotSupported,
 }
 
 /// One problem with one field, as `metav1.StatusCause` reports it.
@@ -40,6 +41,16 @@ impl FieldError {
     pub fn forbidden(field: impl Into<String>, detail: impl Into<String>) -> Self {
         Self { field: field.into(), kind: ErrorType::Forbidden, value: None, detail: detail.into() }
     }
+    /// A value outside a fixed set, listed as Go's `field.NotSupported` lists it.
+    pub fn not_supported(field: impl Into<String>, value: &str, supported: &[&str]) -> Self {
+        let list = supported.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ");
+        Self {
+            field: field.into(),
+            kind: ErrorType::NotSupported,
+            value: Some(format!("{value:?}")),
+            detail: format!("supported values: {list}"),
+        }
+    }
 
     /// `metav1.CauseType` of this error.
     pub fn reason(&self) -> &'static str {
@@ -48,6 +59,7 @@ impl FieldError {
             ErrorType::Required => "FieldValueRequired",
             ErrorType::Forbidden => "FieldValueForbidden",
             ErrorType::TooLong => "FieldValueTooLong",
+            ErrorType::NotSupported => "FieldValueNotSupported",
         }
     }
 
@@ -58,6 +70,7 @@ impl FieldError {
             ErrorType::Required => "Required value",
             ErrorType::Forbidden => "Forbidden",
             ErrorType::TooLong => "Too long",
+            ErrorType::NotSupported => "Unsupported value",
         };
         match (&self.value, self.detail.is_empty()) {
             (Some(v), false) => format!("{head}: {v}: {}", self.detail),

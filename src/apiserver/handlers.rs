@@ -301,21 +301,13 @@ async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query) -> ApiR
             watch::serve(reg, &app.watch, wr).await
         }
         (Verb::List, None) => {
-            if q.continue_token.is_some() && q.resource_version.is_some() {
+            q.check_list_options(false)?;
+            // "0" means any, so a continue token's own revision satisfies it (as in kube-apiserver).
+            if q.continue_token.is_some() && q.resource_version.as_deref().is_some_and(|rv| rv != "0") {
                 return Err(ApiError::bad_request("specifying resource version is not allowed when using continue"));
             }
             let (labels, fields) = selectors(&q, None)?;
             let exact = q.resource_version_match.as_deref() == Some("Exact");
-            if q.resource_version_match.is_some() && q.resource_version.is_none() {
-                return Err(ApiError::bad_request(
-                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
-                ));
-            }
-            if exact && q.resource_version.as_deref() == Some("0") {
-                return Err(ApiError::bad_request(
-                    "resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"",
-                ));
-            }
             let page = reg
                 .list(ListRequest {
                     namespace: r.namespace.clone(),

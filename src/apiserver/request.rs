@@ -4,7 +4,7 @@ use http::Method;
 
 use super::error::{ApiError, ApiResult};
 use super::health::Endpoint;
-use crate::api::validation::dns1123_label_errors;
+use crate::api::validation::{dns1123_label_errors, FieldError};
 use crate::api::{GROUP, PLURAL, VERSION};
 use crate::registry::{FieldValidation, Revision};
 
@@ -250,14 +250,66 @@ impl Query {
                 _ => {}
             }
         }
-        if let Some(m) = &q.resource_version_match {
+        Ok(q)
+    }
+
+    /// k8s.io/apimachinery's `ValidateListOptions`: how `resourceVersionMatch` goes with the other options, for a
+    /// list and for a watch; 422 naming every problem.
+    pub fn check_list_options(&self, watch: bool) -> ApiResult<()> {
+        const FIELD: &str = "resourceVersionMatch";
+        let m = self.resource_version_match.as_deref();
+        let mut errors = Vec::new();
+        if watch {
+            if self.send_initial_events.is_some() {
+                if m != Some("NotOlderThan") {
+                    errors.push(FieldError::forbidden(
+                        FIELD,
+                        "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                    ));
+                }
+                if self.send_initial_events == Some(true) && !self.allow_watch_bookmarks {
+                    errors.push(FieldError::forbidden(
+                        "allowWatchBookmarks",
+                        "sendInitialEvents requires setting allowWatchBookmarks to true",
+                    ));
+                }
+            }
+            if let Some(m) = m {
+                if self.send_initial_events.is_none() {
+                    errors.push(FieldError::forbidden(
+                        FIELD,
+                        "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                    ));
+                }
+                if m != "NotOlderThan" {
+                    errors.push(FieldError::not_supported(FIELD, m, &["NotOlderThan"]));
+                }
+            }
+        } else if let Some(m) = m {
+            if self.resource_version.is_none() {
+                errors.push(FieldError::forbidden(
+                    FIELD,
+                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                ));
+            }
+            if self.continue_token.is_some() {
+                errors
+                    .push(FieldError::forbidden(FIELD, "resourceVersionMatch is forbidden when continue is provided"));
+            }
             if m != "Exact" && m != "NotOlderThan" {
-                return Err(ApiError::bad_request(format!(
-                    "resourceVersionMatch: Unsupported value: {m:?}: supported values: \"Exact\", \"NotOlderThan\""
-                )));
+                errors.push(FieldError::not_supported(FIELD, m, &["Exact", "NotOlderThan", ""]));
+            }
+            if m == "Exact" && self.resource_version.as_deref() == Some("0") {
+                errors.push(FieldError::forbidden(
+                    FIELD,
+                    "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                ));
             }
         }
-        Ok(q)
+        match errors.is_empty() {
+            true => Ok(()),
+            false => Err(ApiError::invalid_kind("ListOptions.meta.k8s.io", "", &errors)),
+        }
     }
 
     /// The resourceVersion as a revision (`None` when unset); "0" is a valid revision here.
@@ -329,7 +381,7 @@ mod tests {
         let q = Query::parse(Some("watch=false&watch=true&fieldSelector=metadata.name%3Dweb&fieldSelector=")).unwrap();
         assert!(!q.watch, "the first value counts");
         assert_eq!(q.field_selector.as_deref(), Some("metadata.name=web"));
-        for bad in ["limit=x", "dryRun=Some", "fieldValidation=Loose", "resourceVersionMatch=Newest"] {
+        for bad in ["limit=x", "dryRun=Some", "fieldValidation=Loose"] {
             assert_eq!(Query::parse(Some(bad)).unwrap_err().code(), 400, "{bad}");
         }
     }

@@ -29,7 +29,6 @@ use super::negotiate::Output;
 use super::render::{partial_metadata, single_row_table};
 use super::request::{IncludeObject, Query};
 use crate::api::selector::{FieldSelector, Selector};
-use crate::api::validation::FieldError;
 use crate::api::{API_VERSION, GROUP, KIND, PLURAL, VERSION};
 use crate::metrics::GroupVersionResource;
 use crate::registry::{Event, EventType, Notification, Registry, Revision, WatchRequest as RegistryWatch};
@@ -51,12 +50,12 @@ pub struct WatchConfig {
 }
 
 impl WatchConfig {
-    /// How long a watch runs: what it asked for, else spread over [t, 2t) as kube-apiserver does, so clients that
-    /// connected together (after a restart, say) do not all reconnect together.
+    /// How long a watch runs: what it asked for, else (also for `timeoutSeconds=0`, as in kube-apiserver) spread
+    /// over [t, 2t), so clients that connected together (after a restart, say) do not all reconnect together.
     fn timeout(&self, timeout_seconds: Option<u64>) -> Duration {
         match timeout_seconds {
-            Some(s) => Duration::from_secs(s),
-            None => self.min_request_timeout.mul_f64(1.0 + rand::rng().random::<f64>()),
+            Some(s) if s > 0 => Duration::from_secs(s),
+            _ => self.min_request_timeout.mul_f64(1.0 + rand::rng().random::<f64>()),
         }
     }
 }
@@ -163,10 +162,6 @@ fn line(v: &impl serde::Serialize) -> Bytes {
     let mut out = serde_json::to_vec(v).unwrap_or_default();
     out.push(b'\n');
     Bytes::from(out)
-}
-
-fn invalid_options(errors: &[FieldError]) -> ApiError {
-    ApiError::invalid_kind("ListOptions.meta.k8s.io", "", errors)
 }
 
 /// Notifications one poll of a watch body reads at most (as tokio's budget bounds a task's work per poll).
@@ -360,30 +355,7 @@ fn response(body: Body) -> Response {
 pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) -> ApiResult<Response> {
     let q = &req.query;
     let requested = q.revision()?;
-    let not_older_than = q.resource_version_match.as_deref() == Some("NotOlderThan");
-    if q.send_initial_events.is_some() {
-        let mut errors = Vec::new();
-        if !not_older_than {
-            errors.push(FieldError::forbidden(
-                "resourceVersionMatch",
-                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
-            ));
-        }
-        if q.send_initial_events == Some(true) && !q.allow_watch_bookmarks {
-            errors.push(FieldError::forbidden(
-                "allowWatchBookmarks",
-                "sendInitialEvents requires setting allowWatchBookmarks to true",
-            ));
-        }
-        if !errors.is_empty() {
-            return Err(invalid_options(&errors));
-        }
-    } else if q.resource_version_match.is_some() {
-        return Err(invalid_options(&[FieldError::forbidden(
-            "resourceVersionMatch",
-            "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
-        )]));
-    }
+    q.check_list_options(true)?;
 
     let encoder = Encoder { output: req.output, include: q.include_object };
     let watch = registry.watch(RegistryWatch {
@@ -485,6 +457,8 @@ mod tests {
         let distinct: std::collections::HashSet<_> = spread.iter().collect();
         assert!(distinct.len() > 100, "spread out, not one value");
         assert_eq!(cfg.timeout(Some(5)), Duration::from_secs(5), "timeoutSeconds is taken as asked");
+        let zero = cfg.timeout(Some(0));
+        assert!((Duration::from_secs(1800)..Duration::from_secs(3600)).contains(&zero), "timeoutSeconds=0: {zero:?}");
     }
 
     #[tokio::test]
