@@ -2,7 +2,8 @@
 //! RSS (current and peak) idle, at 10k and at 100k PodSets of ~0.7 KB each; RSS and time to serving after
 //! kill -9 and after SIGTERM at 100k; data dir size, also after churn; a list of 2000 as Table beside JSON;
 //! watch latency (write sent → event received) with 10 and 100 watchers on connections of their own and with 100
-//! sharing one HTTP/2 connection, and the server's CPU time per write then.
+//! sharing one HTTP/2 connection, and the server's CPU time per write then; memory while 100 watches that start
+//! with every object are left unread.
 //!
 //! The same figures at 10k are then taken from kube-apiserver + etcd serving PodSet as a CRD on the local control
 //! plane (1.20), memory being kube-apiserver's plus etcd's.
@@ -78,6 +79,21 @@ async fn at_small_scale(
     let table = format!("{table_ms:.1} ms ({:.2}x)", table_ms / json_ms);
     row("list 2000 as Table (median)", table, goal(ours, "Table <= 1.5x JSON"));
     watch_rows(t, pids, clients, shared, ours).await;
+    row("RSS, 100 watches from scratch left unread", unread_watches(t, pids, clients).await, "");
+}
+
+/// Memory while 100 watches opened without a resourceVersion (each sends an ADDED for every object first, as a
+/// client starting up gets) are left unread, the state of a slow or stuck client.
+async fn unread_watches(t: &Target, pids: &[u32], clients: &[kube::Client]) -> String {
+    let mut open = Vec::new();
+    for client in clients {
+        let req = Request::get(format!("{}?watch=1", t.path)).body(kube::client::Body::empty()).unwrap();
+        let resp = client.send(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        open.push(resp);
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    mem(pids)
 }
 
 /// Watch latency with 10 and 100 watchers on connections of their own, and with 100 sharing one HTTP/2 connection.

@@ -211,7 +211,10 @@ impl Batch {
 /// into the body, with no task or queue per watcher between them.
 struct WatchBody {
     encoder: Encoder,
-    /// Sent before any change: the initial events and the initial-events-end bookmark.
+    /// The initial events, encoded as the connection takes them: encoded up front, 100 watchers opening on 10k
+    /// PodSets would hold a copy of every object each.
+    initial: std::vec::IntoIter<Event>,
+    /// Sent after the initial events, before any change: the initial-events-end bookmark.
     first: VecDeque<Bytes>,
     events: BoxStream<'static, ApiResult<Notification>>,
     deadline: Pin<Box<Sleep>>,
@@ -263,6 +266,7 @@ impl WatchBody {
         let wake = Woken::new();
         WatchBody {
             encoder,
+            initial: Vec::new().into_iter(),
             first: VecDeque::new(),
             events,
             deadline: Box::pin(tokio::time::sleep(timeout)),
@@ -286,7 +290,13 @@ impl Stream for WatchBody {
         }
         let mut batch = Batch::default();
         while !batch.full() {
-            let Some(line) = this.first.pop_front() else { break };
+            let line = match this.initial.next() {
+                Some(ev) => this.encoder.event(&ev),
+                None => match this.first.pop_front() {
+                    Some(line) => line,
+                    None => break,
+                },
+            };
             batch.push(line);
         }
         if let Some(b) = batch.take() {
@@ -375,7 +385,7 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
         Err(e) => return Err(e),
     };
     let start = watch.revision;
-    let mut first: VecDeque<Bytes> = watch.initial.iter().map(|ev| encoder.event(ev)).collect();
+    let mut first = VecDeque::new();
     if q.send_initial_events == Some(true) {
         first.push_back(encoder.bookmark(start, true));
     }
@@ -383,8 +393,13 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
         .allow_watch_bookmarks
         .then(|| tokio::time::interval_at(tokio::time::Instant::now() + cfg.bookmark_interval, cfg.bookmark_interval));
     let timeout = cfg.timeout(q.timeout_seconds);
-    let body =
-        WatchBody { first, ticker, ..WatchBody::new(encoder, watch.events, start, timeout, cfg.shutdown.clone()) };
+    let initial = watch.initial.into_iter();
+    let body = WatchBody {
+        initial,
+        first,
+        ticker,
+        ..WatchBody::new(encoder, watch.events, start, timeout, cfg.shutdown.clone())
+    };
     Ok(response(Body::from_stream(body)))
 }
 
@@ -570,6 +585,47 @@ mod tests {
 
         shutdown.cancel();
         assert_eq!(poll(), Some(None), "shutdown ends the watch");
+    }
+
+    #[tokio::test]
+    async fn initial_events_are_encoded_a_frame_at_a_time_as_the_connection_takes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = registry(dir.path()).await;
+        for i in 0..300 {
+            create(&reg, &format!("p{i:03}"), "web").await;
+        }
+        let w = reg
+            .watch(RegistryWatch {
+                namespace: Some("ns".into()),
+                labels: Selector::default(),
+                fields: FieldSelector::default(),
+                resource_version: None,
+                send_initial_events: None,
+            })
+            .await
+            .unwrap();
+        assert_eq!(w.initial.len(), 300);
+        let mut body =
+            WatchBody { initial: w.initial.into_iter(), ..test_body(w.events, w.revision, CancellationToken::new()) };
+        let frame = body.next().await.unwrap().unwrap();
+        let lines = frame.split(|b| *b == b'\n').filter(|l| !l.is_empty()).count();
+        assert!(frame.len() < 2 * BATCH_BYTES, "one frame's worth: {} bytes", frame.len());
+        assert_eq!(body.initial.len(), 300 - lines, "the rest is not encoded yet");
+        assert!(body.initial.len() > 0);
+        let mut names = Vec::new();
+        let mut frame = frame;
+        loop {
+            for line in frame.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                let ev: Value = serde_json::from_slice(line).unwrap();
+                assert_eq!(ev["type"], "ADDED");
+                names.push(ev["object"]["metadata"]["name"].as_str().unwrap().to_owned());
+            }
+            if names.len() == 300 {
+                break;
+            }
+            frame = body.next().await.unwrap().unwrap();
+        }
+        assert_eq!(names, (0..300).map(|i| format!("p{i:03}")).collect::<Vec<_>>(), "every object, in order");
     }
 
     #[tokio::test(start_paused = true)]
