@@ -237,4 +237,29 @@ mod tests {
         assert_eq!((o.audit.audit_log_maxsize, o.audit.audit_log_maxbackup, o.audit.audit_log_maxage), (100, 0, 0));
         assert!(Options::try_parse_from(["podset-apiserver", "--tls-cert-file=a.crt"]).is_err(), "key required too");
     }
+
+    #[test]
+    fn restore_takes_the_storage_flags_and_no_serving_flags() {
+        let o = Options::try_parse_from([
+            "podset-apiserver",
+            "restore",
+            "--from=-",
+            "--storage-backend=etcd",
+            "--etcd-servers=https://etcd:2379",
+        ])
+        .unwrap();
+        let Some(Command::Restore(r)) = o.command else { panic!("restore: {:?}", o.command) };
+        assert_eq!(r.from, Path::new("-"));
+        assert_eq!(r.storage.etcd_servers, ["https://etcd:2379"]);
+        r.storage.validate().unwrap();
+        assert!(Options::try_parse_from(["podset-apiserver", "restore"]).is_err(), "--from is required");
+        assert!(
+            Options::try_parse_from(["podset-apiserver", "restore", "--from=b.json", "--secure-port=1"]).is_err(),
+            "a serving flag means nothing to restore"
+        );
+        assert!(
+            Options::try_parse_from(["podset-apiserver", "--secure-port=1", "restore", "--from=b.json"]).is_err(),
+            "nor before it"
+        );
+    }
 }

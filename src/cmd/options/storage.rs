@@ -92,14 +92,39 @@ impl StorageOptions {
     }
 
     pub fn validate(&self) -> anyhow::Result<()> {
+        let tls_files = [
+            ("--etcd-cafile", &self.etcd_cafile),
+            ("--etcd-certfile", &self.etcd_certfile),
+            ("--etcd-keyfile", &self.etcd_keyfile),
+        ];
         match self.storage_backend {
-            StorageBackend::Etcd if self.etcd_servers.is_empty() => {
+            StorageBackend::Etcd if self.etcd_servers.iter().all(|s| s.is_empty()) => {
                 anyhow::bail!("--storage-backend=etcd needs --etcd-servers")
             }
-            StorageBackend::Sled if !self.etcd_servers.is_empty() => {
-                anyhow::bail!("--etcd-servers is given, but --storage-backend is sled: add --storage-backend=etcd")
+            StorageBackend::Sled => {
+                // A flag that would change nothing is a mistake in the command line: say so rather than serve
+                // from a local disk the operator did not mean.
+                let given = tls_files.iter().filter(|(_, f)| f.is_some()).map(|(flag, _)| *flag);
+                if let Some(flag) =
+                    (!self.etcd_servers.is_empty()).then_some("--etcd-servers").into_iter().chain(given).next()
+                {
+                    anyhow::bail!("{flag} is given, but --storage-backend is sled: add --storage-backend=etcd")
+                }
             }
-            _ => {}
+            StorageBackend::Etcd => {}
+        }
+        for server in &self.etcd_servers {
+            match server.split_once("://") {
+                _ if server.is_empty() => {
+                    anyhow::bail!("--etcd-servers has an empty entry: {:?}", self.etcd_servers.join(","))
+                }
+                Some(("http", _)) if self.etcd_cafile.is_some() || self.etcd_certfile.is_some() => anyhow::bail!(
+                    "--etcd-servers {server} is plain http, but --etcd-cafile or --etcd-certfile is given: use https://"
+                ),
+                Some(("http" | "https", rest)) if !rest.is_empty() => {}
+                None => {}
+                _ => anyhow::bail!("--etcd-servers {server:?} is not an http:// or https:// URL"),
+            }
         }
         if self.etcd_certfile.is_some() != self.etcd_keyfile.is_some() {
             anyhow::bail!("--etcd-certfile and --etcd-keyfile go together");
@@ -163,6 +188,76 @@ impl StorageOptions {
         match self.storage_backend {
             StorageBackend::Sled => store.current_revision() == 0,
             StorageBackend::Etcd => store.stats().objects == 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        storage: StorageOptions,
+    }
+
+    fn parse(args: &[&str]) -> StorageOptions {
+        Flags::try_parse_from(std::iter::once("podset-apiserver").chain(args.iter().copied())).unwrap().storage
+    }
+
+    fn refusal(args: &[&str]) -> String {
+        parse(args).validate().expect_err("refused").to_string()
+    }
+
+    #[test]
+    fn etcd_flags_parse_as_kube_apiservers() {
+        let o = parse(&[
+            "--storage-backend=etcd",
+            "--etcd-servers=https://a:2379,https://b:2379",
+            "--etcd-prefix=/kube",
+            "--etcd-cafile=/ca.crt",
+            "--etcd-certfile=/c.crt",
+            "--etcd-keyfile=/c.key",
+            "--etcd-compaction-interval=1m",
+        ]);
+        o.validate().unwrap();
+        let e = o.etcd_options();
+        assert_eq!(e.servers, ["https://a:2379", "https://b:2379"]);
+        assert_eq!((e.prefix.as_str(), e.compaction_interval), ("/kube", Duration::from_secs(60)));
+        assert_eq!(e.ca_file.as_deref(), Some(std::path::Path::new("/ca.crt")));
+        assert_eq!(o.location(), "etcd at https://a:2379,https://b:2379 under /kube/demo.k8s.io");
+        parse(&["--storage-backend=etcd", "--etcd-servers=127.0.0.1:2379"]).validate().unwrap();
+        parse(&[]).validate().unwrap();
+    }
+
+    #[test]
+    fn storage_flags_that_do_not_go_together_are_refused() {
+        for (args, says) in [
+            (&["--storage-backend=etcd"][..], "--storage-backend=etcd needs --etcd-servers"),
+            (&["--storage-backend=etcd", "--etcd-servers="], "--storage-backend=etcd needs --etcd-servers"),
+            (&["--storage-backend=etcd", "--etcd-servers=http://a:2379,"], "--etcd-servers has an empty entry"),
+            (&["--etcd-servers=http://a:2379"], "--etcd-servers is given, but --storage-backend is sled"),
+            (&["--etcd-cafile=/ca.crt"], "--etcd-cafile is given, but --storage-backend is sled"),
+            (&["--etcd-keyfile=/k"], "--etcd-keyfile is given, but --storage-backend is sled"),
+            (
+                &["--storage-backend=etcd", "--etcd-servers=http://a:2379", "--etcd-cafile=/ca.crt"],
+                "is plain http, but --etcd-cafile or --etcd-certfile is given",
+            ),
+            (&["--storage-backend=etcd", "--etcd-servers=unix://x"], "is not an http:// or https:// URL"),
+            (&["--storage-backend=etcd", "--etcd-servers=https://"], "is not an http:// or https:// URL"),
+            (
+                &["--storage-backend=etcd", "--etcd-servers=https://a:2379", "--etcd-certfile=/c"],
+                "--etcd-certfile and --etcd-keyfile go together",
+            ),
+            (
+                &["--storage-backend=etcd", "--etcd-servers=a:2379", "--etcd-prefix=kube"],
+                "--etcd-prefix must start with '/'",
+            ),
+        ] {
+            let e = refusal(args);
+            assert!(e.contains(says), "{args:?}: {e}");
         }
     }
 }
