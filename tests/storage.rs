@@ -240,6 +240,29 @@ async fn writes_get_strictly_increasing_revisions(b: &dyn Backend) {
     assert_eq!(n_of(&s.get("/p/ns/a").await.unwrap().unwrap().parse().unwrap()), 2);
 }
 
+/// `wait_for` returns as soon as a write reaches the revision, and times out on one nobody writes.
+async fn wait_for_a_revision_returns_when_it_is_reached(b: &dyn Backend) {
+    let f = fixture();
+    let s = b.open(&f.dir, HistoryLimits::default()).await;
+    let now = s.current_revision();
+    assert_eq!(s.wait_for(now, Duration::ZERO).await.unwrap(), now, "reached already");
+    let writer = {
+        let s = s.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            s.create("/p/ns/a", draft(obj("a", 1))).await.unwrap().mod_revision
+        })
+    };
+    let reached = s.wait_for(now + 1, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(reached, writer.await.unwrap(), "woken by the write");
+    let started = std::time::Instant::now();
+    match s.wait_for(reached + 1000, Duration::from_millis(300)).await {
+        Err(StorageError::Timeout(_)) => {}
+        other => panic!("a revision nobody writes: {other:?}"),
+    }
+    assert!(started.elapsed() >= Duration::from_millis(300));
+}
+
 async fn compare_and_swap_conflicts(b: &dyn Backend) {
     let f = fixture();
     let s = b.open(&f.dir, HistoryLimits::default()).await;
@@ -658,6 +681,7 @@ macro_rules! conformance {
             $backend:
             writes_get_strictly_increasing_revisions,
             compare_and_swap_conflicts,
+            wait_for_a_revision_returns_when_it_is_reached,
             concurrent_read_modify_write_loses_nothing,
             watch_replays_in_order_without_gaps_then_goes_live,
             watch_before_kept_history_is_expired,

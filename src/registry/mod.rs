@@ -45,6 +45,8 @@ use crate::storage::{Draft, ListOptions, Object, StorageError, Store};
 
 /// Attempts at a read-modify-write before giving up on a hot object.
 const MAX_RETRIES: usize = 32;
+/// How long a read "not older than" a revision this server has not reached waits for it before a 504.
+const TOO_LARGE_AFTER: Duration = Duration::from_secs(3);
 
 impl Part {
     fn subresource(self) -> Subresource {
@@ -118,19 +120,22 @@ impl Registry {
             Some(0) => Ok(self.store.current_revision()),
             Some(rv) if exact => Ok(rv),
             Some(rv) => {
+                // "Not older than": wait up to 3 s in all (kube-apiserver's watch cache waits as long) for a
+                // revision another replica may have written, then "too large".
+                let deadline = tokio::time::Instant::now() + TOO_LARGE_AFTER;
                 if self.store.current_revision() < rv {
-                    // Another replica may have written it: catch up with the backend first.
-                    self.store.sync().await?;
-                }
-                // "Not older than": wait briefly for a revision another replica may have written.
-                let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
-                while self.store.current_revision() < rv {
-                    if tokio::time::Instant::now() >= deadline {
-                        return Err(ApiError::too_large_resource_version(rv, self.store.current_revision()));
+                    // Catch up with the backend first: the revision may be one without a change of ours to apply.
+                    if let Ok(synced) = tokio::time::timeout_at(deadline, self.store.sync()).await {
+                        synced?;
                     }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
                 }
-                Ok(self.store.current_revision())
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                match self.store.wait_for(rv, left).await {
+                    Err(StorageError::Timeout(_)) => {
+                        Err(ApiError::too_large_resource_version(rv, self.store.current_revision()))
+                    }
+                    reached => Ok(reached?),
+                }
             }
         }
     }

@@ -95,7 +95,7 @@ impl Cacher {
             Ok(obj) => {
                 // Read-your-writes: reply once the cache holds the write. If the change stream is down, the write
                 // is still durable: say so rather than fail it.
-                if self.wait_for(obj.mod_revision).await.is_err() {
+                if self.applied(obj.mod_revision, SYNC_TIMEOUT).await.is_err() {
                     tracing::warn!(revision = obj.mod_revision, "write acknowledged before the cache applied it");
                 }
                 Ok(obj)
@@ -103,7 +103,7 @@ impl Cacher {
             // Another replica wrote first: catch up, so a retry reads the state that refused this write (a conflict
             // names its revision; for the others, ask the backend).
             Err(e @ StorageError::Conflict { actual, .. }) => {
-                let _ = self.wait_for(actual).await;
+                let _ = self.applied(actual, SYNC_TIMEOUT).await;
                 Err(e)
             }
             Err(e @ (StorageError::NotFound { .. } | StorageError::AlreadyExists { .. })) => {
@@ -114,10 +114,10 @@ impl Cacher {
         }
     }
 
-    /// Waits until the cache has applied `revision`.
-    async fn wait_for(&self, revision: Revision) -> Result<()> {
+    /// Waits until the cache has applied `revision`, at most `timeout`.
+    async fn applied(&self, revision: Revision, timeout: Duration) -> Result<()> {
         let mut applied = self.inner.applied.clone();
-        let deadline = tokio::time::Instant::now() + SYNC_TIMEOUT;
+        let deadline = tokio::time::Instant::now() + timeout;
         loop {
             if *applied.borrow_and_update() >= revision {
                 return Ok(());
@@ -126,7 +126,7 @@ impl Cacher {
                 changed = applied.changed() => changed.map_err(|_| StorageError::Stopped)?,
                 _ = tokio::time::sleep_until(deadline) => {
                     return Err(StorageError::Timeout(format!(
-                        "the cache did not reach revision {revision} within {SYNC_TIMEOUT:?} (at {})",
+                        "the cache did not reach revision {revision} within {timeout:?} (at {})",
                         *applied.borrow()
                     )));
                 }
@@ -255,8 +255,14 @@ impl Store for Cacher {
     async fn sync(&self) -> Result<Revision> {
         self.check_alive()?;
         if let Some(target) = self.backend.last_write_revision().await? {
-            self.wait_for(target).await?;
+            self.applied(target, SYNC_TIMEOUT).await?;
         }
+        Ok(self.current_revision())
+    }
+
+    async fn wait_for(&self, revision: Revision, timeout: Duration) -> Result<Revision> {
+        self.check_alive()?;
+        self.applied(revision, timeout).await?;
         Ok(self.current_revision())
     }
 

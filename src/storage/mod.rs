@@ -158,6 +158,8 @@ pub trait Store: Send + Sync + 'static {
     /// Waits until reads see every write acknowledged before this call, by this process or another writing to the
     /// same backend (a consistent read); returns the revision reads have reached.
     async fn sync(&self) -> Result<Revision>;
+    /// Waits until reads have reached `revision`, at most `timeout` (then `Timeout`); returns the revision reached.
+    async fn wait_for(&self, revision: Revision, timeout: Duration) -> Result<Revision>;
     /// The oldest revision a read or watch can still start from (`after` >= this).
     fn compacted_revision(&self) -> Revision;
     /// Drops history up to and including `revision`.
