@@ -4,7 +4,7 @@
 //! Writes go to the backend; a write returns once the cache has applied its revision, so a client reads its own
 //! writes and every watcher sees changes in revision order.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -46,21 +46,8 @@ impl Cacher {
     /// Loads the backend into memory and follows its changes; the task applying them runs on the current Tokio
     /// runtime.
     pub async fn new(backend: Arc<dyn Backend>, limits: HistoryLimits) -> Result<Self> {
-        let snapshot = backend.load(&limits).await?;
-        let now = Instant::now();
-        let mut state = State {
-            objects: snapshot.objects.into_iter().map(|o| (o.key.clone(), o)).collect::<BTreeMap<_, _>>(),
-            revision: snapshot.compacted,
-            compacted: snapshot.compacted,
-            ..Default::default()
-        };
-        for ev in snapshot.events {
-            state.push(now, ev);
-        }
-        state.revision = snapshot.revision;
-        // History older than the limits keep is gone after a restart too: a watch from it gets 410, never a gap.
-        // The backend may have left some out already; either way it can drop what the cache no longer holds.
-        state.trim(&limits, now);
+        let state = State::from_snapshot(backend.load(&limits).await?, &limits, Instant::now());
+        // The backend may have left old history out already; either way it can drop what the cache no longer holds.
         backend.compact(state.compacted);
         tracing::info!(
             objects = state.objects.len(),
@@ -184,9 +171,11 @@ async fn follow(
             if expired {
                 match b.load(&inner.limits).await {
                     Ok(snap) => {
-                        inner.state.write().reload(snap.objects, snap.revision);
-                        applied.send_replace(snap.revision);
-                        tracing::info!(revision = snap.revision, "storage cache reloaded");
+                        let state = State::from_snapshot(snap, &inner.limits, Instant::now());
+                        let revision = state.revision;
+                        *inner.state.write() = state;
+                        applied.send_replace(revision);
+                        tracing::info!(revision, "storage cache reloaded");
                         expired = false;
                     }
                     Err(e) => {

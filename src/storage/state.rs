@@ -7,7 +7,9 @@ use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Change, Event, EventType, HistoryLimits, ListOptions, ListResult, Object, Result, Revision, StorageError};
+use super::{
+    Change, Event, EventType, HistoryLimits, ListOptions, ListResult, Object, Result, Revision, Snapshot, StorageError,
+};
 
 #[derive(Default)]
 pub(crate) struct State {
@@ -44,14 +46,21 @@ impl State {
         Ok(())
     }
 
-    /// Replaces everything with a fresh read of the backend: history before it is gone, so a watch from an older
-    /// revision gets `Expired`, never a gap.
-    pub fn reload(&mut self, objects: Vec<Arc<Object>>, revision: Revision) {
-        self.objects = objects.into_iter().map(|o| (o.key.clone(), o)).collect();
-        self.log.clear();
-        self.log_bytes = 0;
-        self.revision = revision;
-        self.compacted = revision;
+    /// The image of a backend's snapshot, at its start and after a reload: history before the snapshot's own is
+    /// gone, and so is history older than the limits keep, so a watch from it gets `Expired`, never a gap.
+    pub fn from_snapshot(snapshot: Snapshot, limits: &HistoryLimits, now: Instant) -> Self {
+        let mut state = State {
+            objects: snapshot.objects.into_iter().map(|o| (o.key.clone(), o)).collect(),
+            revision: snapshot.compacted,
+            compacted: snapshot.compacted,
+            ..Default::default()
+        };
+        for ev in snapshot.events {
+            state.push(now, ev);
+        }
+        state.revision = snapshot.revision;
+        state.trim(limits, now);
+        state
     }
 
     pub fn push(&mut self, at: Instant, ev: Arc<Event>) {
