@@ -60,7 +60,8 @@ async fn try_acquire_or_renew(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<boo
             };
             return match api.create(&PostParams::default(), &lease).await {
                 Ok(_) => Ok(true),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                // Another candidate created it first.
+                Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(false),
                 Err(e) => Err(e),
             };
         }
@@ -84,7 +85,7 @@ async fn try_acquire_or_renew(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<boo
     // The update carries the resourceVersion we read: a concurrent candidate makes it a 409.
     match api.replace(&cfg.name, &PostParams::default(), &lease).await {
         Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(kube::Error::Api(s)) if s.is_conflict() => Ok(false),
         Err(e) => Err(e),
     }
 }

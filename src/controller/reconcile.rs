@@ -154,7 +154,7 @@ async fn release(api: &Api<Pod>, pod: &Pod, owner_uid: &str) -> Result<(), Error
     let patch = json!({"metadata": {"ownerReferences": [{"$patch": "delete", "uid": owner_uid}], "uid": pod.uid()}});
     match api.patch(&pod.name_any(), &PatchParams::default(), &Patch::Strategic(patch)).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
         Err(e) => Err(e.into()),
     }
 }
@@ -216,7 +216,7 @@ async fn manage(
         for (pod, r) in results {
             match r {
                 Ok(_) => deleted += 1,
-                Err(kube::Error::Api(s)) if s.code == 404 => {
+                Err(kube::Error::Api(s)) if s.is_not_found() => {
                     ctx.expectations.deletion_observed(key, &pod.uid().unwrap_or_default())
                 }
                 Err(e) => {
