@@ -131,6 +131,7 @@ impl Registry {
     where
         F: FnMut(Option<(&PodSet, &Stored)>) -> Result<Change<'o>>,
     {
+        let mut synced = false;
         for _ in 0..MAX_RETRIES {
             let current = match w.op {
                 Operation::Create => None,
@@ -138,10 +139,19 @@ impl Registry {
             };
             let old = current.as_ref().map(Stored::decode).transpose()?;
             let step = match (change(old.as_ref().zip(current.as_ref()))?, current.as_ref(), old) {
-                (Change::Put(p), None, _) => self.plan_create(w, *p)?,
-                (Change::Put(p), Some(cur), Some(old)) => self.plan_update(w, *p, cur, old)?,
-                (Change::Delete(d), Some(cur), Some(old)) => plan_delete(w, d, cur, old)?,
-                (Change::Delete(_), None, _) | (_, Some(_), None) => return Err(Error::not_found(&w.key.name)),
+                (Change::Put(p), None, _) => self.plan_create(w, *p),
+                (Change::Put(p), Some(cur), Some(old)) => self.plan_update(w, *p, cur, old),
+                (Change::Delete(d), Some(cur), Some(old)) => plan_delete(w, d, cur, old),
+                (Change::Delete(_), None, _) | (_, Some(_), None) => Err(Error::not_found(&w.key.name)),
+            };
+            let step = match step {
+                // A precondition failed on the cache, which may lag a write another replica acknowledged: judge it
+                // again on the newest state before calling it failed, as GuaranteedUpdate does on a cached object.
+                Err(Error::Conflict { .. }) if current.is_some() && !std::mem::replace(&mut synced, true) => {
+                    self.store.sync().await.map_err(|e| Error::storage(e, &w.key.name))?;
+                    continue;
+                }
+                step => step?,
             };
             let plan = match step {
                 Step::Done(outcome) => return Ok(outcome),
