@@ -2,6 +2,7 @@
 
 pub mod defaults;
 pub mod duration;
+pub mod request;
 pub mod schema;
 pub mod selector;
 pub mod status;
@@ -9,6 +10,7 @@ pub mod table;
 mod types;
 pub mod validation;
 
+pub use request::{Operation, Subresource, UserInfo};
 pub use types::{PodSet, PodSetList, PodSetSpec, PodSetStatus};
 
 pub const GROUP: &str = "demo.k8s.io";
