@@ -1,0 +1,368 @@
+//! Admission compared with kube-apiserver's own, on the real control plane: the same namespaces and the same
+//! webhook configurations (rules naming both `configmaps` and `demo.k8s.io` `podsets`, calling one real HTTPS
+//! webhook in this process) must give ConfigMaps on kube-apiserver and PodSets through the aggregator the same
+//! answers (code, reason, message), and the webhook must get AdmissionReviews carrying the same fields.
+//!
+//! `kube_apiserver_answers` runs the ConfigMap half alone and prints what kube-apiserver 1.20 answers.
+//! `podsets_are_admitted_as_configmaps_are` needs admission in the registry's write path (issue 24): until the
+//! registry calls `admission::Chain`, it is ignored; run it with `--ignored` once it does.
+
+mod common;
+#[path = "common/webhook.rs"]
+mod webhook;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use base64::Engine as _;
+use common::cluster::{in_namespace, runtime, Cluster};
+use http::Request;
+use serde_json::{json, Value};
+use webhook::WebhookServer;
+
+struct Kind {
+    /// The collection in namespace `ns`.
+    collection: fn(&str) -> String,
+    body: fn(&str, &str, Value) -> Value,
+    resource: &'static str,
+}
+
+const CONFIGMAPS: Kind = Kind {
+    collection: |ns| format!("/api/v1/namespaces/{ns}/configmaps"),
+    body: |ns, name, labels| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns, "labels": labels}, "data": {"a": "b"}}),
+    resource: "configmaps",
+};
+
+const PODSETS: Kind = Kind {
+    collection: |ns| format!("/apis/demo.k8s.io/v1alpha1/namespaces/{ns}/podsets"),
+    body: |ns, name, labels| {
+        json!({"apiVersion": "demo.k8s.io/v1alpha1", "kind": "PodSet", "metadata": {"name": name, "namespace": ns, "labels": labels},
+               "spec": {"replicas": 0}})
+    },
+    resource: "podsets",
+};
+
+/// Namespaces the cases write into: one labelled for namespaceSelectors, one without, one being deleted, and
+/// one that does not exist.
+const LABELLED: &str = "adm-labelled";
+const PLAIN: &str = "adm-plain";
+const DYING: &str = "adm-dying";
+const MISSING: &str = "adm-missing";
+
+/// One request of a case.
+#[derive(Clone, Copy)]
+enum Write {
+    Create,
+    DryRunCreate,
+    Apply,
+}
+
+/// (case, namespace, how): the object is named `adm-<case>` and labelled `case: <case>`, which is what each
+/// webhook's objectSelector picks.
+const CASES: &[(&str, &str, Write)] = &[
+    ("missing-namespace", MISSING, Write::Create),
+    ("terminating-namespace", DYING, Write::Create),
+    ("allow", PLAIN, Write::Create),
+    ("deny", PLAIN, Write::Create),
+    ("deny-apply", PLAIN, Write::Apply),
+    ("allow-apply", PLAIN, Write::Apply),
+    ("mutate", PLAIN, Write::Create),
+    ("reinvoke", PLAIN, Write::Create),
+    ("down-fail", PLAIN, Write::Create),
+    ("down-ignore", PLAIN, Write::Create),
+    ("timeout", PLAIN, Write::Create),
+    ("ns-selected", LABELLED, Write::Create),
+    ("ns-not-selected", PLAIN, Write::Create),
+    ("object-not-selected", PLAIN, Write::Create),
+    ("dry-run-side-effects", PLAIN, Write::DryRunCreate),
+    ("dry-run-no-side-effects", PLAIN, Write::DryRunCreate),
+];
+
+fn rules() -> Value {
+    json!([
+        {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps", "configmaps/*"], "operations": ["*"]},
+        {"apiGroups": ["demo.k8s.io"], "apiVersions": ["v1alpha1"], "resources": ["podsets", "podsets/*"], "operations": ["*"]},
+    ])
+}
+
+/// The cluster's webhook configurations: each webhook sees only its case's objects.
+fn configurations(s: &WebhookServer, down_port: u16) -> (Value, Value, Value) {
+    let ca = base64::engine::general_purpose::STANDARD.encode(&s.ca_pem);
+    let hook = |name: &str, case: &str, url: String, extra: Value| {
+        let mut h = json!({
+            "name": format!("{name}.admission.test"),
+            "clientConfig": {"url": url, "caBundle": ca},
+            "rules": rules(),
+            "objectSelector": {"matchLabels": {"case": case}},
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 5,
+            "failurePolicy": "Fail",
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            h[k] = v.clone();
+        }
+        h
+    };
+    let down = format!("https://{}:{down_port}/allow", s.addr.ip());
+    let validating = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "admission-test"},
+        "webhooks": [
+            hook("allow", "allow", s.url("/allow"), json!({})),
+            hook("allow-apply", "allow-apply", s.url("/allow"), json!({})),
+            hook("deny", "deny", s.url("/deny"), json!({})),
+            hook("deny-apply", "deny-apply", s.url("/deny"), json!({})),
+            hook("down-fail", "down-fail", down.clone(), json!({})),
+            hook("down-ignore", "down-ignore", down, json!({"failurePolicy": "Ignore"})),
+            hook("timeout", "timeout", s.url("/slow"), json!({"timeoutSeconds": 1})),
+            hook("ns-selected", "ns-selected", s.url("/deny"), json!({"namespaceSelector": {"matchLabels": {"admission-test": "on"}}})),
+            hook("ns-not-selected", "ns-not-selected", s.url("/deny"), json!({"namespaceSelector": {"matchLabels": {"admission-test": "on"}}})),
+            hook("object-not-selected", "nobody", s.url("/deny"), json!({})),
+            hook("dry-run-no-side-effects", "dry-run-no-side-effects", s.url("/allow"), json!({"sideEffects": "NoneOnDryRun"})),
+        ],
+    });
+    let mutating = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "admission-test"},
+        "webhooks": [
+            hook("mutate", "mutate", s.url("/label"), json!({})),
+            hook("reinvoke-first", "reinvoke", s.url("/allow"), json!({"reinvocationPolicy": "IfNeeded"})),
+            hook("reinvoke-second", "reinvoke", s.url("/label"), json!({})),
+        ],
+    });
+    // v1 refuses sideEffects other than None and NoneOnDryRun; v1beta1 still takes Unknown, and it reads back
+    // through v1 as it was stored.
+    let v1beta1 = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1beta1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "admission-test-v1beta1"},
+        "webhooks": [hook("dry-run-side-effects", "dry-run-side-effects", s.url("/allow"), json!({"sideEffects": "Unknown"}))],
+    });
+    (mutating, validating, v1beta1)
+}
+
+async fn send(client: &kube::Client, method: &str, uri: &str, content_type: &str, body: &Value) -> (u16, Value) {
+    let req = Request::builder().method(method).uri(uri).header("content-type", content_type);
+    let (code, _, bytes) = common::raw(client, req.body(body.to_string().into_bytes()).unwrap()).await;
+    (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+/// An answer without what differs between the two kinds: the resource's name in messages, the object's
+/// fields, and the Go- or Rust-specific words after a webhook call's URL (save a deadline exceeded).
+#[derive(Debug, Clone, PartialEq)]
+struct Answer {
+    code: u16,
+    reason: String,
+    message: String,
+    /// For an object: its `mutated` and `round`-less labels.
+    labels: Option<Value>,
+}
+
+fn answer(code: u16, body: &Value) -> Answer {
+    let generic = |s: &str| s.replace("podsets.demo.k8s.io", "<resource>").replace("configmaps", "<resource>");
+    let mut message = generic(body["message"].as_str().unwrap_or_default());
+    if let Some(i) = message.find("?timeout=") {
+        let tail = message[i..].split_once("\": ").map(|(_, t)| t.to_owned()).unwrap_or_default();
+        if tail != "context deadline exceeded" {
+            message = format!("{}\": <transport error>", &message[..i + message[i..].find('"').unwrap_or(0)]);
+        }
+    }
+    let labels = (body["kind"] != "Status").then(|| {
+        let mut l = body["metadata"]["labels"].clone();
+        if let Some(m) = l.as_object_mut() {
+            m.remove("round");
+        }
+        l
+    });
+    Answer { code, reason: body["reason"].as_str().unwrap_or_default().to_owned(), message, labels }
+}
+
+/// Every case against one kind: its answer, the raw body, and the reviews the webhook got for it.
+async fn run(client: &kube::Client, kind: &Kind, s: &WebhookServer) -> Vec<(&'static str, Answer, Value, Vec<Value>)> {
+    let mut out = Vec::new();
+    for &(case, ns, how) in CASES {
+        let name = format!("adm-{case}");
+        let body = (kind.body)(ns, &name, json!({"case": case}));
+        let collection = (kind.collection)(ns);
+        let (code, got) = match how {
+            Write::Create => send(client, "POST", &collection, "application/json", &body).await,
+            Write::DryRunCreate => {
+                send(client, "POST", &format!("{collection}?dryRun=All"), "application/json", &body).await
+            }
+            Write::Apply => {
+                let uri = format!("{collection}/{name}?fieldManager=admission-test");
+                send(client, "PATCH", &uri, "application/apply-patch+yaml", &body).await
+            }
+        };
+        let reviews: Vec<Value> = ["/allow", "/deny", "/label", "/slow"]
+            .iter()
+            .flat_map(|p| s.received(p))
+            .map(|r| r.review)
+            .filter(|r| {
+                r["request"]["resource"]["resource"] == kind.resource
+                    && (r["request"]["name"] == name.as_str()
+                        || r["request"]["object"]["metadata"]["name"] == name.as_str())
+            })
+            .collect();
+        out.push((case, answer(code, &got), got, reviews));
+    }
+    out
+}
+
+/// Namespaces, a namespace stuck terminating (a ConfigMap with a finalizer holds it), and the webhook
+/// configurations; then waits until kube-apiserver calls the webhook.
+async fn set_up(c: &Cluster, client: &kube::Client, s: &WebhookServer, down_port: u16) {
+    let ns = |name: &str, labels: Value| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}});
+    for (name, labels) in [(LABELLED, json!({"admission-test": "on"})), (PLAIN, json!({})), (DYING, json!({}))] {
+        let (code, body) = send(client, "POST", "/api/v1/namespaces", "application/json", &ns(name, labels)).await;
+        assert_eq!(code, 201, "{body}");
+    }
+    let hold = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "hold", "finalizers": ["admission.test/hold"]}});
+    let (code, body) =
+        send(client, "POST", &format!("/api/v1/namespaces/{DYING}/configmaps"), "application/json", &hold).await;
+    assert_eq!(code, 201, "{body}");
+    c.kubectl(&["delete", "namespace", DYING, "--wait=false"]);
+    common::cluster::wait(
+        Duration::from_secs(60),
+        || async {
+            let (_, ns) =
+                send(client, "GET", &format!("/api/v1/namespaces/{DYING}"), "application/json", &Value::Null).await;
+            ns["status"]["phase"] == "Terminating"
+        },
+        "the namespace to be terminating",
+    )
+    .await;
+
+    let (mutating, validating, v1beta1) = configurations(s, down_port);
+    for (path, config) in [
+        ("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", mutating),
+        ("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations", validating),
+        ("/apis/admissionregistration.k8s.io/v1beta1/validatingwebhookconfigurations", v1beta1),
+    ] {
+        let (code, body) = send(client, "POST", path, "application/json", &config).await;
+        assert_eq!(code, 201, "{body}");
+    }
+    // kube-apiserver's informer sees new configurations a moment later: wait for a call.
+    let probe = (CONFIGMAPS.body)(PLAIN, "adm-probe", json!({"case": "allow"}));
+    common::cluster::wait(
+        Duration::from_secs(30),
+        || async {
+            let uri = format!("{}?dryRun=All", (CONFIGMAPS.collection)(PLAIN));
+            send(client, "POST", &uri, "application/json", &probe).await;
+            !s.received("/allow").is_empty()
+        },
+        "kube-apiserver to call the webhook",
+    )
+    .await;
+    s.clear();
+}
+
+/// What kube-apiserver 1.20 answers, checked where we know it for sure.
+fn check_kube_apiserver(theirs: &[(&'static str, Answer, Value, Vec<Value>)]) {
+    let by: BTreeMap<&str, &Answer> = theirs.iter().map(|(c, a, _, _)| (*c, a)).collect();
+    let code = |case: &str| by[case].code;
+    assert_eq!(by["missing-namespace"].message, "namespaces \"adm-missing\" not found");
+    assert_eq!((code("missing-namespace"), code("terminating-namespace")), (404, 403));
+    assert_eq!(
+        by["terminating-namespace"].message,
+        "<resource> \"adm-terminating-namespace\" is forbidden: unable to create new content in namespace adm-dying because it is being terminated"
+    );
+    for ok in [
+        "allow",
+        "allow-apply",
+        "mutate",
+        "reinvoke",
+        "down-ignore",
+        "ns-not-selected",
+        "object-not-selected",
+        "dry-run-no-side-effects",
+    ] {
+        assert!([200, 201].contains(&code(ok)), "{ok}: {:?}", by[ok]);
+    }
+    for denied in ["deny", "deny-apply", "ns-selected"] {
+        assert_eq!((code(denied), by[denied].reason.as_str()), (403, "Forbidden"), "{denied}");
+        assert!(by[denied].message.ends_with("denied the request: no PodSets here"), "{denied}: {:?}", by[denied]);
+    }
+    assert_eq!((code("down-fail"), code("timeout")), (500, 500));
+    assert_eq!(by["timeout"].reason, "InternalError");
+    assert_eq!(code("dry-run-side-effects"), 400);
+    assert_eq!(
+        by["dry-run-side-effects"].message,
+        "admission webhook \"dry-run-side-effects.admission.test\" does not support dry run"
+    );
+    assert_eq!(by["mutate"].labels, Some(json!({"case": "mutate", "mutated": "yes"})));
+}
+
+fn print(kind: &str, answers: &[(&'static str, Answer, Value, Vec<Value>)]) {
+    for (case, _, body, reviews) in answers {
+        let shown = if body["kind"] == "Status" {
+            body.to_string()
+        } else {
+            format!("{} labels {}", body["kind"], body["metadata"]["labels"])
+        };
+        eprintln!("{kind} {case}: {shown}");
+        for r in reviews {
+            eprintln!("{kind} {case} review: {}", r["request"]);
+        }
+    }
+}
+
+fn webhook_ip() -> IpAddr {
+    podset_apiserver::envtest::NODE_IP.parse().unwrap()
+}
+
+#[test]
+fn kube_apiserver_answers() {
+    in_namespace("kube_apiserver_answers", || {
+        let c = common::cluster::start();
+        runtime().block_on(async {
+            let s = WebhookServer::start(webhook_ip()).await;
+            let down = std::net::TcpListener::bind((webhook_ip(), 0)).unwrap().local_addr().unwrap().port();
+            let client = c.client().await;
+            set_up(&c, &client, &s, down).await;
+            let theirs = run(&client, &CONFIGMAPS, &s).await;
+            print("kube-apiserver configmaps", &theirs);
+            check_kube_apiserver(&theirs);
+        });
+    });
+}
+
+#[test]
+#[ignore = "needs admission in the registry's write path (issue 24); run with --ignored once it is"]
+fn podsets_are_admitted_as_configmaps_are() {
+    in_namespace("podsets_are_admitted_as_configmaps_are", || {
+        let c = common::cluster::start();
+        runtime().block_on(async {
+            let s = WebhookServer::start(webhook_ip()).await;
+            let down = std::net::TcpListener::bind((webhook_ip(), 0)).unwrap().local_addr().unwrap().port();
+            let client = c.client().await;
+            set_up(&c, &client, &s, down).await;
+            let theirs = run(&client, &CONFIGMAPS, &s).await;
+            let ours = run(&client, &PODSETS, &s).await;
+            print("kube-apiserver configmaps", &theirs);
+            print("podset-apiserver podsets", &ours);
+            check_kube_apiserver(&theirs);
+            for ((case, t, _, t_reviews), (_, o, _, o_reviews)) in theirs.iter().zip(&ours) {
+                assert_eq!(t, o, "{case}: kube-apiserver answered {t:?}, we answered {o:?}");
+                assert_eq!(t_reviews.len(), o_reviews.len(), "{case}: reviews {t_reviews:?} / {o_reviews:?}");
+                for (t, o) in t_reviews.iter().zip(o_reviews) {
+                    let keys = |r: &Value| r["request"].as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+                    assert_eq!(keys(t), keys(o), "{case}: review fields");
+                    for field in ["operation", "namespace", "name", "userInfo", "dryRun", "subResource"] {
+                        assert_eq!(t["request"][field], o["request"][field], "{case}: review {field}");
+                    }
+                    assert_eq!(t["request"]["options"]["kind"], o["request"]["options"]["kind"], "{case}: options");
+                }
+            }
+            // Nothing refused was stored.
+            for ((case, a, _, _), (_, ns, _)) in ours.iter().zip(CASES) {
+                if a.code >= 400 && !case.ends_with("namespace") {
+                    let uri = format!("{}/adm-{case}", (PODSETS.collection)(ns));
+                    let (code, _) = send(&client, "GET", &uri, "application/json", &Value::Null).await;
+                    assert_eq!(code, 404, "{case} was refused but stored");
+                }
+            }
+        });
+    });
+}
