@@ -17,7 +17,6 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use http::{HeaderMap, Method, Uri};
 use serde::Serialize;
 
-use super::auth::User;
 use crate::metrics::{global, NameLabel};
 
 /// Events waiting for the writer before new ones are dropped.
@@ -147,7 +146,7 @@ impl Event {
         }
     }
 
-    pub fn set_user(&mut self, user: &User) {
+    pub fn set_user(&mut self, user: &crate::api::UserInfo) {
         self.user = UserInfo {
             username: user.name.clone(),
             uid: user.uid.clone(),
@@ -335,7 +334,7 @@ mod tests {
     #[test]
     fn a_metadata_event_names_who_did_what_to_which_object() {
         let mut ev = event("/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets/web/scale?dryRun=All", Method::PUT);
-        ev.set_user(&User {
+        ev.set_user(&crate::api::UserInfo {
             name: "bob".into(),
             uid: "42".into(),
             groups: vec!["system:authenticated".into()],

@@ -6,6 +6,8 @@ use kube::core::Status;
 use serde::Serialize;
 
 pub use crate::api::status::{ApiError, ApiResult};
+use crate::registry::{self, fieldmanager::FieldManagerError};
+use crate::storage::StorageError;
 
 /// `metav1.Status` with its type fields: client-go only recognises an error body that says `kind: Status`.
 #[derive(Serialize)]
@@ -36,5 +38,43 @@ impl IntoResponse for ApiError {
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(d.retry_after_seconds));
         }
         resp
+    }
+}
+
+/// The registry's failures as kube-apiserver words them.
+impl From<registry::Error> for ApiError {
+    fn from(e: registry::Error) -> Self {
+        use registry::Error as E;
+        match e {
+            E::NotFound { name } => ApiError::not_found(&name),
+            E::AlreadyExists { name } => ApiError::already_exists(&name),
+            E::Conflict { name, message } => ApiError::conflict(&name, &message),
+            E::FieldManager(FieldManagerError::Conflicts(conflicts)) => {
+                let message = FieldManagerError::Conflicts(conflicts.clone()).to_string();
+                let causes = conflicts.into_iter().map(|c| (format!("conflict with {}", c.manager), c.field)).collect();
+                ApiError::apply_conflict(&message, causes)
+            }
+            E::FieldManager(FieldManagerError::BadRequest(m)) => ApiError::bad_request(m),
+            E::FieldManager(e @ FieldManagerError::Schema(_)) => ApiError::bad_request(e.to_string()),
+            E::Expired { message, continue_token } => {
+                let mut e = ApiError::expired(message);
+                if let (Some(token), Some(meta)) = (continue_token, e.status.metadata.as_mut()) {
+                    meta.continue_ = Some(token);
+                }
+                e
+            }
+            E::TooLargeResourceVersion { requested, current } => {
+                ApiError::too_large_resource_version(requested, current)
+            }
+            E::Invalid { kind, name, errors } => ApiError::invalid_kind(&kind, &name, &errors),
+            E::BadRequest(m) => ApiError::bad_request(m),
+            E::Storage { source, .. } => match source {
+                StorageError::Closed => ApiError::service_unavailable("the server is shutting down"),
+                StorageError::Unavailable(m) => ApiError::service_unavailable(format!("storage is unavailable: {m}")),
+                StorageError::Timeout(m) => ApiError::timeout(&format!("storage did not answer in time: {m}")),
+                other => ApiError::internal(other.to_string()),
+            },
+            E::Internal(m) => ApiError::internal(m),
+        }
     }
 }

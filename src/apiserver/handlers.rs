@@ -13,7 +13,7 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 
 use super::audit;
-use super::auth::{Authenticator, Authorizer, ConnInfo, User};
+use super::auth::{Authenticator, Authorizer, ConnInfo, UserInfo};
 use super::discovery::{Discovery, Doc};
 use super::error::{ApiError, ApiResult};
 use super::filters::{request_info, MaxInFlight};
@@ -21,14 +21,13 @@ use super::health::HealthChecks;
 use super::instrument::{hold_while_streaming, RequestMetrics};
 use super::negotiate::{body_format, negotiate, BodyFormat, Output, APIS, OBJECTS, PLAIN};
 use super::render::{bytes_response, list_response, object_response, value_response, with_warnings, JSON};
-use super::request::{Query, ResourceRequest, Subresource, Target, Verb};
+use super::request::{Query, ResourceRequest, Target, Verb};
 use super::watch::{self, WatchConfig, WatchRequest};
 use crate::api::selector::{FieldSelector, Selector};
 use crate::api::validation::{ErrorType, FieldError};
-use crate::api::{GROUP, LIST_KIND, PLURAL};
+use crate::api::{Subresource, GROUP, LIST_KIND, PLURAL};
 use crate::registry::{
-    json_object, yaml_object, DeleteOptions, ListRequest, Part, PatchType, PodSetKey, Registry, ScaleChange,
-    WriteOptions,
+    json_object, yaml_object, DeleteOptions, ListRequest, PatchType, PodSetKey, Registry, ScaleChange, WriteOptions,
 };
 
 /// Request bodies above this are refused with 413, as kube-apiserver does.
@@ -103,7 +102,7 @@ pub async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
 }
 
 /// The answer or the failure, and who asked (if they were authenticated).
-type Served = Result<(Response, Option<User>), (ApiError, Option<User>)>;
+type Served = Result<(Response, Option<UserInfo>), (ApiError, Option<UserInfo>)>;
 
 /// Writes a watch's `ResponseComplete` audit event when its body is done.
 struct WatchEnd {
@@ -140,7 +139,7 @@ async fn serve(app: &App, mut req: Request, conn: Option<&ConnInfo>) -> Served {
         Ok(t) => t,
         Err(e) => return Err((e, who)),
     };
-    match dispatch(app, target, req, query).await {
+    match dispatch(app, target, req, query, user).await {
         Ok(r) => Ok((r, who)),
         Err(e) => Err((e, who)),
     }
@@ -171,14 +170,20 @@ fn doc_response(doc: &Doc, content_type: &'static str, headers: &HeaderMap) -> R
     resp
 }
 
-async fn dispatch(app: &App, target: Target, req: Request, query: ApiResult<Query>) -> ApiResult<Response> {
+async fn dispatch(
+    app: &App,
+    target: Target,
+    req: Request,
+    query: ApiResult<Query>,
+    user: UserInfo,
+) -> ApiResult<Response> {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let read_only = |m: &Method| m == Method::GET || m == Method::HEAD;
     let headers = req.headers();
     let d = &app.discovery;
     match target {
-        Target::Resource(r) => Box::pin(resource(app, r, req, query?)).await,
+        Target::Resource(r) => Box::pin(resource(app, r, req, query?, user)).await,
         Target::Unknown => Err(ApiError::path_not_found(&path)),
         _ if !read_only(&method) => Err(ApiError::method_not_allowed(&method, &path)),
         Target::Apis => Ok(match negotiate(accept(headers), APIS)? {
@@ -265,7 +270,7 @@ fn selectors(q: &Query, name: Option<&str>) -> ApiResult<(Selector, FieldSelecto
     Ok((labels, fields))
 }
 
-async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query) -> ApiResult<Response> {
+async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query, user: UserInfo) -> ApiResult<Response> {
     let (parts, body) = req.into_parts();
     let method = parts.method;
     let path = parts.uri.path();
@@ -275,7 +280,7 @@ async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query) -> ApiR
             return Err(ApiError::too_large(MAX_BODY_BYTES));
         }
     }
-    let offers = if r.subresource == Some(Subresource::Scale) { PLAIN } else { OBJECTS };
+    let offers = if r.subresource == Subresource::Scale { PLAIN } else { OBJECTS };
     let out = negotiate(accept(&parts.headers), offers)?;
     let content_type = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let reg = &app.registry;
@@ -288,19 +293,19 @@ async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query) -> ApiR
         _ => None,
     };
     let write_opts = match verb {
-        Verb::Create | Verb::Update | Verb::Patch => write_options(&q, &parts.headers, verb, patch_type)?,
-        _ => WriteOptions::default(),
+        Verb::Create | Verb::Update | Verb::Patch => write_options(&q, &parts.headers, verb, patch_type, user)?,
+        _ => WriteOptions { user, dry_run: q.dry_run, ..Default::default() },
     };
     let not_allowed = || ApiError::method_not_allowed(&method, path);
 
     match (verb, r.subresource) {
-        (Verb::Watch, None) => {
+        (Verb::Watch, Subresource::Main) => {
             let (labels, fields) = selectors(&q, r.name.as_deref())?;
             let output = if out == Output::Yaml { Output::Json } else { out };
             let wr = WatchRequest { namespace: r.namespace.clone(), labels, fields, query: q, output };
             watch::serve(reg, &app.watch, wr).await
         }
-        (Verb::List, None) => {
+        (Verb::List, Subresource::Main) => {
             q.check_list_options(false)?;
             // "0" means any, so a continue token's own revision satisfies it (as in kube-apiserver).
             if q.continue_token.is_some() && q.resource_version.as_deref().is_some_and(|rv| rv != "0") {
@@ -321,12 +326,12 @@ async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query) -> ApiR
                 .await?;
             list_response(out, &page, include)
         }
-        (Verb::Get, None | Some(Subresource::Status)) => {
+        (Verb::Get, Subresource::Main | Subresource::Status) => {
             let obj = reg.get(&key(), q.revision()?).await?;
             object_response(StatusCode::OK, out, &obj, include)
         }
-        (Verb::Get, Some(Subresource::Scale)) => scale_response(out, &reg.get_scale(&key(), q.revision()?).await?),
-        (Verb::Create, None) => {
+        (Verb::Get, Subresource::Scale) => scale_response(out, &reg.get_scale(&key(), q.revision()?).await?),
+        (Verb::Create, Subresource::Main) => {
             let ns = ns.ok_or_else(not_allowed)?;
             let format = body_format(content_type.as_deref())?;
             if !matches!(format, BodyFormat::Json | BodyFormat::Yaml) {
@@ -346,12 +351,11 @@ async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query) -> ApiR
             }
             let body = parse_body(&read_body(body).await?, format)?;
             match sub {
-                Some(Subresource::Scale) => {
+                Subresource::Scale => {
                     scale_response(out, &reg.update_scale(&key(), ScaleChange::Replace(body), &write_opts).await?)
                 }
                 sub => {
-                    let part = if sub == Some(Subresource::Status) { Part::Status } else { Part::Main };
-                    let written = reg.replace(&key(), body, part, &write_opts).await?;
+                    let written = reg.replace(&key(), body, sub, &write_opts).await?;
                     Ok(with_warnings(
                         object_response(StatusCode::OK, out, &written.object, include)?,
                         &written.warnings,
@@ -363,21 +367,25 @@ async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query) -> ApiR
             let patch_type = patch_type.ok_or_else(not_allowed)?;
             let patch = read_body(body).await?;
             match sub {
-                Some(Subresource::Scale) => {
+                // No field management runs on a Scale, so it takes merge and JSON patches only.
+                Subresource::Scale if patch_type == PatchType::Apply => {
+                    Err(ApiError::unsupported_patch("application/apply-patch+yaml"))
+                }
+                Subresource::Scale => {
                     let change = ScaleChange::Patch(&patch, patch_type);
                     scale_response(out, &reg.update_scale(&key(), change, &write_opts).await?)
                 }
                 sub => {
-                    let part = if sub == Some(Subresource::Status) { Part::Status } else { Part::Main };
-                    let written = reg.patch(&key(), &patch, patch_type, part, &write_opts).await?;
+                    let written = reg.patch(&key(), &patch, patch_type, sub, &write_opts).await?;
                     let code = if written.created { StatusCode::CREATED } else { StatusCode::OK };
                     Ok(with_warnings(object_response(code, out, &written.object, include)?, &written.warnings))
                 }
             }
         }
-        (Verb::Delete, None) => {
+        (Verb::Delete, Subresource::Main) => {
             let opts = delete_options(&q, &read_body(body).await?)?;
-            let deleted = reg.delete(&key(), &opts, q.dry_run || opts.dry_run_all()).await?;
+            let write_opts = WriteOptions { dry_run: write_opts.dry_run || opts.dry_run_all(), ..write_opts };
+            let deleted = reg.delete(&key(), &opts, &write_opts).await?;
             if deleted.gone {
                 // As kube-apiserver: a Status when the object is gone, the object while finalizers hold it.
                 let uid = deleted.object.uid().map(|u| Value::String(u.to_owned())).unwrap_or_default();
@@ -389,13 +397,14 @@ async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query) -> ApiR
             }
             object_response(StatusCode::OK, out, &deleted.object, include)
         }
-        (Verb::DeleteCollection, None) => {
+        (Verb::DeleteCollection, Subresource::Main) => {
             let ns = ns.ok_or_else(not_allowed)?;
             let opts = delete_options(&q, &read_body(body).await?)?;
             let (labels, fields) = selectors(&q, None)?;
             let req = ListRequest { namespace: Some(ns.to_owned()), labels, fields, ..Default::default() };
-            let (items, revision) = reg.delete_collection(req, &opts, q.dry_run || opts.dry_run_all()).await?;
-            let items = items.iter().map(|o| o.to_value()).collect::<ApiResult<Vec<_>>>()?;
+            let write_opts = WriteOptions { dry_run: write_opts.dry_run || opts.dry_run_all(), ..write_opts };
+            let (items, revision) = reg.delete_collection(req, &opts, &write_opts).await?;
+            let items = items.iter().map(|o| o.to_value()).collect::<Result<Vec<_>, _>>()?;
             let list = serde_json::json!({
                 "apiVersion": crate::api::API_VERSION,
                 "kind": LIST_KIND,
@@ -411,8 +420,8 @@ async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query) -> ApiR
 /// Parses a create or update body (JSON or YAML) into a JSON object.
 fn parse_body(body: &[u8], format: BodyFormat) -> ApiResult<Value> {
     match format {
-        BodyFormat::Yaml => yaml_object(body),
-        _ => json_object(body),
+        BodyFormat::Yaml => Ok(yaml_object(body)?),
+        _ => Ok(json_object(body)?),
     }
 }
 
@@ -438,7 +447,13 @@ const FIELD_MANAGER_MAX: usize = 128;
 
 /// The options of a write, checked as kube-apiserver checks Create/Update/PatchOptions (422 naming the options
 /// kind). The field manager is `fieldManager`, else the User-Agent's prefix; an apply must name it.
-fn write_options(q: &Query, headers: &HeaderMap, verb: Verb, patch: Option<PatchType>) -> ApiResult<WriteOptions> {
+fn write_options(
+    q: &Query,
+    headers: &HeaderMap,
+    verb: Verb,
+    patch: Option<PatchType>,
+    user: UserInfo,
+) -> ApiResult<WriteOptions> {
     let mut errors = Vec::new();
     if verb == Verb::Patch {
         if patch != Some(PatchType::Apply) && q.force.is_some() {
@@ -461,6 +476,7 @@ fn write_options(q: &Query, headers: &HeaderMap, verb: Verb, patch: Option<Patch
     }
     let agent = || headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("");
     Ok(WriteOptions {
+        user,
         dry_run: q.dry_run,
         field_validation: q.field_validation,
         field_manager: q.field_manager.clone().unwrap_or_else(|| prefix_from_user_agent(agent())),

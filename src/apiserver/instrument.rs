@@ -14,7 +14,7 @@ use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use prometheus_client::metrics::gauge::Gauge;
 
 use super::health::Endpoint;
-use super::request::{Query, Subresource, Target, Verb};
+use super::request::{Query, Target, Verb};
 use crate::api::{GROUP, PLURAL, VERSION};
 use crate::metrics::{global, DurationLabels, LongRunningLabels, RequestLabels};
 
@@ -87,12 +87,7 @@ impl RequestMetrics {
                 l.group = GROUP.into();
                 l.version = VERSION.into();
                 l.resource = PLURAL.into();
-                l.subresource = match r.subresource {
-                    Some(Subresource::Status) => "status",
-                    Some(Subresource::Scale) => "scale",
-                    None => "",
-                }
-                .into();
+                l.subresource = r.subresource.as_str().into();
                 l.scope = if r.name.is_some() || verb == Some(Verb::Create) {
                     "resource"
                 } else if r.namespace.is_some() {

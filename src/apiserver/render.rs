@@ -206,7 +206,7 @@ pub fn list_response(out: Output, page: &ListPage, include: IncludeObject) -> Ap
             Ok(bytes_response(StatusCode::OK, JSON, body))
         }
         Output::Yaml => {
-            let items = page.items.iter().map(Stored::to_value).collect::<ApiResult<Vec<_>>>()?;
+            let items = page.items.iter().map(Stored::to_value).collect::<Result<Vec<_>, _>>()?;
             let v = json!({"apiVersion": API_VERSION, "kind": LIST_KIND, "metadata": meta, "items": items});
             value_response(StatusCode::OK, out, &v)
         }

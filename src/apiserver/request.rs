@@ -5,14 +5,8 @@ use http::Method;
 use super::error::{ApiError, ApiResult};
 use super::health::Endpoint;
 use crate::api::validation::{dns1123_label_errors, FieldError};
-use crate::api::{GROUP, PLURAL, VERSION};
+use crate::api::{Subresource, GROUP, PLURAL, VERSION};
 use crate::registry::{FieldValidation, Revision};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Subresource {
-    Status,
-    Scale,
-}
 
 /// What a request addresses.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +34,7 @@ pub enum Target {
 pub struct ResourceRequest {
     pub namespace: Option<String>,
     pub name: Option<String>,
-    pub subresource: Option<Subresource>,
+    pub subresource: Subresource,
     /// The deprecated `/watch/` path prefix was used.
     pub watch_path: bool,
 }
@@ -77,15 +71,15 @@ fn parse_resource(parts: &[&str]) -> ApiResult<Target> {
         _ => (None, parts),
     };
     let (name, subresource) = match rest {
-        [r] if *r == PLURAL => (None, None),
-        [r, name] if *r == PLURAL && namespace.is_some() => (Some(*name), None),
+        [r] if *r == PLURAL => (None, Subresource::Main),
+        [r, name] if *r == PLURAL && namespace.is_some() => (Some(*name), Subresource::Main),
         [r, name, sub] if *r == PLURAL && namespace.is_some() => {
             let sub = match *sub {
                 "status" => Subresource::Status,
                 "scale" => Subresource::Scale,
                 _ => return Ok(Target::Unknown),
             };
-            (Some(*name), Some(sub))
+            (Some(*name), sub)
         }
         _ => return Ok(Target::Unknown),
     };
@@ -325,7 +319,7 @@ impl Query {
 mod tests {
     use super::*;
 
-    fn res(ns: Option<&str>, name: Option<&str>, sub: Option<Subresource>) -> Target {
+    fn res(ns: Option<&str>, name: Option<&str>, sub: Subresource) -> Target {
         Target::Resource(ResourceRequest {
             namespace: ns.map(Into::into),
             name: name.map(Into::into),
@@ -340,12 +334,15 @@ mod tests {
         assert_eq!(p("/apis"), Target::Apis);
         assert_eq!(p("/apis/demo.k8s.io/"), Target::Group);
         assert_eq!(p("/apis/demo.k8s.io/v1alpha1"), Target::GroupVersion);
-        assert_eq!(p("/apis/demo.k8s.io/v1alpha1/podsets"), res(None, None, None));
-        assert_eq!(p("/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets"), res(Some("ns"), None, None));
-        assert_eq!(p("/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets/a"), res(Some("ns"), Some("a"), None));
+        assert_eq!(p("/apis/demo.k8s.io/v1alpha1/podsets"), res(None, None, Subresource::Main));
+        assert_eq!(p("/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets"), res(Some("ns"), None, Subresource::Main));
+        assert_eq!(
+            p("/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets/a"),
+            res(Some("ns"), Some("a"), Subresource::Main)
+        );
         assert_eq!(
             p("/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets/a/scale"),
-            res(Some("ns"), Some("a"), Some(Subresource::Scale))
+            res(Some("ns"), Some("a"), Subresource::Scale)
         );
         assert_eq!(p("/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets/a/exec"), Target::Unknown);
         assert_eq!(p("/apis/demo.k8s.io/v1alpha1/foos"), Target::Unknown);
@@ -356,7 +353,12 @@ mod tests {
 
     #[test]
     fn verbs_serve_only_what_kube_apiserver_would_authorize() {
-        let coll = ResourceRequest { namespace: Some("ns".into()), name: None, subresource: None, watch_path: false };
+        let coll = ResourceRequest {
+            namespace: Some("ns".into()),
+            name: None,
+            subresource: Subresource::Main,
+            watch_path: false,
+        };
         let named = ResourceRequest { name: Some("a".into()), ..coll.clone() };
         let watch_path = ResourceRequest { watch_path: true, ..coll.clone() };
         assert_eq!(Verb::of(&Method::GET, &coll, true), Some(Verb::Watch));

@@ -15,7 +15,7 @@ use axum::response::Response;
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::stream::BoxStream;
 use futures::task::AtomicWaker;
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use http::{header, HeaderValue, StatusCode};
 use kube::core::watch::{Bookmark, BookmarkMeta};
 use kube::core::{TypeMeta, WatchEvent};
@@ -31,7 +31,7 @@ use super::request::{IncludeObject, Query};
 use crate::api::selector::{FieldSelector, Selector};
 use crate::api::{API_VERSION, GROUP, KIND, PLURAL, VERSION};
 use crate::metrics::GroupVersionResource;
-use crate::registry::{Event, EventType, Notification, Registry, Revision, WatchRequest as RegistryWatch};
+use crate::registry::{self, Event, EventType, Notification, Registry, Revision, WatchRequest as RegistryWatch};
 
 /// `apiserver_watch_events_total` for PodSets.
 static WATCH_EVENTS: std::sync::LazyLock<prometheus_client::metrics::counter::Counter> =
@@ -377,12 +377,12 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
     });
     let watch = match watch.await {
         Ok(w) => w,
-        Err(e) if e.code() == 410 => {
+        Err(e @ registry::Error::Expired { .. }) => {
             // As the watch cache: HTTP 200 and one ERROR event, so clients relist instead of retrying forever.
-            let line: Result<Bytes, Infallible> = Ok(encoder.error(&e));
+            let line: Result<Bytes, Infallible> = Ok(encoder.error(&ApiError::from(e)));
             return Ok(response(Body::from_stream(futures::stream::once(async move { line }))));
         }
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into()),
     };
     let start = watch.revision;
     let mut first = VecDeque::new();
@@ -398,7 +398,7 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
         initial,
         first,
         ticker,
-        ..WatchBody::new(encoder, watch.events, start, timeout, cfg.shutdown.clone())
+        ..WatchBody::new(encoder, watch.events.map_err(ApiError::from).boxed(), start, timeout, cfg.shutdown.clone())
     };
     Ok(response(Body::from_stream(body)))
 }
@@ -406,7 +406,8 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::{Part, PatchType, PodSetKey, Stored, WriteOptions};
+    use crate::api::{Subresource, UserInfo};
+    use crate::registry::{PatchType, PodSetKey, Stored, WriteOptions};
     use crate::storage::{Cacher, HistoryLimits, SledBackend, SledOptions};
     use http_body_util::BodyExt;
     use serde_json::json;
@@ -430,13 +431,14 @@ mod tests {
                           "spec": {"replicas": 1, "selector": {"matchLabels": {"app": app}},
                                    "template": {"metadata": {"labels": {"app": app}},
                                                 "spec": {"containers": [{"name": "c", "image": "i"}]}}}});
-        reg.create("ns", body, &WriteOptions::manager("test")).await.unwrap().object
+        reg.create("ns", body, &WriteOptions::manager("test", UserInfo::default())).await.unwrap().object
     }
 
     async fn patch(reg: &Registry, name: &str, patch: Value) -> Stored {
         let key = PodSetKey::new("ns", name);
         let patch = serde_json::to_vec(&patch).unwrap();
-        reg.patch(&key, &patch, PatchType::Merge, Part::Main, &WriteOptions::manager("test")).await.unwrap().object
+        let opts = WriteOptions::manager("test", UserInfo::default());
+        reg.patch(&key, &patch, PatchType::Merge, Subresource::Main, &opts).await.unwrap().object
     }
 
     async fn watch(reg: &Registry, from: Revision, output: Output, include: IncludeObject, labels: &str) -> Body {
@@ -605,8 +607,10 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(w.initial.len(), 300);
-        let mut body =
-            WatchBody { initial: w.initial.into_iter(), ..test_body(w.events, w.revision, CancellationToken::new()) };
+        let mut body = WatchBody {
+            initial: w.initial.into_iter(),
+            ..test_body(w.events.map_err(ApiError::from).boxed(), w.revision, CancellationToken::new())
+        };
         let frame = body.next().await.unwrap().unwrap();
         let lines = frame.split(|b| *b == b'\n').filter(|l| !l.is_empty()).count();
         assert!(frame.len() < 2 * BATCH_BYTES, "one frame's worth: {} bytes", frame.len());

@@ -182,7 +182,7 @@ async fn watch_podsets(ctx: Arc<Context>, synced: InformerHandle) {
                 Ok(Notification::Event(ev)) if ev.only_status_changed() => {}
                 Ok(Notification::Event(ev)) => ctx.queue.add(&ev.object.key()),
                 Ok(Notification::Progress(_)) => {}
-                Err(e) if e.code() == 410 => break,
+                Err(crate::registry::Error::Expired { .. }) => break,
                 Err(e) => {
                     tracing::warn!(error = %e, "PodSet watch failed");
                     break;

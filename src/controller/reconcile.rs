@@ -13,20 +13,19 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::Context;
-use crate::api::status::ApiError;
-use crate::api::{PodSet, PodSetStatus, API_VERSION, KIND};
-use crate::registry::{PodSetKey, Revision, WriteOptions};
+use crate::api::{PodSet, PodSetStatus, UserInfo, API_VERSION, KIND};
+use crate::registry::{self, PodSetKey, Revision, WriteOptions};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("reading the PodSet: {0}")]
-    Read(#[source] ApiError),
+    Read(#[source] registry::Error),
     #[error("{0}")]
     Kube(#[from] kube::Error),
     #[error("writing status: {0}")]
-    Status(#[source] ApiError),
+    Status(#[source] registry::Error),
     #[error("creating pods failed: {0}")]
-    Create(String),
+    Create(#[source] kube::Error),
     #[error("PodSet status changed underneath; retrying")]
     Conflict,
 }
@@ -97,7 +96,7 @@ pub(crate) async fn reconcile(ctx: &Arc<Context>, key: &PodSetKey) -> Result<(),
     // From the cache: the change that queued this key is in it, and writes compare revisions anyway.
     let obj = match ctx.registry.get(key, Some(0)).await {
         Ok(obj) => obj,
-        Err(e) if e.code() == 404 => {
+        Err(registry::Error::NotFound { .. }) => {
             ctx.expectations.forget(key);
             return Ok(());
         }
@@ -183,22 +182,21 @@ async fn manage(
                 api.create(&post, &template).await
             }))
             .await;
-            let errors: Vec<kube::Error> = results.into_iter().filter_map(Result::err).collect();
+            let mut errors: Vec<kube::Error> = results.into_iter().filter_map(Result::err).collect();
             let created = n - errors.len();
             done += n;
             if created > 0 {
                 publish(ctx, &reference, EventType::Normal, "SuccessfulCreate", format!("Created {created} pod(s)"))
                     .await;
             }
-            if let Some(first) = errors.first() {
-                let message = first.to_string();
+            if !errors.is_empty() {
                 // Give up the creates that failed and the ones never tried.
                 for _ in 0..errors.len() + (missing - done) {
                     ctx.expectations.creation_observed(key);
                 }
-                publish(ctx, &reference, EventType::Warning, "FailedCreate", format!("Error creating: {message}"))
-                    .await;
-                return Err(Error::Create(message));
+                let first = errors.swap_remove(0);
+                publish(ctx, &reference, EventType::Warning, "FailedCreate", format!("Error creating: {first}")).await;
+                return Err(Error::Create(first));
             }
             batch *= 2;
         }
@@ -280,6 +278,13 @@ fn now() -> Time {
 
 /// The manager the controller's status writes are recorded under.
 pub const FIELD_MANAGER: &str = "podset-controller";
+/// Who the controller's in-process writes are made as (admission sees this user), after kube-apiserver's own
+/// in-process client, `system:apiserver`.
+pub const CONTROLLER_USER: &str = "system:podset-controller";
+
+fn controller_user() -> UserInfo {
+    UserInfo::named(CONTROLLER_USER, Vec::new()).authenticated()
+}
 
 /// Writes status through the registry, as a write to `/status` on the revision this pass read, only when it
 /// changed.
@@ -295,10 +300,11 @@ async fn write_status(
     if ps.status.as_ref() == Some(&status) {
         return Ok(());
     }
-    match ctx.registry.update_status(key, status, read_at, &WriteOptions::manager(FIELD_MANAGER)).await {
+    let opts = WriteOptions::manager(FIELD_MANAGER, controller_user());
+    match ctx.registry.update_status(key, status, read_at, &opts).await {
         Ok(_) => Ok(()),
-        Err(e) if e.code() == 409 => Err(Error::Conflict),
-        Err(e) if e.code() == 404 => Ok(()),
+        Err(registry::Error::Conflict { .. }) => Err(Error::Conflict),
+        Err(registry::Error::NotFound { .. }) => Ok(()),
         Err(e) => Err(Error::Status(e)),
     }
 }

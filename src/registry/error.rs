@@ -1,43 +1,112 @@
-//! How storage and field-management failures read to clients: as kube-apiserver's `metav1.Status` errors.
+//! What went wrong in the registry, by what it means. The HTTP layer turns it into kube-apiserver's
+//! `metav1.Status` (`apiserver::error`); in-process callers, such as the controller, match on it.
 
-use crate::api::status::ApiError;
+use crate::api::validation::FieldError;
+use crate::api::GROUP_RESOURCE;
 use crate::registry::fieldmanager::FieldManagerError;
 use crate::storage::StorageError;
 
-/// A storage failure on object `name` (empty for collections).
-pub(crate) fn storage_error(e: StorageError, name: &str) -> ApiError {
-    match e {
-        StorageError::NotFound { .. } => ApiError::not_found(name),
-        StorageError::AlreadyExists { .. } => ApiError::already_exists(name),
-        StorageError::Conflict { .. } => ApiError::stale(name),
-        StorageError::Expired { requested, oldest } => {
-            ApiError::expired(format!("too old resource version: {requested} ({oldest})"))
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A registry failure.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{GROUP_RESOURCE} \"{name}\" not found")]
+    NotFound { name: String },
+    #[error("{GROUP_RESOURCE} \"{name}\" already exists")]
+    AlreadyExists { name: String },
+    /// A precondition failed, or the object kept changing under a read-modify-write.
+    #[error("Operation cannot be fulfilled on {GROUP_RESOURCE} \"{name}\": {message}")]
+    Conflict { name: String, message: String },
+    /// Field management refused the write: an apply's conflicts with other managers, or a body it cannot take.
+    #[error(transparent)]
+    FieldManager(#[from] FieldManagerError),
+    /// A resourceVersion or continue token older than the history kept; `continue_token` is where to go on from.
+    #[error("{message}")]
+    Expired { message: String, continue_token: Option<String> },
+    /// A revision this server has not reached within the wait.
+    #[error("Too large resource version: {requested}, current: {current}")]
+    TooLargeResourceVersion { requested: u64, current: u64 },
+    /// An object or options that fail validation: `kind` is the kind and group (`PodSet.demo.k8s.io`,
+    /// `Scale.autoscaling`, `DeleteOptions.meta.k8s.io`; empty when there is none to name).
+    #[error("{kind} \"{name}\" is invalid: {}", summary(.errors))]
+    Invalid { kind: String, name: String, errors: Vec<FieldError> },
+    /// A request that cannot be read as it stands (a body that does not decode, a name that does not match).
+    #[error("{0}")]
+    BadRequest(String),
+    /// Storage failed on object `name` (empty for a collection).
+    #[error("storage: {source}")]
+    Storage {
+        name: String,
+        #[source]
+        source: StorageError,
+    },
+    /// A stored object that does not read back, or state the server should never reach.
+    #[error("{0}")]
+    Internal(String),
+}
+
+fn summary(errors: &[FieldError]) -> String {
+    match errors {
+        [one] => one.to_string(),
+        many => format!("[{}]", many.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+impl Error {
+    pub(crate) fn not_found(name: &str) -> Self {
+        Error::NotFound { name: name.to_owned() }
+    }
+
+    pub(crate) fn conflict(name: &str, message: impl Into<String>) -> Self {
+        Error::Conflict { name: name.to_owned(), message: message.into() }
+    }
+
+    /// The object changed since the caller read it.
+    pub(crate) fn stale(name: &str) -> Self {
+        Self::conflict(
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
+    }
+
+    /// 422 on a PodSet.
+    pub(crate) fn invalid(name: &str, errors: Vec<FieldError>) -> Self {
+        Self::invalid_kind(&format!("{}.{}", crate::api::KIND, crate::api::GROUP), name, errors)
+    }
+
+    pub(crate) fn invalid_kind(kind: &str, name: &str, errors: Vec<FieldError>) -> Self {
+        Error::Invalid { kind: kind.to_owned(), name: name.to_owned(), errors }
+    }
+
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
+        Error::BadRequest(message.into())
+    }
+
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
+        Error::Internal(message.into())
+    }
+
+    /// A storage failure on object `name` (empty for collections), by what it means where the registry has a
+    /// word for it.
+    pub(crate) fn storage(e: StorageError, name: &str) -> Self {
+        match e {
+            StorageError::NotFound { .. } => Self::not_found(name),
+            StorageError::AlreadyExists { .. } => Error::AlreadyExists { name: name.to_owned() },
+            StorageError::Conflict { .. } => Self::stale(name),
+            StorageError::Expired { requested, oldest } => Error::Expired {
+                message: format!("too old resource version: {requested} ({oldest})"),
+                continue_token: None,
+            },
+            StorageError::TooLarge { requested, current } => Error::TooLargeResourceVersion { requested, current },
+            source => Error::Storage { name: name.to_owned(), source },
         }
-        StorageError::TooLarge { requested, current } => ApiError::too_large_resource_version(requested, current),
-        StorageError::Closed => ApiError::service_unavailable("the server is shutting down"),
-        StorageError::Unavailable(m) => ApiError::service_unavailable(format!("storage is unavailable: {m}")),
-        StorageError::Timeout(m) => ApiError::timeout(&format!("storage did not answer in time: {m}")),
-        other => ApiError::internal(other.to_string()),
     }
 }
 
 /// A storage failure on a collection (a list or watch).
-impl From<StorageError> for ApiError {
+impl From<StorageError> for Error {
     fn from(e: StorageError) -> Self {
-        storage_error(e, "")
-    }
-}
-
-impl From<FieldManagerError> for ApiError {
-    fn from(e: FieldManagerError) -> Self {
-        match e {
-            FieldManagerError::Conflicts(conflicts) => {
-                let message = FieldManagerError::Conflicts(conflicts.clone()).to_string();
-                let causes = conflicts.into_iter().map(|c| (format!("conflict with {}", c.manager), c.field)).collect();
-                ApiError::apply_conflict(&message, causes)
-            }
-            FieldManagerError::BadRequest(m) => ApiError::bad_request(m),
-            e @ FieldManagerError::Schema(_) => ApiError::bad_request(e.to_string()),
-        }
+        Error::storage(e, "")
     }
 }

@@ -5,11 +5,11 @@ use std::sync::OnceLock;
 
 use serde_json::{json, Value};
 
+use super::error::Result;
 use super::fieldmanager::{FieldManager, Operation, Subresource};
 use super::options::WriteOptions;
 use super::strategy::now_text;
 use crate::api::schema::{component_schemas, PODSET};
-use crate::api::status::ApiResult;
 use crate::api::API_VERSION;
 
 /// Field management for PodSets, merged by the schema the server publishes.
@@ -52,7 +52,7 @@ pub(crate) fn manage_fields(
     opts: &WriteOptions,
     op: Operation,
     sub: Subresource,
-) -> ApiResult<Value> {
+) -> Result<Value> {
     let fm = podset_field_manager();
     match op {
         Operation::Apply => Ok(fm.apply(live, &new, &opts.field_manager, sub, opts.force, &now_text())?),

@@ -15,6 +15,7 @@ mod scale;
 mod stored;
 mod strategy;
 mod watch;
+mod write;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,49 +24,37 @@ use k8s_openapi::api::autoscaling::v1::Scale;
 use serde_json::Value;
 
 pub use self::decode::{json_object, yaml_object};
-pub use self::fieldmanager::{Operation, Subresource};
+pub use self::error::{Error, Result};
 pub use self::key::PodSetKey;
 pub use self::managed::podset_field_manager;
 pub use self::options::{
-    DeleteOptions, Deleted, FieldValidation, ListPage, ListRequest, Part, PatchType, Preconditions, ScaleChange,
+    DeleteOptions, Deleted, FieldValidation, ListPage, ListRequest, PatchType, Preconditions, ScaleChange,
     WriteOptions, Written,
 };
 pub use self::stored::Stored;
 pub use self::watch::{Event, EventType, Notification, Watch, WatchRequest};
+pub use crate::api::{Operation, Subresource, UserInfo};
 pub use crate::storage::Revision;
 
 use self::decode::{apply_patch, decode_json_podset, decode_podset};
-use self::error::storage_error;
-use self::managed::{created_managed_fields, manage_fields, sent_managed_fields};
-use self::strategy::{check_identity, now};
-use crate::api::status::{ApiError, ApiResult};
-use crate::api::validation::{self, FieldError};
+use self::managed::manage_fields;
+use self::strategy::check_identity;
+use self::write::{Change, Outcome, Write};
+use crate::api::validation::FieldError;
 use crate::api::{PodSet, PodSetStatus};
-use crate::storage::{Draft, ListOptions, Object, StorageError, Store};
+use crate::storage::{ListOptions, Object, StorageError, Store};
 
-/// Attempts at a read-modify-write before giving up on a hot object.
-const MAX_RETRIES: usize = 32;
 /// How long a read "not older than" a revision this server has not reached waits for it before a 504.
 const TOO_LARGE_AFTER: Duration = Duration::from_secs(3);
 
-impl Part {
-    fn subresource(self) -> Subresource {
-        match self {
-            Part::Main => Subresource::Main,
-            Part::Status => Subresource::Status,
+impl From<Outcome> for Written {
+    fn from(o: Outcome) -> Self {
+        match o {
+            Outcome::Put { object, warnings, created } => Written { object, warnings, created },
+            // An update that removed the last finalizer: the object as it went.
+            Outcome::Deleted { object, .. } => Written { object, warnings: Vec::new(), created: false },
         }
     }
-}
-
-fn to_value(ps: &PodSet) -> ApiResult<Value> {
-    serde_json::to_value(ps).map_err(|e| ApiError::internal(e.to_string()))
-}
-
-/// Whether a write's managedFields are still to be recorded, or an apply has merged them already.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Tracking {
-    Update,
-    Applied,
 }
 
 /// The PodSet registry.
@@ -81,17 +70,17 @@ impl Registry {
         Self { store, recent: Arc::default() }
     }
 
-    async fn get_object(&self, key: &PodSetKey) -> ApiResult<Option<Arc<Object>>> {
-        self.store.get(&key.storage_key()).await.map_err(|e| storage_error(e, &key.name))
+    async fn get_object(&self, key: &PodSetKey) -> Result<Option<Arc<Object>>> {
+        self.store.get(&key.storage_key()).await.map_err(|e| Error::storage(e, &key.name))
     }
 
     /// The current object for a write: from the cache, which may lag a write another replica just made; a stale
     /// state is caught by the write's compare-and-swap, a missing one only here, by catching up before saying 404.
-    async fn get_for_write(&self, key: &PodSetKey) -> ApiResult<Option<Arc<Object>>> {
+    async fn get_for_write(&self, key: &PodSetKey) -> Result<Option<Arc<Object>>> {
         match self.get_object(key).await? {
             Some(o) => Ok(Some(o)),
             None => {
-                self.store.sync().await.map_err(|e| storage_error(e, &key.name))?;
+                self.store.sync().await.map_err(|e| Error::storage(e, &key.name))?;
                 self.get_object(key).await
             }
         }
@@ -100,23 +89,23 @@ impl Registry {
     /// A GET, with kube-apiserver's `resourceVersion` semantics: unset reads the newest state any replica has
     /// acknowledged (a consistent read); `0` reads this server's cache as it is; `n` waits for a state not older
     /// than `n`.
-    pub async fn get(&self, key: &PodSetKey, resource_version: Option<Revision>) -> ApiResult<Stored> {
+    pub async fn get(&self, key: &PodSetKey, resource_version: Option<Revision>) -> Result<Stored> {
         if resource_version != Some(0) {
             self.read_revision(resource_version, false).await?;
         }
-        self.get_object(key).await?.map(Stored::new).ok_or_else(|| ApiError::not_found(&key.name))
+        self.get_object(key).await?.map(Stored::new).ok_or_else(|| Error::not_found(&key.name))
     }
 
     /// GET of `/scale`.
-    pub async fn get_scale(&self, key: &PodSetKey, resource_version: Option<Revision>) -> ApiResult<Scale> {
+    pub async fn get_scale(&self, key: &PodSetKey, resource_version: Option<Revision>) -> Result<Scale> {
         Ok(scale::scale_of(self.get(key, resource_version).await?.decode()?))
     }
 
     /// Resolves which revision a list or watch reads at (`resourceVersion` + `resourceVersionMatch`).
-    async fn read_revision(&self, requested: Option<Revision>, exact: bool) -> ApiResult<Revision> {
+    async fn read_revision(&self, requested: Option<Revision>, exact: bool) -> Result<Revision> {
         match requested {
             // Unset: a consistent read, which waits until the cache holds every acknowledged write.
-            None => self.store.sync().await.map_err(ApiError::from),
+            None => self.store.sync().await.map_err(Error::from),
             Some(0) => Ok(self.store.current_revision()),
             Some(rv) if exact => Ok(rv),
             Some(rv) => {
@@ -132,7 +121,7 @@ impl Registry {
                 let left = deadline.saturating_duration_since(tokio::time::Instant::now());
                 match self.store.wait_for(rv, left).await {
                     Err(StorageError::Timeout(_)) => {
-                        Err(ApiError::too_large_resource_version(rv, self.store.current_revision()))
+                        Err(Error::TooLargeResourceVersion { requested: rv, current: self.store.current_revision() })
                     }
                     reached => Ok(reached?),
                 }
@@ -140,7 +129,7 @@ impl Registry {
         }
     }
 
-    pub async fn list(&self, req: ListRequest) -> ApiResult<ListPage> {
+    pub async fn list(&self, req: ListRequest) -> Result<ListPage> {
         let prefix = PodSetKey::prefix(req.namespace.as_deref());
         let (revision, start_key) = match &req.continue_token {
             Some(token) => {
@@ -166,17 +155,15 @@ impl Registry {
         let result = match self.store.list(opts).await {
             Err(StorageError::Expired { .. }) if req.continue_token.is_some() => {
                 let start = start_key.as_deref().unwrap_or(&prefix).strip_prefix(&prefix).unwrap_or("");
-                let mut e = ApiError::expired(
-                    "The provided continue parameter is too old to display a consistent list result. You can start a new \
-                     list without the continue parameter, or use the continue token in this response to retrieve the \
-                     remainder of the results. Continuing with the provided token results in an inconsistent list - \
-                     objects that were created, modified, or deleted between the time the first chunk was returned and \
-                     now may show up in the list.",
-                );
-                if let Some(meta) = e.status.metadata.as_mut() {
-                    meta.continue_ = Some(continue_token::encode(-1, start));
-                }
-                return Err(e);
+                return Err(Error::Expired {
+                    message: "The provided continue parameter is too old to display a consistent list result. You can \
+                              start a new list without the continue parameter, or use the continue token in this \
+                              response to retrieve the remainder of the results. Continuing with the provided token \
+                              results in an inconsistent list - objects that were created, modified, or deleted \
+                              between the time the first chunk was returned and now may show up in the list."
+                        .into(),
+                    continue_token: Some(continue_token::encode(-1, start)),
+                });
             }
             other => other?,
         };
@@ -193,159 +180,75 @@ impl Registry {
     }
 
     /// POST: creates a PodSet in `namespace` from a decoded body.
-    pub async fn create(&self, namespace: &str, body: Value, opts: &WriteOptions) -> ApiResult<Written> {
+    pub async fn create(&self, namespace: &str, body: Value, opts: &WriteOptions) -> Result<Written> {
         let (ps, warnings) = decode_podset(body, opts.field_validation)?;
-        self.insert(namespace, ps, warnings, opts, Tracking::Update).await
+        self.insert(namespace, ps, warnings, opts).await
     }
 
     /// POST with a JSON body: [`Registry::create`] of `json_object(body)`, usually decoded without the tree.
-    pub async fn create_json(&self, namespace: &str, body: &[u8], opts: &WriteOptions) -> ApiResult<Written> {
+    pub async fn create_json(&self, namespace: &str, body: &[u8], opts: &WriteOptions) -> Result<Written> {
         let (ps, warnings) = decode_json_podset(body, opts.field_validation)?;
-        self.insert(namespace, ps, warnings, opts, Tracking::Update).await
+        self.insert(namespace, ps, warnings, opts).await
     }
 
-    /// Stores a new PodSet: system fields, defaults, validation, and (unless an apply did) field tracking.
-    async fn insert(
-        &self,
-        namespace: &str,
-        mut ps: PodSet,
-        warnings: Vec<String>,
-        opts: &WriteOptions,
-        tracking: Tracking,
-    ) -> ApiResult<Written> {
-        let generate = strategy::prepare_for_create(&mut ps, namespace)?;
-        for attempt in 0.. {
-            if let Some(prefix) = &generate {
-                ps.metadata.name = Some(strategy::generated_name(prefix));
-            }
-            let key = PodSetKey::new(namespace, ps.metadata.name.clone().unwrap_or_default());
-            let mut candidate = ps.clone();
-            strategy::validate_create(&mut candidate)?;
-            let mut value = to_value(&candidate)?;
-            // A create's managedFields are written out as JSON and stored as such, never built as a tree; ones the
-            // client sent go the general way.
-            let managed_fields = match tracking {
-                Tracking::Update if sent_managed_fields(&value) => {
-                    value = manage_fields(None, value, opts, Operation::Update, Subresource::Main)?;
-                    None
-                }
-                Tracking::Update => created_managed_fields(&mut value, opts),
-                Tracking::Applied => None,
-            };
-            if opts.dry_run {
-                if let Some(json) = &managed_fields {
-                    value["metadata"]["managedFields"] =
-                        serde_json::from_str(json).map_err(|e| ApiError::internal(e.to_string()))?;
-                }
-                return Ok(Written { object: Stored::unstored(value), warnings, created: true });
-            }
-            let raw: Vec<(&str, &str)> = managed_fields.iter().map(|m| ("managedFields", m.as_str())).collect();
-            let draft = Draft::new(&value, &raw).map_err(|e| storage_error(e, &key.name))?;
-            match self.store.create(&key.storage_key(), draft).await {
-                Ok(object) => return Ok(Written { object: Stored::new(object), warnings, created: true }),
-                Err(StorageError::AlreadyExists { .. }) if generate.is_some() && attempt < 8 => continue,
-                Err(e) => return Err(storage_error(e, &key.name)),
-            }
-        }
-        unreachable!("the loop returns")
-    }
-
-    /// Read-modify-write with compare-and-swap: `propose` builds the new object from the current one; a
-    /// resourceVersion it carries is a precondition, otherwise conflicts are retried on fresh state.
-    async fn update_with<F>(
-        &self,
-        key: &PodSetKey,
-        sub: Subresource,
-        opts: &WriteOptions,
-        tracking: Tracking,
-        propose: F,
-    ) -> ApiResult<Written>
-    where
-        F: Fn(&PodSet, &Stored) -> ApiResult<(PodSet, Vec<String>)>,
-    {
-        let part = if sub == Subresource::Status { Part::Status } else { Part::Main };
-        let storage_key = key.storage_key();
-        for _ in 0..MAX_RETRIES {
-            let Some(current) = self.get_for_write(key).await?.map(Stored::new) else {
-                return Err(ApiError::not_found(&key.name));
-            };
-            let old = current.decode()?;
-            let (proposed, warnings) = propose(&old, &current)?;
-            let precondition = proposed.metadata.resource_version.clone().filter(|rv| !rv.is_empty());
-            if precondition.as_deref().is_some_and(|rv| rv != current.resource_version().to_string()) {
-                return Err(ApiError::stale(&key.name));
-            }
-            let mut new = strategy::prepare_for_update(proposed, &old, part, key)?;
-            let mut value = to_value(&new)?;
-            if tracking == Tracking::Update {
-                value = manage_fields(Some(&current.to_value()?), value, opts, Operation::Update, sub)?;
-            }
-            new.metadata.managed_fields =
-                value.pointer("/metadata/managedFields").and_then(|m| serde_json::from_value(m.clone()).ok());
-            if new == old {
-                return Ok(Written { object: current, warnings, created: false });
-            }
-            if opts.dry_run {
-                return Ok(Written { object: Stored::unstored(value), warnings, created: false });
-            }
-            let deleting =
-                new.metadata.deletion_timestamp.is_some() && new.metadata.finalizers.as_ref().is_none_or(Vec::is_empty);
-            let expected = Some(current.resource_version());
-            let result = if deleting {
-                // The last finalizer is gone: the object goes now, as kube-apiserver does.
-                self.store.delete(&storage_key, expected).await
-            } else {
-                let draft = Draft::new(&value, &[]).map_err(|e| storage_error(e, &key.name))?;
-                self.store.update(&storage_key, draft, expected).await
-            };
-            match result {
-                Ok(object) => return Ok(Written { object: Stored::new(object), warnings, created: false }),
-                // Raced with another write: propose again on the new state (a precondition is checked there).
-                Err(StorageError::Conflict { .. }) => continue,
-                Err(e) => return Err(storage_error(e, &key.name)),
-            }
-        }
-        Err(ApiError::stale(&key.name))
+    async fn insert(&self, namespace: &str, ps: PodSet, warnings: Vec<String>, opts: &WriteOptions) -> Result<Written> {
+        let key = PodSetKey::new(namespace, "");
+        let w = Write { op: Operation::Create, sub: Subresource::Main, key: &key, opts };
+        self.write(&w, |_| Ok(Change::update(ps.clone(), warnings.clone()))).await.map(Written::from)
     }
 
     /// PUT of the whole object or its status.
-    pub async fn replace(&self, key: &PodSetKey, body: Value, part: Part, opts: &WriteOptions) -> ApiResult<Written> {
+    pub async fn replace(
+        &self,
+        key: &PodSetKey,
+        body: Value,
+        sub: Subresource,
+        opts: &WriteOptions,
+    ) -> Result<Written> {
         let (ps, warnings) = decode_podset(body, opts.field_validation)?;
         check_identity(&ps.metadata, key)?;
-        self.update_with(key, part.subresource(), opts, Tracking::Update, |_, _| Ok((ps.clone(), warnings.clone())))
-            .await
+        let w = Write { op: Operation::Update, sub, key, opts };
+        self.write(&w, |current| match current {
+            None => Err(Error::not_found(&key.name)),
+            Some(_) => Ok(Change::update(ps.clone(), warnings.clone())),
+        })
+        .await
+        .map(Written::from)
     }
 
-    /// PATCH of the whole object or its status.
+    /// PATCH of the whole object or its status: a merge or JSON patch, or a server-side apply.
     pub async fn patch(
         &self,
         key: &PodSetKey,
         patch: &[u8],
         patch_type: PatchType,
-        part: Part,
+        sub: Subresource,
         opts: &WriteOptions,
-    ) -> ApiResult<Written> {
+    ) -> Result<Written> {
         if patch_type == PatchType::Apply {
-            return self.apply(key, patch, part, opts).await;
+            return self.apply(key, patch, sub, opts).await;
         }
-        self.update_with(key, part.subresource(), opts, Tracking::Update, |_, current| {
+        let w = Write { op: Operation::Update, sub, key, opts };
+        self.write(&w, |current| {
+            let Some((_, current)) = current else { return Err(Error::not_found(&key.name)) };
             let mut doc = current.to_value()?;
             apply_patch(&mut doc, patch, patch_type)?;
             let (ps, warnings) = decode_podset(doc, opts.field_validation)?;
             check_identity(&ps.metadata, key)?;
-            Ok((ps, warnings))
+            Ok(Change::update(ps, warnings))
         })
         .await
+        .map(Written::from)
     }
 
     /// Server-side apply (`application/apply-patch+yaml`) to the object or its status, by `opts.field_manager`;
     /// creates the object when it does not exist.
-    async fn apply(&self, key: &PodSetKey, patch: &[u8], part: Part, opts: &WriteOptions) -> ApiResult<Written> {
+    async fn apply(&self, key: &PodSetKey, patch: &[u8], sub: Subresource, opts: &WriteOptions) -> Result<Written> {
         if opts.field_manager.is_empty() {
-            return Err(ApiError::invalid_kind(
+            return Err(Error::invalid_kind(
                 "PatchOptions.meta.k8s.io",
                 "",
-                &[FieldError::required("fieldManager", "is required for apply patch")],
+                vec![FieldError::required("fieldManager", "is required for apply patch")],
             ));
         }
         let mut config = yaml_object(patch)?;
@@ -353,36 +256,22 @@ impl Registry {
         let (decoded, warnings) = decode_podset(config.clone(), opts.field_validation)?;
         check_identity(&decoded.metadata, key)?;
         fieldmanager::typed::prune_unknown(podset_field_manager().schema(), &mut config);
-        let sub = part.subresource();
-        for _ in 0..MAX_RETRIES {
-            if self.get_for_write(key).await?.is_none() {
-                if part == Part::Status {
-                    return Err(ApiError::not_found(&key.name));
-                }
-                let merged = manage_fields(None, config.clone(), opts, Operation::Apply, sub)?;
-                let (mut ps, _) = decode_podset(merged, FieldValidation::Ignore)?;
+        let w = Write { op: Operation::Update, sub, key, opts };
+        self.write(&w, |current| {
+            let live = match current {
+                Some((_, current)) => Some(current.to_value()?),
+                None if sub == Subresource::Status => return Err(Error::not_found(&key.name)),
+                None => None,
+            };
+            let merged = manage_fields(live.as_ref(), config.clone(), opts, fieldmanager::Operation::Apply, sub)?;
+            let (mut ps, _) = decode_podset(merged, FieldValidation::Ignore)?;
+            if live.is_none() {
                 ps.metadata.name = Some(key.name.clone());
-                match self.insert(&key.namespace, ps, warnings.clone(), opts, Tracking::Applied).await {
-                    // Created by someone else meanwhile: apply to theirs.
-                    Err(e) if e.reason() == "AlreadyExists" => continue,
-                    other => return other,
-                }
             }
-            let result = self
-                .update_with(key, sub, opts, Tracking::Applied, |_, current| {
-                    let merged =
-                        manage_fields(Some(&current.to_value()?), config.clone(), opts, Operation::Apply, sub)?;
-                    let (ps, _) = decode_podset(merged, FieldValidation::Ignore)?;
-                    Ok((ps, warnings.clone()))
-                })
-                .await;
-            match result {
-                // Deleted meanwhile: apply creates it again.
-                Err(e) if e.code() == 404 && part == Part::Main => continue,
-                other => return other,
-            }
-        }
-        Err(ApiError::stale(&key.name))
+            Ok(Change::applied(ps, warnings.clone()))
+        })
+        .await
+        .map(Written::from)
     }
 
     /// A status write by an in-process manager (the controller) on the revision it read (409 when the object
@@ -393,113 +282,39 @@ impl Registry {
         status: PodSetStatus,
         read_at: Revision,
         opts: &WriteOptions,
-    ) -> ApiResult<Written> {
-        self.update_with(key, Subresource::Status, opts, Tracking::Update, |old, _| {
+    ) -> Result<Written> {
+        let w = Write { op: Operation::Update, sub: Subresource::Status, key, opts };
+        self.write(&w, |current| {
+            let Some((old, _)) = current else { return Err(Error::not_found(&key.name)) };
             let mut new = old.clone();
             new.status = Some(status.clone());
             new.metadata.resource_version = Some(read_at.to_string());
-            Ok((new, Vec::new()))
+            Ok(Change::update(new, Vec::new()))
         })
         .await
+        .map(Written::from)
     }
 
     /// PUT or PATCH of `/scale`: only `spec.replicas` changes. Returns the Scale as written.
-    pub async fn update_scale(
-        &self,
-        key: &PodSetKey,
-        change: ScaleChange<'_>,
-        opts: &WriteOptions,
-    ) -> ApiResult<Scale> {
+    pub async fn update_scale(&self, key: &PodSetKey, change: ScaleChange<'_>, opts: &WriteOptions) -> Result<Scale> {
+        let w = Write { op: Operation::Update, sub: Subresource::Scale, key, opts };
         let written = self
-            .update_with(key, Subresource::Scale, opts, Tracking::Update, |old, _| {
-                Ok((scale::scaled(old, &change, key)?, Vec::new()))
+            .write(&w, |current| {
+                let Some((old, _)) = current else { return Err(Error::not_found(&key.name)) };
+                Ok(Change::update(scale::scaled(old, &change, key)?, Vec::new()))
             })
-            .await?;
+            .await
+            .map(Written::from)?;
         Ok(scale::scale_of(written.object.decode()?))
     }
 
-    pub async fn delete(&self, key: &PodSetKey, opts: &DeleteOptions, dry_run: bool) -> ApiResult<Deleted> {
-        let name = key.name.as_str();
-        let storage_key = key.storage_key();
-        for _ in 0..MAX_RETRIES {
-            let current = self.get_for_write(key).await?.map(Stored::new).ok_or_else(|| ApiError::not_found(name))?;
-            let mut ps = current.decode()?;
-            if let Some(p) = &opts.preconditions {
-                if let Some(uid) = p.uid.as_deref().filter(|u| Some(*u) != ps.metadata.uid.as_deref()) {
-                    return Err(ApiError::conflict(
-                        name,
-                        &format!(
-                            "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                            ps.metadata.uid.as_deref().unwrap_or("")
-                        ),
-                    ));
-                }
-                let rv = current.resource_version();
-                if let Some(want) = p.resource_version.as_deref().filter(|want| *want != rv.to_string()) {
-                    return Err(ApiError::conflict(
-                        name,
-                        &format!(
-                            "Precondition failed: ResourceVersion in precondition: {want}, ResourceVersion in object meta: {rv}"
-                        ),
-                    ));
-                }
-            }
-            let mut finalizers = ps.metadata.finalizers.clone().unwrap_or_default();
-            let policy = opts.propagation_policy.as_deref().or(match opts.orphan_dependents {
-                Some(true) => Some("Orphan"),
-                Some(false) => Some("Background"),
-                None => None,
-            });
-            match policy {
-                Some("Orphan") => set_finalizer(&mut finalizers, "orphan", "foregroundDeletion"),
-                Some("Foreground") => set_finalizer(&mut finalizers, "foregroundDeletion", "orphan"),
-                Some("Background") => finalizers.retain(|f| f != "orphan" && f != "foregroundDeletion"),
-                None => {}
-                Some(other) => {
-                    return Err(ApiError::invalid_kind(
-                        "DeleteOptions.meta.k8s.io",
-                        "",
-                        &[FieldError {
-                            field: "propagationPolicy".into(),
-                            kind: validation::ErrorType::Invalid,
-                            value: Some(format!("{other:?}")),
-                            detail: "must be one of Orphan, Background, Foreground".into(),
-                        }],
-                    ))
-                }
-            }
-            let gone = finalizers.is_empty();
-            let expected = Some(current.resource_version());
-            let result = if gone {
-                if dry_run {
-                    return Ok(Deleted { object: current, gone });
-                }
-                self.store.delete(&storage_key, expected).await
-            } else {
-                // Graceful: mark for deletion; whoever owns the finalizers finishes it.
-                let before = ps.clone();
-                ps.metadata.finalizers = Some(finalizers);
-                if ps.metadata.deletion_timestamp.is_none() {
-                    ps.metadata.deletion_timestamp = Some(now());
-                    ps.metadata.deletion_grace_period_seconds = Some(0);
-                }
-                if ps == before {
-                    return Ok(Deleted { object: current, gone });
-                }
-                let value = to_value(&ps)?;
-                if dry_run {
-                    return Ok(Deleted { object: Stored::unstored(value), gone });
-                }
-                let draft = Draft::new(&value, &[]).map_err(|e| storage_error(e, name))?;
-                self.store.update(&storage_key, draft, expected).await
-            };
-            match result {
-                Ok(object) => return Ok(Deleted { object: Stored::new(object), gone }),
-                Err(StorageError::Conflict { .. }) => continue,
-                Err(e) => return Err(storage_error(e, name)),
-            }
+    /// DELETE: the object goes at once, or is marked for deletion while finalizers hold it.
+    pub async fn delete(&self, key: &PodSetKey, delete: &DeleteOptions, opts: &WriteOptions) -> Result<Deleted> {
+        let w = Write { op: Operation::Delete, sub: Subresource::Main, key, opts };
+        match self.write(&w, |_| Ok(Change::Delete(delete))).await? {
+            Outcome::Deleted { object, gone } => Ok(Deleted { object, gone }),
+            Outcome::Put { .. } => Err(Error::internal("a delete stored an update")),
         }
-        Err(ApiError::stale(name))
     }
 
     /// Deletes every PodSet the list request selects; returns what was deleted (or marked for deletion) and the
@@ -507,25 +322,19 @@ impl Registry {
     pub async fn delete_collection(
         &self,
         req: ListRequest,
-        opts: &DeleteOptions,
-        dry_run: bool,
-    ) -> ApiResult<(Vec<Stored>, Revision)> {
+        delete: &DeleteOptions,
+        opts: &WriteOptions,
+    ) -> Result<(Vec<Stored>, Revision)> {
         let page = self.list(ListRequest { limit: None, continue_token: None, ..req }).await?;
         let mut deleted = Vec::with_capacity(page.items.len());
         for item in page.items {
-            match self.delete(&item.key(), opts, dry_run).await {
+            match self.delete(&item.key(), delete, opts).await {
                 Ok(d) => deleted.push(d.object),
-                Err(e) if e.code() == 404 => {}
+                // Deleted by someone else meanwhile.
+                Err(Error::NotFound { .. }) => {}
                 Err(e) => return Err(e),
             }
         }
         Ok((deleted, self.store.current_revision()))
-    }
-}
-
-fn set_finalizer(finalizers: &mut Vec<String>, add: &str, remove: &str) {
-    finalizers.retain(|f| f != remove);
-    if !finalizers.iter().any(|f| f == add) {
-        finalizers.push(add.to_owned());
     }
 }

@@ -7,6 +7,7 @@ use serde_json::Value;
 use super::stored::Stored;
 use super::Revision;
 use crate::api::selector::{FieldSelector, Selector};
+use crate::api::UserInfo;
 
 /// `fieldValidation`: what a write does with fields the schema does not know.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -28,9 +29,11 @@ pub enum PatchType {
     Apply,
 }
 
-/// How a create, update or patch treats its body, and who makes it.
+/// Who makes a write, and how it treats its body.
 #[derive(Debug, Clone, Default)]
 pub struct WriteOptions {
+    /// The caller (for a request through the aggregator, the user the front proxy names).
+    pub user: UserInfo,
     /// `dryRun=All`: everything but storing.
     pub dry_run: bool,
     pub field_validation: FieldValidation,
@@ -41,17 +44,10 @@ pub struct WriteOptions {
 }
 
 impl WriteOptions {
-    /// A write by an in-process manager, such as the controller.
-    pub fn manager(field_manager: &str) -> Self {
-        Self { field_manager: field_manager.to_owned(), ..Default::default() }
+    /// A write by an in-process manager, such as the controller, as `user`.
+    pub fn manager(field_manager: &str, user: UserInfo) -> Self {
+        Self { user, field_manager: field_manager.to_owned(), ..Default::default() }
     }
-}
-
-/// Which part of a PodSet a PUT or PATCH of the object changes (`/scale` has its own methods).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Part {
-    Main,
-    Status,
 }
 
 /// The body of a `/scale` write.

@@ -5,36 +5,31 @@
 use serde_json::Value;
 
 use super::decode::decode_podset;
-use super::error::storage_error;
+use super::error::{Error, Result};
 use super::key::PodSetKey;
 use super::options::FieldValidation;
 use super::stored::Stored;
 use super::{strategy, Registry};
-use crate::api::status::{ApiError, ApiResult};
 use crate::api::validation::{self, FieldError};
 use crate::storage::Draft;
 
 impl Registry {
     /// True when the store holds no PodSet: a restore only goes into an empty store, so nothing is merged.
-    pub async fn is_empty(&self) -> ApiResult<bool> {
+    pub async fn is_empty(&self) -> Result<bool> {
         let page = self.list(super::ListRequest { limit: Some(1), ..Default::default() }).await?;
         Ok(page.items.is_empty())
     }
 
     /// Stores one PodSet from a backup as it was. It must decode and validate as on a create, and name its
     /// namespace, name and uid (a backup has them all); `resourceVersion` is dropped.
-    pub async fn restore(&self, mut value: Value) -> ApiResult<Stored> {
+    pub async fn restore(&self, mut value: Value) -> Result<Stored> {
         if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.remove("resourceVersion");
         }
         let (mut ps, _) = decode_podset(value.clone(), FieldValidation::Strict)?;
         let (namespace, name) = match (ps.metadata.namespace.as_deref(), ps.metadata.name.as_deref()) {
             (Some(ns), Some(n)) if !ns.is_empty() && !n.is_empty() => (ns.to_owned(), n.to_owned()),
-            _ => {
-                return Err(ApiError::bad_request(
-                    "a PodSet in a backup must have metadata.namespace and metadata.name",
-                ))
-            }
+            _ => return Err(Error::bad_request("a PodSet in a backup must have metadata.namespace and metadata.name")),
         };
         // On a create the URL names the namespace; here the backup does, and it becomes part of the storage key.
         let bad_namespace = validation::dns1123_label_errors(&namespace);
@@ -43,23 +38,23 @@ impl Registry {
                 .into_iter()
                 .map(|detail| FieldError::invalid("metadata.namespace", &namespace, detail))
                 .collect();
-            return Err(ApiError::invalid(&name, &errors));
+            return Err(Error::invalid(&name, errors));
         }
         if ps.metadata.uid.as_deref().is_none_or(str::is_empty) {
-            return Err(ApiError::bad_request(format!("PodSet {namespace}/{name} in the backup has no metadata.uid")));
+            return Err(Error::bad_request(format!("PodSet {namespace}/{name} in the backup has no metadata.uid")));
         }
         // Validated as a create would be, but stored as it was: defaults a newer server adds come with its next
         // write, as for objects already stored.
         strategy::validate_create(&mut ps)?;
         let key = PodSetKey::new(namespace, name);
-        let draft = Draft::new(&value, &[]).map_err(|e| storage_error(e, &key.name))?;
-        self.store.create(&key.storage_key(), draft).await.map(Stored::new).map_err(|e| storage_error(e, &key.name))
+        let draft = Draft::new(&value, &[]).map_err(|e| Error::storage(e, &key.name))?;
+        self.store.create(&key.storage_key(), draft).await.map(Stored::new).map_err(|e| Error::storage(e, &key.name))
     }
 
     /// After a restore: history before now is gone, so a client's resourceVersion from before the backup was made
     /// gets 410 Gone (or "too large") and relists, rather than resuming into different history.
-    pub async fn seal_restore(&self) -> ApiResult<()> {
+    pub async fn seal_restore(&self) -> Result<()> {
         let now = self.store.current_revision();
-        self.store.compact(now).await.map_err(ApiError::from)
+        self.store.compact(now).await.map_err(Error::from)
     }
 }

@@ -4,10 +4,10 @@ use k8s_openapi::api::autoscaling::v1::{Scale, ScaleSpec, ScaleStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::decode::{apply_patch, check_type};
+use super::error::{Error, Result};
 use super::key::PodSetKey;
 use super::options::ScaleChange;
 use super::strategy::check_identity;
-use crate::api::status::{ApiError, ApiResult};
 use crate::api::validation::FieldError;
 use crate::api::PodSet;
 
@@ -29,7 +29,7 @@ pub(crate) fn scale_of(ps: PodSet) -> Scale {
 
 /// The PodSet a `/scale` write makes of `old`: only `spec.replicas` changes; a resourceVersion in the Scale is a
 /// precondition.
-pub(crate) fn scaled(old: &PodSet, change: &ScaleChange<'_>, key: &PodSetKey) -> ApiResult<PodSet> {
+pub(crate) fn scaled(old: &PodSet, change: &ScaleChange<'_>, key: &PodSetKey) -> Result<PodSet> {
     let scale_value = match change {
         ScaleChange::Replace(body) => body.clone(),
         ScaleChange::Patch(patch, patch_type) => {
@@ -40,14 +40,14 @@ pub(crate) fn scaled(old: &PodSet, change: &ScaleChange<'_>, key: &PodSetKey) ->
     };
     check_type(&scale_value, "autoscaling/v1", "Scale")?;
     let scale: Scale = serde_json::from_value(scale_value)
-        .map_err(|e| ApiError::bad_request(format!("Scale in version \"v1\" cannot be handled as a Scale: {e}")))?;
+        .map_err(|e| Error::bad_request(format!("Scale in version \"v1\" cannot be handled as a Scale: {e}")))?;
     check_identity(&scale.metadata, key)?;
     let replicas = scale.spec.and_then(|s| s.replicas).unwrap_or(0);
     if replicas < 0 {
-        return Err(ApiError::invalid_kind(
+        return Err(Error::invalid_kind(
             "Scale.autoscaling",
             &key.name,
-            &[FieldError::invalid("spec.replicas", replicas, "must be greater than or equal to 0")],
+            vec![FieldError::invalid("spec.replicas", replicas, "must be greater than or equal to 0")],
         ));
     }
     let mut new = old.clone();
@@ -57,6 +57,6 @@ pub(crate) fn scaled(old: &PodSet, change: &ScaleChange<'_>, key: &PodSetKey) ->
     Ok(new)
 }
 
-fn to_value(scale: &Scale) -> ApiResult<serde_json::Value> {
-    serde_json::to_value(scale).map_err(|e| ApiError::internal(e.to_string()))
+fn to_value(scale: &Scale) -> Result<serde_json::Value> {
+    serde_json::to_value(scale).map_err(|e| Error::internal(e.to_string()))
 }

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::Value;
 
+use super::error::{Error, Result};
 use super::key::PodSetKey;
 use super::Revision;
 use crate::api::selector::{FieldSelector, Selector};
-use crate::api::status::{ApiError, ApiResult};
 use crate::api::PodSet;
 use crate::storage::Object;
 
@@ -22,8 +22,8 @@ pub(crate) fn object_matches(obj: &Object, labels: &Selector, fields: &FieldSele
     labels.matches_with(&|k| obj.meta.label(k)) && fields.matches_meta(&obj.meta.name, &obj.meta.namespace)
 }
 
-fn unreadable(obj: &Object, e: impl std::fmt::Display) -> ApiError {
-    ApiError::internal(format!("stored object {} is unreadable: {e}", obj.key))
+fn unreadable(obj: &Object, e: impl std::fmt::Display) -> Error {
+    Error::internal(format!("stored object {} is unreadable: {e}", obj.key))
 }
 
 impl Stored {
@@ -64,11 +64,11 @@ impl Stored {
     }
 
     /// The object as a JSON tree, parsed for this caller (storage keeps only the bytes).
-    pub fn to_value(&self) -> ApiResult<Value> {
+    pub fn to_value(&self) -> Result<Value> {
         self.0.parse().map_err(|e| unreadable(&self.0, e))
     }
 
-    pub fn decode(&self) -> ApiResult<PodSet> {
+    pub fn decode(&self) -> Result<PodSet> {
         serde_json::from_slice(&self.0.bytes).map_err(|e| unreadable(&self.0, e))
     }
 
@@ -83,7 +83,7 @@ impl Stored {
     }
 
     /// The same object reported at a later revision (a watch's DELETED for an object that left its selector).
-    pub(crate) fn restamped(&self, revision: Revision) -> ApiResult<Self> {
+    pub(crate) fn restamped(&self, revision: Revision) -> Result<Self> {
         let obj = Object::new(&self.0.key, self.to_value()?, revision).map_err(|e| unreadable(&self.0, e))?;
         Ok(Self(Arc::new(obj)))
     }

@@ -5,12 +5,11 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use rand::Rng;
 
+use super::error::{Error, Result};
 use super::key::PodSetKey;
-use super::options::Part;
 use crate::api::defaults::default_podset;
-use crate::api::status::{ApiError, ApiResult};
 use crate::api::validation;
-use crate::api::{PodSet, API_VERSION, KIND};
+use crate::api::{PodSet, Subresource, API_VERSION, KIND};
 
 /// Timestamps as Kubernetes keeps them: whole seconds.
 pub(crate) fn now() -> Time {
@@ -23,18 +22,18 @@ pub(crate) fn now_text() -> String {
 
 /// PrepareForCreate: sets what the server owns on a new PodSet in `namespace` and clears what a client may not
 /// set. Returns the `generateName` prefix when the server is to pick the name.
-pub(crate) fn prepare_for_create(ps: &mut PodSet, namespace: &str) -> ApiResult<Option<String>> {
+pub(crate) fn prepare_for_create(ps: &mut PodSet, namespace: &str) -> Result<Option<String>> {
     let meta = &mut ps.metadata;
     match meta.namespace.as_deref() {
         Some(ns) if !ns.is_empty() && ns != namespace => {
-            return Err(ApiError::bad_request(
+            return Err(Error::bad_request(
                 "the namespace of the provided object does not match the namespace sent on the request",
             ))
         }
         _ => meta.namespace = Some(namespace.to_owned()),
     }
     if meta.resource_version.as_deref().is_some_and(|rv| !rv.is_empty()) {
-        return Err(ApiError::bad_request("resourceVersion should not be set on objects to be created"));
+        return Err(Error::bad_request("resourceVersion should not be set on objects to be created"));
     }
     let generate = meta.name.as_deref().is_none_or(str::is_empty).then(|| meta.generate_name.clone()).flatten();
     meta.uid = Some(uuid::Uuid::new_v4().to_string());
@@ -55,43 +54,34 @@ pub(crate) fn generated_name(prefix: &str) -> String {
 }
 
 /// Defaults and validates a PodSet about to be created.
-pub(crate) fn validate_create(ps: &mut PodSet) -> ApiResult<()> {
+pub(crate) fn validate_create(ps: &mut PodSet) -> Result<()> {
     default_podset(ps);
     let errors = validation::validate(ps);
     if !errors.is_empty() {
-        return Err(ApiError::invalid(ps.metadata.name.as_deref().unwrap_or_default(), &errors));
+        return Err(Error::invalid(ps.metadata.name.as_deref().unwrap_or_default(), errors));
     }
     Ok(())
 }
 
-/// PrepareForUpdate and ValidateUpdate: carries the server-owned fields over from `old`, keeps the part the write
+/// PrepareForUpdate and ValidateUpdate (after the write path checked preconditions): carries the server-owned fields over from `old`, keeps the part the write
 /// may not change (status on the main resource, everything but status on `/status`), bumps `generation` on a
 /// spec change, defaults and validates.
-pub(crate) fn prepare_for_update(mut new: PodSet, old: &PodSet, part: Part, key: &PodSetKey) -> ApiResult<PodSet> {
+pub(crate) fn prepare_for_update(mut new: PodSet, old: &PodSet, sub: Subresource, key: &PodSetKey) -> Result<PodSet> {
     let name = key.name.as_str();
-    if let (Some(want), Some(have)) =
-        (new.metadata.uid.as_deref().filter(|u| !u.is_empty()), old.metadata.uid.as_deref())
-    {
-        if want != have {
-            return Err(ApiError::conflict(
-                name,
-                &format!("Precondition failed: UID in precondition: {want}, UID in object meta: {have}"),
-            ));
-        }
-    }
-    let mut next = match part {
-        Part::Status => {
+    let mut next = match sub {
+        Subresource::Status => {
             let mut next = old.clone();
             next.status = new.status.take();
             // What field management decided (it never takes a status write's own managedFields).
             next.metadata.managed_fields = new.metadata.managed_fields.take();
             let errors = validation::validate_status_update(&next);
             if !errors.is_empty() {
-                return Err(ApiError::invalid(name, &errors));
+                return Err(Error::invalid(name, errors));
             }
             next
         }
-        Part::Main => {
+        // `/scale` proposes the whole object with only spec.replicas changed.
+        Subresource::Main | Subresource::Scale => {
             let m = &mut new.metadata;
             let o = &old.metadata;
             m.name = Some(key.name.clone());
@@ -106,7 +96,7 @@ pub(crate) fn prepare_for_update(mut new: PodSet, old: &PodSet, part: Part, key:
             default_podset(&mut new);
             let errors = validation::validate_update(&new, old);
             if !errors.is_empty() {
-                return Err(ApiError::invalid(name, &errors));
+                return Err(Error::invalid(name, errors));
             }
             let generation = old.metadata.generation.unwrap_or(1);
             new.metadata.generation = Some(if new.spec != old.spec { generation + 1 } else { generation });
@@ -120,15 +110,15 @@ pub(crate) fn prepare_for_update(mut new: PodSet, old: &PodSet, part: Part, key:
 }
 
 /// A body's name and namespace, when set, must be the ones on the URL.
-pub(crate) fn check_identity(meta: &ObjectMeta, key: &PodSetKey) -> ApiResult<()> {
+pub(crate) fn check_identity(meta: &ObjectMeta, key: &PodSetKey) -> Result<()> {
     if let Some(n) = meta.name.as_deref().filter(|n| *n != key.name) {
-        return Err(ApiError::bad_request(format!(
+        return Err(Error::bad_request(format!(
             "the name of the object ({n}) does not match the name on the URL ({})",
             key.name
         )));
     }
     if meta.namespace.as_deref().is_some_and(|ns| !ns.is_empty() && ns != key.namespace) {
-        return Err(ApiError::bad_request(
+        return Err(Error::bad_request(
             "the namespace of the provided object does not match the namespace sent on the request",
         ));
     }
@@ -180,16 +170,17 @@ mod tests {
         let mut new = old.clone();
         new.metadata.uid = None;
         new.status = None;
-        let same = prepare_for_update(new.clone(), &old, Part::Main, &key).unwrap();
+        let same = prepare_for_update(new.clone(), &old, Subresource::Main, &key).unwrap();
         assert_eq!(same.metadata.generation, Some(3));
         assert_eq!(same.metadata.uid.as_deref(), Some("u1"));
         assert_eq!(same.status, old.status, "the main resource does not write status");
         new.spec.replicas = Some(2);
-        assert_eq!(prepare_for_update(new.clone(), &old, Part::Main, &key).unwrap().metadata.generation, Some(4));
-        let status_only = prepare_for_update(new.clone(), &old, Part::Status, &key).unwrap();
+        assert_eq!(
+            prepare_for_update(new.clone(), &old, Subresource::Main, &key).unwrap().metadata.generation,
+            Some(4)
+        );
+        let status_only = prepare_for_update(new.clone(), &old, Subresource::Status, &key).unwrap();
         assert_eq!(status_only.spec.replicas, Some(1), "/status does not write spec");
         assert_eq!(status_only.status, None);
-        new.metadata.uid = Some("other".into());
-        assert_eq!(prepare_for_update(new, &old, Part::Main, &key).unwrap_err().code(), 409);
     }
 }

@@ -10,13 +10,13 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 use parking_lot::Mutex;
 
-use super::error::storage_error;
+use super::error::Error;
+use super::error::Result;
 use super::key::PodSetKey;
 use super::options::ListRequest;
 use super::stored::Stored;
 use super::{Registry, Revision};
 use crate::api::selector::{FieldSelector, Selector};
-use crate::api::status::ApiResult;
 use crate::storage;
 
 /// What a watch follows, and from where.
@@ -79,7 +79,7 @@ impl Event {
 #[derive(Default)]
 pub(crate) struct Shared {
     /// The DELETED a watcher whose selectors the object left sees: the previous state, restamped.
-    left: OnceLock<ApiResult<Stored>>,
+    left: OnceLock<Result<Stored, String>>,
     memo: OnceLock<Box<dyn Any + Send + Sync>>,
 }
 
@@ -132,12 +132,12 @@ pub struct Watch {
     pub initial: Vec<Event>,
     /// Changes after `revision`, in order. An `Err` (410 Expired when the watcher fell behind the kept history)
     /// ends it.
-    pub events: BoxStream<'static, ApiResult<Notification>>,
+    pub events: BoxStream<'static, Result<Notification>>,
 }
 
 impl Registry {
     /// Starts a watch. A `resource_version` older than the kept history is a 410 Expired.
-    pub async fn watch(&self, req: WatchRequest) -> ApiResult<Watch> {
+    pub async fn watch(&self, req: WatchRequest) -> Result<Watch> {
         let (start, initial) = match (req.send_initial_events, req.resource_version) {
             (Some(send), rv) => (self.read_revision(rv, false).await?, send),
             (None, None) => (self.read_revision(None, false).await?, true),
@@ -181,8 +181,8 @@ fn through_selectors(
     labels: &Selector,
     fields: &FieldSelector,
     recent: &Recent,
-) -> ApiResult<Notification> {
-    let ev = ev.map_err(|e| storage_error(e, ""))?;
+) -> Result<Notification> {
+    let ev = ev.map_err(|e| Error::storage(e, ""))?;
     let object = Stored::new(ev.object.clone());
     let prev = ev.prev.clone().map(Stored::new);
     let now_in = object.matches(labels, fields);
@@ -195,7 +195,8 @@ fn through_selectors(
         (storage::EventType::Modified, true, false) => match &prev {
             Some(p) => {
                 let shared = shared();
-                let left = shared.left.get_or_init(|| p.restamped(ev.revision)).clone()?;
+                let left = shared.left.get_or_init(|| p.restamped(ev.revision).map_err(|e| e.to_string())).clone();
+                let left = left.map_err(Error::Internal)?;
                 (EventType::Deleted, left, shared)
             }
             None => return Ok(Notification::Progress(ev.revision)),
@@ -217,7 +218,7 @@ mod tests {
         Arc::new(Object::new("/podsets/ns/a", v, revision).unwrap())
     }
 
-    fn seen(n: ApiResult<Notification>) -> Event {
+    fn seen(n: Result<Notification>) -> Event {
         match n.unwrap() {
             Notification::Event(ev) => ev,
             Notification::Progress(r) => panic!("progress to {r}, not an event"),

@@ -22,38 +22,10 @@ use sha2::{Digest, Sha256};
 
 use super::cache::{CacheLimits, Decision, DecisionCache};
 use super::trust::{DynamicTrust, RequestHeader, Trust};
+use crate::api::UserInfo;
 use crate::apiserver::error::{ApiError, ApiResult};
 
-pub const ANONYMOUS: &str = "system:anonymous";
-pub const UNAUTHENTICATED: &str = "system:unauthenticated";
-pub const AUTHENTICATED: &str = "system:authenticated";
-
-/// The caller, as Kubernetes' `user.Info`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct User {
-    pub name: String,
-    pub uid: String,
-    pub groups: Vec<String>,
-    pub extra: BTreeMap<String, Vec<String>>,
-}
-
-impl User {
-    fn named(name: impl Into<String>, groups: Vec<String>) -> Self {
-        Self { name: name.into(), uid: String::new(), groups, extra: BTreeMap::new() }
-    }
-
-    pub fn anonymous() -> Self {
-        Self::named(ANONYMOUS, vec![UNAUTHENTICATED.into()])
-    }
-
-    /// Every authenticated user is in `system:authenticated` (k8s.io/apiserver's `AuthenticatedGroupAdder`).
-    fn authenticated(mut self) -> Self {
-        if self.name != ANONYMOUS && !self.groups.iter().any(|g| g == AUTHENTICATED || g == UNAUTHENTICATED) {
-            self.groups.push(AUTHENTICATED.into());
-        }
-        self
-    }
-}
+pub use crate::api::request::{ANONYMOUS, AUTHENTICATED, UNAUTHENTICATED};
 
 /// What a connection presented in its TLS handshake, and a memo of what that proves under the current trust.
 #[derive(Debug, Clone)]
@@ -88,7 +60,7 @@ struct CertOutcome {
     /// Verified against the request-header CA with an allowed CN: the headers may be believed.
     front_proxy: bool,
     /// Verified against the client CA.
-    client: Option<User>,
+    client: Option<UserInfo>,
     /// A configured verifier rejected the chain (a 401 unless something else authenticates).
     rejected: Option<String>,
 }
@@ -96,7 +68,7 @@ struct CertOutcome {
 /// Bearer tokens, reviewed by the main API server.
 pub struct TokenReviewer {
     client: kube::Client,
-    cache: DecisionCache<[u8; 32], User>,
+    cache: DecisionCache<[u8; 32], UserInfo>,
     timeout: Duration,
 }
 
@@ -106,7 +78,7 @@ impl TokenReviewer {
     }
 
     /// The user, `Ok(None)` for a token the main API server rejects, `Err` when it cannot be asked.
-    async fn review(&self, token: &str) -> Result<Option<User>, String> {
+    async fn review(&self, token: &str) -> Result<Option<UserInfo>, String> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let cached = self.cache.get(&key).await;
         crate::metrics::global().authn.cache_lookup(cached.is_some());
@@ -126,7 +98,7 @@ impl TokenReviewer {
             .user
             .filter(|u| status.authenticated == Some(true) && u.username.as_deref().is_some_and(|n| !n.is_empty()));
         let decision = match user {
-            Some(u) => Decision::Allowed(User {
+            Some(u) => Decision::Allowed(UserInfo {
                 name: u.username.unwrap_or_default(),
                 uid: u.uid.unwrap_or_default(),
                 groups: u.groups.unwrap_or_default(),
@@ -187,7 +159,7 @@ impl Authenticator {
             match ca.verify(chain) {
                 Some(s) => {
                     until = until.min(s.not_after);
-                    out.client = Some(User::named(s.common_name, s.organizations).authenticated());
+                    out.client = Some(UserInfo::named(s.common_name, s.organizations).authenticated());
                 }
                 None => {
                     out.rejected.get_or_insert_with(|| "the certificate is not signed by the client CA".into());
@@ -200,7 +172,7 @@ impl Authenticator {
 
     /// The caller of a request. Identity headers and the bearer token are removed from `headers` either way:
     /// nothing after this point may read them.
-    pub async fn authenticate(&self, conn: &ConnInfo, headers: &mut HeaderMap) -> ApiResult<User> {
+    pub async fn authenticate(&self, conn: &ConnInfo, headers: &mut HeaderMap) -> ApiResult<UserInfo> {
         let (trust, cert) = self.judge(conn);
         let from_proxy = match (&trust.request_header, cert.front_proxy) {
             (Some(rh), true) => from_headers(rh, headers),
@@ -217,7 +189,7 @@ impl Authenticator {
             return Ok(user);
         }
         if self.insecure_allow_all {
-            return Ok(User::named("system:admin", vec!["system:masters".into(), AUTHENTICATED.into()]));
+            return Ok(UserInfo::named("system:admin", vec!["system:masters".into(), AUTHENTICATED.into()]));
         }
         if let (Some(token), Some(reviewer)) = (token, &self.tokens) {
             return match reviewer.review(&token).await {
@@ -233,7 +205,7 @@ impl Authenticator {
             tracing::debug!(remote = %conn.remote, why, "client certificate rejected");
             return Err(ApiError::unauthorized());
         }
-        Ok(User::anonymous())
+        Ok(UserInfo::anonymous())
     }
 }
 
@@ -260,7 +232,7 @@ fn values<'a>(headers: &'a HeaderMap, name: &str) -> impl Iterator<Item = &'a st
     headers.get_all(name).iter().filter_map(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty())
 }
 
-fn from_headers(rh: &RequestHeader, headers: &HeaderMap) -> Option<User> {
+fn from_headers(rh: &RequestHeader, headers: &HeaderMap) -> Option<UserInfo> {
     let name = rh.username_headers.iter().find_map(|h| values(headers, h).next())?.to_owned();
     let groups = rh.group_headers.iter().flat_map(|h| values(headers, h)).map(str::to_owned).collect();
     let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -274,7 +246,7 @@ fn from_headers(rh: &RequestHeader, headers: &HeaderMap) -> Option<User> {
             }
         }
     }
-    Some(User { name, uid: String::new(), groups, extra })
+    Some(UserInfo { name, uid: String::new(), groups, extra })
 }
 
 /// Extra keys are percent-encoded in header names (kube-apiserver's `headerKeyEscape`).
@@ -391,7 +363,7 @@ mod tests {
 
         // No certificate: forged headers are ignored (and stripped); the caller is anonymous.
         let mut h = forged();
-        assert_eq!(a.authenticate(&conn(None), &mut h).await.unwrap(), User::anonymous());
+        assert_eq!(a.authenticate(&conn(None), &mut h).await.unwrap(), UserInfo::anonymous());
         assert!(h.is_empty());
 
         // A proxy certificate with a CN that is not allowed, or from another CA: a failed credential is a 401.
@@ -477,7 +449,7 @@ mod tests {
         let a = auth(Trust::default());
         let mut h = HeaderMap::new();
         h.insert(header::AUTHORIZATION, "Bearer abc".parse().unwrap());
-        assert_eq!(a.authenticate(&conn(None), &mut h).await.unwrap(), User::anonymous());
+        assert_eq!(a.authenticate(&conn(None), &mut h).await.unwrap(), UserInfo::anonymous());
         assert!(h.get(header::AUTHORIZATION).is_none());
         assert_eq!(
             bearer_token(&{

@@ -11,9 +11,10 @@ use k8s_openapi::api::authorization::v1::{
 };
 use sha2::{Digest, Sha256};
 
-use super::authn::{User, ANONYMOUS};
+use super::authn::ANONYMOUS;
 use super::cache::{CacheLimits, Decision, DecisionCache};
 use crate::api::selector::FieldSelector;
+use crate::api::UserInfo;
 use crate::apiserver::error::{ApiError, ApiResult};
 use crate::apiserver::request::Query;
 
@@ -226,7 +227,13 @@ impl Authorizer {
 
     /// Ok, or the Status to answer with: 403 for a known user, 401 for an anonymous one, 500 when the main API
     /// server cannot answer (never an allow). `query` is the handler's parse of the query, if it parsed.
-    pub async fn authorize(&self, user: &User, method: &Method, path: &str, query: Option<&Query>) -> ApiResult<()> {
+    pub async fn authorize(
+        &self,
+        user: &UserInfo,
+        method: &Method,
+        path: &str,
+        query: Option<&Query>,
+    ) -> ApiResult<()> {
         if self.allow_all || user.groups.iter().any(|g| g == MASTERS) {
             return Ok(());
         }
@@ -291,13 +298,13 @@ impl Hasher for Sha256Hasher {
 }
 
 /// The cache key of a review: who asks to do what.
-fn review_key(user: &User, attrs: &Attributes) -> [u8; 32] {
+fn review_key(user: &UserInfo, attrs: &Attributes) -> [u8; 32] {
     let mut h = Sha256Hasher(Sha256::new());
     (user, attrs).hash(&mut h);
     h.0.finalize().into()
 }
 
-fn review_spec(user: &User, attrs: &Attributes) -> SubjectAccessReviewSpec {
+fn review_spec(user: &UserInfo, attrs: &Attributes) -> SubjectAccessReviewSpec {
     let extra: BTreeMap<String, Vec<String>> = user.extra.clone();
     SubjectAccessReviewSpec {
         user: Some(user.name.clone()),
@@ -439,8 +446,8 @@ mod tests {
         assert!(AlwaysAllowPaths::new(&["/a*b".into()]).is_err());
     }
 
-    fn user(name: &str, groups: &[&str]) -> User {
-        User {
+    fn user(name: &str, groups: &[&str]) -> UserInfo {
+        UserInfo {
             name: name.into(),
             uid: String::new(),
             groups: groups.iter().map(|g| g.to_string()).collect(),

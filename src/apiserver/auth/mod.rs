@@ -9,7 +9,8 @@ pub mod delegation;
 mod review;
 pub mod trust;
 
-pub use authn::{Authenticator, ConnInfo, TokenReviewer, User};
+pub use crate::api::UserInfo;
+pub use authn::{Authenticator, ConnInfo, TokenReviewer};
 pub use authz::{AlwaysAllowPaths, Authorizer, AuthorizerConfig};
 pub use cache::CacheLimits;
 pub use trust::{DynamicTrust, RequestHeader, Trust};

@@ -12,7 +12,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
 use super::is_long_running;
 use crate::apiserver::auth::authz::{Attributes, MASTERS};
-use crate::apiserver::auth::User;
+use crate::apiserver::auth::UserInfo;
 use crate::apiserver::error::ApiError;
 use crate::metrics::{global, RequestKindLabel};
 
@@ -109,7 +109,7 @@ impl MaxInFlight {
     }
 
     /// Takes a slot for a request, or refuses it with 429.
-    pub fn admit(&self, info: &Attributes, user: &User) -> Result<InFlight, ApiError> {
+    pub fn admit(&self, info: &Attributes, user: &UserInfo) -> Result<InFlight, ApiError> {
         let kind = RequestKind::of(info);
         let Some(pool) = self.pool(kind).filter(|_| !is_long_running(info)) else {
             return Ok(InFlight::none());
@@ -136,8 +136,8 @@ mod tests {
         super::super::request_info(&method, path, query)
     }
 
-    fn user(groups: &[&str]) -> User {
-        User {
+    fn user(groups: &[&str]) -> UserInfo {
+        UserInfo {
             name: "bob".into(),
             uid: String::new(),
             groups: groups.iter().map(|g| g.to_string()).collect(),

@@ -44,24 +44,7 @@ impl Operation {
     }
 }
 
-/// The part of a PodSet a write goes to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Subresource {
-    #[default]
-    Main,
-    Status,
-    Scale,
-}
-
-impl Subresource {
-    fn as_str(self) -> &'static str {
-        match self {
-            Subresource::Main => "",
-            Subresource::Status => "status",
-            Subresource::Scale => "scale",
-        }
-    }
-}
+pub use crate::api::Subresource;
 
 /// What makes two managedFields entries one: the same manager, operation and subresource (and, for updates,
 /// API version).

@@ -1,0 +1,489 @@
+//! The one write path, as kube-apiserver's `Store` over `GuaranteedUpdate`: every create, update, patch, apply,
+//! status and scale write and delete reads the current object, asks its caller what to make of it, and stores
+//! that with compare-and-swap, retrying on fresh state when another write raced. System fields, defaulting and
+//! validation (`strategy`), preconditions, field tracking, graceful deletion and dry run happen here, once.
+
+use serde_json::Value;
+
+use super::error::{Error, Result};
+use super::fieldmanager;
+use super::key::PodSetKey;
+use super::managed::{created_managed_fields, manage_fields, sent_managed_fields};
+use super::options::{DeleteOptions, Preconditions, WriteOptions};
+use super::stored::Stored;
+use super::strategy::{self, now};
+use super::Registry;
+use crate::api::validation::{ErrorType, FieldError};
+use crate::api::{Operation, PodSet, Subresource};
+use crate::storage::{Draft, StorageError};
+
+/// Attempts at a read-modify-write before giving up on a hot object.
+const MAX_RETRIES: usize = 32;
+
+/// One write: what it does, to which part of which object, and how and by whom it is made.
+pub(crate) struct Write<'a> {
+    /// `Create` is a POST: it reads nothing first. `Update` reads the current object, and may still create one
+    /// (an apply to an object that does not exist).
+    pub op: Operation,
+    pub sub: Subresource,
+    /// For a POST, the namespace (the name is the body's, or generated).
+    pub key: &'a PodSetKey,
+    pub opts: &'a WriteOptions,
+}
+
+/// What a write makes of the current object.
+pub(crate) enum Change<'a> {
+    /// Store this object: a create when there is no current one, else an update of it.
+    Put(Box<Proposed>),
+    /// Delete the current object as the options say: at once, or marked while finalizers hold it.
+    Delete(&'a DeleteOptions),
+}
+
+/// An object a write proposes, before the server's fields, defaults and validation.
+pub(crate) struct Proposed {
+    pub object: PodSet,
+    pub warnings: Vec<String>,
+    /// How field management records the write: `Update` still to be recorded, `Apply` merged by the apply.
+    pub fields: fieldmanager::Operation,
+}
+
+impl Change<'_> {
+    /// Store `object`, recording the write in managedFields.
+    pub fn update(object: PodSet, warnings: Vec<String>) -> Self {
+        Change::Put(Box::new(Proposed { object, warnings, fields: fieldmanager::Operation::Update }))
+    }
+
+    /// Store `object`, which an apply merged and recorded already.
+    pub fn applied(object: PodSet, warnings: Vec<String>) -> Self {
+        Change::Put(Box::new(Proposed { object, warnings, fields: fieldmanager::Operation::Apply }))
+    }
+}
+
+/// What a write did.
+pub(crate) enum Outcome {
+    /// Created or updated (or found unchanged, or a dry run): the object as stored, or as it would be.
+    Put { object: Stored, warnings: Vec<String>, created: bool },
+    /// Deleted (`gone`), or marked for deletion while finalizers hold it.
+    Deleted { object: Stored, gone: bool },
+}
+
+/// What one attempt decided.
+enum Step {
+    /// Nothing to store: the object is as asked already.
+    Done(Outcome),
+    Store(Plan),
+}
+
+/// What one attempt is about to store.
+enum Plan {
+    /// `generated`: the name came from `generateName`, so a name taken meanwhile means "pick another".
+    Create {
+        key: PodSetKey,
+        value: Value,
+        managed_fields: Option<String>,
+        warnings: Vec<String>,
+        generated: bool,
+    },
+    Update {
+        value: Value,
+        warnings: Vec<String>,
+    },
+    /// Mark for deletion (finalizers still hold the object).
+    Mark {
+        value: Value,
+    },
+    /// Delete now: on a delete (`put` is `None`), or on an update that removed the last finalizer of an object
+    /// marked for deletion (`put` holds that update's object and warnings). `was` is the object as read.
+    Remove {
+        was: Stored,
+        put: Option<(Value, Vec<String>)>,
+    },
+}
+
+fn to_value(ps: &PodSet) -> Result<Value> {
+    serde_json::to_value(ps).map_err(|e| Error::internal(e.to_string()))
+}
+
+impl Preconditions {
+    /// `storage.Preconditions.Check`: the object must still be the one the caller means.
+    pub(crate) fn check(&self, current: &Stored, name: &str) -> Result<()> {
+        let uid = current.uid().unwrap_or("");
+        if let Some(want) = self.uid.as_deref().filter(|u| !u.is_empty() && *u != uid) {
+            return Err(Error::conflict(
+                name,
+                format!("Precondition failed: UID in precondition: {want}, UID in object meta: {uid}"),
+            ));
+        }
+        let rv = current.resource_version();
+        if let Some(want) = self.resource_version.as_deref().filter(|want| *want != rv.to_string()) {
+            return Err(Error::conflict(
+                name,
+                format!("Precondition failed: ResourceVersion in precondition: {want}, ResourceVersion in object meta: {rv}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Registry {
+    /// The one write function: `change` turns the current object (`None`: there is none) into what to store.
+    pub(crate) async fn write<'o, F>(&self, w: &Write<'_>, mut change: F) -> Result<Outcome>
+    where
+        F: FnMut(Option<(&PodSet, &Stored)>) -> Result<Change<'o>>,
+    {
+        for _ in 0..MAX_RETRIES {
+            let current = match w.op {
+                Operation::Create => None,
+                _ => self.get_for_write(w.key).await?.map(Stored::new),
+            };
+            let old = current.as_ref().map(Stored::decode).transpose()?;
+            let step = match (change(old.as_ref().zip(current.as_ref()))?, current.as_ref(), old) {
+                (Change::Put(p), None, _) => self.plan_create(w, *p)?,
+                (Change::Put(p), Some(cur), Some(old)) => self.plan_update(w, *p, cur, old)?,
+                (Change::Delete(d), Some(cur), Some(old)) => plan_delete(w, d, cur, old)?,
+                (Change::Delete(_), None, _) | (_, Some(_), None) => return Err(Error::not_found(&w.key.name)),
+            };
+            let plan = match step {
+                Step::Done(outcome) => return Ok(outcome),
+                Step::Store(plan) if w.opts.dry_run => return Ok(dry_run(plan)),
+                Step::Store(plan) => plan,
+            };
+            // Who may retry when the name is taken: a POST whose name was generated, or a write that found no
+            // object and so creates one (an apply), which applies to the one created meanwhile.
+            let retry_taken = match &plan {
+                Plan::Create { generated, .. } => *generated || w.op != Operation::Create,
+                _ => false,
+            };
+            let expected = current.as_ref().map(Stored::resource_version);
+            let mut name = w.key.name.clone();
+            // The one place a write reaches storage.
+            let stored = match plan {
+                Plan::Create { key, value, managed_fields, warnings, .. } => {
+                    name = key.name.clone();
+                    let raw: Vec<(&str, &str)> = managed_fields.iter().map(|m| ("managedFields", m.as_str())).collect();
+                    let draft = Draft::new(&value, &raw).map_err(|e| Error::storage(e, &name))?;
+                    let result = self.store.create(&key.storage_key(), draft).await;
+                    result.map(|o| Outcome::Put { object: Stored::new(o), warnings, created: true })
+                }
+                Plan::Update { value, warnings } => {
+                    let draft = Draft::new(&value, &[]).map_err(|e| Error::storage(e, &name))?;
+                    let result = self.store.update(&w.key.storage_key(), draft, expected).await;
+                    result.map(|o| Outcome::Put { object: Stored::new(o), warnings, created: false })
+                }
+                Plan::Mark { value } => {
+                    let draft = Draft::new(&value, &[]).map_err(|e| Error::storage(e, &name))?;
+                    let result = self.store.update(&w.key.storage_key(), draft, expected).await;
+                    result.map(|o| Outcome::Deleted { object: Stored::new(o), gone: false })
+                }
+                Plan::Remove { put, .. } => {
+                    let result = self.store.delete(&w.key.storage_key(), expected).await;
+                    result.map(|o| match put {
+                        Some((_, warnings)) => Outcome::Put { object: Stored::new(o), warnings, created: false },
+                        None => Outcome::Deleted { object: Stored::new(o), gone: true },
+                    })
+                }
+            };
+            match stored {
+                Ok(outcome) => return Ok(outcome),
+                // Raced with another write, or the object was deleted since it was read: decide again on fresh
+                // state (a precondition is checked there; an update of nothing is a 404 there).
+                Err(StorageError::Conflict { .. } | StorageError::NotFound { .. }) if current.is_some() => continue,
+                Err(StorageError::AlreadyExists { .. }) if retry_taken => continue,
+                Err(e) => return Err(Error::storage(e, &name)),
+            }
+        }
+        Err(Error::stale(&w.key.name))
+    }
+
+    /// PrepareForCreate, defaults, validation and field tracking of a new object.
+    fn plan_create(&self, w: &Write<'_>, p: Proposed) -> Result<Step> {
+        let mut ps = p.object;
+        let prefix = strategy::prepare_for_create(&mut ps, &w.key.namespace)?;
+        if let Some(prefix) = &prefix {
+            ps.metadata.name = Some(strategy::generated_name(prefix));
+        }
+        strategy::validate_create(&mut ps)?;
+        let key = PodSetKey::new(&w.key.namespace, ps.metadata.name.clone().unwrap_or_default());
+        let mut value = to_value(&ps)?;
+        // A create's managedFields are written out as JSON and stored as such, never built as a tree; ones the
+        // client sent go the general way.
+        let managed_fields = match p.fields {
+            fieldmanager::Operation::Update if sent_managed_fields(&value) => {
+                value = manage_fields(None, value, w.opts, fieldmanager::Operation::Update, w.sub)?;
+                None
+            }
+            fieldmanager::Operation::Update => created_managed_fields(&mut value, w.opts),
+            fieldmanager::Operation::Apply => None,
+        };
+        let generated = prefix.is_some();
+        Ok(Step::Store(Plan::Create { key, value, managed_fields, warnings: p.warnings, generated }))
+    }
+
+    /// Preconditions, PrepareForUpdate, defaults, validation and field tracking of a change to `old`.
+    fn plan_update(&self, w: &Write<'_>, p: Proposed, current: &Stored, old: PodSet) -> Result<Step> {
+        let name = &w.key.name;
+        // As kube-apiserver: the body's uid is a precondition, and so is its resourceVersion, which fails as any
+        // compare-and-swap that lost a race does.
+        let uid = p.object.metadata.uid.clone();
+        Preconditions { uid, resource_version: None }.check(current, name)?;
+        if p.object
+            .metadata
+            .resource_version
+            .as_deref()
+            .is_some_and(|rv| !rv.is_empty() && rv != current.resource_version().to_string())
+        {
+            return Err(Error::stale(name));
+        }
+        let mut new = strategy::prepare_for_update(p.object, &old, w.sub, w.key)?;
+        let mut value = to_value(&new)?;
+        if p.fields == fieldmanager::Operation::Update {
+            value = manage_fields(Some(&current.to_value()?), value, w.opts, fieldmanager::Operation::Update, w.sub)?;
+        }
+        new.metadata.managed_fields = value
+            .pointer("/metadata/managedFields")
+            .map(|m| serde_json::from_value(m.clone()))
+            .transpose()
+            .map_err(|e| Error::internal(format!("managedFields as recorded do not read back: {e}")))?;
+        if new == old {
+            let object = current.clone();
+            return Ok(Step::Done(Outcome::Put { object, warnings: p.warnings, created: false }));
+        }
+        // The last finalizer is gone from an object marked for deletion: it goes now, as in kube-apiserver.
+        let finalized =
+            new.metadata.deletion_timestamp.is_some() && new.metadata.finalizers.as_ref().is_none_or(Vec::is_empty);
+        Ok(Step::Store(match finalized {
+            true => Plan::Remove { was: current.clone(), put: Some((value, p.warnings)) },
+            false => Plan::Update { value, warnings: p.warnings },
+        }))
+    }
+}
+
+/// Preconditions, propagation policy and graceful deletion: the object goes now unless finalizers hold it.
+fn plan_delete(w: &Write<'_>, d: &DeleteOptions, current: &Stored, old: PodSet) -> Result<Step> {
+    let name = &w.key.name;
+    if let Some(p) = &d.preconditions {
+        p.check(current, name)?;
+    }
+    let mut finalizers = old.metadata.finalizers.clone().unwrap_or_default();
+    match d.propagation()? {
+        Some(Propagation::Orphan) => set_finalizer(&mut finalizers, "orphan", "foregroundDeletion"),
+        Some(Propagation::Foreground) => set_finalizer(&mut finalizers, "foregroundDeletion", "orphan"),
+        Some(Propagation::Background) => finalizers.retain(|f| f != "orphan" && f != "foregroundDeletion"),
+        None => {}
+    }
+    if finalizers.is_empty() {
+        return Ok(Step::Store(Plan::Remove { was: current.clone(), put: None }));
+    }
+    // Graceful: mark for deletion; whoever owns the finalizers finishes it.
+    let mut ps = old.clone();
+    ps.metadata.finalizers = Some(finalizers);
+    if ps.metadata.deletion_timestamp.is_none() {
+        ps.metadata.deletion_timestamp = Some(now());
+        ps.metadata.deletion_grace_period_seconds = Some(0);
+    }
+    if ps == old {
+        return Ok(Step::Done(Outcome::Deleted { object: current.clone(), gone: false }));
+    }
+    Ok(Step::Store(Plan::Mark { value: to_value(&ps)? }))
+}
+
+/// What a dry run answers: the object as it would be stored (or, deleted, as it was).
+fn dry_run(plan: Plan) -> Outcome {
+    match plan {
+        Plan::Create { mut value, managed_fields, warnings, .. } => {
+            if let Some(m) = managed_fields.and_then(|json| serde_json::from_str::<Value>(&json).ok()) {
+                value["metadata"]["managedFields"] = m;
+            }
+            Outcome::Put { object: Stored::unstored(value), warnings, created: true }
+        }
+        Plan::Update { value, warnings } => Outcome::Put { object: Stored::unstored(value), warnings, created: false },
+        Plan::Mark { value } => Outcome::Deleted { object: Stored::unstored(value), gone: false },
+        Plan::Remove { put: Some((value, warnings)), .. } => {
+            Outcome::Put { object: Stored::unstored(value), warnings, created: false }
+        }
+        Plan::Remove { was, put: None } => Outcome::Deleted { object: was, gone: true },
+    }
+}
+
+/// `metav1.DeletionPropagation`.
+pub(crate) enum Propagation {
+    Orphan,
+    Background,
+    Foreground,
+}
+
+impl DeleteOptions {
+    /// The propagation policy, `orphanDependents` read as the deprecated spelling of it.
+    fn propagation(&self) -> Result<Option<Propagation>> {
+        let policy = self.propagation_policy.as_deref().or(match self.orphan_dependents {
+            Some(true) => Some("Orphan"),
+            Some(false) => Some("Background"),
+            None => None,
+        });
+        Ok(match policy {
+            Some("Orphan") => Some(Propagation::Orphan),
+            Some("Foreground") => Some(Propagation::Foreground),
+            Some("Background") => Some(Propagation::Background),
+            None => None,
+            Some(other) => {
+                return Err(Error::invalid_kind(
+                    "DeleteOptions.meta.k8s.io",
+                    "",
+                    vec![FieldError {
+                        field: "propagationPolicy".into(),
+                        kind: ErrorType::Invalid,
+                        value: Some(format!("{other:?}")),
+                        detail: "must be one of Orphan, Background, Foreground".into(),
+                    }],
+                ))
+            }
+        })
+    }
+}
+
+fn set_finalizer(finalizers: &mut Vec<String>, add: &str, remove: &str) {
+    finalizers.retain(|f| f != remove);
+    if !finalizers.iter().any(|f| f == add) {
+        finalizers.push(add.to_owned());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::UserInfo;
+    use crate::registry::{PatchType, Written};
+    use crate::storage::{Cacher, HistoryLimits, SledBackend, SledOptions};
+
+    async fn registry(dir: &std::path::Path) -> Registry {
+        let backend = SledBackend::open(dir, SledOptions::default()).unwrap();
+        Registry::new(Arc::new(Cacher::new(Arc::new(backend), HistoryLimits::default()).await.unwrap()))
+    }
+
+    fn opts() -> WriteOptions {
+        WriteOptions::manager("test", UserInfo::named("alice", vec![]))
+    }
+
+    fn body(name: &str) -> Value {
+        json!({"apiVersion": "demo.k8s.io/v1alpha1", "kind": "PodSet", "metadata": {"name": name},
+               "spec": {"replicas": 1}})
+    }
+
+    async fn create(reg: &Registry, name: &str) -> Written {
+        reg.create("ns", body(name), &opts()).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn preconditions_name_what_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = registry(dir.path()).await;
+        let made = create(&reg, "a").await.object;
+        let key = PodSetKey::new("ns", "a");
+        let uid = Preconditions { uid: Some("other".into()), resource_version: None };
+        let e = reg.delete(&key, &DeleteOptions { preconditions: Some(uid), ..Default::default() }, &opts()).await;
+        let want =
+            format!("Precondition failed: UID in precondition: other, UID in object meta: {}", made.uid().unwrap());
+        assert!(matches!(&e, Err(Error::Conflict { message, .. }) if *message == want), "{:?}", e.as_ref().err());
+        let rv = Preconditions { uid: None, resource_version: Some("999".into()) };
+        let e = reg.delete(&key, &DeleteOptions { preconditions: Some(rv), ..Default::default() }, &opts()).await;
+        let want = format!(
+            "Precondition failed: ResourceVersion in precondition: 999, ResourceVersion in object meta: {}",
+            made.resource_version()
+        );
+        assert!(matches!(&e, Err(Error::Conflict { message, .. }) if *message == want), "{:?}", e.as_ref().err());
+        // The same uid check guards an update whose body names another object.
+        let mut other = body("a");
+        other["metadata"]["uid"] = json!("other");
+        let e = reg.replace(&key, other, Subresource::Main, &opts()).await;
+        assert!(matches!(&e, Err(Error::Conflict { message, .. }) if message.starts_with("Precondition failed: UID")));
+        // A stale resourceVersion fails as a lost race does.
+        let mut stale = body("a");
+        stale["metadata"]["resourceVersion"] = json!("999");
+        let e = reg.replace(&key, stale, Subresource::Main, &opts()).await;
+        assert!(
+            matches!(&e, Err(Error::Conflict { message, .. }) if message.starts_with("the object has been modified"))
+        );
+        assert!(reg.get(&key, None).await.is_ok(), "nothing was deleted");
+    }
+
+    #[tokio::test]
+    async fn a_dry_run_stores_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = registry(dir.path()).await;
+        let dry = WriteOptions { dry_run: true, ..opts() };
+        let w = reg.create("ns", body("a"), &dry).await.unwrap();
+        assert!(w.created && w.object.uid().is_some(), "answered as created");
+        let key = PodSetKey::new("ns", "a");
+        assert!(matches!(reg.get(&key, None).await, Err(Error::NotFound { .. })));
+        create(&reg, "a").await;
+        let before = reg.get(&key, None).await.unwrap();
+        let patch = br#"{"spec":{"replicas":5}}"#;
+        let w = reg.patch(&key, patch, PatchType::Merge, Subresource::Main, &dry).await.unwrap();
+        assert_eq!(w.object.decode().unwrap().spec.replicas, Some(5));
+        let d = reg.delete(&key, &DeleteOptions::default(), &dry).await.unwrap();
+        assert!(d.gone);
+        let after = reg.get(&key, None).await.unwrap();
+        assert_eq!(after.resource_version(), before.resource_version(), "neither the patch nor the delete stored");
+    }
+
+    #[tokio::test]
+    async fn finalizers_hold_a_delete_until_the_last_one_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = registry(dir.path()).await;
+        let mut b = body("a");
+        b["metadata"]["finalizers"] = json!(["example.com/hold"]);
+        reg.create("ns", b, &opts()).await.unwrap();
+        let key = PodSetKey::new("ns", "a");
+        let d = reg.delete(&key, &DeleteOptions::default(), &opts()).await.unwrap();
+        assert!(!d.gone);
+        let marked = d.object.decode().unwrap();
+        assert!(marked.metadata.deletion_timestamp.is_some());
+        let again = reg.delete(&key, &DeleteOptions::default(), &opts()).await.unwrap();
+        assert_eq!(again.object.resource_version(), d.object.resource_version(), "marking twice changes nothing");
+        let orphan = DeleteOptions { propagation_policy: Some("Orphan".into()), ..Default::default() };
+        let o = reg.delete(&key, &orphan, &opts()).await.unwrap().object.decode().unwrap();
+        assert_eq!(o.metadata.finalizers, Some(vec!["example.com/hold".to_owned(), "orphan".to_owned()]));
+        let bad = DeleteOptions { propagation_policy: Some("Sometimes".into()), ..Default::default() };
+        assert!(matches!(reg.delete(&key, &bad, &opts()).await, Err(Error::Invalid { .. })));
+        let clear = br#"{"metadata":{"finalizers":null}}"#;
+        reg.patch(&key, clear, PatchType::Merge, Subresource::Main, &opts()).await.unwrap();
+        assert!(matches!(reg.get(&key, None).await, Err(Error::NotFound { .. })), "gone with its last finalizer");
+    }
+
+    #[tokio::test]
+    async fn generated_names_and_taken_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = registry(dir.path()).await;
+        let b = json!({"apiVersion": "demo.k8s.io/v1alpha1", "kind": "PodSet", "metadata": {"generateName": "web-"}});
+        let first = reg.create("ns", b.clone(), &opts()).await.unwrap().object;
+        let second = reg.create("ns", b, &opts()).await.unwrap().object;
+        assert!(first.name().starts_with("web-") && first.name().len() == 9);
+        assert_ne!(first.name(), second.name());
+        create(&reg, "a").await;
+        assert!(
+            matches!(reg.create("ns", body("a"), &opts()).await, Err(Error::AlreadyExists { name }) if name == "a")
+        );
+    }
+
+    #[tokio::test]
+    async fn an_apply_creates_what_is_missing_and_updates_what_is_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = registry(dir.path()).await;
+        let key = PodSetKey::new("ns", "a");
+        let cfg = b"apiVersion: demo.k8s.io/v1alpha1\nkind: PodSet\nmetadata: {name: a}\nspec: {replicas: 2}\n";
+        let made = reg.patch(&key, cfg, PatchType::Apply, Subresource::Main, &opts()).await.unwrap();
+        assert!(made.created);
+        let cfg = b"apiVersion: demo.k8s.io/v1alpha1\nkind: PodSet\nmetadata: {name: a}\nspec: {replicas: 3}\n";
+        let changed = reg.patch(&key, cfg, PatchType::Apply, Subresource::Main, &opts()).await.unwrap();
+        assert!(!changed.created);
+        assert_eq!(changed.object.decode().unwrap().spec.replicas, Some(3));
+        let missing = PodSetKey::new("ns", "b");
+        let status = b"apiVersion: demo.k8s.io/v1alpha1\nkind: PodSet\nmetadata: {name: b}\nstatus: {replicas: 1}\n";
+        let e = reg.patch(&missing, status, PatchType::Apply, Subresource::Status, &opts()).await;
+        assert!(matches!(e, Err(Error::NotFound { .. })), "an apply to status creates nothing");
+    }
+}
