@@ -73,6 +73,21 @@ impl Attributes {
         }
     }
 
+    /// `request.options` as kube-apiserver 1.20 fills it: `kind` is `CreateOptions`, `UpdateOptions`,
+    /// `PatchOptions` or `DeleteOptions` (meta.k8s.io/v1), with `dryRun: ["All"]` on a dry run and the
+    /// `fieldManager` only when the client named one. An apply that creates the object is a create:
+    /// kube-apiserver sends it `CreateOptions` with the apply's field manager.
+    pub fn options(kind: &str, dry_run: bool, field_manager: Option<&str>) -> Value {
+        let mut o = serde_json::json!({"kind": kind, "apiVersion": "meta.k8s.io/v1"});
+        if dry_run {
+            o["dryRun"] = serde_json::json!(["All"]);
+        }
+        if let Some(m) = field_manager.filter(|m| !m.is_empty()) {
+            o["fieldManager"] = m.into();
+        }
+        o
+    }
+
     fn group_resource(&self) -> GroupResource {
         GroupResource { group: self.resource.group.clone(), resource: self.resource.resource.clone() }
     }

@@ -209,7 +209,7 @@ mod tests {
             extra: [("scopes".to_owned(), vec!["a".to_owned()])].into(),
         };
         a.dry_run = true;
-        a.options = json!({"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1", "dryRun": ["All"]});
+        a.options = Attributes::options("UpdateOptions", true, None);
         let new = json!({"kind": "Scale", "spec": {"replicas": 3}});
         let old = json!({"kind": "Scale", "spec": {"replicas": 1}});
         let r = request(ReviewVersion::V1, "u-1", &a, Some(&new), Some(&old));
@@ -236,6 +236,19 @@ mod tests {
         assert!(!req.contains_key("subResource") && !req.contains_key("requestSubResource"));
         assert_eq!((&req["oldObject"], &req["userInfo"]), (&Value::Null, &json!({"username": "jane"})));
         assert_eq!(req["kind"], json!({"group": "demo.k8s.io", "version": "v1alpha1", "kind": "PodSet"}));
+    }
+
+    #[test]
+    fn options_are_as_kube_apiserver_sends_them() {
+        // As kube-apiserver 1.20 sent them for ConfigMaps in tests/admission.rs.
+        assert_eq!(
+            Attributes::options("CreateOptions", false, None),
+            json!({"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"})
+        );
+        assert_eq!(
+            Attributes::options("CreateOptions", true, Some("admission-test")),
+            json!({"apiVersion": "meta.k8s.io/v1", "dryRun": ["All"], "fieldManager": "admission-test", "kind": "CreateOptions"})
+        );
     }
 
     #[test]
