@@ -423,3 +423,34 @@ async fn webhooks_are_called_with_the_kubeconfigs_credentials_over_reused_connec
     assert!(got.iter().all(|r| r.authorization.as_deref() == Some("Bearer secret-token")));
     assert_eq!(s.connections(), 1, "one connection for five calls");
 }
+
+#[tokio::test]
+async fn calls_and_refusals_are_counted_under_kube_apiservers_metric_names() {
+    use podset_apiserver::metrics::{global, AdmissionRejectionLabels};
+    let s = WebhookServer::start(LOCALHOST).await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let down = json!({"clientConfig": {"url": format!("https://127.0.0.1:{closed}/allow")}});
+    let c = chain(vec![], vec![validating("m", vec![hook(&s, "metrics-deny.test.io", "/deny", json!({}))])]);
+    assert!(admit(&c, &create("default"), &mut podset()).await.0.is_err());
+    let c = chain(vec![mutating("m", vec![hook(&s, "metrics-down.test.io", "/allow", down)])], vec![]);
+    assert!(admit(&c, &create("default"), &mut podset()).await.0.is_err());
+
+    let rejections = |name: &str, step: &str, error_type: &str, code: &str| {
+        let labels = AdmissionRejectionLabels {
+            name: name.into(),
+            r#type: step.into(),
+            operation: "CREATE".into(),
+            error_type: error_type.into(),
+            rejection_code: code.into(),
+        };
+        global().admission.webhook_rejections.get_or_create(&labels).get()
+    };
+    assert_eq!(rejections("metrics-deny.test.io", "validating", "no_error", "403"), 1);
+    assert_eq!(rejections("metrics-down.test.io", "admit", "calling_webhook_error", "0"), 1);
+    let text = podset_apiserver::metrics::encode();
+    assert!(
+        text.contains(r#"apiserver_admission_webhook_admission_duration_seconds_count{name="metrics-deny.test.io",type="validating",operation="CREATE",rejected="true"} 1"#),
+        "{text}"
+    );
+    assert!(text.contains(r#"apiserver_admission_step_admission_duration_seconds_count{type="validate",operation="CREATE",rejected="true"}"#));
+}

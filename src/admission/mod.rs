@@ -252,9 +252,19 @@ impl Chain {
     }
 }
 
-#[async_trait]
-impl Admission for Chain {
-    async fn admit(
+/// Records one phase in `apiserver_admission_step_admission_duration_seconds`; `step` is `admit` or `validate`.
+fn observe_step(step: &str, a: &Attributes, started: std::time::Instant, rejected: bool) {
+    let labels = crate::metrics::AdmissionStepLabels {
+        r#type: step.to_owned(),
+        operation: a.operation.as_str().to_owned(),
+        rejected: rejected.to_string(),
+    };
+    let m = &crate::metrics::global().admission;
+    m.step_duration.get_or_create(&labels).observe(started.elapsed().as_secs_f64());
+}
+
+impl Chain {
+    async fn admit_rounds(
         &self,
         a: &Attributes,
         mut object: Option<&mut Value>,
@@ -276,6 +286,25 @@ impl Admission for Chain {
             }
         }
     }
+}
+
+#[async_trait]
+impl Admission for Chain {
+    async fn admit(
+        &self,
+        a: &Attributes,
+        object: Option<&mut Value>,
+        old: Option<&Value>,
+        out: &mut Outcome,
+    ) -> Result<(), Error> {
+        if self.lifecycle.is_none() && self.mutating.is_none() {
+            return Ok(());
+        }
+        let started = std::time::Instant::now();
+        let result = self.admit_rounds(a, object, old, out).await;
+        observe_step("admit", a, started, result.is_err());
+        result
+    }
 
     async fn validate(
         &self,
@@ -284,9 +313,10 @@ impl Admission for Chain {
         old: Option<&Value>,
         out: &mut Outcome,
     ) -> Result<(), Error> {
-        if let Some(v) = &self.validating {
-            v.validate(a, object, old, out).await?;
-        }
-        Ok(())
+        let Some(v) = &self.validating else { return Ok(()) };
+        let started = std::time::Instant::now();
+        let result = v.validate(a, object, old, out).await;
+        observe_step("validate", a, started, result.is_err());
+        result
     }
 }

@@ -340,6 +340,41 @@ async fn call(
     Ok(Called { answer })
 }
 
+/// Records one call of `hook` in `apiserver_admission_webhook_*`; `step` is `admit` or `validating`.
+fn observe(hook: &Hook, step: &str, a: &Attributes, took: Duration, error: Option<&Error>) {
+    use crate::metrics::{AdmissionRejectionLabels, AdmissionWebhookLabels};
+    let m = &crate::metrics::global().admission;
+    let rejected = match error {
+        None => false,
+        Some(Error::Calling { .. }) => !hook.ignore_failures,
+        Some(_) => true,
+    };
+    if let Some(e) = error.filter(|_| rejected) {
+        let (error_type, code) = match e {
+            Error::Calling { .. } => ("calling_webhook_error", 0),
+            Error::Denied { .. } => ("no_error", e.status().code.min(600)),
+            _ => ("apiserver_internal_error", 0),
+        };
+        m.webhook_rejections
+            .get_or_create(&AdmissionRejectionLabels {
+                name: hook.name.clone(),
+                r#type: step.to_owned(),
+                operation: a.operation.as_str().to_owned(),
+                error_type: error_type.to_owned(),
+                rejection_code: code.to_string(),
+            })
+            .inc();
+    }
+    m.webhook_duration
+        .get_or_create(&AdmissionWebhookLabels {
+            name: hook.name.clone(),
+            r#type: step.to_owned(),
+            operation: a.operation.as_str().to_owned(),
+            rejected: rejected.to_string(),
+        })
+        .observe(took.as_secs_f64());
+}
+
 /// Whether a failure to call `hook` is let through (`failurePolicy: Ignore`), logged as kube-apiserver does.
 fn fails_open(hook: &Hook, e: &Error) -> bool {
     let open = hook.ignore_failures && matches!(e, Error::Calling { .. });
@@ -404,7 +439,9 @@ impl MutatingWebhooks {
             if r.is_reinvoke && !r.to_reinvoke.contains(&hook.uid) {
                 continue;
             }
+            let started = std::time::Instant::now();
             let result = self.call_one(hook, a, object, old, out).await;
+            observe(hook, "admit", a, started.elapsed(), result.as_ref().err());
             let changed = matches!(result, Ok((true, _)));
             let key = |what| format!("{what}.webhook.admission.k8s.io/round_{round}_index_{i}");
             let mutation =
@@ -535,7 +572,9 @@ impl ValidatingWebhooks {
         }
         let calls = relevant.iter().map(|hook| async move {
             let mut own = Outcome::default();
+            let started = std::time::Instant::now();
             let result = call(&self.clients, hook, a, object, old, false, &mut own).await;
+            observe(hook, "validating", a, started.elapsed(), result.as_ref().err());
             (own, result)
         });
         let mut first_error = None;
