@@ -149,7 +149,8 @@ async fn send(client: &kube::Client, method: &str, uri: &str, content_type: &str
 }
 
 /// An answer without what differs between the two kinds: the resource's name in messages, the object's
-/// fields, and the Go- or Rust-specific words after a webhook call's URL (save a deadline exceeded).
+/// fields, and the Go- or Rust-specific words after a webhook call's URL (save a deadline exceeded and a refused
+/// connection, which we word as Go does).
 #[derive(Debug, Clone, PartialEq)]
 struct Answer {
     code: u16,
@@ -164,7 +165,7 @@ fn answer(code: u16, body: &Value) -> Answer {
     let mut message = generic(body["message"].as_str().unwrap_or_default());
     if let Some(i) = message.find("?timeout=") {
         let tail = message[i..].split_once("\": ").map(|(_, t)| t.to_owned()).unwrap_or_default();
-        if tail != "context deadline exceeded" {
+        if tail != "context deadline exceeded" && !tail.ends_with(": connect: connection refused") {
             message = format!("{}\": <transport error>", &message[..i + message[i..].find('"').unwrap_or(0)]);
         }
     }

@@ -47,10 +47,10 @@ impl Drop for WebhookServer {
     }
 }
 
-/// A CA and a serving certificate for `ip` signed by it: (CA PEM, cert PEM, key PEM).
-pub fn certificates(ip: IpAddr) -> (String, String, String) {
+/// A CA named `ca_name` and a serving certificate for `ip` signed by it: (CA PEM, cert PEM, key PEM).
+pub fn certificates(ip: IpAddr, ca_name: &str) -> (String, String, String) {
     let mut ca = CertificateParams::default();
-    ca.distinguished_name.push(DnType::CommonName, "test webhook CA");
+    ca.distinguished_name.push(DnType::CommonName, ca_name);
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
     let ca_key = KeyPair::generate().unwrap();
@@ -68,7 +68,7 @@ impl WebhookServer {
     /// Serves on `ip`, a free port.
     pub async fn start(ip: IpAddr) -> Self {
         podset_apiserver::apiserver::tls::provider();
-        let (ca_pem, cert_pem, key_pem) = certificates(ip);
+        let (ca_pem, cert_pem, key_pem) = certificates(ip, "test webhook CA");
         use rustls::pki_types::pem::PemObject;
         let chain = rustls::pki_types::CertificateDer::pem_slice_iter(cert_pem.as_bytes())
             .collect::<Result<Vec<_>, _>>()

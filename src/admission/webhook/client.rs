@@ -38,7 +38,7 @@ pub enum CallError {
     #[error("credentials for {target}: {message}")]
     Credentials { target: String, message: String },
     /// Connecting, TLS, or the exchange itself failed; Go's client says `Post "<url>": <why>`.
-    #[error("Post {url:?}: {}", chain(source))]
+    #[error("Post {url:?}: {}", transport_reason(url, source))]
     Transport {
         url: String,
         #[source]
@@ -57,6 +57,42 @@ pub enum CallError {
     Response(String),
     #[error("unsupported patch type {0:?}")]
     UnsupportedPatchType(String),
+}
+
+/// Why a call failed, in Go's words where kube-apiserver users know them (a refused connection, an unknown
+/// certificate authority), else the error and its sources.
+fn transport_reason(url: &str, e: &(dyn std::error::Error + 'static)) -> String {
+    let mut refused = false;
+    let mut unknown_issuer = false;
+    visit(e, &mut |cause| {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            refused |= io.kind() == std::io::ErrorKind::ConnectionRefused;
+        }
+        unknown_issuer |= matches!(
+            cause.downcast_ref::<rustls::Error>(),
+            Some(rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer))
+        );
+    });
+    if refused {
+        let host = url.parse::<http::Uri>().ok().and_then(|u| u.authority().map(|a| a.to_string()));
+        return format!("dial tcp {}: connect: connection refused", host.unwrap_or_default());
+    }
+    if unknown_issuer {
+        return "x509: certificate signed by unknown authority".into();
+    }
+    chain(e)
+}
+
+/// Calls `f` on `e` and every error under it: its sources, and what an `io::Error` wraps (which its `source`
+/// skips).
+fn visit(e: &(dyn std::error::Error + 'static), f: &mut dyn FnMut(&(dyn std::error::Error + 'static))) {
+    f(e);
+    if let Some(inner) = e.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+        visit(inner, f);
+    }
+    if let Some(source) = e.source() {
+        visit(source, f);
+    }
 }
 
 /// An error and its sources, as one line.
