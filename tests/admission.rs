@@ -49,6 +49,57 @@ const LABELLED: &str = "adm-labelled";
 const PLAIN: &str = "adm-plain";
 const DYING: &str = "adm-dying";
 const MISSING: &str = "adm-missing";
+/// Where the `status` and `scale` writes go.
+const SUBRESOURCES: &str = "adm-subresources";
+
+/// The object whose `status` and `scale` are written, at `path` in [`SUBRESOURCES`]: a Deployment on
+/// kube-apiserver (ConfigMaps have neither), a PodSet here.
+struct WithSubresources {
+    path: &'static str,
+    body: fn() -> Value,
+}
+
+const DEPLOYMENT: WithSubresources = WithSubresources {
+    path: "/apis/apps/v1/namespaces/adm-subresources/deployments",
+    body: || {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "adm-sub"},
+               "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "adm-sub"}},
+                        "template": {"metadata": {"labels": {"app": "adm-sub"}},
+                                     "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}})
+    },
+};
+
+const PODSET: WithSubresources = WithSubresources {
+    path: "/apis/demo.k8s.io/v1alpha1/namespaces/adm-subresources/podsets",
+    body: || json!({"apiVersion": "demo.k8s.io/v1alpha1", "kind": "PodSet", "metadata": {"name": "adm-sub"}, "spec": {"replicas": 0}}),
+};
+
+/// Writes `scale` then `status`: each answer's code, and the review the webhook got for it.
+async fn subresources(
+    client: &kube::Client,
+    w: &WithSubresources,
+    s: &WebhookServer,
+) -> Vec<(&'static str, u16, Value)> {
+    let (code, made) = send(client, "POST", w.path, "application/json", &(w.body)()).await;
+    assert_eq!(code, 201, "{made}");
+    let one = format!("{}/adm-sub", w.path);
+    let scale = json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+                       "metadata": {"name": "adm-sub", "namespace": SUBRESOURCES}, "spec": {"replicas": 2}});
+    let mut out = Vec::new();
+    s.clear();
+    let (code, body) = send(client, "PUT", &format!("{one}/scale"), "application/json", &scale).await;
+    assert!(code < 300, "scale: {body}");
+    out.push(("scale", code, s.received("/allow").first().map(|r| r.review.clone()).unwrap_or(Value::Null)));
+    s.clear();
+    let (_, mut current) = send(client, "GET", &one, "application/json", &Value::Null).await;
+    current["status"] = json!({"observedGeneration": 1});
+    // Unconditional: the Deployment controller may write status meanwhile.
+    current["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+    let (code, body) = send(client, "PUT", &format!("{one}/status"), "application/json", &current).await;
+    assert!(code < 300, "status: {body}");
+    out.push(("status", code, s.received("/allow").first().map(|r| r.review.clone()).unwrap_or(Value::Null)));
+    out
+}
 
 /// One request of a case.
 #[derive(Clone, Copy)]
@@ -87,7 +138,7 @@ fn rules() -> Value {
 }
 
 /// The cluster's webhook configurations: each webhook sees only its case's objects.
-fn configurations(s: &WebhookServer, down_port: u16) -> (Value, Value, Value) {
+fn configurations(s: &WebhookServer, down_port: u16) -> (Value, Value, Value, Value) {
     let ca = base64::engine::general_purpose::STANDARD.encode(&s.ca_pem);
     let hook = |name: &str, case: &str, url: String, extra: Value| {
         let mut h = json!({
@@ -132,6 +183,21 @@ fn configurations(s: &WebhookServer, down_port: u16) -> (Value, Value, Value) {
             hook("reinvoke-second", "reinvoke", s.url("/label"), json!({})),
         ],
     });
+    // Scale objects carry no labels: this one selects by namespace, and names only subresources.
+    let subresources = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "admission-test-subresources"},
+        "webhooks": [{
+            "name": "subresources.admission.test",
+            "clientConfig": {"url": s.url("/allow"), "caBundle": ca},
+            "rules": [
+                {"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments/status", "deployments/scale"], "operations": ["*"]},
+                {"apiGroups": ["demo.k8s.io"], "apiVersions": ["v1alpha1"], "resources": ["podsets/status", "podsets/scale"], "operations": ["*"]},
+            ],
+            "namespaceSelector": {"matchLabels": {"admission-test": "subresources"}},
+            "sideEffects": "None", "admissionReviewVersions": ["v1"], "failurePolicy": "Fail",
+        }],
+    });
     // v1 refuses sideEffects other than None and NoneOnDryRun; v1beta1 still takes Unknown, and it reads back
     // through v1 as it was stored.
     let v1beta1 = json!({
@@ -139,7 +205,7 @@ fn configurations(s: &WebhookServer, down_port: u16) -> (Value, Value, Value) {
         "metadata": {"name": "admission-test-v1beta1"},
         "webhooks": [hook("dry-run-side-effects", "dry-run-side-effects", s.url("/allow"), json!({"sideEffects": "Unknown"}))],
     });
-    (mutating, validating, v1beta1)
+    (mutating, validating, v1beta1, subresources)
 }
 
 async fn send(client: &kube::Client, method: &str, uri: &str, content_type: &str, body: &Value) -> (u16, Value) {
@@ -215,7 +281,12 @@ async fn run(client: &kube::Client, kind: &Kind, s: &WebhookServer) -> Vec<(&'st
 /// configurations; then waits until kube-apiserver calls the webhook.
 async fn set_up(c: &Cluster, client: &kube::Client, s: &WebhookServer, down_port: u16) {
     let ns = |name: &str, labels: Value| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}});
-    for (name, labels) in [(LABELLED, json!({"admission-test": "on"})), (PLAIN, json!({})), (DYING, json!({}))] {
+    for (name, labels) in [
+        (LABELLED, json!({"admission-test": "on"})),
+        (PLAIN, json!({})),
+        (DYING, json!({})),
+        (SUBRESOURCES, json!({"admission-test": "subresources"})),
+    ] {
         let (code, body) = send(client, "POST", "/api/v1/namespaces", "application/json", &ns(name, labels)).await;
         assert_eq!(code, 201, "{body}");
     }
@@ -235,8 +306,9 @@ async fn set_up(c: &Cluster, client: &kube::Client, s: &WebhookServer, down_port
     )
     .await;
 
-    let (mutating, validating, v1beta1) = configurations(s, down_port);
+    let (mutating, validating, v1beta1, subresources) = configurations(s, down_port);
     for (path, config) in [
+        ("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations", subresources),
         ("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", mutating),
         ("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations", validating),
         ("/apis/admissionregistration.k8s.io/v1beta1/validatingwebhookconfigurations", v1beta1),
@@ -244,18 +316,25 @@ async fn set_up(c: &Cluster, client: &kube::Client, s: &WebhookServer, down_port
         let (code, body) = send(client, "POST", path, "application/json", &config).await;
         assert_eq!(code, 201, "{body}");
     }
-    // kube-apiserver's informer sees new configurations a moment later: wait for a call.
-    let probe = (CONFIGMAPS.body)(PLAIN, "adm-probe", json!({"case": "allow"}));
-    common::cluster::wait(
-        Duration::from_secs(30),
-        || async {
-            let uri = format!("{}?dryRun=All", (CONFIGMAPS.collection)(PLAIN));
-            send(client, "POST", &uri, "application/json", &probe).await;
-            !s.received("/allow").is_empty()
-        },
-        "kube-apiserver to call the webhook",
-    )
-    .await;
+    // kube-apiserver's informers see new configurations a moment later, each kind on its own: wait until a dry
+    // run reaches the validating webhook, the mutating one, and the v1beta1 configuration's.
+    let uri = format!("{}?dryRun=All", (CONFIGMAPS.collection)(PLAIN));
+    for (case, ready) in [
+        ("allow", (|code, _| code == 201) as fn(u16, &Value) -> bool),
+        ("mutate", |_, made| made["metadata"]["labels"]["mutated"] == "yes"),
+        ("dry-run-side-effects", |code, _| code == 400),
+    ] {
+        let probe = (CONFIGMAPS.body)(PLAIN, "adm-probe", json!({"case": case}));
+        common::cluster::wait(
+            Duration::from_secs(30),
+            || async {
+                let (code, made) = send(client, "POST", &uri, "application/json", &probe).await;
+                ready(code, &made) && (case != "allow" || !s.received("/allow").is_empty())
+            },
+            &format!("kube-apiserver to call the {case} webhook"),
+        )
+        .await;
+    }
     s.clear();
 }
 
@@ -325,6 +404,19 @@ fn kube_apiserver_answers() {
             let theirs = run(&client, &CONFIGMAPS, &s).await;
             print("kube-apiserver configmaps", &theirs);
             check_kube_apiserver(&theirs);
+
+            let subs = subresources(&client, &DEPLOYMENT, &s).await;
+            for (sub, code, review) in &subs {
+                eprintln!("kube-apiserver deployments {sub}: {code} review: {}", review["request"]);
+                let r = &review["request"];
+                assert_eq!((r["subResource"].as_str(), r["requestSubResource"].as_str()), (Some(*sub), Some(*sub)));
+                assert_eq!(r["operation"], "UPDATE");
+            }
+            let scale = &subs[0].2["request"];
+            assert_eq!(scale["kind"], json!({"group": "autoscaling", "version": "v1", "kind": "Scale"}));
+            assert_eq!(scale["resource"], json!({"group": "apps", "version": "v1", "resource": "deployments"}));
+            assert_eq!(scale["object"]["metadata"].get("labels"), None, "a Scale carries no labels");
+            assert_eq!(subs[1].2["request"]["kind"]["kind"], "Deployment");
         });
     });
 }
@@ -356,6 +448,20 @@ fn podsets_are_admitted_as_configmaps_are() {
                     assert_eq!(t["request"]["options"]["kind"], o["request"]["options"]["kind"], "{case}: options");
                 }
             }
+            let theirs_sub = subresources(&client, &DEPLOYMENT, &s).await;
+            let ours_sub = subresources(&client, &PODSET, &s).await;
+            for ((sub, t_code, t), (_, o_code, o)) in theirs_sub.iter().zip(&ours_sub) {
+                assert_eq!(t_code, o_code, "{sub}");
+                let (t, o) = (&t["request"], &o["request"]);
+                for field in ["subResource", "requestSubResource", "operation", "userInfo", "dryRun", "options"] {
+                    assert_eq!(t[field], o[field], "{sub}: review {field}");
+                }
+                if *sub == "scale" {
+                    assert_eq!(t["kind"], o["kind"], "scale: the kind is autoscaling/v1 Scale");
+                    assert_eq!(t["object"]["metadata"].get("labels"), o["object"]["metadata"].get("labels"));
+                }
+            }
+
             // Nothing refused was stored.
             for ((case, a, _, _), (_, ns, _)) in ours.iter().zip(CASES) {
                 if a.code >= 400 && !case.ends_with("namespace") {
