@@ -3,7 +3,9 @@
 //! webhook in this process) must give ConfigMaps on kube-apiserver and PodSets through the aggregator the same
 //! answers (code, reason, message), and the webhook must get AdmissionReviews carrying the same fields.
 //!
-//! `kube_apiserver_answers` runs the ConfigMap half alone and prints what kube-apiserver 1.20 answers.
+//! `kube_apiserver_answers` runs the ConfigMap half, prints what kube-apiserver 1.20 answers, and compares it
+//! with what `admission::Chain` (in this process, watching the same control plane as our server's identity)
+//! answers for the same PodSet writes.
 //! `podsets_are_admitted_as_configmaps_are` needs admission in the registry's write path (issue 24): until the
 //! registry calls `admission::Chain`, it is ignored; run it with `--ignored` once it does.
 
@@ -18,6 +20,8 @@ use std::time::Duration;
 use base64::Engine as _;
 use common::cluster::{in_namespace, runtime, Cluster};
 use http::Request;
+use podset_apiserver::admission::{Admission, Attributes, Chain, Outcome, Plugin, WebhookPluginConfig};
+use podset_apiserver::api::{Operation, Subresource, UserInfo};
 use serde_json::{json, Value};
 use webhook::WebhookServer;
 
@@ -388,8 +392,74 @@ fn print(kind: &str, answers: &[(&'static str, Answer, Value, Vec<Value>)]) {
     }
 }
 
+/// The same cases through `admission::Chain` in this process, over its own watches of the real control plane:
+/// what the registry will get for each PodSet write.
+async fn run_chain(chain: &Chain, s: &WebhookServer) -> Vec<(&'static str, Answer, Value, Vec<Value>)> {
+    let admin = UserInfo::named("admin", vec!["system:masters".into(), "system:authenticated".into()]);
+    let mut out = Vec::new();
+    for &(case, ns, how) in CASES {
+        let name = format!("adm-{case}");
+        let mut object = (PODSETS.body)(ns, &name, json!({"case": case}));
+        let dry_run = matches!(how, Write::DryRunCreate);
+        // An apply that creates is a create, with the apply's field manager (as kube-apiserver sent it).
+        let manager = matches!(how, Write::Apply).then_some("admission-test");
+        let options = Attributes::options("CreateOptions", dry_run, manager);
+        let a = Attributes::podset(Operation::Create, Subresource::Main, ns, &name, admin.clone(), dry_run, options);
+        let mut outcome = Outcome::default();
+        let result = match chain.admit(&a, Some(&mut object), None, &mut outcome).await {
+            Ok(()) => chain.validate(&a, Some(&object), None, &mut outcome).await,
+            e => e,
+        };
+        let (code, body) = match result {
+            Ok(()) => (201, object),
+            Err(e) => {
+                let mut status = serde_json::to_value(e.status()).unwrap();
+                status["kind"] = json!("Status");
+                (e.status().code, status)
+            }
+        };
+        let reviews = ["/allow", "/deny", "/label", "/slow"]
+            .iter()
+            .flat_map(|p| s.received(p))
+            .map(|r| r.review)
+            .filter(|r| r["request"]["resource"]["resource"] == "podsets" && r["request"]["name"] == name.as_str())
+            .collect();
+        out.push((case, answer(code, &body), body, reviews));
+    }
+    out
+}
+
+/// Our answers and reviews against kube-apiserver's, case by case.
+fn compare(theirs: &[(&'static str, Answer, Value, Vec<Value>)], ours: &[(&'static str, Answer, Value, Vec<Value>)]) {
+    for ((case, t, _, t_reviews), (_, o, _, o_reviews)) in theirs.iter().zip(ours) {
+        assert_eq!(t, o, "{case}: kube-apiserver answered {t:?}, we answered {o:?}");
+        assert_eq!(t_reviews.len(), o_reviews.len(), "{case}: reviews {t_reviews:?} / {o_reviews:?}");
+        for (t, o) in t_reviews.iter().zip(o_reviews) {
+            let keys = |r: &Value| r["request"].as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+            assert_eq!(keys(t), keys(o), "{case}: review fields");
+            for field in ["operation", "namespace", "name", "userInfo", "dryRun", "subResource", "options", "oldObject"]
+            {
+                assert_eq!(t["request"][field], o["request"][field], "{case}: review {field}");
+            }
+        }
+    }
+}
+
 fn webhook_ip() -> IpAddr {
     podset_apiserver::envtest::NODE_IP.parse().unwrap()
+}
+
+/// The identity our server has in the main API server (deploy/base/rbac.yaml), for the chain's watches.
+trait AdmissionClient {
+    async fn podset_admission_client(&self) -> kube::Client;
+}
+
+impl AdmissionClient for Cluster {
+    async fn podset_admission_client(&self) -> kube::Client {
+        let kc = kube::config::Kubeconfig::read_from(self.controller_kubeconfig()).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap();
+        kube::Client::try_from(config).unwrap()
+    }
 }
 
 #[test]
@@ -404,6 +474,20 @@ fn kube_apiserver_answers() {
             let theirs = run(&client, &CONFIGMAPS, &s).await;
             print("kube-apiserver configmaps", &theirs);
             check_kube_apiserver(&theirs);
+
+            // The chain itself, in this process, over the same control plane.
+            let stop = tokio_util::sync::CancellationToken::new();
+            let chain = Chain::start(
+                &Plugin::ALL,
+                c.podset_admission_client().await,
+                WebhookPluginConfig::default(),
+                stop.clone(),
+            );
+            let ours = run_chain(&chain, &s).await;
+            print("admission::Chain podsets", &ours);
+            compare(&theirs, &ours);
+            assert!(chain.has_synced());
+            stop.cancel();
 
             let subs = subresources(&client, &DEPLOYMENT, &s).await;
             for (sub, code, review) in &subs {
@@ -436,18 +520,7 @@ fn podsets_are_admitted_as_configmaps_are() {
             print("kube-apiserver configmaps", &theirs);
             print("podset-apiserver podsets", &ours);
             check_kube_apiserver(&theirs);
-            for ((case, t, _, t_reviews), (_, o, _, o_reviews)) in theirs.iter().zip(&ours) {
-                assert_eq!(t, o, "{case}: kube-apiserver answered {t:?}, we answered {o:?}");
-                assert_eq!(t_reviews.len(), o_reviews.len(), "{case}: reviews {t_reviews:?} / {o_reviews:?}");
-                for (t, o) in t_reviews.iter().zip(o_reviews) {
-                    let keys = |r: &Value| r["request"].as_object().unwrap().keys().cloned().collect::<Vec<_>>();
-                    assert_eq!(keys(t), keys(o), "{case}: review fields");
-                    for field in ["operation", "namespace", "name", "userInfo", "dryRun", "subResource"] {
-                        assert_eq!(t["request"][field], o["request"][field], "{case}: review {field}");
-                    }
-                    assert_eq!(t["request"]["options"]["kind"], o["request"]["options"]["kind"], "{case}: options");
-                }
-            }
+            compare(&theirs, &ours);
             let theirs_sub = subresources(&client, &DEPLOYMENT, &s).await;
             let ours_sub = subresources(&client, &PODSET, &s).await;
             for ((sub, t_code, t), (_, o_code, o)) in theirs_sub.iter().zip(&ours_sub) {
