@@ -487,7 +487,6 @@ fn kube_apiserver_answers() {
             print("admission::Chain podsets", &ours);
             compare(&theirs, &ours);
             assert!(chain.has_synced());
-            stop.cancel();
 
             let subs = subresources(&client, &DEPLOYMENT, &s).await;
             for (sub, code, review) in &subs {
@@ -501,6 +500,37 @@ fn kube_apiserver_answers() {
             assert_eq!(scale["resource"], json!({"group": "apps", "version": "v1", "resource": "deployments"}));
             assert_eq!(scale["object"]["metadata"].get("labels"), None, "a Scale carries no labels");
             assert_eq!(subs[1].2["request"]["kind"]["kind"], "Deployment");
+
+            // The same subresource writes through the chain, as the registry will make them.
+            let chain = Chain::start(&Plugin::ALL, c.podset_admission_client().await, WebhookPluginConfig::default(), stop.clone());
+            let admin = UserInfo::named("admin", vec!["system:masters".into(), "system:authenticated".into()]);
+            for (sub, _, theirs) in &subs {
+                let (subresource, object, old) = match *sub {
+                    "scale" => {
+                        let scale = |spec: Value| json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+                            "metadata": {"name": "adm-sub", "namespace": SUBRESOURCES}, "spec": spec, "status": {"replicas": 0}});
+                        (Subresource::Scale, scale(json!({"replicas": 2})), scale(json!({})))
+                    }
+                    _ => {
+                        let ps = (PODSET.body)();
+                        (Subresource::Status, ps.clone(), ps)
+                    }
+                };
+                let options = Attributes::options("UpdateOptions", false, None);
+                let a = Attributes::podset(Operation::Update, subresource, SUBRESOURCES, "adm-sub", admin.clone(), false, options);
+                s.clear();
+                chain.validate(&a, Some(&object), Some(&old), &mut Outcome::default()).await.unwrap();
+                let ours = s.received("/allow").first().map(|r| r.review.clone()).expect("the chain called the webhook");
+                eprintln!("admission::Chain podsets {sub} review: {}", ours["request"]);
+                for field in ["subResource", "requestSubResource", "operation", "userInfo", "dryRun", "options", "namespace", "name"] {
+                    assert_eq!(theirs["request"][field], ours["request"][field], "{sub}: review {field}");
+                }
+                if *sub == "scale" {
+                    assert_eq!(theirs["request"]["kind"], ours["request"]["kind"]);
+                    assert_eq!(theirs["request"]["requestKind"], ours["request"]["requestKind"]);
+                }
+            }
+            stop.cancel();
         });
     });
 }
