@@ -5,6 +5,16 @@
 //! The registry calls [`Admission::admit`] and [`Admission::validate`] on every write, whatever door it came
 //! through; nothing here knows HTTP. Namespaces and webhook configurations come from watches of the main API
 //! server ([`Chain::start`]).
+//!
+//! Where kube-apiserver 1.20 calls them, as tests/admission.rs saw it for ConfigMaps and Deployments:
+//! - `admit` after decoding and defaulting, before the server's own fields: a create's object reaches mutating
+//!   webhooks without uid or creationTimestamp, and validating ones with them. After `admit` changed the object,
+//!   it is decoded and validated again.
+//! - `validate` after validation, before storing; a refusal stores nothing. Dry runs run both.
+//! - A create's `name` is the body's (empty with `generateName`); an apply that creates is a `Create` with
+//!   `CreateOptions` carrying the apply's field manager; a delete passes no object and the stored one as `old`.
+//! - `status` and `scale` writes are `Update`s with their subresource; `/scale`'s objects are `autoscaling/v1`
+//!   Scales, which carry no labels (so an objectSelector never selects them, as for a Deployment's scale).
 
 mod error;
 mod namespace;
