@@ -190,6 +190,27 @@ mod tests {
         l.admit(a, object.as_mut(), None, &mut Outcome::default()).await
     }
 
+    /// A cache whose first list never arrives: requests wait READY_WAIT, then are refused as kube-apiserver
+    /// refuses them. (Paused clock: the wait passes at once.)
+    #[tokio::test(start_paused = true)]
+    async fn before_the_first_list_requests_are_refused_as_not_ready() {
+        let (store, writer) = reflector::store();
+        let namespaces = Namespaces { store, client: None, _writer: Some(Arc::new(parking_lot::Mutex::new(writer))) };
+        assert!(!namespaces.has_synced());
+        let l = NamespaceLifecycle::new(namespaces);
+        let e = admit(
+            &l,
+            &attrs(Operation::Create, Subresource::Main, "live", ""),
+            Some(serde_json::json!({"metadata": {"name": "web"}})),
+        )
+        .await
+        .unwrap_err();
+        let s = e.status();
+        assert_eq!((s.code, s.reason.as_str()), (403, "Forbidden"));
+        assert_eq!(s.message, "podsets.demo.k8s.io \"web\" is forbidden: not yet ready to handle request");
+        admit(&l, &attrs(Operation::Delete, Subresource::Main, "live", "web"), None).await.unwrap();
+    }
+
     #[tokio::test]
     async fn writes_follow_the_namespace_lifecycle() {
         let l = NamespaceLifecycle::new(Namespaces::fixed(vec![
