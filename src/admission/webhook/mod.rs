@@ -301,11 +301,6 @@ struct PatchAnnotation<'a> {
     patch_type: &'a str,
 }
 
-/// A webhook's answer, once called.
-struct Called {
-    answer: review::Answer,
-}
-
 /// Calls `hook` for `a` (after the dry-run check) and checks its answer. Warnings and audit annotations go to
 /// `out` whatever the verdict.
 async fn call(
@@ -316,7 +311,7 @@ async fn call(
     old: Option<&Value>,
     mutating: bool,
     out: &mut Outcome,
-) -> Result<Called, Error> {
+) -> Result<review::Answer, Error> {
     let calling = |source| Error::Calling { webhook: hook.name.clone(), source };
     if a.dry_run {
         match hook.side_effects.as_deref() {
@@ -337,7 +332,7 @@ async fn call(
     if !answer.allowed {
         return Err(Error::Denied { webhook: hook.name.clone(), status: answer.status });
     }
-    Ok(Called { answer })
+    Ok(answer)
 }
 
 /// Records one call of `hook` in `apiserver_admission_webhook_*`; `step` is `admit` or `validating`.
@@ -475,8 +470,7 @@ impl MutatingWebhooks {
         old: Option<&Value>,
         out: &mut Outcome,
     ) -> Result<(bool, Option<String>), Error> {
-        let called = call(&self.clients, hook, a, object.as_deref(), old, true, out).await?;
-        let answer = called.answer;
+        let answer = call(&self.clients, hook, a, object.as_deref(), old, true, out).await?;
         if answer.patch.is_empty() {
             return Ok((false, None));
         }
