@@ -14,9 +14,10 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use http::{HeaderMap, Method, Uri};
+use http::{HeaderMap, Uri};
 use serde::Serialize;
 
+use super::request::RequestInfo;
 use crate::metrics::{global, NameLabel};
 
 /// Events waiting for the writer before new ones are dropped.
@@ -114,13 +115,13 @@ fn source_ips(headers: &HeaderMap, remote: Option<std::net::IpAddr>) -> Vec<Stri
 impl Event {
     /// The event of a request as received, before its answer (`stage` and status are set by the caller).
     pub fn received(
-        method: &Method,
+        info: &RequestInfo,
         uri: &Uri,
         headers: &HeaderMap,
         remote: Option<std::net::IpAddr>,
         at: DateTime<Utc>,
     ) -> Self {
-        let info = super::filters::request_info(method, uri.path(), uri.query());
+        let info = &info.attributes;
         Self {
             kind: "Event",
             api_version: "audit.k8s.io/v1",
@@ -132,13 +133,13 @@ impl Event {
             user: UserInfo::default(),
             source_ips: source_ips(headers, remote),
             user_agent: headers.get(http::header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned(),
-            object_ref: info.resource.map(|r| ObjectReference {
-                resource: r.resource,
-                namespace: r.namespace,
-                name: r.name,
-                api_group: r.group,
-                api_version: r.version,
-                subresource: r.subresource,
+            object_ref: info.resource.as_ref().map(|r| ObjectReference {
+                resource: r.resource.clone(),
+                namespace: r.namespace.clone(),
+                name: r.name.clone(),
+                api_group: r.group.clone(),
+                api_version: r.version.clone(),
+                subresource: r.subresource.clone(),
             }),
             response_status: None,
             request_received_timestamp: timestamp(at),
@@ -323,12 +324,15 @@ fn split_name(path: &Path) -> (String, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::Method;
 
     fn event(uri: &str, method: Method) -> Event {
         let mut headers = HeaderMap::new();
         headers.insert("user-agent", "kubectl/v1.37.1".parse().unwrap());
         headers.insert("x-forwarded-for", "10.0.0.7, 10.0.0.8".parse().unwrap());
-        Event::received(&method, &uri.parse().unwrap(), &headers, "127.0.0.1".parse().ok(), Utc::now())
+        let uri: Uri = uri.parse().unwrap();
+        let info = RequestInfo::new(&method, uri.path(), uri.query());
+        Event::received(&info, &uri, &headers, "127.0.0.1".parse().ok(), Utc::now())
     }
 
     #[test]

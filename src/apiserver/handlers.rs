@@ -16,18 +16,19 @@ use super::audit;
 use super::auth::{Authenticator, Authorizer, ConnInfo, UserInfo};
 use super::discovery::{Discovery, Doc};
 use super::error::{ApiError, ApiResult};
-use super::filters::{request_info, MaxInFlight};
+use super::filters::{info_of, MaxInFlight};
 use super::health::HealthChecks;
 use super::instrument::{hold_while_streaming, RequestMetrics};
 use super::negotiate::{body_format, negotiate, BodyFormat, Output, APIS, OBJECTS, PLAIN};
 use super::render::{bytes_response, list_response, object_response, value_response, with_warnings, JSON};
-use super::request::{Query, ResourceRequest, Target, Verb};
+use super::request::{Query, RequestInfo, ResourceRequest, Target, Verb};
 use super::watch::{self, WatchConfig, WatchRequest};
 use crate::api::selector::{FieldSelector, Selector};
 use crate::api::validation::{ErrorType, FieldError};
 use crate::api::{Subresource, GROUP, LIST_KIND, PLURAL};
 use crate::registry::{
     json_object, yaml_object, DeleteOptions, ListRequest, PatchType, PodSetKey, Registry, ScaleChange, WriteOptions,
+    Written,
 };
 
 /// Request bodies above this are refused with 413, as kube-apiserver does.
@@ -47,17 +48,18 @@ pub struct App {
 }
 
 /// One request: served, then recorded (metrics, audit, the request log line).
-pub async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
+pub async fn handle(State(app): State<Arc<App>>, mut req: Request) -> Response {
     let started = Instant::now();
+    let info = info_of(&mut req);
     let method = req.method().clone();
     let uri = req.uri().clone();
     let conn = req.extensions().get::<ConnInfo>().cloned();
-    let metrics = RequestMetrics::new(&method, &uri, req.headers());
+    let metrics = RequestMetrics::new(&info, &method, &uri, req.headers());
     let mut audit = app.audit.as_ref().map(|_| {
         let remote = conn.as_ref().map(|c| c.remote.ip());
-        audit::Event::received(&method, &uri, req.headers(), remote, chrono::Utc::now())
+        audit::Event::received(&info, &uri, req.headers(), remote, chrono::Utc::now())
     });
-    let (mut resp, user, failure) = match serve(&app, req, conn.as_ref()).await {
+    let (mut resp, user, failure) = match serve(&app, &info, req, conn.as_ref()).await {
         Ok((r, user)) => (r, user, None),
         Err((e, user)) => {
             let failure = (e.reason().to_owned(), e.status.message.clone());
@@ -116,7 +118,7 @@ impl Drop for WatchEnd {
     }
 }
 
-async fn serve(app: &App, mut req: Request, conn: Option<&ConnInfo>) -> Served {
+async fn serve(app: &App, info: &RequestInfo, mut req: Request, conn: Option<&ConnInfo>) -> Served {
     let conn = conn.ok_or_else(|| (ApiError::unauthorized(), None))?;
     // The larger steps are boxed: a request's future is moved whole several times on its way to the runtime, and
     // held inline they made it some 60 KB.
@@ -127,19 +129,12 @@ async fn serve(app: &App, mut req: Request, conn: Option<&ConnInfo>) -> Served {
         return Err((ApiError::impersonation_unsupported(), who));
     }
     // After identity, before permission, as kube-apiserver's filter chain: masters are never refused.
-    let info = request_info(req.method(), req.uri().path(), req.uri().query());
-    let _in_flight = app.max_in_flight.admit(&info, &user).map_err(|e| (e, who.clone()))?;
-    // Parsed once: authorization must read the query exactly as the handler will (a 400 comes after it).
-    let query = Query::parse(req.uri().query());
-    let allowed = Box::pin(app.authorizer.authorize(&user, req.method(), req.uri().path(), query.as_ref().ok()));
+    let _in_flight = app.max_in_flight.admit(info, &user).map_err(|e| (e, who.clone()))?;
+    let allowed = Box::pin(app.authorizer.authorize(&user, &info.attributes));
     if let Err(e) = allowed.await {
         return Err((e, who));
     }
-    let target = match Target::parse(req.uri().path()) {
-        Ok(t) => t,
-        Err(e) => return Err((e, who)),
-    };
-    match dispatch(app, target, req, query, user).await {
+    match dispatch(app, info, req, user).await {
         Ok(r) => Ok((r, who)),
         Err(e) => Err((e, who)),
     }
@@ -170,20 +165,14 @@ fn doc_response(doc: &Doc, content_type: &'static str, headers: &HeaderMap) -> R
     resp
 }
 
-async fn dispatch(
-    app: &App,
-    target: Target,
-    req: Request,
-    query: ApiResult<Query>,
-    user: UserInfo,
-) -> ApiResult<Response> {
+async fn dispatch(app: &App, info: &RequestInfo, req: Request, user: UserInfo) -> ApiResult<Response> {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let read_only = |m: &Method| m == Method::GET || m == Method::HEAD;
     let headers = req.headers();
     let d = &app.discovery;
-    match target {
-        Target::Resource(r) => Box::pin(resource(app, r, req, query?, user)).await,
+    match info.target.as_ref().map_err(Clone::clone)? {
+        Target::Resource(r) => Box::pin(resource(app, info, r, req, user)).await,
         Target::Unknown => Err(ApiError::path_not_found(&path)),
         _ if !read_only(&method) => Err(ApiError::method_not_allowed(&method, &path)),
         Target::Apis => Ok(match negotiate(accept(headers), APIS)? {
@@ -216,7 +205,7 @@ async fn dispatch(
             if method != Method::GET && method != Method::HEAD {
                 return Err(ApiError::method_not_allowed(&method, "health"));
             }
-            app.health.serve(endpoint, check.as_deref(), req.uri().query()).await
+            app.health.serve(*endpoint, check.as_deref(), req.uri().query()).await
         }
     }
 }
@@ -270,11 +259,58 @@ fn selectors(q: &Query, name: Option<&str>) -> ApiResult<(Selector, FieldSelecto
     Ok((labels, fields))
 }
 
-async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query, user: UserInfo) -> ApiResult<Response> {
+/// A PodSet request, worked out: what every verb's step reads.
+struct Call<'a> {
+    app: &'a App,
+    r: &'a ResourceRequest,
+    q: &'a Query,
+    /// The representation the client takes.
+    out: Output,
+    content_type: Option<String>,
+    headers: HeaderMap,
+    method: Method,
+    path: String,
+}
+
+impl Call<'_> {
+    fn key(&self) -> PodSetKey {
+        PodSetKey::new(self.r.namespace.as_deref().unwrap_or_default(), self.r.name.as_deref().unwrap_or(""))
+    }
+
+    fn not_allowed(&self) -> ApiError {
+        ApiError::method_not_allowed(&self.method, &self.path)
+    }
+
+    /// A create or update body: JSON or YAML.
+    fn body_format(&self) -> ApiResult<BodyFormat> {
+        let format = body_format(self.content_type.as_deref())?;
+        if !matches!(format, BodyFormat::Json | BodyFormat::Yaml) {
+            return Err(ApiError::unsupported_media_type(self.content_type.as_deref().unwrap_or("")));
+        }
+        Ok(format)
+    }
+
+    fn object(&self, code: StatusCode, written: &Written) -> ApiResult<Response> {
+        Ok(with_warnings(object_response(code, self.out, &written.object, self.q.include_object)?, &written.warnings))
+    }
+
+    /// A Status or list answer, which has no Table form: YAML if asked, else JSON.
+    fn plain(&self, value: &Value) -> ApiResult<Response> {
+        value_response(StatusCode::OK, if self.out == Output::Yaml { Output::Yaml } else { Output::Json }, value)
+    }
+}
+
+async fn resource(
+    app: &App,
+    info: &RequestInfo,
+    r: &ResourceRequest,
+    req: Request,
+    user: UserInfo,
+) -> ApiResult<Response> {
+    let q = info.query.as_ref().map_err(Clone::clone)?;
     let (parts, body) = req.into_parts();
-    let method = parts.method;
-    let path = parts.uri.path();
-    let verb = Verb::of(&method, &r, q.watch).ok_or_else(|| ApiError::method_not_allowed(&method, path))?;
+    let path = parts.uri.path().to_owned();
+    let verb = r.verb.ok_or_else(|| ApiError::method_not_allowed(&parts.method, &path))?;
     if let Some(len) = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok()) {
         if len > DRAIN_BYTES {
             return Err(ApiError::too_large(MAX_BODY_BYTES));
@@ -283,138 +319,150 @@ async fn resource(app: &App, r: ResourceRequest, req: Request, q: Query, user: U
     let offers = if r.subresource == Subresource::Scale { PLAIN } else { OBJECTS };
     let out = negotiate(accept(&parts.headers), offers)?;
     let content_type = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let reg = &app.registry;
-    let ns = r.namespace.as_deref();
-    let name = r.name.as_deref().unwrap_or("");
-    let key = || PodSetKey::new(ns.unwrap_or_default(), name);
-    let include = q.include_object;
-    let patch_type = match verb {
-        Verb::Patch => Some(patch_type(content_type.as_deref())?),
-        _ => None,
-    };
-    let write_opts = match verb {
-        Verb::Create | Verb::Update | Verb::Patch => write_options(&q, &parts.headers, verb, patch_type, user)?,
-        _ => WriteOptions { user, dry_run: q.dry_run, ..Default::default() },
-    };
-    let not_allowed = || ApiError::method_not_allowed(&method, path);
-
-    match (verb, r.subresource) {
-        (Verb::Watch, Subresource::Main) => {
-            let (labels, fields) = selectors(&q, r.name.as_deref())?;
-            let output = if out == Output::Yaml { Output::Json } else { out };
-            let wr = WatchRequest { namespace: r.namespace.clone(), labels, fields, query: q, output };
-            watch::serve(reg, &app.watch, wr).await
-        }
-        (Verb::List, Subresource::Main) => {
-            q.check_list_options(false)?;
-            // "0" means any, so a continue token's own revision satisfies it (as in kube-apiserver).
-            if q.continue_token.is_some() && q.resource_version.as_deref().is_some_and(|rv| rv != "0") {
-                return Err(ApiError::bad_request("specifying resource version is not allowed when using continue"));
-            }
-            let (labels, fields) = selectors(&q, None)?;
-            let exact = q.resource_version_match.as_deref() == Some("Exact");
-            let page = reg
-                .list(ListRequest {
-                    namespace: r.namespace.clone(),
-                    labels,
-                    fields,
-                    limit: q.limit,
-                    continue_token: q.continue_token.clone(),
-                    resource_version: q.revision()?,
-                    exact,
-                })
-                .await?;
-            list_response(out, &page, include)
-        }
-        (Verb::Get, Subresource::Main | Subresource::Status) => {
-            let obj = reg.get(&key(), q.revision()?).await?;
-            object_response(StatusCode::OK, out, &obj, include)
-        }
-        (Verb::Get, Subresource::Scale) => scale_response(out, &reg.get_scale(&key(), q.revision()?).await?),
-        (Verb::Create, Subresource::Main) => {
-            let ns = ns.ok_or_else(not_allowed)?;
-            let format = body_format(content_type.as_deref())?;
-            if !matches!(format, BodyFormat::Json | BodyFormat::Yaml) {
-                return Err(ApiError::unsupported_media_type(content_type.as_deref().unwrap_or("")));
-            }
-            let body = read_body(body).await?;
-            let written = match format {
-                BodyFormat::Yaml => reg.create(ns, yaml_object(&body)?, &write_opts).await?,
-                _ => reg.create_json(ns, &body, &write_opts).await?,
-            };
-            Ok(with_warnings(object_response(StatusCode::CREATED, out, &written.object, include)?, &written.warnings))
-        }
-        (Verb::Update, sub) => {
-            let format = body_format(content_type.as_deref())?;
-            if !matches!(format, BodyFormat::Json | BodyFormat::Yaml) {
-                return Err(ApiError::unsupported_media_type(content_type.as_deref().unwrap_or("")));
-            }
-            let body = parse_body(&read_body(body).await?, format)?;
-            match sub {
-                Subresource::Scale => {
-                    scale_response(out, &reg.update_scale(&key(), ScaleChange::Replace(body), &write_opts).await?)
-                }
-                sub => {
-                    let written = reg.replace(&key(), body, sub, &write_opts).await?;
-                    Ok(with_warnings(
-                        object_response(StatusCode::OK, out, &written.object, include)?,
-                        &written.warnings,
-                    ))
-                }
-            }
-        }
-        (Verb::Patch, sub) => {
-            let patch_type = patch_type.ok_or_else(not_allowed)?;
-            let patch = read_body(body).await?;
-            match sub {
-                // No field management runs on a Scale, so it takes merge and JSON patches only.
-                Subresource::Scale if patch_type == PatchType::Apply => {
-                    Err(ApiError::unsupported_patch("application/apply-patch+yaml"))
-                }
-                Subresource::Scale => {
-                    let change = ScaleChange::Patch(&patch, patch_type);
-                    scale_response(out, &reg.update_scale(&key(), change, &write_opts).await?)
-                }
-                sub => {
-                    let written = reg.patch(&key(), &patch, patch_type, sub, &write_opts).await?;
-                    let code = if written.created { StatusCode::CREATED } else { StatusCode::OK };
-                    Ok(with_warnings(object_response(code, out, &written.object, include)?, &written.warnings))
-                }
-            }
-        }
-        (Verb::Delete, Subresource::Main) => {
-            let opts = delete_options(&q, &read_body(body).await?)?;
-            let write_opts = WriteOptions { dry_run: write_opts.dry_run || opts.dry_run_all(), ..write_opts };
-            let deleted = reg.delete(&key(), &opts, &write_opts).await?;
-            if deleted.gone {
-                // As kube-apiserver: a Status when the object is gone, the object while finalizers hold it.
-                let uid = deleted.object.uid().map(|u| Value::String(u.to_owned())).unwrap_or_default();
-                let status = serde_json::json!({
-                    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                    "details": {"name": name, "group": crate::api::GROUP, "kind": crate::api::PLURAL, "uid": uid},
-                });
-                return value_response(StatusCode::OK, if out == Output::Yaml { out } else { Output::Json }, &status);
-            }
-            object_response(StatusCode::OK, out, &deleted.object, include)
-        }
-        (Verb::DeleteCollection, Subresource::Main) => {
-            let ns = ns.ok_or_else(not_allowed)?;
-            let opts = delete_options(&q, &read_body(body).await?)?;
-            let (labels, fields) = selectors(&q, None)?;
-            let req = ListRequest { namespace: Some(ns.to_owned()), labels, fields, ..Default::default() };
-            let write_opts = WriteOptions { dry_run: write_opts.dry_run || opts.dry_run_all(), ..write_opts };
-            let (items, revision) = reg.delete_collection(req, &opts, &write_opts).await?;
-            let items = items.iter().map(|o| o.to_value()).collect::<Result<Vec<_>, _>>()?;
-            let list = serde_json::json!({
-                "apiVersion": crate::api::API_VERSION,
-                "kind": LIST_KIND,
-                "metadata": {"resourceVersion": revision.to_string()},
-                "items": items,
-            });
-            value_response(StatusCode::OK, if out == Output::Yaml { out } else { Output::Json }, &list)
-        }
-        _ => Err(not_allowed()),
+    let call = Call { app, r, q, out, content_type, headers: parts.headers, method: parts.method, path };
+    match verb {
+        Verb::Watch => watch(call).await,
+        Verb::List => list(call).await,
+        Verb::Get => get(call).await,
+        Verb::Create => create(call, body, user).await,
+        Verb::Update => update(call, body, user).await,
+        Verb::Patch => patch(call, body, user).await,
+        Verb::Delete => delete(call, body, user).await,
+        Verb::DeleteCollection => delete_collection(call, body, user).await,
     }
+}
+
+async fn watch(c: Call<'_>) -> ApiResult<Response> {
+    if c.r.subresource != Subresource::Main {
+        return Err(c.not_allowed());
+    }
+    let (labels, fields) = selectors(c.q, c.r.name.as_deref())?;
+    let output = if c.out == Output::Yaml { Output::Json } else { c.out };
+    let wr = WatchRequest { namespace: c.r.namespace.clone(), labels, fields, query: c.q.clone(), output };
+    watch::serve(&c.app.registry, &c.app.watch, wr).await
+}
+
+async fn list(c: Call<'_>) -> ApiResult<Response> {
+    let q = c.q;
+    if c.r.subresource != Subresource::Main {
+        return Err(c.not_allowed());
+    }
+    q.check_list_options(false)?;
+    // "0" means any, so a continue token's own revision satisfies it (as in kube-apiserver).
+    if q.continue_token.is_some() && q.resource_version.as_deref().is_some_and(|rv| rv != "0") {
+        return Err(ApiError::bad_request("specifying resource version is not allowed when using continue"));
+    }
+    let (labels, fields) = selectors(q, None)?;
+    let exact = q.resource_version_match.as_deref() == Some("Exact");
+    let page = c
+        .app
+        .registry
+        .list(ListRequest {
+            namespace: c.r.namespace.clone(),
+            labels,
+            fields,
+            limit: q.limit,
+            continue_token: q.continue_token.clone(),
+            resource_version: q.revision()?,
+            exact,
+        })
+        .await?;
+    list_response(c.out, &page, q.include_object)
+}
+
+async fn get(c: Call<'_>) -> ApiResult<Response> {
+    let reg = &c.app.registry;
+    match c.r.subresource {
+        Subresource::Scale => scale_response(c.out, &reg.get_scale(&c.key(), c.q.revision()?).await?),
+        _ => object_response(StatusCode::OK, c.out, &reg.get(&c.key(), c.q.revision()?).await?, c.q.include_object),
+    }
+}
+
+async fn create(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult<Response> {
+    let ns = match (&c.r.namespace, c.r.subresource) {
+        (Some(ns), Subresource::Main) => ns.as_str(),
+        _ => return Err(c.not_allowed()),
+    };
+    let format = c.body_format()?;
+    let opts = write_options(c.q, &c.headers, Verb::Create, None, user)?;
+    let body = read_body(body).await?;
+    let reg = &c.app.registry;
+    let written = match format {
+        BodyFormat::Yaml => reg.create(ns, yaml_object(&body)?, &opts).await?,
+        _ => reg.create_json(ns, &body, &opts).await?,
+    };
+    c.object(StatusCode::CREATED, &written)
+}
+
+async fn update(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult<Response> {
+    let format = c.body_format()?;
+    let opts = write_options(c.q, &c.headers, Verb::Update, None, user)?;
+    let body = parse_body(&read_body(body).await?, format)?;
+    let (reg, key) = (&c.app.registry, c.key());
+    match c.r.subresource {
+        Subresource::Scale => scale_response(c.out, &reg.update_scale(&key, ScaleChange::Replace(body), &opts).await?),
+        sub => c.object(StatusCode::OK, &reg.replace(&key, body, sub, &opts).await?),
+    }
+}
+
+async fn patch(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult<Response> {
+    let patch_type = patch_type(c.content_type.as_deref())?;
+    let opts = write_options(c.q, &c.headers, Verb::Patch, Some(patch_type), user)?;
+    let (reg, key) = (&c.app.registry, c.key());
+    match c.r.subresource {
+        // No field management runs on a Scale, so it takes merge and JSON patches only.
+        Subresource::Scale if patch_type == PatchType::Apply => {
+            Err(ApiError::unsupported_patch("application/apply-patch+yaml"))
+        }
+        Subresource::Scale => {
+            let patch = read_body(body).await?;
+            scale_response(c.out, &reg.update_scale(&key, ScaleChange::Patch(&patch, patch_type), &opts).await?)
+        }
+        sub => {
+            let patch = read_body(body).await?;
+            let written = reg.patch(&key, &patch, patch_type, sub, &opts).await?;
+            c.object(if written.created { StatusCode::CREATED } else { StatusCode::OK }, &written)
+        }
+    }
+}
+
+async fn delete(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult<Response> {
+    if c.r.subresource != Subresource::Main {
+        return Err(c.not_allowed());
+    }
+    let (key, q) = (c.key(), c.q);
+    let delete = delete_options(q, &read_body(body).await?)?;
+    let opts = WriteOptions { user, dry_run: q.dry_run || delete.dry_run_all(), ..Default::default() };
+    let deleted = c.app.registry.delete(&key, &delete, &opts).await?;
+    if !deleted.gone {
+        // As kube-apiserver: the object while finalizers hold it, a Status once it is gone.
+        return object_response(StatusCode::OK, c.out, &deleted.object, q.include_object);
+    }
+    let uid = deleted.object.uid().map(|u| Value::String(u.to_owned())).unwrap_or_default();
+    c.plain(&serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+        "details": {"name": key.name, "group": crate::api::GROUP, "kind": crate::api::PLURAL, "uid": uid},
+    }))
+}
+
+async fn delete_collection(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult<Response> {
+    let ns = match (&c.r.namespace, c.r.subresource) {
+        (Some(ns), Subresource::Main) => ns.clone(),
+        _ => return Err(c.not_allowed()),
+    };
+    let q = c.q;
+    let delete = delete_options(q, &read_body(body).await?)?;
+    let opts = WriteOptions { user, dry_run: q.dry_run || delete.dry_run_all(), ..Default::default() };
+    let (labels, fields) = selectors(q, None)?;
+    let req = ListRequest { namespace: Some(ns), labels, fields, ..Default::default() };
+    let (items, revision) = c.app.registry.delete_collection(req, &delete, &opts).await?;
+    let items = items.iter().map(|o| o.to_value()).collect::<Result<Vec<_>, _>>()?;
+    c.plain(&serde_json::json!({
+        "apiVersion": crate::api::API_VERSION,
+        "kind": LIST_KIND,
+        "metadata": {"resourceVersion": revision.to_string()},
+        "items": items,
+    }))
 }
 
 /// Parses a create or update body (JSON or YAML) into a JSON object.

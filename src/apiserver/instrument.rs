@@ -14,7 +14,7 @@ use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use prometheus_client::metrics::gauge::Gauge;
 
 use super::health::Endpoint;
-use super::request::{Query, Target, Verb};
+use super::request::{RequestInfo, Target, Verb};
 use crate::api::{GROUP, PLURAL, VERSION};
 use crate::metrics::{global, DurationLabels, LongRunningLabels, RequestLabels};
 
@@ -72,17 +72,16 @@ fn method_label(method: &Method) -> &'static str {
 }
 
 impl RequestMetrics {
-    pub fn new(method: &Method, uri: &Uri, headers: &HeaderMap) -> Self {
+    pub fn new(info: &RequestInfo, method: &Method, uri: &Uri, headers: &HeaderMap) -> Self {
         let mut l = DurationLabels {
             dry_run: dry_run(uri.query()),
             component: COMPONENT.into(),
             verb: method_label(method).into(),
             ..Default::default()
         };
-        let path = match Target::parse(uri.path()) {
+        let path = match &info.target {
             Ok(Target::Resource(r)) => {
-                let watch = Query::parse(uri.query()).map(|q| q.watch).unwrap_or(false);
-                let verb = Verb::of(method, &r, watch);
+                let verb = r.verb;
                 l.verb = verb.map_or("other", |v| verb_label(v, headers)).into();
                 l.group = GROUP.into();
                 l.version = VERSION.into();
@@ -216,7 +215,9 @@ mod tests {
         if let Some(ct) = content_type {
             headers.insert(header::CONTENT_TYPE, ct.parse().unwrap());
         }
-        RequestMetrics::new(&method, &uri.parse().unwrap(), &headers).labels
+        let uri: Uri = uri.parse().unwrap();
+        let info = RequestInfo::new(&method, uri.path(), uri.query());
+        RequestMetrics::new(&info, &method, &uri, &headers).labels
     }
 
     const NS: &str = "/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets";

@@ -106,7 +106,9 @@ impl Server {
         let router = Router::new()
             .fallback(handlers::handle)
             .with_state(self.app.clone())
-            .layer(filters::RequestTimeoutLayer::new(self.request_timeout));
+            .layer(filters::RequestTimeoutLayer::new(self.request_timeout))
+            // Outermost: every filter after it reads the RequestInfo it works out.
+            .layer(filters::RequestInfoLayer);
         let graceful = GracefulShutdown::new();
         let shutdown = self.app.watch.shutdown.clone();
         loop {

@@ -4,9 +4,45 @@ use http::Method;
 
 use super::error::{ApiError, ApiResult};
 use super::health::Endpoint;
+use crate::api::selector::FieldSelector;
 use crate::api::validation::{dns1123_label_errors, FieldError};
 use crate::api::{Subresource, GROUP, PLURAL, VERSION};
 use crate::registry::{FieldValidation, Revision};
+
+/// kube-apiserver's `RequestInfo`, worked out once per request by the first filter (`filters::RequestInfoLayer`)
+/// and read from the request's extensions by the timeout, in-flight and audit filters, authorization, the metrics
+/// and the handler.
+#[derive(Debug, Clone)]
+pub struct RequestInfo {
+    /// What authorization sees.
+    pub attributes: Attributes,
+    /// What this server serves at the path (a 400 for a bad namespace comes after authorization).
+    pub target: ApiResult<Target>,
+    /// The query, parsed once (a 400 for it comes after authorization, as in kube-apiserver).
+    pub query: ApiResult<Query>,
+}
+
+/// Authorization's view of a request (`authorizer.Attributes`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Attributes {
+    /// The Kubernetes verb of a resource request (`get`, `list`, `watch`, `create`, ...), else the method in lower
+    /// case.
+    pub verb: String,
+    /// The URL path (for a non-resource request, what is authorized).
+    pub path: String,
+    /// `None` for a non-resource request (discovery, OpenAPI, health, version).
+    pub resource: Option<ResourceAttrs>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ResourceAttrs {
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    pub subresource: String,
+    pub namespace: String,
+    pub name: String,
+}
 
 /// What a request addresses.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,68 +71,8 @@ pub struct ResourceRequest {
     pub namespace: Option<String>,
     pub name: Option<String>,
     pub subresource: Subresource,
-    /// The deprecated `/watch/` path prefix was used.
-    pub watch_path: bool,
-}
-
-impl Target {
-    pub fn parse(path: &str) -> ApiResult<Self> {
-        let trimmed = path.trim_end_matches('/');
-        let parts: Vec<&str> = trimmed.split('/').skip(1).collect();
-        if let (Some(endpoint), 1..=2) = (parts.first().and_then(|p| Endpoint::parse(p)), parts.len()) {
-            return Ok(Target::Health(endpoint, parts.get(1).map(|c| c.to_string())));
-        }
-        Ok(match parts.as_slice() {
-            ["apis"] => Target::Apis,
-            ["apis", g] if *g == GROUP => Target::Group,
-            ["apis", g, v] if *g == GROUP && *v == VERSION => Target::GroupVersion,
-            ["apis", g, v, rest @ ..] if *g == GROUP && *v == VERSION => parse_resource(rest)?,
-            ["openapi", "v2"] => Target::OpenApiV2,
-            ["openapi", "v3"] => Target::OpenApiV3Root,
-            ["openapi", "v3", "apis", g, v] if *g == GROUP && *v == VERSION => Target::OpenApiV3GroupVersion,
-            ["version"] => Target::Version,
-            ["metrics"] => Target::Metrics,
-            _ => Target::Unknown,
-        })
-    }
-}
-
-fn parse_resource(parts: &[&str]) -> ApiResult<Target> {
-    let (watch_path, parts) = match parts {
-        ["watch", rest @ ..] => (true, rest),
-        _ => (false, parts),
-    };
-    let (namespace, rest) = match parts {
-        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(*ns), rest),
-        _ => (None, parts),
-    };
-    let (name, subresource) = match rest {
-        [r] if *r == PLURAL => (None, Subresource::Main),
-        [r, name] if *r == PLURAL && namespace.is_some() => (Some(*name), Subresource::Main),
-        [r, name, sub] if *r == PLURAL && namespace.is_some() => {
-            let sub = match *sub {
-                "status" => Subresource::Status,
-                "scale" => Subresource::Scale,
-                _ => return Ok(Target::Unknown),
-            };
-            (Some(*name), sub)
-        }
-        _ => return Ok(Target::Unknown),
-    };
-    if let Some(ns) = namespace {
-        if let Some(e) = dns1123_label_errors(ns).into_iter().next() {
-            return Err(ApiError::bad_request(format!("invalid namespace {ns:?}: {e}")));
-        }
-    }
-    if name.is_some_and(str::is_empty) {
-        return Ok(Target::Unknown);
-    }
-    Ok(Target::Resource(ResourceRequest {
-        namespace: namespace.map(str::to_owned),
-        name: name.map(str::to_owned),
-        subresource,
-        watch_path,
-    }))
+    /// The verb served; `None` when the method has no meaning there (405).
+    pub verb: Option<Verb>,
 }
 
 /// The Kubernetes verb of a resource request.
@@ -112,24 +88,149 @@ pub enum Verb {
     DeleteCollection,
 }
 
-impl Verb {
-    pub fn of(method: &Method, req: &ResourceRequest, watch: bool) -> Option<Self> {
-        let named = req.name.is_some();
-        // The `/watch/` prefix serves only GET; `?watch` applies to collections (a named GET ignores it), as in
-        // kube-apiserver, so what was authorized is what runs.
-        Some(match (method.as_str(), named) {
-            ("GET" | "HEAD", _) if req.watch_path => Verb::Watch,
-            _ if req.watch_path => return None,
-            ("GET" | "HEAD", false) if watch => Verb::Watch,
-            ("GET" | "HEAD", true) => Verb::Get,
-            ("GET" | "HEAD", false) => Verb::List,
-            ("POST", false) => Verb::Create,
-            ("PUT", true) => Verb::Update,
-            ("PATCH", true) => Verb::Patch,
-            ("DELETE", true) => Verb::Delete,
-            ("DELETE", false) => Verb::DeleteCollection,
-            _ => return None,
-        })
+fn valid_path_segment(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains('/') && !name.contains('%')
+}
+
+impl RequestInfo {
+    /// k8s.io/apiserver's `RequestInfoFactory.NewRequestInfo`: `/apis/<group>/<version>/...` is a resource request,
+    /// anything else a non-resource one (`/api/v1/...` is never ours, so it is authorized as the path it is).
+    pub fn new(method: &Method, path: &str, query: Option<&str>) -> Self {
+        let query = Query::parse(query);
+        let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+        if parts.len() < 4 || parts[0] != "apis" {
+            let attributes = Attributes { verb: method.as_str().to_lowercase(), path: path.to_owned(), resource: None };
+            return Self { attributes, target: Ok(non_resource_target(path)), query };
+        }
+        let (group, version) = (parts[1], parts[2]);
+        let mut parts = &parts[3..];
+        let mut verb = match *method {
+            Method::POST => "create",
+            Method::GET | Method::HEAD => "get",
+            Method::PUT => "update",
+            Method::PATCH => "patch",
+            Method::DELETE => "delete",
+            _ => "",
+        };
+        let mut special = false;
+        if matches!(parts[0], "watch" | "proxy") {
+            if parts.len() < 2 {
+                let attributes =
+                    Attributes { verb: method.as_str().to_lowercase(), path: path.to_owned(), resource: None };
+                return Self { attributes, target: Ok(Target::Unknown), query };
+            }
+            verb = parts[0];
+            special = true;
+            parts = &parts[1..];
+        }
+        let mut namespace = "";
+        if parts[0] == "namespaces" && parts.len() > 1 {
+            namespace = parts[1];
+            if parts.len() > 2 && !matches!(parts[2], "status" | "finalize") {
+                parts = &parts[2..];
+            }
+        }
+        let at = |i: usize| parts.get(i).copied().unwrap_or("");
+        let (resource, path_name) = (at(0), at(1));
+        let subresource = if verb != "proxy" { at(2) } else { "" };
+        let q = query.as_ref().ok();
+        let mut name = path_name.to_owned();
+        if path_name.is_empty() && verb == "get" {
+            verb = if q.is_some_and(|q| q.watch) { "watch" } else { "list" };
+            // A list or watch of one object by field selector is authorized as on that object.
+            let selector = q.and_then(|q| q.field_selector.as_deref()).unwrap_or_default();
+            if let Some(n) = FieldSelector::parse(selector).ok().as_ref().and_then(FieldSelector::exact_name) {
+                if valid_path_segment(n) {
+                    name = n.to_owned();
+                }
+            }
+        }
+        if path_name.is_empty() && verb == "delete" {
+            verb = "deletecollection";
+        }
+        let ours = group == GROUP && version == VERSION && resource == PLURAL && verb != "proxy";
+        let target = match (ours, Subresource::parse(subresource)) {
+            // Nothing past the subresource, and a name only within a namespace (PodSets are namespaced).
+            (true, Some(sub))
+                if parts.len() <= 3
+                    && (path_name.is_empty() || !namespace.is_empty())
+                    && (!path_name.is_empty() || sub == Subresource::Main) =>
+            {
+                resource_target(method, verb, special, namespace, path_name, sub)
+            }
+            _ => Ok(Target::Unknown),
+        };
+        let resource = ResourceAttrs {
+            group: group.to_owned(),
+            version: version.to_owned(),
+            resource: resource.to_owned(),
+            subresource: subresource.to_owned(),
+            namespace: namespace.to_owned(),
+            name,
+        };
+        let attributes = Attributes { verb: verb.to_owned(), path: path.to_owned(), resource: Some(resource) };
+        Self { attributes, target, query }
+    }
+
+    /// `BasicLongRunningRequestCheck` for what we serve: watches (their own timeout is `--min-request-timeout`).
+    pub fn is_long_running(&self) -> bool {
+        self.attributes.verb == "watch"
+    }
+}
+
+/// A PodSet request: the verb served, from the one kube-apiserver authorizes (what was authorized is what runs).
+fn resource_target(
+    method: &Method,
+    verb: &str,
+    special: bool,
+    namespace: &str,
+    name: &str,
+    sub: Subresource,
+) -> ApiResult<Target> {
+    if !namespace.is_empty() {
+        if let Some(e) = dns1123_label_errors(namespace).into_iter().next() {
+            return Err(ApiError::bad_request(format!("invalid namespace {namespace:?}: {e}")));
+        }
+    }
+    let named = !name.is_empty();
+    let read = *method == Method::GET || *method == Method::HEAD;
+    let verb = match verb {
+        // The `/watch/` prefix serves only GET.
+        "watch" if special && !read => None,
+        "watch" => Some(Verb::Watch),
+        "get" => Some(Verb::Get),
+        "list" => Some(Verb::List),
+        "create" if !named => Some(Verb::Create),
+        "update" if named => Some(Verb::Update),
+        "patch" if named => Some(Verb::Patch),
+        "delete" => Some(Verb::Delete),
+        "deletecollection" => Some(Verb::DeleteCollection),
+        _ => None,
+    };
+    Ok(Target::Resource(ResourceRequest {
+        namespace: (!namespace.is_empty()).then(|| namespace.to_owned()),
+        name: named.then(|| name.to_owned()),
+        subresource: sub,
+        verb,
+    }))
+}
+
+fn non_resource_target(path: &str) -> Target {
+    let trimmed = path.trim_end_matches('/');
+    let parts: Vec<&str> = trimmed.split('/').skip(1).collect();
+    if let (Some(endpoint), 1..=2) = (parts.first().and_then(|p| Endpoint::parse(p)), parts.len()) {
+        return Target::Health(endpoint, parts.get(1).map(|c| c.to_string()));
+    }
+    match parts.as_slice() {
+        ["apis"] => Target::Apis,
+        ["apis", g] if *g == GROUP => Target::Group,
+        ["apis", g, v] if *g == GROUP && *v == VERSION => Target::GroupVersion,
+        ["openapi", "v2"] => Target::OpenApiV2,
+        ["openapi", "v3"] => Target::OpenApiV3Root,
+        ["openapi", "v3", "apis", g, v] if *g == GROUP && *v == VERSION => Target::OpenApiV3GroupVersion,
+        ["version"] => Target::Version,
+        ["metrics"] => Target::Metrics,
+        _ => Target::Unknown,
     }
 }
 
@@ -319,55 +420,85 @@ impl Query {
 mod tests {
     use super::*;
 
-    fn res(ns: Option<&str>, name: Option<&str>, sub: Subresource) -> Target {
+    fn res(ns: Option<&str>, name: Option<&str>, sub: Subresource, verb: Verb) -> Target {
         Target::Resource(ResourceRequest {
             namespace: ns.map(Into::into),
             name: name.map(Into::into),
             subresource: sub,
-            watch_path: false,
+            verb: Some(verb),
         })
+    }
+
+    fn target(method: Method, path: &str, query: Option<&str>) -> ApiResult<Target> {
+        RequestInfo::new(&method, path, query).target
     }
 
     #[test]
     fn parses_paths() {
-        let p = |s| Target::parse(s).unwrap();
+        let p = |s| target(Method::GET, s, None).unwrap();
         assert_eq!(p("/apis"), Target::Apis);
         assert_eq!(p("/apis/demo.k8s.io/"), Target::Group);
         assert_eq!(p("/apis/demo.k8s.io/v1alpha1"), Target::GroupVersion);
-        assert_eq!(p("/apis/demo.k8s.io/v1alpha1/podsets"), res(None, None, Subresource::Main));
-        assert_eq!(p("/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets"), res(Some("ns"), None, Subresource::Main));
+        assert_eq!(p("/apis/demo.k8s.io/v1alpha1/podsets"), res(None, None, Subresource::Main, Verb::List));
+        assert_eq!(
+            p("/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets"),
+            res(Some("ns"), None, Subresource::Main, Verb::List)
+        );
         assert_eq!(
             p("/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets/a"),
-            res(Some("ns"), Some("a"), Subresource::Main)
+            res(Some("ns"), Some("a"), Subresource::Main, Verb::Get)
         );
         assert_eq!(
             p("/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets/a/scale"),
-            res(Some("ns"), Some("a"), Subresource::Scale)
+            res(Some("ns"), Some("a"), Subresource::Scale, Verb::Get)
         );
-        assert_eq!(p("/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets/a/exec"), Target::Unknown);
-        assert_eq!(p("/apis/demo.k8s.io/v1alpha1/foos"), Target::Unknown);
-        assert_eq!(p("/apis/demo.k8s.io/v1alpha1/podsets/a"), Target::Unknown);
-        assert_eq!(p("/api/v1/pods"), Target::Unknown);
-        assert!(Target::parse("/apis/demo.k8s.io/v1alpha1/namespaces/Bad_NS/podsets").is_err());
+        for unknown in [
+            "/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets/a/exec",
+            "/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets/a/status/x",
+            "/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets//status",
+            "/apis/demo.k8s.io/v1alpha1/namespaces/ns",
+            "/apis/demo.k8s.io/v1alpha1/foos",
+            "/apis/demo.k8s.io/v1alpha1/podsets/a",
+            "/apis/demo.k8s.io/v1alpha1/watch",
+            "/apis/demo.k8s.io/v1alpha1/proxy/namespaces/ns/podsets/a",
+            "/apis/other.k8s.io/v1alpha1/namespaces/ns/podsets",
+            "/apis/demo.k8s.io/v1/namespaces/ns/podsets",
+            "/api/v1/pods",
+        ] {
+            assert_eq!(p(unknown), Target::Unknown, "{unknown}");
+        }
+        assert!(target(Method::GET, "/apis/demo.k8s.io/v1alpha1/namespaces/Bad_NS/podsets", None).is_err());
     }
 
     #[test]
-    fn verbs_serve_only_what_kube_apiserver_would_authorize() {
-        let coll = ResourceRequest {
-            namespace: Some("ns".into()),
-            name: None,
-            subresource: Subresource::Main,
-            watch_path: false,
-        };
-        let named = ResourceRequest { name: Some("a".into()), ..coll.clone() };
-        let watch_path = ResourceRequest { watch_path: true, ..coll.clone() };
-        assert_eq!(Verb::of(&Method::GET, &coll, true), Some(Verb::Watch));
-        assert_eq!(Verb::of(&Method::GET, &named, true), Some(Verb::Get), "a named GET ignores ?watch");
-        assert_eq!(Verb::of(&Method::GET, &watch_path, false), Some(Verb::Watch));
-        for m in [Method::DELETE, Method::POST, Method::PUT, Method::PATCH] {
-            assert_eq!(Verb::of(&m, &watch_path, false), None, "{m} on a /watch/ path");
+    fn the_verb_served_is_the_verb_authorized() {
+        const NS: &str = "/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets";
+        let cases = [
+            (Method::GET, NS.to_owned(), Some("watch=true"), Some(Verb::Watch)),
+            (Method::GET, format!("{NS}/a"), Some("watch=true"), Some(Verb::Get)),
+            (Method::GET, "/apis/demo.k8s.io/v1alpha1/watch/namespaces/ns/podsets".into(), None, Some(Verb::Watch)),
+            (Method::HEAD, NS.to_owned(), None, Some(Verb::List)),
+            (Method::POST, NS.to_owned(), None, Some(Verb::Create)),
+            (Method::POST, format!("{NS}/a"), None, None),
+            (Method::PUT, NS.to_owned(), None, None),
+            (Method::PATCH, format!("{NS}/a/status"), None, Some(Verb::Patch)),
+            (Method::DELETE, NS.to_owned(), None, Some(Verb::DeleteCollection)),
+            (Method::DELETE, format!("{NS}/a"), None, Some(Verb::Delete)),
+            (Method::OPTIONS, NS.to_owned(), None, None),
+        ];
+        for (method, path, query, want) in cases {
+            let info = RequestInfo::new(&method, &path, query);
+            let Ok(Target::Resource(r)) = &info.target else { panic!("{method} {path}: {:?}", info.target) };
+            assert_eq!(r.verb, want, "{method} {path}");
+            if let Some(v) = r.verb {
+                let name = format!("{v:?}").to_lowercase();
+                assert_eq!(info.attributes.verb, name, "{method} {path}: served as authorized");
+            }
         }
-        assert_eq!(Verb::of(&Method::DELETE, &coll, false), Some(Verb::DeleteCollection));
+        for m in [Method::DELETE, Method::POST, Method::PUT, Method::PATCH] {
+            let info = RequestInfo::new(&m, "/apis/demo.k8s.io/v1alpha1/watch/namespaces/ns/podsets", None);
+            assert!(matches!(info.target, Ok(Target::Resource(ResourceRequest { verb: None, .. }))), "{m} on /watch/");
+        }
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Where field management (managedFields, server-side apply) hooks into the write path: `manage_fields` is the one
-//! call every create, update, patch and apply makes.
+//! Where field management (managedFields, server-side apply) hooks into the write path: `manage_fields` records an
+//! update or merges an apply; a plain create's entry is written out directly by `created_managed_fields`.
 
 use std::sync::OnceLock;
 

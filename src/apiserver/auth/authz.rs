@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
-use http::Method;
 use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
@@ -13,100 +12,14 @@ use sha2::{Digest, Sha256};
 
 use super::authn::ANONYMOUS;
 use super::cache::{CacheLimits, Decision, DecisionCache};
-use crate::api::selector::FieldSelector;
 use crate::api::UserInfo;
 use crate::apiserver::error::{ApiError, ApiResult};
-use crate::apiserver::request::Query;
+use crate::apiserver::request::Attributes;
 
 /// The group whose members may do anything without asking, as in kube-apiserver.
 pub const MASTERS: &str = "system:masters";
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ResourceAttrs {
-    pub group: String,
-    pub version: String,
-    pub resource: String,
-    pub subresource: String,
-    pub namespace: String,
-    pub name: String,
-}
-
-/// Authorization attributes of one request.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Attributes {
-    pub verb: String,
-    /// The URL path (for non-resource requests, what is authorized).
-    pub path: String,
-    /// `None` for a non-resource request (discovery, OpenAPI, health, version).
-    pub resource: Option<ResourceAttrs>,
-}
-
-fn valid_path_segment(name: &str) -> bool {
-    !name.is_empty() && name != "." && name != ".." && !name.contains('/') && !name.contains('%')
-}
-
 impl Attributes {
-    /// kube-apiserver's `RequestInfoFactory.NewRequestInfo`: `/apis/<group>/<version>/...` is a resource request,
-    /// anything else a non-resource one.
-    /// `query` is the request's query as the handler parsed it (`None` if it did not parse: a plain list).
-    pub fn from_request(method: &Method, path: &str, query: Option<&Query>) -> Self {
-        let non_resource =
-            || Attributes { verb: method.as_str().to_lowercase(), path: path.to_owned(), resource: None };
-        let mut parts: Vec<&str> = path.trim_matches('/').split('/').collect();
-        if parts.len() < 4 || parts[0] != "apis" {
-            // `/api/v1/...` is never ours, so it is authorized as the path it is.
-            return non_resource();
-        }
-        let group = parts[1].to_owned();
-        let version = parts[2].to_owned();
-        parts.drain(..3);
-        let mut verb = match *method {
-            Method::POST => "create",
-            Method::GET | Method::HEAD => "get",
-            Method::PUT => "update",
-            Method::PATCH => "patch",
-            Method::DELETE => "delete",
-            _ => "",
-        }
-        .to_owned();
-        if matches!(parts[0], "watch" | "proxy") {
-            if parts.len() < 2 {
-                return non_resource();
-            }
-            verb = parts[0].to_owned();
-            parts.remove(0);
-        }
-        let mut namespace = String::new();
-        if parts[0] == "namespaces" && parts.len() > 1 {
-            namespace = parts[1].to_owned();
-            if parts.len() > 2 && !matches!(parts[2], "status" | "finalize") {
-                parts.drain(..2);
-            }
-        }
-        let at = |i: usize| parts.get(i).map(|s| s.to_string()).unwrap_or_default();
-        let subresource = if verb != "proxy" { at(2) } else { String::new() };
-        let mut name = at(1);
-        let resource = at(0);
-        if name.is_empty() && verb == "get" {
-            let watch = query.is_some_and(|q| q.watch);
-            verb = if watch { "watch" } else { "list" }.to_owned();
-            let selector = query.and_then(|q| q.field_selector.as_deref()).unwrap_or_default();
-            if let Some(n) = FieldSelector::parse(selector).ok().as_ref().and_then(FieldSelector::exact_name) {
-                if valid_path_segment(n) {
-                    name = n.to_owned();
-                }
-            }
-        }
-        if name.is_empty() && verb == "delete" {
-            verb = "deletecollection".to_owned();
-        }
-        Attributes {
-            verb,
-            path: path.to_owned(),
-            resource: Some(ResourceAttrs { group, version, resource, subresource, namespace, name }),
-        }
-    }
-
     /// kube-apiserver's wording for a denial.
     fn forbidden_message(&self, user: &str) -> String {
         let Some(r) = &self.resource else {
@@ -226,28 +139,21 @@ impl Authorizer {
     }
 
     /// Ok, or the Status to answer with: 403 for a known user, 401 for an anonymous one, 500 when the main API
-    /// server cannot answer (never an allow). `query` is the handler's parse of the query, if it parsed.
-    pub async fn authorize(
-        &self,
-        user: &UserInfo,
-        method: &Method,
-        path: &str,
-        query: Option<&Query>,
-    ) -> ApiResult<()> {
+    /// server cannot answer (never an allow).
+    pub async fn authorize(&self, user: &UserInfo, attrs: &Attributes) -> ApiResult<()> {
         if self.allow_all || user.groups.iter().any(|g| g == MASTERS) {
             return Ok(());
         }
-        let attrs = Attributes::from_request(method, path, query);
-        if self.always_allow_paths.allows(&attrs) {
+        if self.always_allow_paths.allows(attrs) {
             return Ok(());
         }
-        let key = review_key(user, &attrs);
+        let key = review_key(user, attrs);
         let cached = self.cache.get(&key).await;
         crate::metrics::global().authz.cache_lookup(cached.is_some());
         let decision = match cached {
             Some(d) => d,
             None => {
-                let d = self.ask(review_spec(user, &attrs)).await?;
+                let d = self.ask(review_spec(user, attrs)).await?;
                 self.cache.insert(key, d.clone()).await;
                 d
             }
@@ -331,9 +237,11 @@ fn review_spec(user: &UserInfo, attrs: &Attributes) -> SubjectAccessReviewSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::apiserver::request::RequestInfo;
+    use http::Method;
 
     fn attrs(method: Method, path: &str, query: Option<&str>) -> Attributes {
-        Attributes::from_request(&method, path, Query::parse(query).ok().as_ref())
+        RequestInfo::new(&method, path, query).attributes
     }
 
     fn res(a: &Attributes) -> (&str, &str, &str, &str, &str) {
@@ -473,12 +381,12 @@ mod tests {
     #[tokio::test]
     async fn masters_and_allowed_paths_need_no_review_and_the_rest_is_denied_without_one() {
         let a = authorizer();
-        let get = Method::GET;
-        assert!(a.authorize(&user("root", &[MASTERS]), &get, NS, None).await.is_ok());
-        assert!(a.authorize(&user(ANONYMOUS, &["system:unauthenticated"]), &get, "/healthz", None).await.is_ok());
-        assert_eq!(a.authorize(&user("bob", &["system:authenticated"]), &get, NS, None).await.unwrap_err().code(), 403);
+        let (list, health) = (attrs(Method::GET, NS, None), attrs(Method::GET, "/healthz", None));
+        assert!(a.authorize(&user("root", &[MASTERS]), &list).await.is_ok());
+        assert!(a.authorize(&user(ANONYMOUS, &["system:unauthenticated"]), &health).await.is_ok());
+        assert_eq!(a.authorize(&user("bob", &["system:authenticated"]), &list).await.unwrap_err().code(), 403);
         assert_eq!(
-            a.authorize(&user(ANONYMOUS, &["system:unauthenticated"]), &get, NS, None).await.unwrap_err().code(),
+            a.authorize(&user(ANONYMOUS, &["system:unauthenticated"]), &list).await.unwrap_err().code(),
             401,
             "an anonymous caller is told to authenticate"
         );

@@ -10,10 +10,10 @@ use std::sync::Arc;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
-use super::is_long_running;
-use crate::apiserver::auth::authz::{Attributes, MASTERS};
+use crate::apiserver::auth::authz::MASTERS;
 use crate::apiserver::auth::UserInfo;
 use crate::apiserver::error::ApiError;
+use crate::apiserver::request::RequestInfo;
 use crate::metrics::{global, RequestKindLabel};
 
 /// The two pools, as metrics label them (`request_kind`).
@@ -24,8 +24,8 @@ pub enum RequestKind {
 }
 
 impl RequestKind {
-    pub fn of(info: &Attributes) -> Self {
-        match info.verb.as_str() {
+    pub fn of(info: &RequestInfo) -> Self {
+        match info.attributes.verb.as_str() {
             "get" | "list" | "watch" => Self::ReadOnly,
             _ => Self::Mutating,
         }
@@ -109,9 +109,9 @@ impl MaxInFlight {
     }
 
     /// Takes a slot for a request, or refuses it with 429.
-    pub fn admit(&self, info: &Attributes, user: &UserInfo) -> Result<InFlight, ApiError> {
+    pub fn admit(&self, info: &RequestInfo, user: &UserInfo) -> Result<InFlight, ApiError> {
         let kind = RequestKind::of(info);
-        let Some(pool) = self.pool(kind).filter(|_| !is_long_running(info)) else {
+        let Some(pool) = self.pool(kind).filter(|_| !info.is_long_running()) else {
             return Ok(InFlight::none());
         };
         match pool.slots.clone().try_acquire_owned() {
@@ -132,8 +132,8 @@ mod tests {
     use super::*;
     use http::Method;
 
-    fn info(method: Method, path: &str, query: Option<&str>) -> Attributes {
-        super::super::request_info(&method, path, query)
+    fn info(method: Method, path: &str, query: Option<&str>) -> RequestInfo {
+        RequestInfo::new(&method, path, query)
     }
 
     fn user(groups: &[&str]) -> UserInfo {

@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use http::Request;
 use tower::{Layer, Service};
 
-use super::{is_long_running, request_info};
+use super::info_of;
 use crate::apiserver::error::ApiError;
 
 #[derive(Debug, Clone, Copy)]
@@ -73,9 +73,8 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
-        let info = request_info(req.method(), req.uri().path(), req.uri().query());
-        if is_long_running(&info) {
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        if info_of(&mut req).is_long_running() {
             return Box::pin(self.inner.call(req));
         }
         let timeout = match requested_timeout(req.uri().query()) {

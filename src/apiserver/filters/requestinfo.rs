@@ -1,0 +1,74 @@
+//! `WithRequestInfo`: the first filter works out the request's [`RequestInfo`] once and keeps it in the request's
+//! extensions, where every later filter and the handler read it.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::Request;
+use tower::{Layer, Service};
+
+use crate::apiserver::request::RequestInfo;
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestInfoLayer;
+
+impl<S> Layer<S> for RequestInfoLayer {
+    type Service = WithRequestInfo<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        WithRequestInfo { inner }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct WithRequestInfo<S> {
+    inner: S,
+}
+
+impl<S, B> Service<Request<B>> for WithRequestInfo<S>
+where
+    S: Service<Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        info_of(&mut req);
+        self.inner.call(req)
+    }
+}
+
+/// The request's [`RequestInfo`]: the one [`RequestInfoLayer`] worked out, or (for a service run without it, as in
+/// a unit test) worked out now and kept for the steps after.
+pub fn info_of<B>(req: &mut Request<B>) -> Arc<RequestInfo> {
+    if let Some(info) = req.extensions().get::<Arc<RequestInfo>>() {
+        return info.clone();
+    }
+    let info = Arc::new(RequestInfo::new(req.method(), req.uri().path(), req.uri().query()));
+    req.extensions_mut().insert(info.clone());
+    info
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower::ServiceExt;
+
+    #[tokio::test]
+    async fn worked_out_once_and_read_after() {
+        let svc = tower::service_fn(|mut req: Request<()>| async move {
+            let first = req.extensions().get::<Arc<RequestInfo>>().cloned().expect("set by the layer");
+            let again = info_of(&mut req);
+            Ok::<_, std::convert::Infallible>((Arc::ptr_eq(&first, &again), again.attributes.verb.clone()))
+        });
+        let req = Request::get("/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets?watch=1").body(()).unwrap();
+        let (same, verb) = RequestInfoLayer.layer(svc).oneshot(req).await.unwrap();
+        assert!(same, "read, not worked out again");
+        assert_eq!(verb, "watch");
+    }
+}
