@@ -1,6 +1,7 @@
 //! podset-apiserver: an aggregated Kubernetes API server for `PodSet` (`demo.k8s.io/v1alpha1`).
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod api;
 pub mod apiserver;
 pub mod cmd;

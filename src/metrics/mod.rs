@@ -152,6 +152,47 @@ pub struct Workqueue {
     pub work_duration: HistogramFamily<NameLabel>,
 }
 
+/// `apiserver_admission_step_admission_duration_seconds`' labels: `type` is `admit` or `validate`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdmissionStepLabels {
+    pub r#type: String,
+    pub operation: String,
+    pub rejected: String,
+}
+
+/// `apiserver_admission_webhook_admission_duration_seconds`' labels: `type` is `admit` or `validating`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdmissionWebhookLabels {
+    pub name: String,
+    pub r#type: String,
+    pub operation: String,
+    pub rejected: String,
+}
+
+/// `apiserver_admission_webhook_rejection_count`'s labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdmissionRejectionLabels {
+    pub name: String,
+    pub r#type: String,
+    pub operation: String,
+    /// `calling_webhook_error`, `no_error` (the webhook said no) or `apiserver_internal_error`.
+    pub error_type: String,
+    pub rejection_code: String,
+}
+
+/// Admission, as k8s.io/apiserver's `admission/metrics`.
+#[derive(Debug)]
+pub struct AdmissionMetrics {
+    pub step_duration: HistogramFamily<AdmissionStepLabels>,
+    pub webhook_duration: HistogramFamily<AdmissionWebhookLabels>,
+    pub webhook_rejections: Family<AdmissionRejectionLabels, Counter>,
+}
+
+/// k8s.io/apiserver's admission latency buckets.
+fn admission_histogram() -> Histogram {
+    Histogram::new([0.005, 0.025, 0.1, 0.5, 2.5])
+}
+
 /// Every metric the server exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -167,6 +208,7 @@ pub struct Metrics {
     pub leader: Family<NameLabel, Gauge>,
     pub audit_events: Counter,
     pub audit_errors: Family<NameLabel, Counter>,
+    pub admission: AdmissionMetrics,
     /// One durable write group (batch + fsync) of the embedded store.
     pub storage_commit_duration: Histogram,
     /// Writes that shared one fsync.
@@ -194,6 +236,11 @@ impl Metrics {
             leader: Family::default(),
             audit_events: Counter::default(),
             audit_errors: Family::default(),
+            admission: AdmissionMetrics {
+                step_duration: Family::new_with_constructor(admission_histogram),
+                webhook_duration: Family::new_with_constructor(admission_histogram),
+                webhook_rejections: Family::default(),
+            },
             storage_commit_duration: Histogram::new(exponential_buckets(0.0001, 2., 16)),
             storage_commit_group_size: Histogram::new(exponential_buckets(1., 2., 10)),
         }
@@ -292,6 +339,29 @@ impl Metrics {
             "Counter of audit events that failed to be audited properly. Plugin identifies the plugin affected by \
              the error.",
             self.audit_errors.clone(),
+        );
+        let a = &self.admission;
+        r.register(
+            "apiserver_admission_step_admission_duration_seconds",
+            "Admission sub-step latency histogram in seconds, broken out for each operation and API resource and \
+             step type (validate or admit).",
+            a.step_duration.clone(),
+        );
+        r.register(
+            "apiserver_admission_webhook_admission_duration_seconds",
+            "Admission webhook latency histogram in seconds, identified by name and broken out for each operation \
+             and API resource and type (validate or admit).",
+            a.webhook_duration.clone(),
+        );
+        r.register(
+            "apiserver_admission_webhook_rejection_count",
+            "Admission webhook rejection count, identified by name and broken out for each admission type \
+             (validating or admit) and operation. Additional labels specify an error type (calling_webhook_error or \
+             apiserver_internal_error if an error occurred; no_error otherwise) and optionally a non-zero rejection \
+             code if the webhook rejects the request with an HTTP status code (honored by the apiserver when the \
+             code is greater or equal to 400). Codes greater than 600 are truncated to 600, to keep the metrics \
+             cardinality bounded.",
+            a.webhook_rejections.clone(),
         );
         r.register_collector(Box::new(process::ProcessCollector));
     }

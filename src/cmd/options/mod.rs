@@ -1,5 +1,6 @@
 //! Flags, named as k8s.io/apiserver names them, one group per concern; each group builds its part of the server.
 
+mod admission;
 mod audit;
 mod authentication;
 mod authorization;
@@ -13,6 +14,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 
+pub use admission::AdmissionOptions;
 pub use audit::AuditOptions;
 pub use authentication::AuthenticationOptions;
 pub use authorization::AuthorizationOptions;
@@ -58,6 +60,9 @@ pub struct Options {
 
     #[command(flatten)]
     pub audit: AuditOptions,
+
+    #[command(flatten)]
+    pub admission: AdmissionOptions,
 
     /// Kubeconfig of the main API server: for the embedded controller, and for authentication and authorization
     /// unless their own kubeconfig flags say otherwise. In a cluster, the in-cluster config is used.
@@ -222,6 +227,7 @@ mod tests {
             "--max-mutating-requests-inflight=7",
             "--audit-log-path=-",
             "--audit-log-maxsize=100",
+            "--disable-admission-plugins=ValidatingAdmissionWebhook",
         ])
         .unwrap();
         assert_eq!(o.serving.secure_port, 0);
@@ -235,6 +241,7 @@ mod tests {
         assert_eq!(o.server_run.min_request_timeout(), Duration::from_secs(1800));
         assert_eq!(o.audit.audit_log_path.as_deref(), Some(Path::new("-")));
         assert_eq!((o.audit.audit_log_maxsize, o.audit.audit_log_maxbackup, o.audit.audit_log_maxage), (100, 0, 0));
+        assert_eq!(o.admission.disable_admission_plugins, ["ValidatingAdmissionWebhook"]);
         assert!(Options::try_parse_from(["podset-apiserver", "--tls-cert-file=a.crt"]).is_err(), "key required too");
     }
 

@@ -1,0 +1,285 @@
+//! Admission plugins, as k8s.io/apiserver's `AdmissionOptions`: which run, and the AdmissionConfiguration file
+//! that gives the webhook plugins a kubeconfig for calling webhooks.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Args;
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::admission::{Chain, Plugin, WebhookClients, WebhookPluginConfig};
+
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Admission")]
+pub struct AdmissionOptions {
+    /// Admission plugins to enable in addition to the default ones (NamespaceLifecycle, MutatingAdmissionWebhook,
+    /// ValidatingAdmissionWebhook, which are all there are). The order does not matter.
+    #[arg(long, value_delimiter = ',')]
+    pub enable_admission_plugins: Vec<String>,
+
+    /// Admission plugins to disable although they are on by default. The order does not matter.
+    #[arg(long, value_delimiter = ',')]
+    pub disable_admission_plugins: Vec<String>,
+
+    /// File with admission control configuration (an AdmissionConfiguration): for MutatingAdmissionWebhook and
+    /// ValidatingAdmissionWebhook, a WebhookAdmissionConfiguration whose kubeConfigFile holds the credentials to
+    /// call webhooks with.
+    #[arg(long)]
+    pub admission_control_config_file: Option<PathBuf>,
+}
+
+impl AdmissionOptions {
+    /// kube-apiserver's checks: every named plugin exists, and none is both enabled and disabled.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let mut errors = Vec::new();
+        for (flag, names) in [("enable", &self.enable_admission_plugins), ("disable", &self.disable_admission_plugins)]
+        {
+            for name in names.iter().filter(|n| Plugin::parse(n).is_none()) {
+                errors.push(format!("{flag}-admission-plugins plugin {name:?} is unknown"));
+            }
+        }
+        let mut both: Vec<&str> = self
+            .enable_admission_plugins
+            .iter()
+            .filter(|n| self.disable_admission_plugins.contains(n))
+            .map(String::as_str)
+            .collect();
+        both.sort();
+        both.dedup();
+        if !both.is_empty() {
+            errors.push(format!(
+                "[{}] in enable-admission-plugins and disable-admission-plugins overlapped",
+                both.join(" ")
+            ));
+        }
+        match errors.as_slice() {
+            [] => Ok(()),
+            _ => anyhow::bail!("{}", errors.join("; ")),
+        }
+    }
+
+    /// The plugins that run, in their order.
+    pub fn enabled_plugins(&self) -> Vec<Plugin> {
+        let disabled = |p: &Plugin| {
+            self.disable_admission_plugins.iter().any(|n| n == p.name())
+                && !self.enable_admission_plugins.iter().any(|n| n == p.name())
+        };
+        Plugin::ALL.into_iter().filter(|p| !disabled(p)).collect()
+    }
+
+    /// The admission chain over the main API server `client`, its watches stopping with `stop`.
+    ///
+    /// Without a main API server (no --kubeconfig, not in a cluster: development with --insecure-allow-all)
+    /// there are no namespaces or webhook configurations to read, so the chain is empty; naming a plugin in
+    /// --enable-admission-plugins then is an error rather than a plugin silently not running.
+    pub fn build(&self, client: Option<kube::Client>, stop: CancellationToken) -> anyhow::Result<Chain> {
+        self.validate()?;
+        let plugins = self.enabled_plugins();
+        let Some(client) = client else {
+            if !self.enable_admission_plugins.is_empty() {
+                anyhow::bail!(
+                    "--enable-admission-plugins={}: admission plugins read namespaces and webhook configurations \
+                     from the main API server; pass --kubeconfig or run in a cluster",
+                    self.enable_admission_plugins.join(",")
+                );
+            }
+            tracing::warn!(
+                "no main API server: admission plugins are off (NamespaceLifecycle and the webhooks need it)"
+            );
+            return Ok(Chain::empty());
+        };
+        let webhooks = match &self.admission_control_config_file {
+            Some(path) => webhook_config(path)?,
+            None => WebhookPluginConfig::default(),
+        };
+        let names: Vec<&str> = plugins.iter().map(|p| p.name()).collect();
+        tracing::info!(plugins = ?names, "admission");
+        Ok(Chain::start(&plugins, client, webhooks, stop))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AdmissionConfiguration {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    plugins: Vec<PluginConfiguration>,
+}
+
+#[derive(Deserialize)]
+struct PluginConfiguration {
+    name: String,
+    #[serde(default)]
+    path: Option<PathBuf>,
+    #[serde(default)]
+    configuration: Option<serde_yaml::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WebhookAdmission {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    kube_config_file: String,
+}
+
+/// The webhook plugins' clients from an AdmissionConfiguration (apiserver.config.k8s.io/v1, or
+/// apiserver.k8s.io/v1alpha1 and v1beta1), each plugin's part inline or in a file relative to it.
+fn webhook_config(path: &Path) -> anyhow::Result<WebhookPluginConfig> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        anyhow::anyhow!("unable to read admission control configuration from {:?} [{e}]", path.display().to_string())
+    })?;
+    let what = || format!("--admission-control-config-file {}", path.display());
+    let config: AdmissionConfiguration = serde_yaml::from_str(&text).with_context(what)?;
+    let known = ["apiserver.config.k8s.io/v1", "apiserver.k8s.io/v1alpha1", "apiserver.k8s.io/v1beta1"];
+    if config.kind != "AdmissionConfiguration" || !known.contains(&config.api_version.as_str()) {
+        anyhow::bail!(
+            "{}: expected an AdmissionConfiguration of {}, got kind {:?} of {:?}",
+            what(),
+            known.join(", "),
+            config.kind,
+            config.api_version
+        );
+    }
+    let mut out = WebhookPluginConfig::default();
+    for plugin in config.plugins {
+        let slot = match Plugin::parse(&plugin.name) {
+            Some(Plugin::MutatingAdmissionWebhook) => &mut out.mutating,
+            Some(Plugin::ValidatingAdmissionWebhook) => &mut out.validating,
+            // kube-apiserver reads a plugin's configuration only when it runs it; ours have none.
+            _ => continue,
+        };
+        let value = match (plugin.configuration, &plugin.path) {
+            (Some(v), _) => v,
+            (None, Some(p)) => {
+                let p = if p.is_absolute() { p.clone() } else { path.parent().unwrap_or(Path::new(".")).join(p) };
+                let text =
+                    std::fs::read_to_string(&p).with_context(|| format!("{}: reading {}", plugin.name, p.display()))?;
+                serde_yaml::from_str(&text).with_context(|| format!("{}: {}", plugin.name, p.display()))?
+            }
+            (None, None) => continue,
+        };
+        let w: WebhookAdmission =
+            serde_yaml::from_value(value).with_context(|| format!("{}: {}", what(), plugin.name))?;
+        let kinds = [
+            ("apiserver.config.k8s.io/v1", "WebhookAdmissionConfiguration"),
+            ("apiserver.config.k8s.io/v1alpha1", "WebhookAdmission"),
+        ];
+        if !kinds.contains(&(w.api_version.as_str(), w.kind.as_str())) {
+            anyhow::bail!(
+                "{}: {}: expected a WebhookAdmissionConfiguration of apiserver.config.k8s.io/v1 (or WebhookAdmission \
+                 of v1alpha1), got kind {:?} of {:?}",
+                what(),
+                plugin.name,
+                w.kind,
+                w.api_version
+            );
+        }
+        if !Path::new(&w.kube_config_file).is_absolute() {
+            anyhow::bail!(
+                "{}: {}: kubeConfigFile: Invalid value: {:?}: must be an absolute file path",
+                what(),
+                plugin.name,
+                w.kube_config_file
+            );
+        }
+        *slot = WebhookClients::from_kubeconfig(Path::new(&w.kube_config_file))
+            .with_context(|| format!("{}: {}: kubeConfigFile {}", what(), plugin.name, w.kube_config_file))?;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        admission: AdmissionOptions,
+    }
+
+    fn parse(args: &[&str]) -> AdmissionOptions {
+        Flags::try_parse_from(std::iter::once("x").chain(args.iter().copied())).unwrap().admission
+    }
+
+    #[test]
+    fn plugins_are_on_by_default_and_flags_turn_them_off_as_kube_apiserver() {
+        assert_eq!(parse(&[]).enabled_plugins(), Plugin::ALL);
+        let o = parse(&["--disable-admission-plugins=MutatingAdmissionWebhook,NamespaceLifecycle"]);
+        o.validate().unwrap();
+        assert_eq!(o.enabled_plugins(), [Plugin::ValidatingAdmissionWebhook]);
+        let o = parse(&["--enable-admission-plugins=NamespaceLifecycle"]);
+        assert_eq!(o.enabled_plugins(), Plugin::ALL);
+
+        let e = parse(&["--enable-admission-plugins=AlwaysPullImages", "--disable-admission-plugins=Nope"]).validate();
+        assert_eq!(
+            e.unwrap_err().to_string(),
+            "enable-admission-plugins plugin \"AlwaysPullImages\" is unknown; disable-admission-plugins plugin \"Nope\" is unknown"
+        );
+        let e =
+            parse(&["--enable-admission-plugins=NamespaceLifecycle", "--disable-admission-plugins=NamespaceLifecycle"]);
+        assert_eq!(
+            e.validate().unwrap_err().to_string(),
+            "[NamespaceLifecycle] in enable-admission-plugins and disable-admission-plugins overlapped"
+        );
+    }
+
+    #[tokio::test]
+    async fn without_a_main_api_server_the_chain_is_empty_unless_a_plugin_is_asked_for() {
+        let chain = parse(&[]).build(None, CancellationToken::new()).unwrap();
+        assert!(chain.plugins().is_empty() && chain.has_synced());
+        let e = parse(&["--enable-admission-plugins=NamespaceLifecycle"]).build(None, CancellationToken::new());
+        assert!(e.unwrap_err().to_string().contains("pass --kubeconfig"));
+    }
+
+    #[test]
+    fn the_admission_configuration_file_gives_each_webhook_plugin_its_kubeconfig() {
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("webhooks.kubeconfig");
+        std::fs::write(&kubeconfig, "apiVersion: v1\nkind: Config\nusers:\n- name: '*'\n  user: {token: t}\n").unwrap();
+        std::fs::write(
+            dir.path().join("validating.yaml"),
+            format!(
+                "apiVersion: apiserver.config.k8s.io/v1alpha1\nkind: WebhookAdmission\nkubeConfigFile: {}\n",
+                kubeconfig.display()
+            ),
+        )
+        .unwrap();
+        let file = dir.path().join("admission.yaml");
+        std::fs::write(
+            &file,
+            format!(
+                "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n\
+                 - name: MutatingAdmissionWebhook\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n    \
+                 kind: WebhookAdmissionConfiguration\n    kubeConfigFile: {}\n\
+                 - name: ValidatingAdmissionWebhook\n  path: validating.yaml\n- name: NamespaceLifecycle\n",
+                kubeconfig.display()
+            ),
+        )
+        .unwrap();
+        let config = webhook_config(&file).unwrap();
+        assert!(config.mutating.has_credentials() && config.validating.has_credentials());
+
+        std::fs::write(
+            &file,
+            "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n- name: ValidatingAdmissionWebhook\n  \
+             configuration: {apiVersion: apiserver.config.k8s.io/v1, kind: WebhookAdmissionConfiguration, kubeConfigFile: rel.kubeconfig}\n",
+        )
+        .unwrap();
+        let e = format!("{:#}", webhook_config(&file).unwrap_err());
+        assert!(e.ends_with("kubeConfigFile: Invalid value: \"rel.kubeconfig\": must be an absolute file path"), "{e}");
+        std::fs::write(&file, "apiVersion: v1\nkind: ConfigMap\n").unwrap();
+        assert!(webhook_config(&file).unwrap_err().to_string().contains("expected an AdmissionConfiguration"));
+        let e = webhook_config(&dir.path().join("missing.yaml")).unwrap_err().to_string();
+        assert!(e.starts_with("unable to read admission control configuration from \""), "{e}");
+    }
+}
