@@ -134,6 +134,12 @@ pub trait Admission: Send + Sync {
         old: Option<&Value>,
         out: &mut Outcome,
     ) -> Result<(), Error>;
+
+    /// Whether a write's objects may be read at all (a webhook may be called); when not, the caller may pass
+    /// none and skip building them.
+    fn reads_objects(&self) -> bool {
+        true
+    }
 }
 
 /// The admission plugins this server has, by kube-apiserver's names, in the order they run.
@@ -328,5 +334,10 @@ impl Admission for Chain {
         let result = v.validate(a, object, old, out).await;
         observe_step("validate", a, started, result.is_err());
         result
+    }
+
+    fn reads_objects(&self) -> bool {
+        (self.mutating.is_some() || self.validating.is_some())
+            && self.configurations.as_ref().is_some_and(WebhookConfigurations::may_call)
     }
 }

@@ -46,7 +46,15 @@ pub struct Event {
     pub response_status: Option<ResponseStatus>,
     pub request_received_timestamp: String,
     pub stage_timestamp: String,
+    /// What admission webhooks asked to record (`<webhook>/<key>`), and how each mutating webhook changed the
+    /// object.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
 }
+
+/// Audit annotations a response carries to the audit event of its request.
+#[derive(Debug, Clone, Default)]
+pub struct Annotations(pub BTreeMap<String, String>);
 
 /// `authentication.k8s.io/v1` UserInfo; empty for a request that failed authentication.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -144,6 +152,7 @@ impl Event {
             response_status: None,
             request_received_timestamp: timestamp(at),
             stage_timestamp: timestamp(at),
+            annotations: BTreeMap::new(),
         }
     }
 

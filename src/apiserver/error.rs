@@ -74,6 +74,7 @@ impl From<registry::Error> for ApiError {
                 StorageError::Timeout(m) => ApiError::timeout(&format!("storage did not answer in time: {m}")),
                 other => ApiError::internal(other.to_string()),
             },
+            E::Admission(e) => ApiError { status: Box::new(e.status()) },
             E::Internal(m) => ApiError::internal(m),
         }
     }

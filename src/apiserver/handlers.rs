@@ -20,7 +20,7 @@ use super::filters::{info_of, MaxInFlight};
 use super::health::HealthChecks;
 use super::instrument::{hold_while_streaming, RequestMetrics};
 use super::negotiate::{body_format, negotiate, BodyFormat, Output, APIS, OBJECTS, PLAIN};
-use super::render::{bytes_response, list_response, object_response, value_response, with_warnings, JSON};
+use super::render::{bytes_response, list_response, object_response, value_response, with_admission, JSON};
 use super::request::{delete_options, write_options, Query, RequestInfo, ResourceRequest, Target, Verb};
 use super::watch::{self, WatchConfig, WatchRequest};
 use crate::api::selector::{FieldSelector, Selector};
@@ -66,9 +66,13 @@ pub async fn handle(State(app): State<Arc<App>>, mut req: Request) -> Response {
     };
     let code = resp.status().as_u16();
     metrics.record(code, started.elapsed());
+    let annotations = resp.extensions_mut().remove::<audit::Annotations>();
     if let Some(ev) = audit.as_mut() {
         if let Some(u) = &user {
             ev.set_user(u);
+        }
+        if let Some(a) = annotations {
+            ev.annotations = a.0;
         }
         ev.set_response(code, failure);
     }
@@ -289,7 +293,8 @@ impl Call<'_> {
     }
 
     fn object(&self, code: StatusCode, written: &Written) -> ApiResult<Response> {
-        Ok(with_warnings(object_response(code, self.out, &written.object, self.q.include_object)?, &written.warnings))
+        let resp = object_response(code, self.out, &written.object, self.q.include_object)?;
+        Ok(with_admission(resp, &written.warnings, &written.audit_annotations))
     }
 
     /// A Status or list answer, which has no Table form: YAML if asked, else JSON.
@@ -432,15 +437,17 @@ async fn delete(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult<Response> 
     let delete = delete_options(q, &read_body(body).await?)?;
     let opts = WriteOptions { user, dry_run: q.dry_run || delete.dry_run_all(), ..Default::default() };
     let deleted = c.app.registry.delete(&key, &delete, &opts).await?;
-    if !deleted.gone {
-        // As kube-apiserver: the object while finalizers hold it, a Status once it is gone.
-        return object_response(StatusCode::OK, c.out, &deleted.object, q.include_object);
-    }
-    let uid = deleted.object.uid().map(|u| Value::String(u.to_owned())).unwrap_or_default();
-    c.plain(&serde_json::json!({
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-        "details": {"name": key.name, "group": crate::api::GROUP, "kind": crate::api::PLURAL, "uid": uid},
-    }))
+    let resp = if deleted.gone {
+        // As kube-apiserver: a Status once the object is gone, the object while finalizers hold it.
+        let uid = deleted.object.uid().map(|u| Value::String(u.to_owned())).unwrap_or_default();
+        c.plain(&serde_json::json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": {"name": key.name, "group": crate::api::GROUP, "kind": crate::api::PLURAL, "uid": uid},
+        }))?
+    } else {
+        object_response(StatusCode::OK, c.out, &deleted.object, q.include_object)?
+    };
+    Ok(with_admission(resp, &deleted.warnings, &deleted.audit_annotations))
 }
 
 async fn delete_collection(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult<Response> {

@@ -8,6 +8,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::LazyLock;
 
@@ -224,6 +225,15 @@ pub fn list_response(out: Output, page: &ListPage, include: IncludeObject) -> Ap
 }
 
 /// Adds `Warning: 299 - "..."` headers, as kube-apiserver reports unknown fields.
+/// A write's answer with what admission said: `Warning` headers for the client, annotations for the audit event.
+pub fn with_admission(resp: Response, warnings: &[String], annotations: &BTreeMap<String, String>) -> Response {
+    let mut resp = with_warnings(resp, warnings);
+    if !annotations.is_empty() {
+        resp.extensions_mut().insert(super::audit::Annotations(annotations.clone()));
+    }
+    resp
+}
+
 pub fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
     for w in warnings {
         let escaped = w.replace('\\', "\\\\").replace('"', "\\\"");

@@ -454,6 +454,7 @@ pub fn write_options(
         dry_run: q.dry_run,
         field_validation: q.field_validation,
         field_manager: q.field_manager.clone().unwrap_or_else(|| prefix_from_user_agent(agent())),
+        field_manager_named: q.field_manager.is_some(),
         force: q.force.unwrap_or(false),
     })
 }

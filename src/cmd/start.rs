@@ -7,6 +7,7 @@ use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
 use super::options::{client_from, in_cluster, Options};
+use crate::admission::Chain;
 use crate::apiserver::auth::DynamicTrust;
 use crate::apiserver::filters::MaxInFlight;
 use crate::apiserver::health::{self, named_check, Endpoint, HealthChecks};
@@ -33,17 +34,23 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     let authenticator = opts.authentication.build(kubeconfig, opts.insecure_allow_all, &shutdown).await?;
     let authorizer = opts.authorization.build(kubeconfig, opts.insecure_allow_all).await?;
 
-    let controller_client = match (kubeconfig, in_cluster(), opts.controller.enable_controller) {
-        (_, _, false) => {
+    // The main API server, for admission (namespaces, webhook configurations) and the controller.
+    let main_client = match (kubeconfig, in_cluster()) {
+        (None, false) => None,
+        (path, _) => client_from(path, true).await?,
+    };
+    let controller_client = match (&main_client, opts.controller.enable_controller) {
+        (_, false) => {
             tracing::info!("--enable-controller=false: PodSets are stored and served, no Pods are made");
             None
         }
-        (None, false, true) => {
+        (None, true) => {
             tracing::info!("no --kubeconfig and not in a cluster: running without the embedded controller");
             None
         }
-        (path, _, true) => client_from(path, true).await?,
+        (Some(client), true) => Some(client.clone()),
     };
+    let admission = opts.admission.build(main_client, shutdown.clone())?;
 
     let store = opts.storage.open().await?;
     if let (Some(client), true, false) =
@@ -56,7 +63,13 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     // SIGTERM fails /readyz at once; serving stops only after --shutdown-delay-duration.
     let shutdown_initiated = CancellationToken::new();
     let cfg = ServerConfig {
-        health: health_checks(opts.storage.check_name(), &store, &authenticator.trust, &informers, &shutdown_initiated),
+        health: health_checks(
+            opts.storage.check_name(),
+            &store,
+            &authenticator.trust,
+            (&informers, &admission),
+            &shutdown_initiated,
+        ),
         tls,
         authenticator,
         authorizer,
@@ -71,7 +84,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
         audit,
     };
     crate::metrics::register_collector(Box::new(crate::metrics::ScrapeGauges(store_gauges(store.clone()))));
-    let registry = Registry::new(store.clone());
+    let registry = Registry::new(store.clone()).with_admission(Arc::new(admission));
     let addr = opts.serving.address();
     let server = Server::bind(addr, registry.clone(), cfg, shutdown.clone())
         .await
@@ -134,14 +147,15 @@ async fn refuse_if_pods_are_orphaned(client: &kube::Client, place: &str) -> anyh
 }
 
 /// The named checks, as k8s.io/apiserver arranges them: `ping` and `storage` everywhere; on /readyz also
-/// `informer-sync` (the controller's caches), `delegation` (trust anchors loaded) and, last, `shutdown`.
+/// `informer-sync` (the controller's and admission's caches), `delegation` (trust anchors loaded) and, last,
+/// `shutdown`.
 /// `storage` on /readyz (and /healthz): the store takes writes now, or has just recovered. On /livez: it can still
 /// recover in place; when it cannot, the kubelet restarts the pod.
 fn health_checks(
     storage_check: &'static str,
     store: &Arc<dyn Store>,
     trust: &Arc<DynamicTrust>,
-    informers: &InformerSync,
+    (informers, admission): (&InformerSync, &Chain),
     shutdown_initiated: &CancellationToken,
 ) -> HealthChecks {
     let mut checks = HealthChecks::default();
@@ -171,8 +185,14 @@ fn health_checks(
         .add(Endpoint::Readyz, health::ping())
         .add(Endpoint::Readyz, writable(store.clone()))
         .add(Endpoint::Readyz, {
-            let informers = informers.clone();
-            named_check("informer-sync", move || std::future::ready(informers.check()))
+            // The controller's caches, and admission's namespaces and webhook configurations.
+            let (informers, admission) = (informers.clone(), admission.clone());
+            named_check("informer-sync", move || {
+                std::future::ready(informers.check().and_then(|()| match admission.has_synced() {
+                    true => Ok(()),
+                    false => Err("admission: namespaces and webhook configurations not yet listed".into()),
+                }))
+            })
         })
         .add(Endpoint::Readyz, delegation)
         .add(Endpoint::Readyz, health::shutdown(shutdown_initiated.clone()));

@@ -11,6 +11,7 @@ mod queue;
 mod reconcile;
 
 pub use informers::{InformerHandle, InformerSync};
+pub use reconcile::{CONTROLLER_USER, FIELD_MANAGER};
 
 use std::collections::HashSet;
 use std::sync::Arc;

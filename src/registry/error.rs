@@ -41,6 +41,9 @@ pub enum Error {
         #[source]
         source: StorageError,
     },
+    /// Admission refused the write (a namespace that is missing or going, a webhook's denial or failure).
+    #[error(transparent)]
+    Admission(#[from] crate::admission::Error),
     /// A stored object that does not read back, or state the server should never reach.
     #[error("{0}")]
     Internal(String),

@@ -40,6 +40,7 @@ use self::decode::{apply_patch, decode_json_podset, decode_podset};
 use self::managed::manage_fields;
 use self::strategy::check_identity;
 use self::write::{Change, Outcome, Write};
+use crate::admission::{Admission, Chain};
 use crate::api::validation::FieldError;
 use crate::api::{PodSet, PodSetStatus};
 use crate::storage::{ListOptions, Object, StorageError, Store};
@@ -50,9 +51,12 @@ const TOO_LARGE_AFTER: Duration = Duration::from_secs(3);
 impl From<Outcome> for Written {
     fn from(o: Outcome) -> Self {
         match o {
-            Outcome::Put { object, warnings, created } => Written { object, warnings, created },
-            // An update that removed the last finalizer: the object as it went.
-            Outcome::Deleted { object, .. } => Written { object, warnings: Vec::new(), created: false },
+            Outcome::Put { object, said, created } => {
+                Written { object, warnings: said.warnings, audit_annotations: said.audit_annotations, created }
+            }
+            Outcome::Deleted { object, said, .. } => {
+                Written { object, warnings: said.warnings, audit_annotations: said.audit_annotations, created: false }
+            }
         }
     }
 }
@@ -61,13 +65,20 @@ impl From<Outcome> for Written {
 #[derive(Clone)]
 pub struct Registry {
     store: Arc<dyn Store>,
+    /// Runs on every write, whoever makes it.
+    admission: Arc<dyn Admission>,
     /// What the watchers of the newest revisions share.
     recent: Arc<watch::Recent>,
 }
 
 impl Registry {
     pub fn new(store: Arc<dyn Store>) -> Self {
-        Self { store, recent: Arc::default() }
+        Self { store, admission: Arc::new(Chain::empty()), recent: Arc::default() }
+    }
+
+    /// The same registry with `admission` in its write path.
+    pub fn with_admission(self, admission: Arc<dyn Admission>) -> Self {
+        Self { admission, ..self }
     }
 
     async fn get_object(&self, key: &PodSetKey) -> Result<Option<Arc<Object>>> {
@@ -193,7 +204,7 @@ impl Registry {
 
     async fn insert(&self, namespace: &str, ps: PodSet, warnings: Vec<String>, opts: &WriteOptions) -> Result<Written> {
         let key = PodSetKey::new(namespace, "");
-        let w = Write { op: Operation::Create, sub: Subresource::Main, key: &key, opts };
+        let w = Write { op: Operation::Create, sub: Subresource::Main, key: &key, opts, options: "CreateOptions" };
         self.write(&w, |_| Ok(Change::update(ps.clone(), warnings.clone()))).await.map(Written::from)
     }
 
@@ -207,7 +218,7 @@ impl Registry {
     ) -> Result<Written> {
         let (ps, warnings) = decode_podset(body, opts.field_validation)?;
         check_identity(&ps.metadata, key)?;
-        let w = Write { op: Operation::Update, sub, key, opts };
+        let w = Write { op: Operation::Update, sub, key, opts, options: "UpdateOptions" };
         self.write(&w, |current| match current {
             None => Err(Error::not_found(&key.name)),
             Some(_) => Ok(Change::update(ps.clone(), warnings.clone())),
@@ -228,7 +239,7 @@ impl Registry {
         if patch_type == PatchType::Apply {
             return self.apply(key, patch, sub, opts).await;
         }
-        let w = Write { op: Operation::Update, sub, key, opts };
+        let w = Write { op: Operation::Update, sub, key, opts, options: "PatchOptions" };
         self.write(&w, |current| {
             let Some((_, current)) = current else { return Err(Error::not_found(&key.name)) };
             let mut doc = current.to_value()?;
@@ -256,7 +267,7 @@ impl Registry {
         let (decoded, warnings) = decode_podset(config.clone(), opts.field_validation)?;
         check_identity(&decoded.metadata, key)?;
         fieldmanager::typed::prune_unknown(podset_field_manager().schema(), &mut config);
-        let w = Write { op: Operation::Update, sub, key, opts };
+        let w = Write { op: Operation::Update, sub, key, opts, options: "PatchOptions" };
         self.write(&w, |current| {
             let live = match current {
                 Some((_, current)) => Some(current.to_value()?),
@@ -283,7 +294,7 @@ impl Registry {
         read_at: Revision,
         opts: &WriteOptions,
     ) -> Result<Written> {
-        let w = Write { op: Operation::Update, sub: Subresource::Status, key, opts };
+        let w = Write { op: Operation::Update, sub: Subresource::Status, key, opts, options: "UpdateOptions" };
         self.write(&w, |current| {
             let Some((old, _)) = current else { return Err(Error::not_found(&key.name)) };
             let mut new = old.clone();
@@ -297,7 +308,11 @@ impl Registry {
 
     /// PUT or PATCH of `/scale`: only `spec.replicas` changes. Returns the Scale as written.
     pub async fn update_scale(&self, key: &PodSetKey, change: ScaleChange<'_>, opts: &WriteOptions) -> Result<Scale> {
-        let w = Write { op: Operation::Update, sub: Subresource::Scale, key, opts };
+        let options = match change {
+            ScaleChange::Replace(_) => "UpdateOptions",
+            ScaleChange::Patch(..) => "PatchOptions",
+        };
+        let w = Write { op: Operation::Update, sub: Subresource::Scale, key, opts, options };
         let written = self
             .write(&w, |current| {
                 let Some((old, _)) = current else { return Err(Error::not_found(&key.name)) };
@@ -310,9 +325,11 @@ impl Registry {
 
     /// DELETE: the object goes at once, or is marked for deletion while finalizers hold it.
     pub async fn delete(&self, key: &PodSetKey, delete: &DeleteOptions, opts: &WriteOptions) -> Result<Deleted> {
-        let w = Write { op: Operation::Delete, sub: Subresource::Main, key, opts };
+        let w = Write { op: Operation::Delete, sub: Subresource::Main, key, opts, options: "DeleteOptions" };
         match self.write(&w, |_| Ok(Change::Delete(delete))).await? {
-            Outcome::Deleted { object, gone } => Ok(Deleted { object, gone }),
+            Outcome::Deleted { object, said, gone } => {
+                Ok(Deleted { object, gone, warnings: said.warnings, audit_annotations: said.audit_annotations })
+            }
             Outcome::Put { .. } => Err(Error::internal("a delete stored an update")),
         }
     }

@@ -1,6 +1,8 @@
 //! What the registry's callers ask for, in plain types: how a write treats its body and who makes it, how a list
 //! or watch reads, how a delete proceeds — and what they get back.
 
+use std::collections::BTreeMap;
+
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -39,6 +41,9 @@ pub struct WriteOptions {
     pub field_validation: FieldValidation,
     /// The field manager the write is recorded under (`fieldManager`, else derived from the User-Agent).
     pub field_manager: String,
+    /// The client named the field manager (`fieldManager`), rather than it being derived: admission is told of
+    /// a named one only.
+    pub field_manager_named: bool,
     /// `force=true`: an apply takes over fields other managers own.
     pub force: bool,
 }
@@ -60,7 +65,10 @@ pub enum ScaleChange<'a> {
 /// An object and the warnings its request earned (unknown fields under `fieldValidation=Warn`).
 pub struct Written {
     pub object: Stored,
+    /// For the client's `Warning` headers: unknown fields (`fieldValidation=Warn`), admission webhooks' warnings.
     pub warnings: Vec<String>,
+    /// What admission webhooks asked to be recorded in the request's audit event.
+    pub audit_annotations: BTreeMap<String, String>,
     /// The write created the object (an apply can).
     pub created: bool,
 }
@@ -120,4 +128,6 @@ pub struct Preconditions {
 pub struct Deleted {
     pub object: Stored,
     pub gone: bool,
+    pub warnings: Vec<String>,
+    pub audit_annotations: BTreeMap<String, String>,
 }

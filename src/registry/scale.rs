@@ -57,6 +57,11 @@ pub(crate) fn scaled(old: &PodSet, change: &ScaleChange<'_>, key: &PodSetKey) ->
     Ok(new)
 }
 
+/// `proposed` with the Scale a mutating webhook left: its `spec.replicas` taken as a `/scale` write would take it.
+pub(crate) fn rescaled(proposed: PodSet, admitted: serde_json::Value, key: &PodSetKey) -> Result<PodSet> {
+    scaled(&proposed, &ScaleChange::Replace(admitted), key)
+}
+
 fn to_value(scale: &Scale) -> Result<serde_json::Value> {
     serde_json::to_value(scale).map_err(|e| Error::internal(e.to_string()))
 }

@@ -5,14 +5,17 @@
 
 use serde_json::Value;
 
+use super::decode::decode_podset;
 use super::error::{Error, Result};
 use super::fieldmanager;
 use super::key::PodSetKey;
 use super::managed::{created_managed_fields, manage_fields, sent_managed_fields};
-use super::options::{DeleteOptions, Preconditions, WriteOptions};
+use super::options::{DeleteOptions, FieldValidation, Preconditions, WriteOptions};
+use super::scale;
 use super::stored::Stored;
 use super::strategy::{self, now};
 use super::Registry;
+use crate::admission::{Attributes, Outcome as Said};
 use crate::api::validation::{ErrorType, FieldError};
 use crate::api::{Operation, PodSet, Subresource};
 use crate::storage::{Draft, StorageError};
@@ -29,6 +32,9 @@ pub(crate) struct Write<'a> {
     /// For a POST, the namespace (the name is the body's, or generated).
     pub key: &'a PodSetKey,
     pub opts: &'a WriteOptions,
+    /// What admission is told the request's options were: `UpdateOptions` or `PatchOptions` (a create's are
+    /// always `CreateOptions`, a delete's `DeleteOptions`).
+    pub options: &'static str,
 }
 
 /// What a write makes of the current object.
@@ -59,12 +65,12 @@ impl Change<'_> {
     }
 }
 
-/// What a write did.
+/// What a write did, and what it earned besides: warnings for the client, annotations for the audit event.
 pub(crate) enum Outcome {
     /// Created or updated (or found unchanged, or a dry run): the object as stored, or as it would be.
-    Put { object: Stored, warnings: Vec<String>, created: bool },
+    Put { object: Stored, said: Said, created: bool },
     /// Deleted (`gone`), or marked for deletion while finalizers hold it.
-    Deleted { object: Stored, gone: bool },
+    Deleted { object: Stored, said: Said, gone: bool },
 }
 
 /// What one attempt decided.
@@ -81,22 +87,24 @@ enum Plan {
         key: PodSetKey,
         value: Value,
         managed_fields: Option<String>,
-        warnings: Vec<String>,
+        said: Said,
         generated: bool,
     },
     Update {
         value: Value,
-        warnings: Vec<String>,
+        said: Said,
     },
     /// Mark for deletion (finalizers still hold the object).
     Mark {
         value: Value,
+        said: Said,
     },
     /// Delete now: on a delete (`put` is `None`), or on an update that removed the last finalizer of an object
-    /// marked for deletion (`put` holds that update's object and warnings). `was` is the object as read.
+    /// marked for deletion (`put` holds that update's object). `was` is the object as read.
     Remove {
         was: Stored,
-        put: Option<(Value, Vec<String>)>,
+        said: Said,
+        put: Option<Value>,
     },
 }
 
@@ -139,9 +147,9 @@ impl Registry {
             };
             let old = current.as_ref().map(Stored::decode).transpose()?;
             let step = match (change(old.as_ref().zip(current.as_ref()))?, current.as_ref(), old) {
-                (Change::Put(p), None, _) => self.plan_create(w, *p),
-                (Change::Put(p), Some(cur), Some(old)) => self.plan_update(w, *p, cur, old),
-                (Change::Delete(d), Some(cur), Some(old)) => plan_delete(w, d, cur, old),
+                (Change::Put(p), None, _) => self.plan_create(w, *p).await,
+                (Change::Put(p), Some(cur), Some(old)) => self.plan_update(w, *p, cur, old).await,
+                (Change::Delete(d), Some(cur), Some(old)) => self.plan_delete(w, d, cur, old).await,
                 (Change::Delete(_), None, _) | (_, Some(_), None) => Err(Error::not_found(&w.key.name)),
             };
             let step = match step {
@@ -168,28 +176,28 @@ impl Registry {
             let mut name = w.key.name.clone();
             // The one place a write reaches storage.
             let stored = match plan {
-                Plan::Create { key, value, managed_fields, warnings, .. } => {
+                Plan::Create { key, value, managed_fields, said, .. } => {
                     name = key.name.clone();
                     let raw: Vec<(&str, &str)> = managed_fields.iter().map(|m| ("managedFields", m.as_str())).collect();
                     let draft = Draft::new(&value, &raw).map_err(|e| Error::storage(e, &name))?;
                     let result = self.store.create(&key.storage_key(), draft).await;
-                    result.map(|o| Outcome::Put { object: Stored::new(o), warnings, created: true })
+                    result.map(|o| Outcome::Put { object: Stored::new(o), said, created: true })
                 }
-                Plan::Update { value, warnings } => {
+                Plan::Update { value, said } => {
                     let draft = Draft::new(&value, &[]).map_err(|e| Error::storage(e, &name))?;
                     let result = self.store.update(&w.key.storage_key(), draft, expected).await;
-                    result.map(|o| Outcome::Put { object: Stored::new(o), warnings, created: false })
+                    result.map(|o| Outcome::Put { object: Stored::new(o), said, created: false })
                 }
-                Plan::Mark { value } => {
+                Plan::Mark { value, said } => {
                     let draft = Draft::new(&value, &[]).map_err(|e| Error::storage(e, &name))?;
                     let result = self.store.update(&w.key.storage_key(), draft, expected).await;
-                    result.map(|o| Outcome::Deleted { object: Stored::new(o), gone: false })
+                    result.map(|o| Outcome::Deleted { object: Stored::new(o), said, gone: false })
                 }
-                Plan::Remove { put, .. } => {
+                Plan::Remove { put, said, .. } => {
                     let result = self.store.delete(&w.key.storage_key(), expected).await;
                     result.map(|o| match put {
-                        Some((_, warnings)) => Outcome::Put { object: Stored::new(o), warnings, created: false },
-                        None => Outcome::Deleted { object: Stored::new(o), gone: true },
+                        Some(_) => Outcome::Put { object: Stored::new(o), said, created: false },
+                        None => Outcome::Deleted { object: Stored::new(o), said, gone: true },
                     })
                 }
             };
@@ -205,9 +213,29 @@ impl Registry {
         Err(Error::stale(&w.key.name))
     }
 
-    /// PrepareForCreate, defaults, validation and field tracking of a new object.
-    fn plan_create(&self, w: &Write<'_>, p: Proposed) -> Result<Step> {
+    /// Mutating admission, PrepareForCreate, defaults, validation, field tracking and validating admission of a
+    /// new object.
+    async fn plan_create(&self, w: &Write<'_>, p: Proposed) -> Result<Step> {
         let mut ps = p.object;
+        let mut said = Said { warnings: p.warnings, ..Default::default() };
+        // As kube-apiserver: a create's attributes carry the name sent (empty with generateName), and admission
+        // is told of CreateOptions even when an apply creates.
+        let name = ps.metadata.name.clone().unwrap_or_default();
+        let attrs = self.attributes(w, Operation::Create, Subresource::Main, &name, self.options(w, "CreateOptions"));
+        let reads = self.admission.reads_objects();
+        // Mutating admission sees the object as sent, before the server's own fields.
+        if reads {
+            ps.api_version = crate::api::API_VERSION.into();
+            ps.kind = crate::api::KIND.into();
+            let mut object = to_value(&ps)?;
+            let sent = object.clone();
+            self.admission.admit(&attrs, Some(&mut object), None, &mut said).await?;
+            if object != sent {
+                ps = admitted(object)?;
+            }
+        } else {
+            self.admission.admit(&attrs, None, None, &mut said).await?;
+        }
         let prefix = strategy::prepare_for_create(&mut ps, &w.key.namespace)?;
         if let Some(prefix) = &prefix {
             ps.metadata.name = Some(strategy::generated_name(prefix));
@@ -225,12 +253,23 @@ impl Registry {
             fieldmanager::Operation::Update => created_managed_fields(&mut value, w.opts),
             fieldmanager::Operation::Apply => None,
         };
+        // Validating admission sees the object as it is to be stored.
+        if reads {
+            let mut object = value.clone();
+            if let Some(m) = managed_fields.as_deref().and_then(|m| serde_json::from_str::<Value>(m).ok()) {
+                object["metadata"]["managedFields"] = m;
+            }
+            self.admission.validate(&attrs, Some(&object), None, &mut said).await?;
+        } else {
+            self.admission.validate(&attrs, None, None, &mut said).await?;
+        }
         let generated = prefix.is_some();
-        Ok(Step::Store(Plan::Create { key, value, managed_fields, warnings: p.warnings, generated }))
+        Ok(Step::Store(Plan::Create { key, value, managed_fields, said, generated }))
     }
 
-    /// Preconditions, PrepareForUpdate, defaults, validation and field tracking of a change to `old`.
-    fn plan_update(&self, w: &Write<'_>, p: Proposed, current: &Stored, old: PodSet) -> Result<Step> {
+    /// Preconditions, mutating admission, PrepareForUpdate, defaults, validation, field tracking and validating
+    /// admission of a change to `old`.
+    async fn plan_update(&self, w: &Write<'_>, p: Proposed, current: &Stored, old: PodSet) -> Result<Step> {
         let name = &w.key.name;
         // As kube-apiserver: the body's uid is a precondition, and so is its resourceVersion, which fails as any
         // compare-and-swap that lost a race does.
@@ -244,74 +283,143 @@ impl Registry {
         {
             return Err(Error::stale(name));
         }
-        let mut new = strategy::prepare_for_update(p.object, &old, w.sub, w.key)?;
+        let mut said = Said { warnings: p.warnings, ..Default::default() };
+        let attrs = self.attributes(w, Operation::Update, w.sub, name, self.options(w, w.options));
+        let live = current.to_value()?;
+        let mut proposed = p.object;
+        // Admission sees the objects of the part written: a Scale for `/scale`, else the PodSet.
+        let old_view = match (self.admission.reads_objects(), w.sub) {
+            (false, _) => None,
+            (true, Subresource::Scale) => Some(scale_value(&old)?),
+            (true, _) => Some(live.clone()),
+        };
+        if let Some(old_view) = &old_view {
+            let mut object = match w.sub {
+                Subresource::Scale => scale_value(&proposed)?,
+                _ => to_value(&proposed)?,
+            };
+            let sent = object.clone();
+            self.admission.admit(&attrs, Some(&mut object), Some(old_view), &mut said).await?;
+            if object != sent {
+                proposed = match w.sub {
+                    Subresource::Scale => scale::rescaled(proposed, object, w.key)?,
+                    _ => admitted(object)?,
+                };
+            }
+        } else {
+            self.admission.admit(&attrs, None, None, &mut said).await?;
+        }
+        let mut new = strategy::prepare_for_update(proposed, &old, w.sub, w.key)?;
         let mut value = to_value(&new)?;
         if p.fields == fieldmanager::Operation::Update {
-            value = manage_fields(Some(&current.to_value()?), value, w.opts, fieldmanager::Operation::Update, w.sub)?;
+            value = manage_fields(Some(&live), value, w.opts, fieldmanager::Operation::Update, w.sub)?;
         }
         new.metadata.managed_fields = value
             .pointer("/metadata/managedFields")
             .map(|m| serde_json::from_value(m.clone()))
             .transpose()
             .map_err(|e| Error::internal(format!("managedFields as recorded do not read back: {e}")))?;
+        // Validating admission sees the object as it is to be stored, even when that changes nothing.
+        match &old_view {
+            Some(old_view) => {
+                let object = match w.sub {
+                    Subresource::Scale => scale_value(&new)?,
+                    _ => value.clone(),
+                };
+                self.admission.validate(&attrs, Some(&object), Some(old_view), &mut said).await?;
+            }
+            None => self.admission.validate(&attrs, None, None, &mut said).await?,
+        }
         if new == old {
             let object = current.clone();
-            return Ok(Step::Done(Outcome::Put { object, warnings: p.warnings, created: false }));
+            return Ok(Step::Done(Outcome::Put { object, said, created: false }));
         }
         // The last finalizer is gone from an object marked for deletion: it goes now, as in kube-apiserver.
         let finalized =
             new.metadata.deletion_timestamp.is_some() && new.metadata.finalizers.as_ref().is_none_or(Vec::is_empty);
         Ok(Step::Store(match finalized {
-            true => Plan::Remove { was: current.clone(), put: Some((value, p.warnings)) },
-            false => Plan::Update { value, warnings: p.warnings },
+            true => Plan::Remove { was: current.clone(), said, put: Some(value) },
+            false => Plan::Update { value, said },
         }))
+    }
+
+    /// Preconditions, propagation policy, admission and graceful deletion: the object goes now unless finalizers
+    /// hold it.
+    async fn plan_delete(&self, w: &Write<'_>, d: &DeleteOptions, current: &Stored, old: PodSet) -> Result<Step> {
+        let name = &w.key.name;
+        if let Some(p) = &d.preconditions {
+            p.check(current, name)?;
+        }
+        let mut finalizers = old.metadata.finalizers.clone().unwrap_or_default();
+        match d.propagation()? {
+            Some(Propagation::Orphan) => set_finalizer(&mut finalizers, "orphan", "foregroundDeletion"),
+            Some(Propagation::Foreground) => set_finalizer(&mut finalizers, "foregroundDeletion", "orphan"),
+            Some(Propagation::Background) => finalizers.retain(|f| f != "orphan" && f != "foregroundDeletion"),
+            None => {}
+        }
+        // As kube-apiserver: mutating admission is told of a delete without objects, validating admission with
+        // the object that goes.
+        let mut said = Said::default();
+        let options = d.admission_options(w.opts.dry_run);
+        let attrs = self.attributes(w, Operation::Delete, Subresource::Main, name, options);
+        self.admission.admit(&attrs, None, None, &mut said).await?;
+        match self.admission.reads_objects() {
+            true => self.admission.validate(&attrs, None, Some(&current.to_value()?), &mut said).await?,
+            false => self.admission.validate(&attrs, None, None, &mut said).await?,
+        }
+        if finalizers.is_empty() {
+            return Ok(Step::Store(Plan::Remove { was: current.clone(), said, put: None }));
+        }
+        // Graceful: mark for deletion; whoever owns the finalizers finishes it.
+        let mut ps = old.clone();
+        ps.metadata.finalizers = Some(finalizers);
+        if ps.metadata.deletion_timestamp.is_none() {
+            ps.metadata.deletion_timestamp = Some(now());
+            ps.metadata.deletion_grace_period_seconds = Some(0);
+        }
+        if ps == old {
+            return Ok(Step::Done(Outcome::Deleted { object: current.clone(), said, gone: false }));
+        }
+        Ok(Step::Store(Plan::Mark { value: to_value(&ps)?, said }))
+    }
+
+    fn attributes(&self, w: &Write<'_>, op: Operation, sub: Subresource, name: &str, options: Value) -> Attributes {
+        Attributes::podset(op, sub, &w.key.namespace, name, w.opts.user.clone(), w.opts.dry_run, options)
+    }
+
+    /// The options admission is told of, as kube-apiserver fills them.
+    fn options(&self, w: &Write<'_>, kind: &str) -> Value {
+        let manager = w.opts.field_manager_named.then_some(w.opts.field_manager.as_str());
+        Attributes::options(kind, w.opts.dry_run, manager)
     }
 }
 
-/// Preconditions, propagation policy and graceful deletion: the object goes now unless finalizers hold it.
-fn plan_delete(w: &Write<'_>, d: &DeleteOptions, current: &Stored, old: PodSet) -> Result<Step> {
-    let name = &w.key.name;
-    if let Some(p) = &d.preconditions {
-        p.check(current, name)?;
-    }
-    let mut finalizers = old.metadata.finalizers.clone().unwrap_or_default();
-    match d.propagation()? {
-        Some(Propagation::Orphan) => set_finalizer(&mut finalizers, "orphan", "foregroundDeletion"),
-        Some(Propagation::Foreground) => set_finalizer(&mut finalizers, "foregroundDeletion", "orphan"),
-        Some(Propagation::Background) => finalizers.retain(|f| f != "orphan" && f != "foregroundDeletion"),
-        None => {}
-    }
-    if finalizers.is_empty() {
-        return Ok(Step::Store(Plan::Remove { was: current.clone(), put: None }));
-    }
-    // Graceful: mark for deletion; whoever owns the finalizers finishes it.
-    let mut ps = old.clone();
-    ps.metadata.finalizers = Some(finalizers);
-    if ps.metadata.deletion_timestamp.is_none() {
-        ps.metadata.deletion_timestamp = Some(now());
-        ps.metadata.deletion_grace_period_seconds = Some(0);
-    }
-    if ps == old {
-        return Ok(Step::Done(Outcome::Deleted { object: current.clone(), gone: false }));
-    }
-    Ok(Step::Store(Plan::Mark { value: to_value(&ps)? }))
+/// A PodSet as a mutating webhook left it: decoded again (unknown fields dropped, as a typed object would drop
+/// them); defaults and validation follow.
+fn admitted(object: Value) -> Result<PodSet> {
+    let (ps, _) = decode_podset(object, FieldValidation::Ignore)?;
+    Ok(ps)
+}
+
+fn scale_value(ps: &PodSet) -> Result<Value> {
+    serde_json::to_value(scale::scale_of(ps.clone())).map_err(|e| Error::internal(e.to_string()))
 }
 
 /// What a dry run answers: the object as it would be stored (or, deleted, as it was).
 fn dry_run(plan: Plan) -> Outcome {
     match plan {
-        Plan::Create { mut value, managed_fields, warnings, .. } => {
+        Plan::Create { mut value, managed_fields, said, .. } => {
             if let Some(m) = managed_fields.and_then(|json| serde_json::from_str::<Value>(&json).ok()) {
                 value["metadata"]["managedFields"] = m;
             }
-            Outcome::Put { object: Stored::unstored(value), warnings, created: true }
+            Outcome::Put { object: Stored::unstored(value), said, created: true }
         }
-        Plan::Update { value, warnings } => Outcome::Put { object: Stored::unstored(value), warnings, created: false },
-        Plan::Mark { value } => Outcome::Deleted { object: Stored::unstored(value), gone: false },
-        Plan::Remove { put: Some((value, warnings)), .. } => {
-            Outcome::Put { object: Stored::unstored(value), warnings, created: false }
+        Plan::Update { value, said } => Outcome::Put { object: Stored::unstored(value), said, created: false },
+        Plan::Mark { value, said } => Outcome::Deleted { object: Stored::unstored(value), said, gone: false },
+        Plan::Remove { put: Some(value), said, .. } => {
+            Outcome::Put { object: Stored::unstored(value), said, created: false }
         }
-        Plan::Remove { was, put: None } => Outcome::Deleted { object: was, gone: true },
+        Plan::Remove { was, said, put: None } => Outcome::Deleted { object: was, said, gone: true },
     }
 }
 
@@ -323,6 +431,32 @@ pub(crate) enum Propagation {
 }
 
 impl DeleteOptions {
+    /// These options as admission is told of them (`request.options`): what the client set, as
+    /// `meta.k8s.io/v1` DeleteOptions.
+    fn admission_options(&self, dry_run: bool) -> Value {
+        let mut o = Attributes::options("DeleteOptions", dry_run, None);
+        if let Some(p) = &self.propagation_policy {
+            o["propagationPolicy"] = p.as_str().into();
+        }
+        if let Some(g) = self.grace_period_seconds {
+            o["gracePeriodSeconds"] = g.into();
+        }
+        if let Some(orphan) = self.orphan_dependents {
+            o["orphanDependents"] = orphan.into();
+        }
+        if let Some(p) = &self.preconditions {
+            let mut pre = serde_json::Map::new();
+            if let Some(uid) = &p.uid {
+                pre.insert("uid".into(), uid.as_str().into());
+            }
+            if let Some(rv) = &p.resource_version {
+                pre.insert("resourceVersion".into(), rv.as_str().into());
+            }
+            o["preconditions"] = pre.into();
+        }
+        o
+    }
+
     /// The propagation policy, `orphanDependents` read as the deprecated spelling of it.
     fn propagation(&self) -> Result<Option<Propagation>> {
         let policy = self.propagation_policy.as_deref().or(match self.orphan_dependents {

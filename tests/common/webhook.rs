@@ -18,6 +18,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use podset_apiserver::controller::CONTROLLER_USER;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType};
 use serde_json::{json, Value};
 
@@ -102,8 +103,16 @@ impl WebhookServer {
         format!("https://{}{path}", self.addr)
     }
 
-    /// The reviews received on `path`, oldest first.
+    /// The reviews received on `path`, oldest first, of the test's own requests: the status writes of
+    /// podset-apiserver's embedded controller pass admission too (as a Deployment controller's do on
+    /// kube-apiserver), and are left out.
     pub fn received(&self, path: &str) -> Vec<Received> {
+        let controller = |r: &Received| r.review["request"]["userInfo"]["username"] == CONTROLLER_USER;
+        self.received.lock().unwrap().iter().filter(|r| r.path == path && !controller(r)).cloned().collect()
+    }
+
+    /// Every review received on `path`, the embedded controller's included.
+    pub fn received_all(&self, path: &str) -> Vec<Received> {
         self.received.lock().unwrap().iter().filter(|r| r.path == path).cloned().collect()
     }
 

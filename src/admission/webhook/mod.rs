@@ -217,6 +217,11 @@ impl WebhookConfigurations {
     pub fn has_synced(&self) -> bool {
         *self.mutating.synced.borrow() && *self.validating.synced.borrow()
     }
+
+    /// Whether any webhook may be called: there is one, or the first lists are still to come.
+    pub fn may_call(&self) -> bool {
+        !self.has_synced() || !self.mutating.get().is_empty() || !self.validating.get().is_empty()
+    }
 }
 
 /// Keeps `list` equal to what a watch of `api` sees, rebuilt on every change.
