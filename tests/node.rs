@@ -1,7 +1,10 @@
 //! On a real node (envtest's: containerd, runc, CNI bridge, kubelet, kube-scheduler, kube-proxy): what only a
 //! kubelet shows. PodSet Pods run the demo workload (images/src/bin/podset-demo.rs) and become Ready by their
 //! readiness probe, and status counts them; a container that exits is restarted in its Pod; a Pod that fails or
-//! succeeds (restartPolicy Never) is replaced and left in place, as a ReplicaSet does.
+//! succeeds (restartPolicy Never) is replaced and left in place, as a ReplicaSet does. And podset-apiserver
+//! deployed as an admin deploys it: its image imported into containerd, `kubectl apply -k
+//! deploy/overlays/self-signed`, Ready by its own probes, Available through its Service, and back with every
+//! PodSet after its Pod is deleted.
 //!
 //! PodSet has no `minReadySeconds`: a Pod counts as available as soon as it is Ready.
 
@@ -15,7 +18,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use kube::ResourceExt;
 use podset_apiserver::api::PodSet;
-use podset_apiserver::envtest::node;
+use podset_apiserver::envtest::{node, Cluster};
 use serde_json::json;
 
 /// A Pod's patience on this node: image already there, but two cores shared by the whole cluster.
@@ -205,5 +208,127 @@ fn failed_and_succeeded_pods_are_replaced_and_kept_as_a_replicaset_does() {
             // Kept for their logs and exit codes, as kube-controller-manager leaves a ReplicaSet's.
             assert_eq!(pods_of(&pods, "once").await.len(), 4);
         });
+    });
+}
+
+/// What `kubectl get pods -l app=<app>` shows as READY (`1/1`) for every Pod, and their count.
+fn kubectl_ready_pods(cluster: &Cluster, app: &str) -> (usize, usize) {
+    let out = cluster.kubectl(&["get", "pods", "-l", &format!("app={app}"), "--no-headers"]);
+    let rows: Vec<Vec<&str>> = out.lines().map(|l| l.split_whitespace().collect()).collect();
+    let running_ready = rows.iter().filter(|r| r.get(1) == Some(&"1/1") && r.get(2) == Some(&"Running")).count();
+    (rows.len(), running_ready)
+}
+
+#[test]
+fn deployed_as_an_admin_does_it_serves_and_comes_back_with_its_podsets() {
+    in_namespace("deployed_as_an_admin_does_it_serves_and_comes_back_with_its_podsets", || {
+        let cluster = Cluster::start_node_only();
+        let archive = node::build_image("podset-apiserver", "static-test");
+        let image = cluster.import_image(&archive);
+        let (name, tag) = image.rsplit_once(':').unwrap();
+        let dir = cluster.dir.path();
+
+        // The claim's volume: a local PersistentVolume on the node (a cluster's storage class would make one).
+        let volume = dir.join("podset-apiserver-data");
+        std::fs::create_dir(&volume).unwrap();
+        cluster.apply_text(
+            "pv.yaml",
+            &format!(
+                "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: podset-apiserver-data\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Retain\n  local: {{path: {}}}\n  nodeAffinity:\n    required:\n      nodeSelectorTerms:\n      - matchExpressions:\n        - {{key: kubernetes.io/hostname, operator: In, values: [{}]}}\n",
+                volume.display(),
+                node::NODE_NAME
+            ),
+        );
+        // The overlay as the README says to use it, with the image set. kustomize takes only relative paths.
+        let kustomize = dir.join("kustomize");
+        std::fs::create_dir(&kustomize).unwrap();
+        let up = "../".repeat(kustomize.components().count() - 1);
+        let overlay = format!("{up}{}/deploy/overlays/self-signed", env!("CARGO_MANIFEST_DIR").trim_start_matches('/'));
+        std::fs::write(
+            kustomize.join("kustomization.yaml"),
+            format!(
+                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- {}\nimages:\n- {{name: podset-apiserver, newName: {name}, newTag: {tag}}}\n",
+                overlay
+            ),
+        )
+        .unwrap();
+        cluster.kubectl(&["apply", "-k", kustomize.to_str().unwrap()]);
+
+        let server_ready = |c: &Cluster| {
+            c.kubectl_try(&[
+                "get",
+                "pod",
+                "podset-apiserver-0",
+                "-n",
+                "podset-system",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ])
+            .is_ok_and(|s| s == "True")
+        };
+        let available = |c: &Cluster| {
+            c.kubectl_try(&[
+                "get",
+                "apiservice",
+                "v1alpha1.demo.k8s.io",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Available\")].status}",
+            ])
+            .is_ok_and(|s| s == "True")
+                && c.kubectl_try(&["get", "podsets", "-A"]).is_ok()
+        };
+        cluster.wait_for("podset-apiserver-0 Ready by its probes", POD_WAIT, server_ready);
+        cluster.wait_for("the APIService Available through the Service", POD_WAIT, available);
+        let version = cluster.kubectl(&["get", "--raw", "/apis/demo.k8s.io/v1alpha1"]);
+        assert!(version.contains("podsets"), "{version}");
+        let uid = cluster.kubectl(&[
+            "get",
+            "pod",
+            "podset-apiserver-0",
+            "-n",
+            "podset-system",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ]);
+
+        let ps = json!({"apiVersion": "demo.k8s.io/v1alpha1", "kind": "PodSet", "metadata": {"name": "web", "namespace": "default"},
+                        "spec": {"replicas": 3, "template": template(cluster.demo_image(), "web", "Always")}});
+        cluster.apply_text("web.yaml", &serde_json::to_string(&ps).unwrap());
+        let ready_3 = |c: &Cluster| {
+            c.kubectl_try(&["get", "podsets", "web", "--no-headers"])
+                .is_ok_and(|row| row.split_whitespace().nth(3) == Some("3"))
+                && kubectl_ready_pods(c, "web") == (3, 3)
+        };
+        cluster.wait_for("PodSet web: READY 3, its 3 Pods Running 1/1", POD_WAIT, ready_3);
+
+        // A Pod deleted is replaced.
+        let victim = cluster.kubectl(&["get", "pods", "-l", "app=web", "-o", "jsonpath={.items[0].metadata.name}"]);
+        cluster.kubectl(&["delete", "pod", &victim, "--wait=true"]);
+        cluster.wait_for("a new Pod in place of the deleted one", POD_WAIT, |c| {
+            ready_3(c) && !c.kubectl(&["get", "pods", "-l", "app=web", "-o", "name"]).contains(&victim)
+        });
+        let pods_before = cluster.kubectl(&["get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].metadata.uid}"]);
+        let podset_uid = cluster.kubectl(&["get", "podsets", "web", "-o", "jsonpath={.metadata.uid}"]);
+
+        // The server's Pod deleted: the StatefulSet makes it again on the same volume, and the PodSet is still there.
+        cluster.kubectl(&["delete", "pod", "podset-apiserver-0", "-n", "podset-system", "--wait=true"]);
+        cluster.wait_for("podset-apiserver-0 back and Ready", POD_WAIT, |c| {
+            server_ready(c)
+                && c.kubectl_try(&[
+                    "get",
+                    "pod",
+                    "podset-apiserver-0",
+                    "-n",
+                    "podset-system",
+                    "-o",
+                    "jsonpath={.metadata.uid}",
+                ])
+                .is_ok_and(|u| u != uid)
+        });
+        cluster.wait_for("the APIService Available again", POD_WAIT, available);
+        assert_eq!(cluster.kubectl(&["get", "podsets", "web", "-o", "jsonpath={.metadata.uid}"]), podset_uid);
+        cluster.wait_for("PodSet web still READY 3", POD_WAIT, ready_3);
+        let pods_after = cluster.kubectl(&["get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].metadata.uid}"]);
+        assert_eq!(pods_after, pods_before, "the Pods were replaced across the server's restart");
     });
 }
