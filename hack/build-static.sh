@@ -26,6 +26,11 @@ fi
 # Run from a test (tests/static_binary.rs), cargo's per-crate variables are set; build scripts that track them
 # (ring's tracks CARGO_MANIFEST_DIR) would then rebuild half the tree every time it alternates with a plain run.
 while read -r var; do unset "$var"; done < <(compgen -e | grep -E '^(CARGO_(MANIFEST_|PKG_|CRATE_|BIN_|PRIMARY_|TARGET_TMPDIR)|OUT_DIR$)' || true)
+# The build date (build.rs) is the commit's time unless SOURCE_DATE_EPOCH says otherwise: the same commit builds
+# the same binary, here, in hack/build-image.sh and in tests/static_binary.rs, without rebuilding in turn.
+if [ -z "${SOURCE_DATE_EPOCH:-}" ] && epoch="$(git log -1 --format=%ct 2>/dev/null)"; then
+  export SOURCE_DATE_EPOCH="$epoch"
+fi
 # With --target, RUSTFLAGS reach only the binary and its dependencies, not build scripts and proc macros (which
 # the compiler loads as shared objects, so they must not be static).
 RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \

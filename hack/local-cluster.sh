@@ -8,4 +8,4 @@ hack/install-build-deps.sh
 KUBEBUILDER_ASSETS="$(hack/install-test-assets.sh)"
 export KUBEBUILDER_ASSETS
 cargo build --release --locked --features envtest --bin podset-local-cluster >&2
-exec target/release/podset-local-cluster "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/podset-local-cluster" "$@"

@@ -5,14 +5,18 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 use clap::Parser;
-use podset_apiserver::envtest::{assets_dir, inside_namespace, namespace_command, Cluster, ServerCommand};
+use podset_apiserver::envtest::{assets_dir, inside_namespace, namespace_command, node, Cluster, ServerCommand};
 
 /// Starts etcd, kube-apiserver and kube-controller-manager (from KUBEBUILDER_ASSETS; hack/install-test-assets.sh
-/// installs them) and podset-apiserver registered as an APIService, all in a private network namespace (needs root),
-/// then opens a shell there with KUBECONFIG and kubectl set up. Leaving the shell stops everything.
+/// installs them), podset-apiserver registered as an APIService, and a node (containerd, kubelet, kube-scheduler,
+/// kube-proxy) where PodSets' Pods run, all in private namespaces (needs root), then opens a shell there with
+/// KUBECONFIG and kubectl set up. Leaving the shell stops everything.
 #[derive(Parser)]
 #[command(name = "podset-local-cluster", version)]
 struct Args {
+    /// No node: Pods are created and stay Pending (starts about half a minute sooner).
+    #[arg(long)]
+    no_node: bool,
     /// Run this command instead of a shell, e.g. `-- kubectl get podsets`.
     #[arg(last = true)]
     command: Vec<String>,
@@ -35,11 +39,24 @@ fn main() -> ExitCode {
         return ExitCode::from(status.code().unwrap_or(1) as u8);
     }
 
-    eprintln!("starting etcd, kube-apiserver, kube-controller-manager and podset-apiserver ...");
-    let cluster = Cluster::start(ServerCommand { program: exe, args: vec!["serve".into()] });
+    let server = ServerCommand { program: exe, args: vec!["serve".into()] };
+    let cluster = if args.no_node {
+        eprintln!("starting etcd, kube-apiserver, kube-controller-manager and podset-apiserver ...");
+        Cluster::start(server)
+    } else {
+        eprintln!("starting etcd, kube-apiserver, kube-controller-manager, podset-apiserver and a node ...");
+        Cluster::start_with_node(server)
+    };
     let assets = assets_dir();
     let path = format!("{}:{}", assets.display(), std::env::var("PATH").unwrap_or_default());
     eprintln!("ready: podset-apiserver is registered as v1alpha1.demo.k8s.io");
+    if !args.no_node {
+        eprintln!(
+            "node {} is Ready; its images: {} (the demo workload, port 8080)",
+            node::NODE_NAME,
+            cluster.demo_image()
+        );
+    }
     eprintln!("KUBECONFIG={}", cluster.kubeconfig.display());
     let mut cmd = match args.command.split_first() {
         Some((program, rest)) => {

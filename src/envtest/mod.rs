@@ -2,9 +2,12 @@
 //! kube-controller-manager from a `KUBEBUILDER_ASSETS` directory, our server registered through
 //! `deploy/base/apiservice.yaml`. Used by the end-to-end tests and by `podset-local-cluster`.
 //!
-//! It runs inside a private network and PID namespace ([`namespace_command`]) so nothing leaves the machine and
-//! nothing outlives it. kube-apiserver refuses Endpoints in 127.0.0.0/8, so our server listens on [`NODE_IP`], an
-//! address that exists only on the namespace's loopback.
+//! It runs inside a private network, PID and mount namespace ([`namespace_command`]) so nothing leaves the machine
+//! and nothing outlives it. kube-apiserver refuses Endpoints in 127.0.0.0/8, so our server listens on [`NODE_IP`],
+//! an address that exists only on the namespace's loopback.
+//!
+//! Without a node (the default) Pods are created and stay `Pending`. [`Cluster::start_with_node`] adds one
+//! ([`node`]: containerd, runc, CNI, kubelet, kube-scheduler, kube-proxy), so they run.
 #![allow(clippy::missing_panics_doc)]
 
 use std::ffi::OsString;
@@ -24,6 +27,7 @@ use rcgen::{
 };
 
 pub mod etcd;
+pub mod node;
 
 pub const NODE_IP: &str = "10.250.0.10";
 /// Where each replica of podset-apiserver listens when several run ([`Cluster::start_replicated`]): the first is
@@ -45,22 +49,15 @@ pub fn inside_namespace() -> bool {
     std::env::var_os(INSIDE).is_some()
 }
 
-/// A command that runs `program args...` in a fresh network + PID namespace (as root): loopback up, [`NODE_IP`] on
-/// it, and every process in it killed when `program` exits.
+/// A command that runs `program args...` in a fresh network + PID + mount namespace (as root): loopback up,
+/// [`NODE_IP`] on it, and every process in it killed when `program` exits. The mount namespace has a /proc of its
+/// own, so children's /proc/<pid> can be read (a benchmark measures their memory) and /proc lists only the
+/// namespace's processes; mounts made in it (a node's) go with it.
 pub fn namespace_command(program: &Path, args: &[String]) -> Command {
-    namespace_command_with(program, args, false)
-}
-
-/// `own_proc` also mounts a /proc of the new PID namespace (in a private mount namespace), so the program can
-/// read its children's /proc/<pid> (a benchmark measuring their memory).
-fn namespace_command_with(program: &Path, args: &[String], own_proc: bool) -> Command {
     let addrs: String = REPLICA_IPS.iter().map(|ip| format!(" && ip addr add {ip}/32 dev lo")).collect();
     let script = format!("ip link set lo up{addrs} && exec \"$@\"");
     let mut c = Command::new("unshare");
-    c.args(["--net", "--pid", "--fork", "--kill-child"]);
-    if own_proc {
-        c.arg("--mount-proc");
-    }
+    c.args(["--net", "--pid", "--fork", "--kill-child", "--mount-proc"]);
     c.args(["--", "sh", "-c", &script, "sh"]).arg(program).args(args).env(INSIDE, "1");
     c
 }
@@ -73,8 +70,7 @@ pub fn reenter_namespace() {
     }
     let exe = std::env::current_exe().expect("current executable");
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let status =
-        namespace_command_with(&exe, &args, true).env("KUBEBUILDER_ASSETS", assets_dir()).status().expect("unshare");
+    let status = namespace_command(&exe, &args).env("KUBEBUILDER_ASSETS", assets_dir()).status().expect("unshare");
     std::process::exit(status.code().unwrap_or(1));
 }
 
@@ -186,6 +182,18 @@ impl Pki {
         write("controller.crt", &c);
         write("controller.key", &k);
 
+        // A node's components, as kubeadm names them (RBAC binds these names by default; the kubelet's group is
+        // what the Node authorizer knows).
+        for (file, cn, orgs) in [
+            ("kubelet", format!("system:node:{}", node::NODE_NAME), &["system:nodes"][..]),
+            ("scheduler", "system:kube-scheduler".to_owned(), &[][..]),
+            ("proxy", "system:kube-proxy".to_owned(), &[][..]),
+        ] {
+            let (c, k) = leaf(&ca, &cn, orgs, &[], false);
+            write(&format!("{file}.crt"), &c);
+            write(&format!("{file}.key"), &k);
+        }
+
         let (fp_pem, fp_key, fp_params) = make_ca("front-proxy-ca").unwrap();
         write("front-proxy-ca.crt", &fp_pem);
         write("front-proxy-ca.key", &fp_key.serialize_pem());
@@ -252,13 +260,17 @@ pub struct Cluster {
     pub podset_addr: SocketAddr,
     pki: Pki,
     procs: Vec<Proc>,
-    server: ServerCommand,
+    /// None when podset-apiserver is not run by the harness (deployed to the node instead).
+    server: Option<ServerCommand>,
     apiserver_args: Vec<String>,
     /// How many podset-apiservers run; with more than one, they share the cluster's etcd.
     replicas: usize,
     etcd_url: String,
     /// Logs of replicas killed for good, printed if the test fails.
     dead: Vec<Proc>,
+    node: Option<node::Node>,
+    /// The demo workload's image on the node (`podset-demo`), once there is one.
+    demo_image: Option<String>,
 }
 
 impl Cluster {
@@ -271,10 +283,34 @@ impl Cluster {
     /// request). With more than one they store PodSets in the cluster's etcd (`--storage-backend=etcd`) and elect a
     /// leader for the controller.
     pub fn start_replicated(server: ServerCommand, replicas: usize) -> Self {
-        assert!((1..=REPLICA_IPS.len()).contains(&replicas));
+        Self::start_with(Some(server), replicas, false)
+    }
+
+    /// [`Self::start`] with a node ([`node`]): the PodSets' Pods are scheduled, pulled from the images imported
+    /// into containerd, and run. Takes about half a minute more.
+    pub fn start_with_node(server: ServerCommand) -> Self {
+        Self::start_with(Some(server), 1, true)
+    }
+
+    /// The control plane and a node, without podset-apiserver: for deploying it to the node as an admin would
+    /// (deploy/, with an image given to [`Self::import_image`]).
+    pub fn start_node_only() -> Self {
+        Self::start_with(None, 0, true)
+    }
+
+    fn start_with(server: Option<ServerCommand>, replicas: usize, with_node: bool) -> Self {
+        assert!(replicas <= REPLICA_IPS.len() && (replicas > 0) == server.is_some());
         let assets = assets_dir();
-        for bin in ["etcd", "kube-apiserver", "kube-controller-manager", "kubectl"] {
-            assert!(assets.join(bin).exists(), "{bin} missing from KUBEBUILDER_ASSETS={}", assets.display());
+        let mut needed = vec!["etcd", "kube-apiserver", "kube-controller-manager", "kubectl"];
+        if with_node {
+            needed.extend(node::NODE_BINARIES);
+        }
+        for bin in needed {
+            assert!(
+                assets.join(bin).exists(),
+                "{bin} missing from KUBEBUILDER_ASSETS={} (hack/install-test-assets.sh installs it)",
+                assets.display()
+            );
         }
         let dir = tempfile::tempdir().unwrap();
         let pki = Pki::make(&dir.path().join("pki"));
@@ -285,29 +321,125 @@ impl Cluster {
             dir,
             pki,
             procs: Vec::new(),
-            server: server.clone(),
+            server,
             apiserver_args: Vec::new(),
             replicas,
             etcd_url: String::new(),
             dead: Vec::new(),
+            node: None,
+            demo_image: None,
         };
-        cluster.start_etcd_and_apiserver(&assets);
-        // The namespace and the controller's RBAC exist before our server starts, as in deploy/.
-        cluster.apply_text("namespace.yaml", NAMESPACE_YAML);
-        cluster.apply_text("rbac.yaml", RBAC_YAML);
-        for i in 0..replicas {
-            cluster.start_replica(i);
+        cluster.start_etcd_and_apiserver(&assets, with_node);
+        if cluster.server.is_some() {
+            // The namespace and the controller's RBAC exist before our server starts, as in deploy/.
+            cluster.apply_text("namespace.yaml", NAMESPACE_YAML);
+            cluster.apply_text("rbac.yaml", RBAC_YAML);
+            for i in 0..replicas {
+                cluster.start_replica(i);
+            }
+            cluster.register();
         }
-        cluster.register();
-        cluster.start_controller_manager(&assets);
+        cluster.start_controller_manager(&assets, with_node);
         // The service account controller making `default` shows kube-controller-manager is at work.
         cluster.wait_for("kube-controller-manager to create default/default", Duration::from_secs(120), |c| {
             c.kubectl_try(&["get", "serviceaccount", "default", "-n", "default"]).is_ok()
         });
+        if with_node {
+            cluster.start_node(&assets);
+        }
         cluster
     }
 
-    fn start_etcd_and_apiserver(&mut self, assets: &Path) {
+    /// containerd (with the sandbox and demo images imported), the kubelet, kube-scheduler and kube-proxy; returns
+    /// once the node is Ready and untainted and kube-proxy routes the `kubernetes` Service.
+    fn start_node(&mut self, assets: &Path) {
+        let pause = node::build_image("pause", "release");
+        let demo = node::build_image("podset-demo", "release");
+        let n = node::Node::prepare(self.dir.path(), &node::image_reference(&pause));
+        self.procs.push(Proc::spawn("containerd", &mut n.containerd_command(assets)));
+        let socket = n.containerd_socket();
+        self.node = Some(n);
+        self.wait_for("containerd to serve", Duration::from_secs(60), |c| {
+            socket.exists() && c.ctr(&["version"]).is_ok()
+        });
+        self.import_image(&pause);
+        self.import_image(&demo);
+        self.demo_image = Some(node::image_reference(&demo));
+
+        for user in ["kubelet", "scheduler", "proxy"] {
+            std::fs::write(self.dir.path().join(format!("{user}.kubeconfig")), self.kubeconfig_for(user)).unwrap();
+        }
+        let kubeconfig = |user: &str| self.dir.path().join(format!("{user}.kubeconfig"));
+        let kubelet_args = self.node.as_ref().unwrap().kubelet_args(&kubeconfig("kubelet"), &self.pki.path("ca.crt"));
+        let mut kubelet = Command::new(assets.join("kubelet"));
+        kubelet.args(kubelet_args).env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+        self.procs.push(Proc::spawn("kubelet", &mut kubelet));
+        let mut scheduler = Command::new(assets.join("kube-scheduler"));
+        scheduler.arg(format!("--kubeconfig={}", kubeconfig("scheduler").display())).args([
+            "--bind-address=127.0.0.1",
+            "--secure-port=0",
+            "--port=0",
+            "--leader-elect=false",
+        ]);
+        self.procs.push(Proc::spawn("kube-scheduler", &mut scheduler));
+        let mut proxy = Command::new(assets.join("kube-proxy"));
+        proxy
+            .arg(format!("--kubeconfig={}", kubeconfig("proxy").display()))
+            .args(["--proxy-mode=iptables", "--cluster-cidr", node::POD_SUBNET])
+            .arg(format!("--hostname-override={}", node::NODE_NAME))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--healthz-bind-address=127.0.0.1:{}", free_port()))
+            .arg(format!("--metrics-bind-address=127.0.0.1:{}", free_port()))
+            // Conntrack's table sizes are the machine's (read-only in a network namespace): leave them.
+            .args(["--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0"])
+            .args(["--conntrack-tcp-timeout-close-wait=0"])
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+        self.procs.push(Proc::spawn("kube-proxy", &mut proxy));
+
+        self.wait_for("the node to be Ready and untainted", Duration::from_secs(120), |c| {
+            c.kubectl_try(&[
+                "get",
+                "node",
+                node::NODE_NAME,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}/{.spec.taints}",
+            ])
+            .is_ok_and(|s| s == "True/")
+        });
+        self.wait_for("kube-proxy to route the kubernetes Service", Duration::from_secs(60), |_| {
+            Command::new("iptables")
+                .args(["-t", "nat", "-S", "KUBE-SERVICES"])
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("10.96.0.1/32"))
+        });
+    }
+
+    /// `ctr` in the node's containerd (`k8s.io` namespace, the kubelet's): its output, or the error.
+    pub fn ctr(&self, args: &[&str]) -> Result<String, String> {
+        let node = self.node.as_ref().expect("the cluster has no node (Cluster::start_with_node)");
+        let out = node.ctr(&assets_dir()).args(args).output().map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    /// Imports an OCI image archive (hack/build-image.sh's) into the node's containerd, as `ctr images import`
+    /// does on any containerd node, and returns the image's name for a Pod's `image`.
+    pub fn import_image(&self, archive: &Path) -> String {
+        let archive = archive.to_str().unwrap();
+        self.ctr(&["images", "import", archive]).unwrap_or_else(|e| panic!("importing {archive}: {e}"));
+        node::image_reference(Path::new(archive))
+    }
+
+    /// The demo workload's image on the node (images/src/bin/podset-demo.rs): serves /healthz and /readyz on
+    /// 8080, exits on `/exit?code=N` or `--exit-after`.
+    pub fn demo_image(&self) -> &str {
+        self.demo_image.as_deref().expect("the cluster has no node (Cluster::start_with_node)")
+    }
+
+    fn start_etcd_and_apiserver(&mut self, assets: &Path, with_node: bool) {
         let (client, peer) = (free_port(), free_port());
         let data_dir = self.dir.path().join("etcd");
         let etcd = Proc::spawn(
@@ -343,6 +475,19 @@ impl Cluster {
             format!("--proxy-client-key-file={}", p("front-proxy-client.key")),
             "--enable-aggregator-routing=true".into(),
         ];
+        if with_node {
+            // Pods reach it at the `kubernetes` Service (NODE_IP, through kube-proxy), and the kubelet's identity
+            // is for the Node authorizer; it reaches the kubelet (logs, exec) with the admin's certificate.
+            for (flag, value) in [
+                ("--bind-address", "0.0.0.0".to_owned()),
+                ("--authorization-mode", "Node,RBAC".to_owned()),
+                ("--kubelet-client-certificate", p("admin.crt")),
+                ("--kubelet-client-key", p("admin.key")),
+            ] {
+                self.apiserver_args.retain(|a| !a.starts_with(&format!("{flag}=")));
+                self.apiserver_args.push(format!("{flag}={value}"));
+            }
+        }
         self.spawn_apiserver();
         std::fs::write(&self.kubeconfig, self.kubeconfig_for("admin")).unwrap();
         std::fs::write(self.controller_kubeconfig(), self.kubeconfig_for("controller")).unwrap();
@@ -413,7 +558,7 @@ impl Cluster {
 
     /// Starts replica `i` (0 is the only one unless the cluster is replicated) on its address and the shared port.
     pub fn start_replica(&mut self, i: usize) {
-        let cmd = &self.server;
+        let cmd = self.server.as_ref().expect("podset-apiserver is deployed, not run by the harness");
         let p = |n| self.pki.path(n);
         let data_dir = match i {
             0 => self.dir.path().join("podset-data"),
@@ -558,7 +703,14 @@ impl Cluster {
         });
     }
 
-    fn start_controller_manager(&mut self, assets: &Path) {
+    fn start_controller_manager(&mut self, assets: &Path, with_node: bool) {
+        // Without a node, the controllers for nodes and volumes have nothing to do. With one, the node lifecycle
+        // controller lifts the kubelet's not-ready taint and the binder binds a StatefulSet's claim.
+        let controllers = if with_node {
+            "*,-nodeipam,-ttl"
+        } else {
+            "*,-nodeipam,-nodelifecycle,-attachdetach,-persistentvolume-binder,-ttl"
+        };
         let kcm = Proc::spawn(
             "kube-controller-manager",
             Command::new(assets.join("kube-controller-manager")).args([
@@ -566,7 +718,7 @@ impl Cluster {
                 "--bind-address=127.0.0.1".into(),
                 "--secure-port=0".into(),
                 "--port=0".into(),
-                "--controllers=*,-nodeipam,-nodelifecycle,-attachdetach,-persistentvolume-binder,-ttl".into(),
+                format!("--controllers={controllers}"),
                 "--leader-elect=false".into(),
                 format!("--service-account-private-key-file={}", self.pki.path("sa.key")),
                 format!("--root-ca-file={}", self.pki.path("ca.crt")),
@@ -695,6 +847,9 @@ impl Drop for Cluster {
         for p in self.procs.iter_mut().rev() {
             let _ = p.child.kill();
             let _ = p.child.wait();
+        }
+        if let Some(node) = &self.node {
+            node.cleanup();
         }
         if std::thread::panicking() {
             for p in self.dead.iter().chain(&self.procs) {

@@ -88,3 +88,8 @@ where
 {
     wait(Duration::from_secs(90), ok, what).await
 }
+
+/// [`start`] with a node: Pods run (containerd, kubelet, kube-scheduler, kube-proxy; see envtest::node).
+pub fn start_with_node() -> Cluster {
+    Cluster::start_with_node(ServerCommand { program: BIN.into(), args: Vec::new() })
+}
