@@ -257,6 +257,8 @@ pub struct Cluster {
     /// How many podset-apiservers run; with more than one, they share the cluster's etcd.
     replicas: usize,
     etcd_url: String,
+    /// Per replica, the `--etcd-servers` it stores PodSets in, when not the cluster's etcd.
+    replica_etcd: Vec<String>,
     /// Logs of replicas killed for good, printed if the test fails.
     dead: Vec<Proc>,
 }
@@ -271,6 +273,12 @@ impl Cluster {
     /// request). With more than one they store PodSets in the cluster's etcd (`--storage-backend=etcd`) and elect a
     /// leader for the controller.
     pub fn start_replicated(server: ServerCommand, replicas: usize) -> Self {
+        Self::start_replicated_on(server, replicas, Vec::new())
+    }
+
+    /// [`Self::start_replicated`] with replica `i` storing PodSets at `etcd_servers[i]` (an etcd of its own, not
+    /// kube-apiserver's) when given.
+    pub fn start_replicated_on(server: ServerCommand, replicas: usize, etcd_servers: Vec<String>) -> Self {
         assert!((1..=REPLICA_IPS.len()).contains(&replicas));
         let assets = assets_dir();
         for bin in ["etcd", "kube-apiserver", "kube-controller-manager", "kubectl"] {
@@ -289,6 +297,7 @@ impl Cluster {
             apiserver_args: Vec::new(),
             replicas,
             etcd_url: String::new(),
+            replica_etcd: etcd_servers,
             dead: Vec::new(),
         };
         cluster.start_etcd_and_apiserver(&assets);
@@ -422,7 +431,8 @@ impl Cluster {
         let mut command = Command::new(&cmd.program);
         command.args(&cmd.args);
         if self.replicas > 1 {
-            command.args(["--storage-backend=etcd", &format!("--etcd-servers={}", self.etcd_url)]);
+            let servers = self.replica_etcd.get(i).unwrap_or(&self.etcd_url);
+            command.args(["--storage-backend=etcd", &format!("--etcd-servers={servers}")]);
         }
         let server = Proc::spawn(
             REPLICA_NAMES[i],

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use serde::{Deserialize, Serialize};
+
 /// Nanoseconds since the run started.
 pub type Time = u64;
 
@@ -13,7 +15,7 @@ pub const NEVER: Time = Time::MAX;
 pub type Key = String;
 
 /// Which revision a read asks for, as `resourceVersion` does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ReadFrom {
     /// `resourceVersion=""`: the latest, linearizable.
     Latest,
@@ -25,7 +27,7 @@ pub enum ReadFrom {
 
 /// What a client asked for. Every write carries a marker unique to it (an annotation), so a state read back says
 /// which write made it; writes of the controller (status) keep the marker they found.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
     Create {
         key: Key,
@@ -91,7 +93,7 @@ impl Request {
 }
 
 /// One state of a PodSet as a client saw it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Seen {
     pub resource_version: u64,
     /// The marker of the client write the content came from.
@@ -99,7 +101,7 @@ pub struct Seen {
 }
 
 /// What a client was told.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response {
     /// A write's object, or a get's.
     Object(Seen),
@@ -122,7 +124,7 @@ pub enum Response {
 }
 
 /// One call.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Operation {
     pub client: usize,
     /// Where it went (a replica or the aggregator), for the report.
@@ -164,7 +166,7 @@ impl fmt::Display for Operation {
 }
 
 /// What a watch was told, in order.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WatchItem {
     Added {
         key: Key,
@@ -197,7 +199,7 @@ impl WatchItem {
 }
 
 /// One watch: `?watch=1&resourceVersion=<from>` on a namespace, with bookmarks.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Watch {
     pub client: usize,
     pub route: String,
@@ -208,7 +210,7 @@ pub struct Watch {
 }
 
 /// One change in the store, as etcd recorded it (ground truth for watches and reads).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Change {
     pub resource_version: u64,
     pub key: Key,
@@ -217,7 +219,7 @@ pub struct Change {
 }
 
 /// Owned Pods of one PodSet at one moment: read in `[call, ret]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodCount {
     pub key: Key,
     pub call: Time,
@@ -227,7 +229,7 @@ pub struct PodCount {
 }
 
 /// `spec.replicas` as a client set it: acknowledged writes, with their interval.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicasSet {
     pub key: Key,
     pub call: Time,
@@ -236,7 +238,7 @@ pub struct ReplicasSet {
 }
 
 /// Everything one run recorded.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct History {
     pub seed: u64,
     pub operations: Vec<Operation>,
@@ -254,7 +256,7 @@ pub struct History {
 }
 
 /// A PodSet once the faults were over and the system had time to settle.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Settled {
     pub key: Key,
     pub generation: i64,

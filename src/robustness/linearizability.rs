@@ -5,9 +5,9 @@
 //! or placed anywhere after its start; writes found in etcd that no client made (the controller's status) must be
 //! placed, anywhere, where the version they replaced is current.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use super::history::{Change, History, Key, ReadFrom, Request, Response, Time, NEVER};
+use super::history::{Change, History, Key, ReadFrom, Request, Response, Seen, Time, NEVER};
 
 /// Where a checked operation came from: a client's call (its index) or a change in etcd.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,19 +74,22 @@ struct KeyOp {
     call: Time,
     ret: Time,
     step: Step,
+    /// A change of etcd's not yet known to have happened at the cut of a prefix: it may be left out.
+    pending: bool,
 }
 
 impl KeyOp {
     /// Lost calls may be left out; everything else must be placed.
     fn required(&self) -> bool {
-        !matches!(
-            self.step,
-            Step::Create { out: Out::Lost, .. }
-                | Step::Update { out: Out::Lost, .. }
-                | Step::Patch { out: Out::Lost, .. }
-                | Step::Apply { out: Out::Lost, .. }
-                | Step::Delete { out: Out::Lost, .. }
-        )
+        !self.pending
+            && !matches!(
+                self.step,
+                Step::Create { out: Out::Lost, .. }
+                    | Step::Update { out: Out::Lost, .. }
+                    | Step::Patch { out: Out::Lost, .. }
+                    | Step::Apply { out: Out::Lost, .. }
+                    | Step::Delete { out: Out::Lost, .. }
+            )
     }
 
     /// Removing it cannot turn a linearizable history into one that is not: it changes no state.
@@ -183,8 +186,12 @@ pub enum Verdict {
     Linearizable,
     /// The search gave up (too many states); neither proven nor refuted.
     Unknown,
-    /// Not linearizable: the smallest failing piece found (indices of calls and changes), in call order.
-    Violation(Vec<Origin>),
+    /// Not linearizable: the call whose answer cannot be placed, and the smallest failing piece found (calls and
+    /// changes) in answer order.
+    Violation {
+        culprit: Option<Origin>,
+        piece: Vec<Origin>,
+    },
 }
 
 /// A key's operations, ready to search.
@@ -194,6 +201,7 @@ struct KeyHistory {
 }
 
 const MAX_STATES: usize = 2_000_000;
+const MINIMISE_TRIES: usize = 60;
 
 impl KeyHistory {
     /// Wing & Gong: place, one at a time, any call that no unplaced call returned before; backtrack when none
@@ -202,9 +210,10 @@ impl KeyHistory {
         let ops = &self.ops;
         let n = ops.len();
         let required = ops.iter().filter(|o| o.required()).count();
-        let words = n.div_ceil(64);
-        let mut placed = vec![0u64; words];
+        let mut placed = vec![0u64; n.div_ceil(64)];
         let is_placed = |placed: &[u64], i: usize| placed[i / 64] & (1 << (i % 64)) != 0;
+        // The answers of unplaced calls: the earliest is the horizon nothing that started after it may cross.
+        let mut pending: BTreeSet<(Time, usize)> = ops.iter().enumerate().map(|(i, o)| (o.ret, i)).collect();
         let mut seen: HashSet<(Vec<u64>, State)> = HashSet::new();
         let mut stack: Vec<(usize, State)> = Vec::new();
         let mut state = self.initial;
@@ -214,8 +223,7 @@ impl KeyHistory {
             if placed_required == required {
                 return Some(true);
             }
-            // The earliest answer among unplaced calls: nothing that started after it can go next.
-            let horizon = (0..n).filter(|&i| !is_placed(&placed, i)).map(|i| ops[i].ret).min().unwrap_or(NEVER);
+            let horizon = pending.first().map_or(NEVER, |&(t, _)| t);
             let mut next = None;
             for i in from..n {
                 if ops[i].call > horizon {
@@ -236,6 +244,7 @@ impl KeyHistory {
             match next {
                 Some((i, after)) => {
                     stack.push((i, state));
+                    pending.remove(&(ops[i].ret, i));
                     state = after;
                     placed_required += usize::from(ops[i].required());
                     from = 0;
@@ -246,6 +255,7 @@ impl KeyHistory {
                 None => {
                     let Some((i, before)) = stack.pop() else { return Some(false) };
                     placed[i / 64] &= !(1 << (i % 64));
+                    pending.insert((ops[i].ret, i));
                     placed_required -= usize::from(ops[i].required());
                     state = before;
                     from = i + 1;
@@ -263,9 +273,9 @@ impl KeyHistory {
         let ops = self
             .ops
             .iter()
-            .filter(|o| o.call <= t || matches!(o.step, Step::External { .. }))
+            .filter(|o| o.call <= t)
             .filter_map(|o| {
-                if o.ret <= t || matches!(o.step, Step::External { .. }) {
+                if o.ret <= t {
                     return Some(*o);
                 }
                 let lost = |step| Some(KeyOp { ret: NEVER, step, ..*o });
@@ -278,7 +288,7 @@ impl KeyHistory {
                     Step::Patch { marker, .. } => lost(Step::Patch { marker, out: Out::Lost }),
                     Step::Apply { marker, .. } => lost(Step::Apply { marker, out: Out::Lost }),
                     Step::Delete { precondition, .. } => lost(Step::Delete { precondition, out: Out::Lost }),
-                    Step::External { .. } => unreachable!(),
+                    Step::External { .. } => Some(KeyOp { ret: NEVER, pending: true, ..*o }),
                 }
             })
             .collect();
@@ -287,7 +297,7 @@ impl KeyHistory {
 
     /// A small failing piece: the shortest failing prefix in time (its last answer is the one that cannot be
     /// explained), then without the calls that change nothing and are not needed for the failure.
-    fn minimise(&self) -> Vec<Origin> {
+    fn minimise(&self) -> (Option<Origin>, Vec<Origin>) {
         let mut cuts: Vec<Time> = self.ops.iter().map(|o| o.ret).filter(|&t| t != NEVER).collect();
         cuts.sort_unstable();
         cuts.dedup();
@@ -302,8 +312,10 @@ impl KeyHistory {
                 lo = mid + 1;
             }
         }
+        let culprit = cuts.get(lo).and_then(|&t| self.ops.iter().find(|o| o.ret == t)).map(|o| o.origin);
         let mut piece = if lo < cuts.len() { self.at(cuts[lo]) } else { self.with(self.ops.clone()) };
-        let mut i = 0;
+        // Each try is a search: only the last calls before the failure are worth it.
+        let mut i = piece.ops.len().saturating_sub(MINIMISE_TRIES);
         while i < piece.ops.len() && piece.ops.len() > 1 {
             if piece.ops[i].changes_nothing() {
                 let mut fewer = piece.ops.clone();
@@ -316,7 +328,124 @@ impl KeyHistory {
             }
             i += 1;
         }
-        piece.ops.iter().map(|o| o.origin).collect()
+        piece.ops.sort_by_key(|o| o.ret);
+        (culprit, piece.ops.iter().map(|o| o.origin).collect())
+    }
+}
+
+/// With etcd's record, a lost answer is known: a write whose marker etcd has happened at that revision, one whose
+/// marker it lacks did not; lost deletes take the deletions no answered call made, earliest call first. Returns
+/// each call's answer as checked (None: left out) and the changes no call stands for.
+fn resolve(history: &History) -> (Vec<Option<Response>>, Vec<usize>) {
+    let mut answers: Vec<Option<Response>> = history
+        .operations
+        .iter()
+        .map(|o| match &o.response {
+            Response::Refused(_) => None,
+            r => Some(r.clone()),
+        })
+        .collect();
+    if history.changes.is_empty() {
+        return (answers, Vec::new());
+    }
+    let answered: HashSet<(&str, u64)> = history
+        .operations
+        .iter()
+        .filter_map(|o| match (&o.request, &o.response) {
+            (r, Response::Object(s)) if r.is_write() => Some((r.key()?, s.resource_version)),
+            (r @ Request::Delete { .. }, Response::Deleted { resource_version }) => Some((r.key()?, *resource_version)),
+            _ => None,
+        })
+        .collect();
+    let lost_writes: HashMap<&str, usize> = history
+        .operations
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| o.lost())
+        .filter_map(|(i, o)| Some((o.request.marker()?, i)))
+        .collect();
+    let mut lost_deletes: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, o) in history.operations.iter().enumerate() {
+        if o.lost() && matches!(o.request, Request::Delete { .. }) {
+            lost_deletes.entry(o.request.key().unwrap_or_default()).or_default().push(i);
+        }
+    }
+    for calls in lost_deletes.values_mut() {
+        calls.sort_by_key(|&i| history.operations[i].call);
+        calls.reverse();
+    }
+    let mut claimed = HashSet::new();
+    let mut last: HashMap<&str, Option<&str>> = HashMap::new();
+    let mut external = Vec::new();
+    for (i, c) in history.changes.iter().enumerate() {
+        let prev = last.insert(&c.key, c.marker.as_deref()).flatten();
+        if answered.contains(&(c.key.as_str(), c.resource_version)) {
+            continue;
+        }
+        let by = match c.marker.as_deref() {
+            Some(m) if prev != Some(m) => lost_writes.get(m).copied(),
+            Some(_) => None,
+            None => lost_deletes.get_mut(c.key.as_str()).and_then(Vec::pop),
+        };
+        match by {
+            Some(call) => {
+                claimed.insert(call);
+                answers[call] = Some(match &c.marker {
+                    Some(m) => Response::Object(Seen { resource_version: c.resource_version, marker: m.clone() }),
+                    None => Response::Deleted { resource_version: c.resource_version },
+                });
+            }
+            None => external.push(i),
+        }
+    }
+    for (i, o) in history.operations.iter().enumerate() {
+        if o.lost() && o.request.is_write() && !claimed.contains(&i) {
+            answers[i] = None;
+        }
+    }
+    (answers, external)
+}
+
+/// Real-time bounds of a revision from the answered writes of every key: etcd's revisions are one order.
+struct RevisionWindow {
+    /// (revision, started at, answered at), by revision, with the latest start below and the earliest answer
+    /// above each.
+    writes: Vec<(u64, Time, Time)>,
+}
+
+impl RevisionWindow {
+    fn new(history: &History, answers: &[Option<Response>]) -> Self {
+        let mut writes: Vec<(u64, Time, Time)> = history
+            .operations
+            .iter()
+            .zip(answers)
+            .filter(|(o, _)| o.request.is_write() && !o.lost())
+            .filter_map(|(o, a)| match a {
+                Some(Response::Object(s)) => Some((s.resource_version, o.call, o.ret)),
+                Some(Response::Deleted { resource_version }) => Some((*resource_version, o.call, o.ret)),
+                _ => None,
+            })
+            .collect();
+        writes.sort_unstable();
+        for i in 1..writes.len() {
+            writes[i].1 = writes[i].1.max(writes[i - 1].1);
+        }
+        for i in (0..writes.len().saturating_sub(1)).rev() {
+            writes[i].2 = writes[i].2.min(writes[i + 1].2);
+        }
+        Self { writes }
+    }
+
+    /// Revision `rv` was made after this: a write of a lower revision had started.
+    fn started_by(&self, rv: u64) -> Time {
+        let i = self.writes.partition_point(|w| w.0 < rv);
+        i.checked_sub(1).map_or(0, |i| self.writes[i].1)
+    }
+
+    /// Revision `rv` was made before this: a write of a higher revision was answered.
+    fn answered_by(&self, rv: u64) -> Time {
+        let i = self.writes.partition_point(|w| w.0 <= rv);
+        self.writes.get(i).map_or(NEVER, |w| w.2)
     }
 }
 
@@ -332,7 +461,9 @@ fn split_by_key(history: &History) -> BTreeMap<Key, KeyHistory> {
     keys.extend(history.changes.iter().map(|c| c.key.clone()));
     keys.sort();
     keys.dedup();
-    for (i, op) in history.operations.iter().enumerate() {
+    let (answers, external) = resolve(history);
+    for (i, (op, answer)) in history.operations.iter().zip(&answers).enumerate() {
+        let Some(response) = answer else { continue };
         let mut out_of = |r: &Response| -> Option<Out> {
             Some(match r {
                 Response::Object(s) => Out::Seen { rv: s.resource_version, marker: intern(&s.marker) },
@@ -344,33 +475,25 @@ fn split_by_key(history: &History) -> BTreeMap<Key, KeyHistory> {
                 Response::Refused(_) | Response::List { .. } => return None,
             })
         };
-        let key_op = |step| KeyOp { origin: Origin::Call(i), call: op.call, ret: op.ret, step };
+        let key_op = |step| KeyOp { origin: Origin::Call(i), call: op.call, ret: op.ret, step, pending: false };
         let step = match &op.request {
-            Request::Create { marker, .. } => {
-                out_of(&op.response).map(|out| Step::Create { marker: intern(marker), out })
+            Request::Create { marker, .. } => out_of(response).map(|out| Step::Create { marker: intern(marker), out }),
+            Request::Update { marker, precondition, .. } => {
+                out_of(response).map(|out| Step::Update { marker: intern(marker), precondition: *precondition, out })
             }
-            Request::Update { marker, precondition, .. } => out_of(&op.response).map(|out| Step::Update {
-                marker: intern(marker),
-                precondition: *precondition,
-                out,
-            }),
-            Request::Patch { marker, .. } => {
-                out_of(&op.response).map(|out| Step::Patch { marker: intern(marker), out })
-            }
-            Request::Apply { marker, .. } => {
-                out_of(&op.response).map(|out| Step::Apply { marker: intern(marker), out })
-            }
+            Request::Patch { marker, .. } => out_of(response).map(|out| Step::Patch { marker: intern(marker), out }),
+            Request::Apply { marker, .. } => out_of(response).map(|out| Step::Apply { marker: intern(marker), out }),
             Request::Delete { precondition, .. } => {
-                out_of(&op.response).map(|out| Step::Delete { precondition: *precondition, out })
+                out_of(response).map(|out| Step::Delete { precondition: *precondition, out })
             }
-            Request::Get { from: ReadFrom::Latest, .. } => match out_of(&op.response) {
+            Request::Get { from: ReadFrom::Latest, .. } => match out_of(response) {
                 Some(Out::Lost) | None => None,
                 Some(out) => Some(Step::Read { out }),
             },
             Request::Get { .. } => None,
             Request::List { namespace, from: ReadFrom::Latest } => {
                 // A list reads every key of its namespace at once: absent keys are reads of absence.
-                if let Response::List { items, .. } = &op.response {
+                if let Response::List { items, .. } = response {
                     let prefix = format!("{namespace}/");
                     for key in keys.iter().filter(|k| k.starts_with(&prefix)) {
                         let out = match items.iter().find(|(k, _)| k == key) {
@@ -388,45 +511,37 @@ fn split_by_key(history: &History) -> BTreeMap<Key, KeyHistory> {
             by_key.entry(key.to_owned()).or_default().push(key_op(step));
         }
     }
-    // Changes no call accounts for: a state some call reported (or a lost call's marker) is a client's write.
-    let mut last: HashMap<&str, Option<(u64, &str)>> = HashMap::new();
-    let client_made: HashSet<(&str, u64)> = history
-        .operations
-        .iter()
-        .filter_map(|o| match (&o.request, &o.response) {
-            (r, Response::Object(s)) if r.is_write() => Some((r.key()?, s.resource_version)),
-            (r @ Request::Delete { .. }, Response::Deleted { resource_version }) => Some((r.key()?, *resource_version)),
-            _ => None,
-        })
-        .collect();
-    let lost_markers: HashSet<&str> =
-        history.operations.iter().filter(|o| o.lost()).filter_map(|o| o.request.marker()).collect();
-    let lost_deletes: HashSet<&str> = history
-        .operations
-        .iter()
-        .filter(|o| o.lost() && matches!(o.request, Request::Delete { .. }))
-        .filter_map(|o| o.request.key())
-        .collect();
+    // Changes no call stands for (the controller's status writes) go where their previous version is current, and
+    // where etcd's revision order allows: after every call of a lower revision started, before every answer of a
+    // higher one. The same bounds the answer of a lost write that etcd has.
+    let window = RevisionWindow::new(history, &answers);
+    for ops in by_key.values_mut() {
+        for o in ops.iter_mut() {
+            if let (Origin::Call(i), true) = (o.origin, o.ret == NEVER) {
+                if let Some(Response::Object(Seen { resource_version, .. }) | Response::Deleted { resource_version }) =
+                    &answers[i]
+                {
+                    o.ret = window.answered_by(*resource_version).max(o.call);
+                }
+            }
+        }
+    }
+    let mut last: HashMap<&str, Option<u64>> = HashMap::new();
+    let external: HashSet<usize> = external.into_iter().collect();
     for (i, c) in history.changes.iter().enumerate() {
-        let prev = last.get(c.key.as_str()).copied().flatten();
-        last.insert(&c.key, c.marker.as_deref().map(|m| (c.resource_version, m)));
-        if client_made.contains(&(c.key.as_str(), c.resource_version)) {
+        let prev = last.insert(&c.key, c.marker.is_some().then_some(c.resource_version)).flatten();
+        if !external.contains(&i) {
             continue;
         }
-        let new_marker = c.marker.as_deref().filter(|m| prev.is_none_or(|(_, p)| p != *m));
-        // A new marker is a client's write, a deletion a client's delete: if its answer was lost, that call
-        // stands for it.
-        if new_marker.is_some_and(|m| lost_markers.contains(m))
-            || (c.marker.is_none() && lost_deletes.contains(c.key.as_str()))
-        {
-            continue;
-        }
-        let step = Step::External {
-            rv: c.resource_version,
-            prev: prev.map(|(rv, _)| rv),
-            marker: c.marker.as_deref().map(&mut intern),
-        };
-        by_key.entry(c.key.clone()).or_default().push(KeyOp { origin: Origin::Change(i), call: 0, ret: NEVER, step });
+        let step = Step::External { rv: c.resource_version, prev, marker: c.marker.as_deref().map(&mut intern) };
+        let (call, ret) = (window.started_by(c.resource_version), window.answered_by(c.resource_version));
+        by_key.entry(c.key.clone()).or_default().push(KeyOp {
+            origin: Origin::Change(i),
+            call,
+            ret: ret.max(call),
+            step,
+            pending: false,
+        });
     }
     by_key
         .into_iter()
@@ -444,7 +559,10 @@ pub fn check(history: &History) -> Vec<(Key, Verdict)> {
         match h.linearizable() {
             Some(true) => {}
             None => out.push((key, Verdict::Unknown)),
-            Some(false) => out.push((key, Verdict::Violation(h.minimise()))),
+            Some(false) => {
+                let (culprit, piece) = h.minimise();
+                out.push((key, Verdict::Violation { culprit, piece }))
+            }
         }
     }
     out
@@ -456,14 +574,17 @@ pub fn checked_calls(history: &History) -> usize {
 }
 
 /// The lines of a failing piece, in call order.
-pub fn describe(history: &History, piece: &[Origin]) -> Vec<String> {
+pub fn describe(history: &History, piece: &[Origin], culprit: Option<Origin>) -> Vec<String> {
     piece
         .iter()
-        .map(|o| match *o {
-            Origin::Call(i) => history.operations[i].to_string(),
-            Origin::Change(i) => {
-                let c: &Change = &history.changes[i];
-                format!("[      any ..     any] not a client's: etcd change {c:?}")
+        .map(|o| {
+            let mark = if Some(*o) == culprit { ">> " } else { "   " };
+            match *o {
+                Origin::Call(i) => format!("{mark}{}", history.operations[i]),
+                Origin::Change(i) => {
+                    let c: &Change = &history.changes[i];
+                    format!("{mark}etcd change no call answered for (the controller's?): {c:?}")
+                }
             }
         })
         .collect()
@@ -472,7 +593,7 @@ pub fn describe(history: &History, piece: &[Origin]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::robustness::history::{Operation, Seen};
+    use crate::robustness::history::Operation;
 
     fn op(client: usize, call: Time, ret: Time, request: Request, response: Response) -> Operation {
         Operation { client, route: "r".into(), call, ret, request, response }
@@ -526,7 +647,13 @@ mod tests {
         let v = verdicts(ops);
         assert_eq!(v.len(), 1, "{v:?}");
         // The create, the update and the stale read; the other read is not needed to show it.
-        assert_eq!(v[0].1, Verdict::Violation(vec![Origin::Call(0), Origin::Call(1), Origin::Call(2)]));
+        assert_eq!(
+            v[0].1,
+            Verdict::Violation {
+                culprit: Some(Origin::Call(2)),
+                piece: vec![Origin::Call(0), Origin::Call(1), Origin::Call(2)]
+            }
+        );
     }
 
     #[test]
@@ -536,7 +663,7 @@ mod tests {
             op(1, 20, 30, update("u1", 5), seen(7, "u1")),
             op(2, 21, 31, update("u2", 5), seen(8, "u2")),
         ];
-        assert!(matches!(verdicts(ops)[0].1, Verdict::Violation(_)));
+        assert!(matches!(verdicts(ops)[0].1, Verdict::Violation { .. }));
     }
 
     #[test]
@@ -561,7 +688,27 @@ mod tests {
             op(2, 40, 50, get(), seen(6, "u")),
             op(2, 60, 70, get(), seen(5, "c")),
         ];
-        assert!(matches!(verdicts(both)[0].1, Verdict::Violation(_)));
+        assert!(matches!(verdicts(both)[0].1, Verdict::Violation { .. }));
+    }
+
+    #[test]
+    fn etcd_tells_whether_a_lost_write_happened() {
+        let ops = vec![
+            op(0, 0, 10, create("c"), seen(5, "c")),
+            op(1, 20, NEVER, update("u", 5), Response::Lost),
+            op(2, 40, 50, get(), seen(5, "c")),
+            op(2, 60, 70, get(), seen(6, "u")),
+        ];
+        let change = |rv, m: &str| Change { resource_version: rv, key: "ns/a".into(), marker: Some(m.into()) };
+        let happened =
+            History { operations: ops.clone(), changes: vec![change(5, "c"), change(6, "u")], ..Default::default() };
+        assert_eq!(check(&happened), vec![]);
+        // etcd never had it: the second read is of nothing anyone wrote.
+        let did_not = History { operations: ops, changes: vec![change(5, "c")], ..Default::default() };
+        assert_eq!(
+            check(&did_not)[0].1,
+            Verdict::Violation { culprit: Some(Origin::Call(3)), piece: vec![Origin::Call(0), Origin::Call(3)] }
+        );
     }
 
     #[test]
@@ -571,7 +718,7 @@ mod tests {
             op(2, 20, 30, get(), seen(7, "u")),
             op(1, 40, 50, update("u", 5), seen(7, "u")),
         ];
-        assert!(matches!(verdicts(ops)[0].1, Verdict::Violation(_)));
+        assert!(matches!(verdicts(ops)[0].1, Verdict::Violation { .. }));
     }
 
     #[test]
@@ -592,7 +739,7 @@ mod tests {
         assert_eq!(check(&history), vec![]);
         // Without the change, the read is of nothing anyone wrote.
         let history = History { changes: Vec::new(), ..history };
-        assert!(matches!(check(&history)[0].1, Verdict::Violation(_)));
+        assert!(matches!(check(&history)[0].1, Verdict::Violation { .. }));
     }
 
     #[test]

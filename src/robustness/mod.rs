@@ -3,6 +3,8 @@
 //! code over a [`History`]; the harness makes histories from a real cluster.
 
 pub mod controller_check;
+pub mod etcd_cluster;
+pub mod harness;
 pub mod history;
 pub mod linearizability;
 pub mod truth;
@@ -32,6 +34,9 @@ impl Report {
     }
 }
 
+/// Lines of a failing piece of history shown.
+const SHOWN: usize = 30;
+
 /// Runs every check.
 pub fn check(history: &History) -> Report {
     let mut report = Report {
@@ -45,8 +50,15 @@ pub fn check(history: &History) -> Report {
         match verdict {
             linearizability::Verdict::Linearizable => {}
             linearizability::Verdict::Unknown => report.undecided.push(key),
-            linearizability::Verdict::Violation(piece) => {
-                report.violations.push((format!("not linearizable: {key}"), linearizability::describe(history, &piece)))
+            linearizability::Verdict::Violation { culprit, piece } => {
+                let mut lines = linearizability::describe(history, &piece, culprit);
+                // The last calls show the failure; the ones before it are the past it needs.
+                if lines.len() > SHOWN {
+                    let earlier = lines.len() - SHOWN;
+                    lines.drain(..earlier);
+                    lines.insert(0, format!("({earlier} earlier calls and changes of this key before these)"));
+                }
+                report.violations.push((format!("not linearizable: {key} (its last answer cannot be placed)"), lines))
             }
         }
     }
