@@ -7,8 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+/// `n` distinct free ports: all held open until all are picked, so none is handed out twice.
+fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    held.iter().map(|l| l.local_addr().unwrap().port()).collect()
 }
 
 struct Member {
@@ -27,8 +29,14 @@ pub struct EtcdCluster {
 impl EtcdCluster {
     /// Starts `n` members with their data under `dir` and waits until every one serves with a leader.
     pub fn start(binary: &Path, dir: &Path, n: usize) -> Self {
+        let ports = free_ports(2 * n);
         let members = (0..n)
-            .map(|i| Member { name: format!("m{i}"), client_port: free_port(), peer_port: free_port(), child: None })
+            .map(|i| Member {
+                name: format!("m{i}"),
+                client_port: ports[2 * i],
+                peer_port: ports[2 * i + 1],
+                child: None,
+            })
             .collect();
         let mut c = Self { binary: binary.to_owned(), dir: dir.to_owned(), members };
         for i in 0..n {

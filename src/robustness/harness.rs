@@ -344,10 +344,11 @@ impl Client {
                 let req = Request::Delete { key, precondition };
                 self.call(&route, req, async {
                     match api.delete(&name, &dp).await {
-                        // Without the object, the deletion's revision is not known: as good as no answer.
-                        Ok(done) => match done.left().as_ref().and_then(seen) {
-                            Some(s) => Response::Deleted { resource_version: s.resource_version },
-                            None => Response::Lost,
+                        Ok(done) => match done.left().as_ref().map(seen) {
+                            Some(Some(s)) => Response::Deleted { resource_version: s.resource_version },
+                            Some(None) => Response::Refused("a deleted object without a resourceVersion".into()),
+                            // A Status: deleted, at a revision it does not say.
+                            None => Response::Gone,
                         },
                         Err(e) => failure(&e),
                     }

@@ -109,6 +109,8 @@ pub enum Response {
     Deleted {
         resource_version: u64,
     },
+    /// A delete's answer without the object (a `Status`): deleted, at a revision it does not say.
+    Gone,
     /// A list: its revision and every item, by key.
     List {
         resource_version: u64,

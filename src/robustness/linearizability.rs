@@ -26,8 +26,15 @@ enum State {
 
 #[derive(Debug, Clone, Copy)]
 enum Out {
-    Seen { rv: u64, marker: u32 },
-    Deleted { rv: u64 },
+    Seen {
+        rv: u64,
+        marker: u32,
+    },
+    Deleted {
+        rv: u64,
+    },
+    /// Deleted, at a revision the answer does not say.
+    Gone,
     NotFound,
     AlreadyExists,
     Conflict,
@@ -154,13 +161,14 @@ fn apply(state: State, step: Step) -> Option<State> {
         {
             Some(Absent)
         }
+        (Step::Delete { precondition, out: Out::Gone | Out::Lost }, Present { rv, .. })
+            if matches_pre(rv, precondition) =>
+        {
+            Some(Absent)
+        }
         (Step::Delete { precondition: Some(p), out: Out::Conflict }, Present { rv, .. }) if rv == 0 || rv != p => {
             Some(state)
         }
-        (Step::Delete { precondition, out: Out::Lost }, Present { rv, .. }) if matches_pre(rv, precondition) => {
-            Some(Absent)
-        }
-
         (Step::Read { out: Out::Seen { rv, marker } }, Present { rv: cur, marker: m })
             if m == marker && (cur == 0 || cur == rv) =>
         {
@@ -187,7 +195,7 @@ pub enum Verdict {
     /// The search gave up (too many states); neither proven nor refuted.
     Unknown,
     /// Not linearizable: the call whose answer cannot be placed, and the smallest failing piece found (calls and
-    /// changes) in answer order.
+    /// changes) in answer order (calls without an answer where they started).
     Violation {
         culprit: Option<Origin>,
         piece: Vec<Origin>,
@@ -328,14 +336,15 @@ impl KeyHistory {
             }
             i += 1;
         }
-        piece.ops.sort_by_key(|o| o.ret);
+        // In answer order; calls without one where they started.
+        piece.ops.sort_by_key(|o| if o.ret == NEVER { o.call } else { o.ret });
         (culprit, piece.ops.iter().map(|o| o.origin).collect())
     }
 }
 
 /// With etcd's record, a lost answer is known: a write whose marker etcd has happened at that revision, one whose
-/// marker it lacks did not; lost deletes take the deletions no answered call made, earliest call first. Returns
-/// each call's answer as checked (None: left out) and the changes no call stands for.
+/// marker it lacks did not (deletes without a revision stay for the search to place). Returns each call's answer
+/// as checked (None: left out) and the changes no call stands for.
 fn resolve(history: &History) -> (Vec<Option<Response>>, Vec<usize>) {
     let mut answers: Vec<Option<Response>> = history
         .operations
@@ -364,16 +373,6 @@ fn resolve(history: &History) -> (Vec<Option<Response>>, Vec<usize>) {
         .filter(|(_, o)| o.lost())
         .filter_map(|(i, o)| Some((o.request.marker()?, i)))
         .collect();
-    let mut lost_deletes: HashMap<&str, Vec<usize>> = HashMap::new();
-    for (i, o) in history.operations.iter().enumerate() {
-        if o.lost() && matches!(o.request, Request::Delete { .. }) {
-            lost_deletes.entry(o.request.key().unwrap_or_default()).or_default().push(i);
-        }
-    }
-    for calls in lost_deletes.values_mut() {
-        calls.sort_by_key(|&i| history.operations[i].call);
-        calls.reverse();
-    }
     let mut claimed = HashSet::new();
     let mut last: HashMap<&str, Option<&str>> = HashMap::new();
     let mut external = Vec::new();
@@ -382,24 +381,18 @@ fn resolve(history: &History) -> (Vec<Option<Response>>, Vec<usize>) {
         if answered.contains(&(c.key.as_str(), c.resource_version)) {
             continue;
         }
-        let by = match c.marker.as_deref() {
-            Some(m) if prev != Some(m) => lost_writes.get(m).copied(),
-            Some(_) => None,
-            None => lost_deletes.get_mut(c.key.as_str()).and_then(Vec::pop),
-        };
-        match by {
-            Some(call) => {
+        // Only clients delete PodSets: a deletion no answer names is left to the deletes without one.
+        let Some(m) = c.marker.as_deref() else { continue };
+        match lost_writes.get(m).filter(|_| prev != Some(m)) {
+            Some(&call) => {
                 claimed.insert(call);
-                answers[call] = Some(match &c.marker {
-                    Some(m) => Response::Object(Seen { resource_version: c.resource_version, marker: m.clone() }),
-                    None => Response::Deleted { resource_version: c.resource_version },
-                });
+                answers[call] = Some(Response::Object(Seen { resource_version: c.resource_version, marker: m.into() }));
             }
             None => external.push(i),
         }
     }
     for (i, o) in history.operations.iter().enumerate() {
-        if o.lost() && o.request.is_write() && !claimed.contains(&i) {
+        if o.lost() && o.request.marker().is_some() && !claimed.contains(&i) {
             answers[i] = None;
         }
     }
@@ -468,6 +461,7 @@ fn split_by_key(history: &History) -> BTreeMap<Key, KeyHistory> {
             Some(match r {
                 Response::Object(s) => Out::Seen { rv: s.resource_version, marker: intern(&s.marker) },
                 Response::Deleted { resource_version } => Out::Deleted { rv: *resource_version },
+                Response::Gone => Out::Gone,
                 Response::NotFound => Out::NotFound,
                 Response::AlreadyExists => Out::AlreadyExists,
                 Response::Conflict => Out::Conflict,
@@ -709,6 +703,24 @@ mod tests {
             check(&did_not)[0].1,
             Verdict::Violation { culprit: Some(Origin::Call(3)), piece: vec![Origin::Call(0), Origin::Call(3)] }
         );
+    }
+
+    #[test]
+    fn a_delete_answered_without_its_revision_happened_within_its_call() {
+        let delete = Request::Delete { key: "ns/a".into(), precondition: Some(5) };
+        let ops = vec![
+            op(0, 0, 10, create("c"), seen(5, "c")),
+            op(1, 20, 30, delete.clone(), Response::Gone),
+            op(2, 25, 26, get(), seen(5, "c")),
+            op(2, 31, 32, get(), Response::NotFound),
+        ];
+        assert_eq!(verdicts(ops), vec![]);
+        let ops = vec![
+            op(0, 0, 10, create("c"), seen(5, "c")),
+            op(1, 20, 30, delete, Response::Gone),
+            op(2, 31, 32, get(), seen(5, "c")),
+        ];
+        assert!(matches!(verdicts(ops)[0].1, Verdict::Violation { .. }));
     }
 
     #[test]
