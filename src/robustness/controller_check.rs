@@ -1,7 +1,7 @@
 //! The controller, from Pod counts sampled during the run: a PodSet never owns more active Pods than the most
 //! `spec.replicas` it may have had within one reconcile before (a scale-down is done within one reconcile), and
-//! never twice that (two leaders at work); once settled, Pods, `status.replicas` and `observedGeneration` agree
-//! with the spec.
+//! never twice that (two leaders at work); never more than a spec the controller reported done; once settled,
+//! Pods, `status.replicas` and `observedGeneration` agree with the spec.
 
 use super::history::{History, PodCount, ReplicasSet, Time};
 use super::truth::Finding;
@@ -50,6 +50,24 @@ pub fn check(history: &History) -> Vec<Finding> {
             out.push((what.to_owned(), [vec![line(p), format!("at most {allowed} allowed")], wants].concat()));
         }
     }
+    // Once the controller reported a spec done, Pods beyond it (and beyond any spec set while they were read)
+    // were made by someone acting on an older view: a second leader.
+    for p in history.pod_counts.iter().filter(|p| p.settled) {
+        let meanwhile = history
+            .replicas_sets
+            .iter()
+            .filter(|s| s.key == p.key && s.call <= p.ret && s.ret >= p.call)
+            .map(|s| s.replicas)
+            .max()
+            .unwrap_or(0);
+        let allowed = p.replicas.max(meanwhile);
+        if p.active > allowed {
+            out.push((
+                "more Pods than a spec the controller reported done".into(),
+                vec![line(p), format!("spec.replicas {} reported done; at most {allowed} allowed", p.replicas)],
+            ));
+        }
+    }
     for s in &history.settled {
         let ok = s.active == s.replicas
             && s.status_replicas == Some(s.replicas)
@@ -72,7 +90,7 @@ mod tests {
         ReplicasSet { key: "ns/a".into(), call, ret, replicas }
     }
     fn count(call: Time, active: u32) -> PodCount {
-        PodCount { key: "ns/a".into(), call, ret: call + S / 10, active }
+        PodCount { key: "ns/a".into(), call, ret: call + S / 10, active, replicas: 0, settled: false }
     }
     fn found(sets: Vec<ReplicasSet>, counts: Vec<PodCount>) -> Vec<String> {
         let h = History { replicas_sets: sets, pod_counts: counts, reconcile_grace: 5 * S, ..Default::default() };
@@ -98,6 +116,17 @@ mod tests {
             found(vec![set(0, S, 2)], vec![count(2 * S, 4)]),
             ["twice the Pods asked for (two controllers at work?)"]
         );
+    }
+
+    #[test]
+    fn pods_beyond_a_spec_reported_done_are_found() {
+        let done = |call, active, replicas| PodCount { replicas, settled: true, ..count(call, active) };
+        // Scaled to 3 while the Pods were read: 3 is allowed.
+        let sets = vec![set(0, S, 1), set(10 * S, 10 * S + S / 20, 3)];
+        assert_eq!(found(sets.clone(), vec![done(2 * S, 1, 1), done(10 * S, 3, 1)]), Vec::<String>::new());
+        // Within a reconcile of a scale-down from 3, but the controller had reported 1 done.
+        let sets = vec![set(0, S, 3), set(2 * S, 2 * S + S / 20, 1)];
+        assert_eq!(found(sets, vec![done(5 * S, 2, 1)]), ["more Pods than a spec the controller reported done"]);
     }
 
     #[test]

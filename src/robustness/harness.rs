@@ -100,7 +100,7 @@ pub enum Fault {
     PauseReplica(usize),
     /// Drop every packet between a replica and etcd, and between it and its clients.
     PartitionReplica(usize),
-    /// 200 ms more on every packet to a replica, from etcd and from clients.
+    /// Every packet to a replica, from etcd and from clients, through a 256 kbit/s link.
     SlowReplica(usize),
     KillEtcdMember(usize),
     KillEtcdLeader,
@@ -487,7 +487,13 @@ async fn sampler(podsets: Api<PodSet>, pods: Api<Pod>, rec: Arc<Recorder>, stop:
         if let Ok(Some(census)) = tokio::time::timeout(CALL_TIMEOUT, census(&podsets, &pods)).await {
             let ret = rec.now();
             let mut counts = rec.pod_counts.lock().unwrap();
-            counts.extend(census.iter().map(|(ps, n)| PodCount { key: key_of(ps), call, ret, active: *n }));
+            counts.extend(census.iter().map(|(ps, n)| {
+                let replicas = ps.spec.replicas.unwrap_or(1) as u32;
+                let status = ps.status.as_ref();
+                let settled = status
+                    .is_some_and(|s| s.observed_generation == ps.metadata.generation && s.replicas as u32 == replicas);
+                PodCount { key: key_of(ps), call, ret, active: *n, replicas, settled }
+            }));
         }
         tokio::time::sleep(Duration::from_millis(700)).await;
     }
@@ -549,15 +555,17 @@ fn inject(c: &mut Cluster, etcd: &mut EtcdCluster, rt: &tokio::runtime::Runtime,
         }
         Fault::SlowReplica(i) => {
             let (ip, route) = (REPLICA_IPS[i], etcd_route(i));
+            // A rate limit, not netem's delay: netem is not in every kernel (not in the sandboxes CI runs in).
             sh(&format!(
-                "tc qdisc add dev lo root handle 1: prio bands 4 && \
-                 tc qdisc add dev lo parent 1:4 handle 40: netem delay 200ms && \
-                 tc filter add dev lo parent 1:0 protocol ip prio 1 u32 match ip dst {ip}/32 flowid 1:4 && \
-                 tc filter add dev lo parent 1:0 protocol ip prio 1 u32 match ip dst {route}/32 flowid 1:4"
+                "tc qdisc add dev lo root handle 1: htb default 10 && \
+                 tc class add dev lo parent 1: classid 1:10 htb rate 10gbit quantum 60000 && \
+                 tc class add dev lo parent 1: classid 1:20 htb rate 256kbit && \
+                 tc filter add dev lo parent 1: protocol ip prio 1 u32 match ip dst {ip}/32 flowid 1:20 && \
+                 tc filter add dev lo parent 1: protocol ip prio 1 u32 match ip dst {route}/32 flowid 1:20"
             ));
             std::thread::sleep(p.lasts);
             sh("tc qdisc del dev lo root");
-            format!("200 ms delay on replica {i}'s packets for {:?}", p.lasts)
+            format!("replica {i}'s packets (from clients and etcd) throttled to 256 kbit/s for {:?}", p.lasts)
         }
         Fault::KillEtcdMember(_) | Fault::KillEtcdLeader => {
             let (m, leader) = match p.fault {

@@ -228,6 +228,11 @@ pub struct PodCount {
     pub ret: Time,
     /// Owned by the PodSet, not terminating.
     pub active: u32,
+    /// `spec.replicas` as read just before the Pods.
+    pub replicas: u32,
+    /// The controller had reported this spec done (`observedGeneration` is the generation, `status.replicas` is
+    /// `spec.replicas`).
+    pub settled: bool,
 }
 
 /// `spec.replicas` as a client set it: acknowledged writes, with their interval.
