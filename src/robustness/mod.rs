@@ -18,6 +18,8 @@ pub use history::History;
 #[derive(Debug, Default)]
 pub struct Report {
     pub seed: u64,
+    /// Client calls recorded.
+    pub calls: usize,
     /// Calls placed by the linearizability search (a list counts once per key).
     pub calls_checked: usize,
     pub keys: usize,
@@ -41,6 +43,7 @@ const SHOWN: usize = 30;
 pub fn check(history: &History) -> Report {
     let mut report = Report {
         seed: history.seed,
+        calls: history.operations.len(),
         calls_checked: linearizability::checked_calls(history),
         keys: truth::keys(history).len(),
         watch_events: history.watches.iter().map(|w| w.items.len()).sum(),
@@ -77,8 +80,9 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "seed {}: {} calls on {} keys and {} watch items checked, {} violations",
+            "seed {}: {} calls ({} placed on {} keys, a list once per key) and {} watch items checked, {} violations",
             self.seed,
+            self.calls,
             self.calls_checked,
             self.keys,
             self.watch_events,
