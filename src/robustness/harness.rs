@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use base64::Engine;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{
@@ -25,7 +26,7 @@ use super::history::{
     NEVER,
 };
 use crate::api::PodSet;
-use crate::envtest::{assets_dir, Cluster, Credential, ServerCommand, REPLICA_IPS};
+use crate::envtest::{assets_dir, Cluster, ServerCommand, REPLICA_IPS};
 
 /// The annotation each client write sets to a value of its own.
 pub const MARKER: &str = "robustness.demo.k8s.io/marker";
@@ -526,6 +527,19 @@ fn lease_holder(c: &Cluster) -> Option<usize> {
     Cluster::replica_named(holder.trim())
 }
 
+/// A client straight at replica `i` with a client certificate, without kube-rs's retries.
+fn replica_client(c: &Cluster, i: usize, (cert, key): &(String, String)) -> kube::Client {
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let addr = format!("https://{}:{}", REPLICA_IPS[i], c.podset_addr.port());
+    let mut config = kube::Config::new(addr.parse().expect("address"));
+    let ca = crate::apiserver::tls::read_certs(&c.podset_ca()).expect("our CA");
+    config.root_cert = Some(ca.iter().map(|c| c.to_vec()).collect());
+    config.auth_info.client_certificate_data = Some(b64(cert));
+    config.auth_info.client_key_data = Some(b64(key).into());
+    config.default_retry = false;
+    kube::Client::try_from(config).expect("client")
+}
+
 /// A fault, done and undone; returns what happened, for the report.
 fn inject(c: &mut Cluster, etcd: &mut EtcdCluster, rt: &tokio::runtime::Runtime, p: Planned) -> String {
     let port = c.podset_addr.port();
@@ -656,9 +670,12 @@ pub fn run(opts: &Options) -> Run {
     let admin = c.client_cert("ca", "robustness", Some("system:masters"));
     let (routes, main) = rt.block_on(async {
         let mut routes: Vec<Route> = (0..opts.replicas)
-            .map(|i| Route { name: format!("replica {i}"), client: c.replica_client(i, Credential::Cert(&admin)) })
+            .map(|i| Route { name: format!("replica {i}"), client: replica_client(&c, i, &admin) })
             .collect();
-        let main = c.client().await;
+        let mut config = c.config().await;
+        // One call, one request: kube-rs retries 503s and 504s by default, even writes that may have been applied.
+        config.default_retry = false;
+        let main = kube::Client::try_from(config).expect("client");
         routes.push(Route { name: "aggregator".into(), client: main.clone() });
         (Arc::new(routes), main)
     });
