@@ -10,5 +10,7 @@ pub mod controller;
 pub mod envtest;
 pub mod metrics;
 pub mod registry;
+#[cfg(feature = "envtest")]
+pub mod robustness;
 pub mod storage;
 pub mod version;

@@ -266,6 +266,8 @@ pub struct Cluster {
     /// How many podset-apiservers run; with more than one, they share the cluster's etcd.
     replicas: usize,
     etcd_url: String,
+    /// Per replica, the `--etcd-servers` it stores PodSets in, when not the cluster's etcd.
+    replica_etcd: Vec<String>,
     /// Logs of replicas killed for good, printed if the test fails.
     dead: Vec<Proc>,
     node: Option<node::Node>,
@@ -283,22 +285,29 @@ impl Cluster {
     /// request). With more than one they store PodSets in the cluster's etcd (`--storage-backend=etcd`) and elect a
     /// leader for the controller.
     pub fn start_replicated(server: ServerCommand, replicas: usize) -> Self {
-        Self::start_with(Some(server), replicas, false)
+        Self::start_with(Some(server), replicas, false, Vec::new())
+    }
+
+    /// [`Self::start_replicated`] with replica `i` storing PodSets at `etcd_servers[i]` (an etcd of its own, not
+    /// kube-apiserver's) when given.
+    pub fn start_replicated_on(server: ServerCommand, replicas: usize, etcd_servers: Vec<String>) -> Self {
+        assert!((1..=REPLICA_IPS.len()).contains(&replicas));
+        Self::start_with(Some(server), replicas, false, etcd_servers)
     }
 
     /// [`Self::start`] with a node ([`node`]): the PodSets' Pods are scheduled, pulled from the images imported
     /// into containerd, and run. Takes about half a minute more.
     pub fn start_with_node(server: ServerCommand) -> Self {
-        Self::start_with(Some(server), 1, true)
+        Self::start_with(Some(server), 1, true, Vec::new())
     }
 
     /// The control plane and a node, without podset-apiserver: for deploying it to the node as an admin would
     /// (deploy/, with an image given to [`Self::import_image`]).
     pub fn start_node_only() -> Self {
-        Self::start_with(None, 0, true)
+        Self::start_with(None, 0, true, Vec::new())
     }
 
-    fn start_with(server: Option<ServerCommand>, replicas: usize, with_node: bool) -> Self {
+    fn start_with(server: Option<ServerCommand>, replicas: usize, with_node: bool, etcd_servers: Vec<String>) -> Self {
         assert!(replicas <= REPLICA_IPS.len() && (replicas > 0) == server.is_some());
         let assets = assets_dir();
         let mut needed = vec!["etcd", "kube-apiserver", "kube-controller-manager", "kubectl"];
@@ -325,6 +334,7 @@ impl Cluster {
             apiserver_args: Vec::new(),
             replicas,
             etcd_url: String::new(),
+            replica_etcd: etcd_servers,
             dead: Vec::new(),
             node: None,
             demo_image: None,
@@ -567,7 +577,8 @@ impl Cluster {
         let mut command = Command::new(&cmd.program);
         command.args(&cmd.args);
         if self.replicas > 1 {
-            command.args(["--storage-backend=etcd", &format!("--etcd-servers={}", self.etcd_url)]);
+            let servers = self.replica_etcd.get(i).unwrap_or(&self.etcd_url);
+            command.args(["--storage-backend=etcd", &format!("--etcd-servers={servers}")]);
         }
         let server = Proc::spawn(
             REPLICA_NAMES[i],

@@ -131,6 +131,17 @@ fn etcd_error(e: etcd_client::Error) -> StorageError {
     }
 }
 
+/// A write's failure: only a connection that could not be made leaves the write surely undone.
+fn write_error(e: etcd_client::Error) -> StorageError {
+    if matches!(e, etcd_client::Error::TransportError(_)) {
+        return etcd_error(e);
+    }
+    match etcd_error(e) {
+        StorageError::Unavailable(m) => StorageError::Timeout(format!("{m}; the write may have been applied")),
+        other => other,
+    }
+}
+
 fn revision(r: i64) -> Revision {
     r.max(0) as Revision
 }
@@ -217,9 +228,15 @@ impl EtcdBackend {
         }
     }
 
+    /// A write's transaction. Once the request may have reached etcd, a failure may hide an applied write: it is
+    /// a timeout (504, "may have been applied"), never "unavailable" (503), which clients retry as a write that
+    /// failed (kube-rs does, by default) and then see their own write as a conflict or a 404.
     async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse> {
         let mut kv = kv_client(&self.client);
-        self.timed("transaction", kv.txn(txn)).await
+        match tokio::time::timeout(self.timeout, kv.txn(txn)).await {
+            Ok(r) => r.map_err(write_error),
+            Err(_) => Err(StorageError::Timeout(format!("etcd transaction took longer than {:?}", self.timeout))),
+        }
     }
 }
 
@@ -465,4 +482,20 @@ async fn compact_once(client: &Client, version: i64, rev: i64) -> Result<(i64, i
         tracing::info!(revision = rev, "compacted etcd");
     }
     Ok((version + 1, current))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_cut_off_in_flight_may_have_been_applied() {
+        let cut = etcd_client::Error::GRpcStatus(tonic::Status::unknown("transport error"));
+        assert!(matches!(write_error(cut), StorageError::Timeout(_)));
+        let stopped = etcd_client::Error::GRpcStatus(tonic::Status::unavailable("etcdserver: server stopped"));
+        assert!(matches!(write_error(stopped), StorageError::Timeout(_)));
+        // A read that failed the same way is only unavailable: nothing changed.
+        let stopped = etcd_client::Error::GRpcStatus(tonic::Status::unavailable("etcdserver: server stopped"));
+        assert!(matches!(etcd_error(stopped), StorageError::Unavailable(_)));
+    }
 }

@@ -1,0 +1,171 @@
+//! A three-member etcd cluster on the namespace's loopback, for the robustness harness: members killed (SIGKILL),
+//! stopped (SIGTERM) and started again on their data, and the leader found.
+
+use std::fs::File;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `n` distinct free ports: all held open until all are picked, so none is handed out twice.
+fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    held.iter().map(|l| l.local_addr().unwrap().port()).collect()
+}
+
+struct Member {
+    name: String,
+    client_port: u16,
+    peer_port: u16,
+    child: Option<Child>,
+}
+
+pub struct EtcdCluster {
+    binary: PathBuf,
+    dir: PathBuf,
+    members: Vec<Member>,
+}
+
+impl EtcdCluster {
+    /// Starts `n` members with their data under `dir` and waits until every one serves with a leader.
+    pub fn start(binary: &Path, dir: &Path, n: usize) -> Self {
+        let ports = free_ports(2 * n);
+        let members = (0..n)
+            .map(|i| Member {
+                name: format!("m{i}"),
+                client_port: ports[2 * i],
+                peer_port: ports[2 * i + 1],
+                child: None,
+            })
+            .collect();
+        let mut c = Self { binary: binary.to_owned(), dir: dir.to_owned(), members };
+        for i in 0..n {
+            c.spawn(i);
+        }
+        for i in 0..n {
+            c.wait_healthy(i);
+        }
+        c
+    }
+
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Members listen for clients on every address, so a client can be told apart (and cut off) by the address it
+    /// dials.
+    pub fn client_port(&self, i: usize) -> u16 {
+        self.members[i].client_port
+    }
+
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members.iter().map(|m| format!("http://127.0.0.1:{}", m.client_port)).collect()
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let cluster: Vec<String> =
+            self.members.iter().map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port)).collect();
+        let m = &self.members[i];
+        let log = File::options().create(true).append(true).open(self.dir.join(format!("{}.log", m.name))).unwrap();
+        let child = Command::new(&self.binary)
+            .arg(format!("--name={}", m.name))
+            .arg(format!("--data-dir={}", self.dir.join(&m.name).display()))
+            .arg(format!("--listen-client-urls=http://0.0.0.0:{}", m.client_port))
+            .arg(format!("--advertise-client-urls=http://127.0.0.1:{}", m.client_port))
+            .arg(format!("--listen-peer-urls=http://127.0.0.1:{}", m.peer_port))
+            .arg(format!("--initial-advertise-peer-urls=http://127.0.0.1:{}", m.peer_port))
+            .arg(format!("--initial-cluster={}", cluster.join(",")))
+            .args(["--initial-cluster-state=new", "--initial-cluster-token=robustness", "--log-level=warn"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting etcd");
+        self.members[i].child = Some(child);
+    }
+
+    fn healthy(&self, i: usize) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.members[i].client_port)) else { return false };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        if s.write_all(b"GET /health HTTP/1.0\r\n\r\n").is_err() {
+            return false;
+        }
+        let mut body = String::new();
+        let _ = s.read_to_string(&mut body);
+        body.contains("\"health\":\"true\"")
+    }
+
+    /// Waits until member `i` serves and has a leader.
+    pub fn wait_healthy(&self, i: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.healthy(i) {
+            assert!(Instant::now() < deadline, "etcd member {i} did not become healthy:\n{}", self.log(i));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn running(&self, i: usize) -> bool {
+        self.members[i].child.is_some()
+    }
+
+    /// SIGKILL, as a crash.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, as an orderly restart's first half.
+    pub fn stop(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].child.take() {
+            let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts a stopped member again on its data.
+    pub fn start_member(&mut self, i: usize) {
+        if self.members[i].child.is_none() {
+            self.spawn(i);
+        }
+    }
+
+    pub fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.dir.join(format!("{}.log", self.members[i].name))).unwrap_or_default()
+    }
+
+    /// The member that leads now, as the members themselves say.
+    pub async fn leader(&self) -> Option<usize> {
+        for (i, m) in self.members.iter().enumerate() {
+            if m.child.is_none() {
+                continue;
+            }
+            let url = format!("http://127.0.0.1:{}", m.client_port);
+            let Ok(Ok(mut client)) =
+                tokio::time::timeout(Duration::from_secs(2), etcd_client::Client::connect([url], None)).await
+            else {
+                continue;
+            };
+            let Ok(Ok(status)) = tokio::time::timeout(Duration::from_secs(2), client.status()).await else { continue };
+            let me = status.header().map(|h| h.member_id());
+            if me == Some(status.leader()) {
+                return Some(i);
+            }
+        }
+        None
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! A recorded history: what each client asked, what it was told, and when. Times are nanoseconds since the run
+//! started, taken just before the request left and just after its answer (or failure) came back.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Nanoseconds since the run started.
+pub type Time = u64;
+
+/// An answer that never came (timeout, connection cut, 5xx) leaves the call pending until the end of the run.
+pub const NEVER: Time = Time::MAX;
+
+/// `namespace/name` of a PodSet.
+pub type Key = String;
+
+/// Which revision a read asks for, as `resourceVersion` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReadFrom {
+    /// `resourceVersion=""`: the latest, linearizable.
+    Latest,
+    /// `resourceVersion="0"`: any revision the server has.
+    Any,
+    /// `resourceVersion=N`: any revision not older than N.
+    AtLeast(u64),
+}
+
+/// What a client asked for. Every write carries a marker unique to it (an annotation), so a state read back says
+/// which write made it; writes of the controller (status) keep the marker they found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    Create {
+        key: Key,
+        marker: String,
+    },
+    /// PUT; `precondition` is the `metadata.resourceVersion` sent.
+    Update {
+        key: Key,
+        marker: String,
+        precondition: Option<u64>,
+    },
+    /// A merge or JSON patch: an unconditional write of an existing object.
+    Patch {
+        key: Key,
+        marker: String,
+    },
+    /// Server-side apply with force: creates or overwrites.
+    Apply {
+        key: Key,
+        marker: String,
+    },
+    Delete {
+        key: Key,
+        precondition: Option<u64>,
+    },
+    Get {
+        key: Key,
+        from: ReadFrom,
+    },
+    /// A namespace's list, all pages; the answer is one snapshot.
+    List {
+        namespace: String,
+        from: ReadFrom,
+    },
+}
+
+impl Request {
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            Request::Create { key, .. }
+            | Request::Update { key, .. }
+            | Request::Patch { key, .. }
+            | Request::Apply { key, .. }
+            | Request::Delete { key, .. }
+            | Request::Get { key, .. } => Some(key),
+            Request::List { .. } => None,
+        }
+    }
+
+    pub fn marker(&self) -> Option<&str> {
+        match self {
+            Request::Create { marker, .. }
+            | Request::Update { marker, .. }
+            | Request::Patch { marker, .. }
+            | Request::Apply { marker, .. } => Some(marker),
+            _ => None,
+        }
+    }
+
+    pub fn is_write(&self) -> bool {
+        !matches!(self, Request::Get { .. } | Request::List { .. })
+    }
+}
+
+/// One state of a PodSet as a client saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Seen {
+    pub resource_version: u64,
+    /// The marker of the client write the content came from.
+    pub marker: String,
+}
+
+/// What a client was told.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    /// A write's object, or a get's.
+    Object(Seen),
+    /// A delete's answer: the last state, stamped with the deletion's revision.
+    Deleted {
+        resource_version: u64,
+    },
+    /// A delete's answer without the object (a `Status`): deleted, at a revision it does not say.
+    Gone,
+    /// A list: its revision and every item, by key.
+    List {
+        resource_version: u64,
+        items: Vec<(Key, Seen)>,
+    },
+    NotFound,
+    AlreadyExists,
+    Conflict,
+    /// No answer (timeout, connection cut, 5xx): a write may or may not have happened.
+    Lost,
+    /// Any other definite refusal (4xx): nothing changed.
+    Refused(String),
+}
+
+/// One call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Operation {
+    pub client: usize,
+    /// Where it went (a replica or the aggregator), for the report.
+    pub route: String,
+    pub call: Time,
+    /// [`NEVER`] when the answer was lost.
+    pub ret: Time,
+    pub request: Request,
+    pub response: Response,
+}
+
+impl Operation {
+    pub fn lost(&self) -> bool {
+        self.response == Response::Lost
+    }
+}
+
+fn secs(t: Time) -> String {
+    if t == NEVER {
+        "never".into()
+    } else {
+        format!("{:.3}", t as f64 / 1e9)
+    }
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "[{:>9} .. {:>9}] client {} via {}: {:?} -> {:?}",
+            secs(self.call),
+            secs(self.ret),
+            self.client,
+            self.route,
+            self.request,
+            self.response
+        )
+    }
+}
+
+/// What a watch was told, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WatchItem {
+    Added {
+        key: Key,
+        seen: Seen,
+    },
+    Modified {
+        key: Key,
+        seen: Seen,
+    },
+    /// The last state, stamped with the deletion's revision.
+    Deleted {
+        key: Key,
+        resource_version: u64,
+    },
+    Bookmark {
+        resource_version: u64,
+    },
+    /// 410 Gone, at the start or as an ERROR event.
+    Expired,
+}
+
+impl WatchItem {
+    pub fn event(&self) -> Option<(&str, u64)> {
+        match self {
+            WatchItem::Added { key, seen } | WatchItem::Modified { key, seen } => Some((key, seen.resource_version)),
+            WatchItem::Deleted { key, resource_version } => Some((key, *resource_version)),
+            _ => None,
+        }
+    }
+}
+
+/// One watch: `?watch=1&resourceVersion=<from>` on a namespace, with bookmarks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Watch {
+    pub client: usize,
+    pub route: String,
+    pub namespace: String,
+    pub from: u64,
+    pub call: Time,
+    pub items: Vec<WatchItem>,
+}
+
+/// One change in the store, as etcd recorded it (ground truth for watches and reads).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    pub resource_version: u64,
+    pub key: Key,
+    /// The new state's marker; `None` for a deletion.
+    pub marker: Option<String>,
+}
+
+/// Owned Pods of one PodSet at one moment: read in `[call, ret]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodCount {
+    pub key: Key,
+    pub call: Time,
+    pub ret: Time,
+    /// Owned by the PodSet, not terminating.
+    pub active: u32,
+    /// `spec.replicas` as read just before the Pods.
+    pub replicas: u32,
+    /// The controller had reported this spec done (`observedGeneration` is the generation, `status.replicas` is
+    /// `spec.replicas`).
+    pub settled: bool,
+}
+
+/// `spec.replicas` as a client set it: acknowledged writes, with their interval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicasSet {
+    pub key: Key,
+    pub call: Time,
+    pub ret: Time,
+    pub replicas: u32,
+}
+
+/// Everything one run recorded.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct History {
+    pub seed: u64,
+    pub operations: Vec<Operation>,
+    pub watches: Vec<Watch>,
+    /// Every change to PodSets in order, read back from etcd after the run; empty when not known.
+    pub changes: Vec<Change>,
+    /// A watch from a revision at or above this must not be told 410 (etcd's compaction point, the cache's floor).
+    pub kept_from: Option<u64>,
+    pub pod_counts: Vec<PodCount>,
+    pub replicas_sets: Vec<ReplicasSet>,
+    /// How long one reconcile may take to bring Pods down after a scale-down.
+    pub reconcile_grace: Time,
+    /// Every PodSet at the end.
+    pub settled: Vec<Settled>,
+}
+
+/// A PodSet once the faults were over and the system had time to settle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settled {
+    pub key: Key,
+    pub generation: i64,
+    pub replicas: u32,
+    /// Owned, not terminating.
+    pub active: u32,
+    pub status_replicas: Option<u32>,
+    pub observed_generation: Option<i64>,
+}

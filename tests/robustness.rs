@@ -1,0 +1,33 @@
+//! The robustness harness's short form (CI): a three-member etcd, two podset-apiserver replicas behind the
+//! aggregator with the controller on, clients and watches on every route, three faults from a seed, and the
+//! history checked. The seed is 1 unless `ROBUSTNESS_SEED=<n>` names another, `ROBUSTNESS_HISTORY=<file>` keeps its history
+//! (`podset-robustness --check <file>` checks it again); the long form is `podset-robustness`.
+
+mod common;
+
+use common::cluster::in_namespace;
+use podset_apiserver::envtest::ServerCommand;
+use podset_apiserver::robustness::{self, harness};
+
+#[test]
+fn short_form_under_faults_keeps_every_guarantee() {
+    in_namespace("short_form_under_faults_keeps_every_guarantee", || {
+        // One seed for CI, so a red run replays (the long form, podset-robustness, draws many); its timings
+        // still differ from run to run.
+        let seed = std::env::var("ROBUSTNESS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
+        let opts = harness::Options::short(seed, ServerCommand { program: common::BIN.into(), args: Vec::new() });
+        let run = harness::run(&opts);
+        if let Some(file) = std::env::var_os("ROBUSTNESS_HISTORY") {
+            std::fs::write(file, serde_json::to_vec(&run.history).unwrap()).unwrap();
+        }
+        let report = robustness::check(&run.history);
+        eprintln!("seed {seed} took {:.0} s; faults:\n  {}\n{report}", run.took.as_secs_f64(), run.faults.join("\n  "));
+        assert!(report.ok(), "{report}");
+        assert_eq!(run.faults.len(), opts.faults);
+        // The run did work under its faults: enough calls answered, watches that saw events.
+        let answered = run.history.operations.iter().filter(|o| !o.lost()).count();
+        assert!(answered >= 200, "only {answered} calls answered");
+        assert!(run.history.watches.iter().any(|w| w.items.len() > 5), "no watch saw events");
+        assert!(!run.history.pod_counts.is_empty(), "Pods were never counted");
+    });
+}
