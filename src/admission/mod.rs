@@ -135,6 +135,11 @@ pub trait Admission: Send + Sync {
         out: &mut Outcome,
     ) -> Result<(), Error>;
 
+    /// Whether any plugin runs at all; when not, a caller may skip admission and what it would build for it.
+    fn runs(&self) -> bool {
+        true
+    }
+
     /// Whether a write's objects may be read at all (a webhook may be called); when not, the caller may pass
     /// none and skip building them.
     fn reads_objects(&self) -> bool {
@@ -334,6 +339,10 @@ impl Admission for Chain {
         let result = v.validate(a, object, old, out).await;
         observe_step("validate", a, started, result.is_err());
         result
+    }
+
+    fn runs(&self) -> bool {
+        self.lifecycle.is_some() || self.mutating.is_some() || self.validating.is_some()
     }
 
     fn reads_objects(&self) -> bool {

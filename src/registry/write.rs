@@ -221,20 +221,21 @@ impl Registry {
         // As kube-apiserver: a create's attributes carry the name sent (empty with generateName), and admission
         // is told of CreateOptions even when an apply creates.
         let name = ps.metadata.name.clone().unwrap_or_default();
-        let attrs = self.attributes(w, Operation::Create, Subresource::Main, &name, self.options(w, "CreateOptions"));
-        let reads = self.admission.reads_objects();
+        let attrs =
+            self.attributes(w, Operation::Create, Subresource::Main, &name, || self.options(w, "CreateOptions"));
+        let reads = attrs.is_some() && self.admission.reads_objects();
         // Mutating admission sees the object as sent, before the server's own fields.
         if reads {
             ps.api_version = crate::api::API_VERSION.into();
             ps.kind = crate::api::KIND.into();
             let mut object = to_value(&ps)?;
             let sent = object.clone();
-            self.admission.admit(&attrs, Some(&mut object), None, &mut said).await?;
+            self.admit(attrs.as_ref(), Some(&mut object), None, &mut said).await?;
             if object != sent {
                 ps = admitted(object)?;
             }
         } else {
-            self.admission.admit(&attrs, None, None, &mut said).await?;
+            self.admit(attrs.as_ref(), None, None, &mut said).await?;
         }
         let prefix = strategy::prepare_for_create(&mut ps, &w.key.namespace)?;
         if let Some(prefix) = &prefix {
@@ -259,9 +260,9 @@ impl Registry {
             if let Some(m) = managed_fields.as_deref().and_then(|m| serde_json::from_str::<Value>(m).ok()) {
                 object["metadata"]["managedFields"] = m;
             }
-            self.admission.validate(&attrs, Some(&object), None, &mut said).await?;
+            self.validate(attrs.as_ref(), Some(&object), None, &mut said).await?;
         } else {
-            self.admission.validate(&attrs, None, None, &mut said).await?;
+            self.validate(attrs.as_ref(), None, None, &mut said).await?;
         }
         let generated = prefix.is_some();
         Ok(Step::Store(Plan::Create { key, value, managed_fields, said, generated }))
@@ -284,14 +285,20 @@ impl Registry {
             return Err(Error::stale(name));
         }
         let mut said = Said { warnings: p.warnings, ..Default::default() };
-        let attrs = self.attributes(w, Operation::Update, w.sub, name, self.options(w, w.options));
-        let live = current.to_value()?;
+        let attrs = self.attributes(w, Operation::Update, w.sub, name, || self.options(w, w.options));
+        let reads = attrs.is_some() && self.admission.reads_objects();
+        let tracked = p.fields == fieldmanager::Operation::Update;
+        // The stored object as JSON, parsed only for those who read it (an apply merged against it already).
+        let live = match tracked || (reads && w.sub != Subresource::Scale) {
+            true => Some(current.to_value()?),
+            false => None,
+        };
         let mut proposed = p.object;
         // Admission sees the objects of the part written: a Scale for `/scale`, else the PodSet.
-        let old_view = match (self.admission.reads_objects(), w.sub) {
+        let old_view = match (reads, w.sub) {
             (false, _) => None,
             (true, Subresource::Scale) => Some(scale_value(&old)?),
-            (true, _) => Some(live.clone()),
+            (true, _) => live.clone(),
         };
         if let Some(old_view) = &old_view {
             let mut object = match w.sub {
@@ -299,7 +306,7 @@ impl Registry {
                 _ => to_value(&proposed)?,
             };
             let sent = object.clone();
-            self.admission.admit(&attrs, Some(&mut object), Some(old_view), &mut said).await?;
+            self.admit(attrs.as_ref(), Some(&mut object), Some(old_view), &mut said).await?;
             if object != sent {
                 proposed = match w.sub {
                     Subresource::Scale => scale::rescaled(proposed, object, w.key)?,
@@ -307,12 +314,12 @@ impl Registry {
                 };
             }
         } else {
-            self.admission.admit(&attrs, None, None, &mut said).await?;
+            self.admit(attrs.as_ref(), None, None, &mut said).await?;
         }
         let mut new = strategy::prepare_for_update(proposed, &old, w.sub, w.key)?;
         let mut value = to_value(&new)?;
-        if p.fields == fieldmanager::Operation::Update {
-            value = manage_fields(Some(&live), value, w.opts, fieldmanager::Operation::Update, w.sub)?;
+        if tracked {
+            value = manage_fields(live.as_ref(), value, w.opts, fieldmanager::Operation::Update, w.sub)?;
         }
         new.metadata.managed_fields = value
             .pointer("/metadata/managedFields")
@@ -326,9 +333,9 @@ impl Registry {
                     Subresource::Scale => scale_value(&new)?,
                     _ => value.clone(),
                 };
-                self.admission.validate(&attrs, Some(&object), Some(old_view), &mut said).await?;
+                self.validate(attrs.as_ref(), Some(&object), Some(old_view), &mut said).await?;
             }
-            None => self.admission.validate(&attrs, None, None, &mut said).await?,
+            None => self.validate(attrs.as_ref(), None, None, &mut said).await?,
         }
         if new == old {
             let object = current.clone();
@@ -360,12 +367,12 @@ impl Registry {
         // As kube-apiserver: mutating admission is told of a delete without objects, validating admission with
         // the object that goes.
         let mut said = Said::default();
-        let options = d.admission_options(w.opts.dry_run);
-        let attrs = self.attributes(w, Operation::Delete, Subresource::Main, name, options);
-        self.admission.admit(&attrs, None, None, &mut said).await?;
-        match self.admission.reads_objects() {
-            true => self.admission.validate(&attrs, None, Some(&current.to_value()?), &mut said).await?,
-            false => self.admission.validate(&attrs, None, None, &mut said).await?,
+        let attrs =
+            self.attributes(w, Operation::Delete, Subresource::Main, name, || d.admission_options(w.opts.dry_run));
+        self.admit(attrs.as_ref(), None, None, &mut said).await?;
+        match attrs.is_some() && self.admission.reads_objects() {
+            true => self.validate(attrs.as_ref(), None, Some(&current.to_value()?), &mut said).await?,
+            false => self.validate(attrs.as_ref(), None, None, &mut said).await?,
         }
         if finalizers.is_empty() {
             return Ok(Step::Store(Plan::Remove { was: current.clone(), said, put: None }));
@@ -383,8 +390,43 @@ impl Registry {
         Ok(Step::Store(Plan::Mark { value: to_value(&ps)?, said }))
     }
 
-    fn attributes(&self, w: &Write<'_>, op: Operation, sub: Subresource, name: &str, options: Value) -> Attributes {
-        Attributes::podset(op, sub, &w.key.namespace, name, w.opts.user.clone(), w.opts.dry_run, options)
+    /// The write as admission sees it; `None` when no plugin runs, so nothing is built for it.
+    fn attributes(
+        &self,
+        w: &Write<'_>,
+        op: Operation,
+        sub: Subresource,
+        name: &str,
+        options: impl FnOnce() -> Value,
+    ) -> Option<Attributes> {
+        let (user, dry_run) = (w.opts.user.clone(), w.opts.dry_run);
+        self.admission.runs().then(|| Attributes::podset(op, sub, &w.key.namespace, name, user, dry_run, options()))
+    }
+
+    async fn admit(
+        &self,
+        attrs: Option<&Attributes>,
+        object: Option<&mut Value>,
+        old: Option<&Value>,
+        said: &mut Said,
+    ) -> Result<()> {
+        match attrs {
+            Some(a) => Ok(self.admission.admit(a, object, old, said).await?),
+            None => Ok(()),
+        }
+    }
+
+    async fn validate(
+        &self,
+        attrs: Option<&Attributes>,
+        object: Option<&Value>,
+        old: Option<&Value>,
+        said: &mut Said,
+    ) -> Result<()> {
+        match attrs {
+            Some(a) => Ok(self.admission.validate(a, object, old, said).await?),
+            None => Ok(()),
+        }
     }
 
     /// The options admission is told of, as kube-apiserver fills them.
