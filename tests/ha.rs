@@ -23,22 +23,6 @@ fn podset_yaml(name: &str, replicas: u32) -> String {
     )
 }
 
-/// The replica holding the controller's Lease.
-fn leader(c: &Cluster) -> Option<usize> {
-    let holder = c
-        .kubectl_try(&[
-            "get",
-            "lease",
-            "-n",
-            "podset-system",
-            "podset-controller",
-            "-o",
-            "jsonpath={.spec.holderIdentity}",
-        ])
-        .ok()?;
-    Cluster::replica_named(holder.trim())
-}
-
 /// Runs kubectl until it succeeds (a request that lands on a replica just killed fails; a client retries), up to
 /// 30 s. Returns the output, or the last error.
 fn kubectl_retrying(c: &Cluster, args: &[&str]) -> Result<String, String> {
@@ -92,8 +76,8 @@ fn two_replicas_on_etcd_survive_losing_the_leader() {
         for i in 0..3 {
             c.apply_text(&format!("ps-{i}.yaml"), &podset_yaml(&format!("ps-{i}"), 2));
         }
-        c.wait_for("a leader", Duration::from_secs(60), |c| leader(c).is_some());
-        let first = leader(&c).unwrap();
+        c.wait_for("a leader", Duration::from_secs(60), |c| c.controller_leader().is_some());
+        let first = c.controller_leader().unwrap();
         let survivor = 1 - first;
         c.wait_for("the leader's controller to make 6 Pods", Duration::from_secs(90), |c| {
             c.kubectl_try(&["get", "pods", "-o", "name"]).is_ok_and(|o| o.lines().count() == 6)
@@ -184,7 +168,7 @@ fn two_replicas_on_etcd_survive_losing_the_leader() {
             std::thread::sleep(Duration::from_secs(2));
             c.set_ready_replicas(&[survivor]);
             let deadline = killed_at + Duration::from_secs(20);
-            while leader(c) != Some(survivor) {
+            while c.controller_leader() != Some(survivor) {
                 assert!(Instant::now() < deadline, "replica {survivor} did not take the lease within 20 s");
                 std::thread::sleep(Duration::from_millis(200));
             }

@@ -617,6 +617,22 @@ impl Cluster {
         self.procs.iter().find(|p| p.name == REPLICA_NAMES[i]).map(Proc::log).unwrap_or_default()
     }
 
+    /// The replica holding the controller's Lease, if any.
+    pub fn controller_leader(&self) -> Option<usize> {
+        let holder = self
+            .kubectl_try(&[
+                "get",
+                "lease",
+                "-n",
+                "podset-system",
+                "podset-controller",
+                "-o",
+                "jsonpath={.spec.holderIdentity}",
+            ])
+            .ok()?;
+        Self::replica_named(holder.trim())
+    }
+
     /// The replica (index) whose HOSTNAME an identity (a Lease holder's, say) starts with.
     pub fn replica_named(identity: &str) -> Option<usize> {
         // Longest name first: "podset-apiserver-2_..." also starts with "podset-apiserver".

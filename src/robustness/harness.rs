@@ -511,22 +511,6 @@ fn sh(cmd: &str) {
     assert!(status.success(), "`{cmd}` failed: {status}");
 }
 
-/// The replica holding the controller's Lease.
-fn lease_holder(c: &Cluster) -> Option<usize> {
-    let holder = c
-        .kubectl_try(&[
-            "get",
-            "lease",
-            "-n",
-            "podset-system",
-            "podset-controller",
-            "-o",
-            "jsonpath={.spec.holderIdentity}",
-        ])
-        .ok()?;
-    Cluster::replica_named(holder.trim())
-}
-
 /// A client straight at replica `i` with a client certificate, without kube-rs's retries.
 fn replica_client(c: &Cluster, i: usize, (cert, key): &(String, String)) -> kube::Client {
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
@@ -553,7 +537,7 @@ fn inject(c: &mut Cluster, etcd: &mut EtcdCluster, rt: &tokio::runtime::Runtime,
         Fault::PauseLeader | Fault::PauseReplica(_) => {
             let i = match p.fault {
                 Fault::PauseReplica(i) => i,
-                _ => lease_holder(c).unwrap_or(0),
+                _ => c.controller_leader().unwrap_or(0),
             };
             let pid = c.replica_pid(i).expect("replica runs").to_string();
             sh(&format!("kill -STOP {pid}"));
@@ -664,7 +648,7 @@ pub fn run(opts: &Options) -> Run {
     // No compaction: etcd's history is the record the checker reads back.
     server.args.push("--etcd-compaction-interval=0".into());
     let mut c = Cluster::start_replicated_on(server, opts.replicas, servers);
-    c.wait_for("a controller leader", Duration::from_secs(60), |c| lease_holder(c).is_some());
+    c.wait_for("a controller leader", Duration::from_secs(60), |c| c.controller_leader().is_some());
 
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let admin = c.client_cert("ca", "robustness", Some("system:masters"));
