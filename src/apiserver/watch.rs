@@ -15,7 +15,7 @@ use axum::response::Response;
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::stream::BoxStream;
 use futures::task::AtomicWaker;
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{Stream, StreamExt};
 use http::{header, HeaderValue, StatusCode};
 use kube::core::watch::{Bookmark, BookmarkMeta};
 use kube::core::{TypeMeta, WatchEvent};
@@ -216,7 +216,7 @@ struct WatchBody {
     initial: std::vec::IntoIter<Event>,
     /// Sent after the initial events, before any change: the initial-events-end bookmark.
     first: VecDeque<Bytes>,
-    events: BoxStream<'static, ApiResult<Notification>>,
+    events: BoxStream<'static, registry::Result<Notification>>,
     deadline: Pin<Box<Sleep>>,
     shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
     /// Bookmarks, when the watcher allows them.
@@ -258,7 +258,7 @@ impl WatchBody {
     /// A body with nothing to send first and no bookmarks, that ends after `timeout` or at `shutdown`.
     fn new(
         encoder: Encoder,
-        events: BoxStream<'static, ApiResult<Notification>>,
+        events: BoxStream<'static, registry::Result<Notification>>,
         seen: Revision,
         timeout: Duration,
         shutdown: CancellationToken,
@@ -335,7 +335,7 @@ impl Stream for WatchBody {
                     break;
                 }
                 Poll::Ready(Some(Err(e))) => {
-                    batch.push(this.encoder.error(&e));
+                    batch.push(this.encoder.error(&ApiError::from(e)));
                     this.done = true;
                     break;
                 }
@@ -398,7 +398,7 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
         initial,
         first,
         ticker,
-        ..WatchBody::new(encoder, watch.events.map_err(ApiError::from).boxed(), start, timeout, cfg.shutdown.clone())
+        ..WatchBody::new(encoder, watch.events, start, timeout, cfg.shutdown.clone())
     };
     Ok(response(Body::from_stream(body)))
 }
@@ -544,7 +544,7 @@ mod tests {
 
     /// A JSON body of the metadata, ending in 10 s.
     fn test_body(
-        events: BoxStream<'static, ApiResult<Notification>>,
+        events: BoxStream<'static, registry::Result<Notification>>,
         seen: Revision,
         shutdown: CancellationToken,
     ) -> WatchBody {
@@ -555,7 +555,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_body_reads_its_sources_only_after_they_woke_it() {
         let polls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let (tx, mut rx) = futures::channel::mpsc::unbounded::<ApiResult<Notification>>();
+        let (tx, mut rx) = futures::channel::mpsc::unbounded::<registry::Result<Notification>>();
         let counted = polls.clone();
         let events = futures::stream::poll_fn(move |cx| {
             counted.fetch_add(1, Ordering::Relaxed);
@@ -607,10 +607,8 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(w.initial.len(), 300);
-        let mut body = WatchBody {
-            initial: w.initial.into_iter(),
-            ..test_body(w.events.map_err(ApiError::from).boxed(), w.revision, CancellationToken::new())
-        };
+        let mut body =
+            WatchBody { initial: w.initial.into_iter(), ..test_body(w.events, w.revision, CancellationToken::new()) };
         let frame = body.next().await.unwrap().unwrap();
         let lines = frame.split(|b| *b == b'\n').filter(|l| !l.is_empty()).count();
         assert!(frame.len() < 2 * BATCH_BYTES, "one frame's worth: {} bytes", frame.len());
@@ -641,7 +639,7 @@ mod tests {
             }
         }
         let reads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let (tx, mut rx) = futures::channel::mpsc::unbounded::<ApiResult<Notification>>();
+        let (tx, mut rx) = futures::channel::mpsc::unbounded::<registry::Result<Notification>>();
         for revision in 0..(2 * READS_PER_POLL + 10) as Revision {
             tx.unbounded_send(Ok(Notification::Progress(revision))).unwrap();
         }
@@ -668,14 +666,14 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_body_ends_at_its_deadline_and_after_an_error() {
-        let (tx, rx) = futures::channel::mpsc::unbounded::<ApiResult<Notification>>();
+        let (tx, rx) = futures::channel::mpsc::unbounded::<registry::Result<Notification>>();
         let mut body = test_body(rx.boxed(), 5, CancellationToken::new());
         assert!(futures::FutureExt::now_or_never(body.next()).is_none());
         tokio::time::advance(Duration::from_secs(10)).await;
         assert!(matches!(futures::FutureExt::now_or_never(body.next()), Some(None)), "ends at its deadline");
 
-        let mut body =
-            test_body(futures::stream::iter([Err(ApiError::expired("too old"))]).boxed(), 5, CancellationToken::new());
+        let expired = registry::Error::Expired { message: "too old".into(), continue_token: None };
+        let mut body = test_body(futures::stream::iter([Err(expired)]).boxed(), 5, CancellationToken::new());
         let line: Value = serde_json::from_slice(&body.next().await.unwrap().unwrap()).unwrap();
         assert_eq!((line["type"].as_str(), line["object"]["code"].as_i64()), (Some("ERROR"), Some(410)));
         assert!(body.next().await.is_none());
