@@ -5,6 +5,7 @@ use kube::core::response::{StatusCause, StatusDetails, StatusSummary};
 use kube::core::Status;
 
 use super::webhook::CallError;
+use crate::api::status::status_details;
 
 /// What stopped a request in admission. Each variant keeps what caused it; [`Error::status`] says it as
 /// kube-apiserver does.
@@ -107,21 +108,15 @@ fn status(code: u16, reason: &str, message: String, details: Option<StatusDetail
     }
 }
 
-fn details(name: &str, group: &str, kind: &str, causes: Vec<StatusCause>) -> StatusDetails {
-    StatusDetails {
-        name: name.to_owned(),
-        group: group.to_owned(),
-        kind: kind.to_owned(),
-        uid: String::new(),
-        causes,
-        retry_after_seconds: 0,
-    }
-}
-
 /// `apierrors.NewInternalError(err)`.
 fn internal(message: String) -> Status {
     let cause = StatusCause { reason: String::new(), message: message.clone(), field: String::new() };
-    status(500, "InternalError", format!("Internal error occurred: {message}"), Some(details("", "", "", vec![cause])))
+    status(
+        500,
+        "InternalError",
+        format!("Internal error occurred: {message}"),
+        Some(status_details("", "", "", vec![cause])),
+    )
 }
 
 impl Error {
@@ -129,7 +124,7 @@ impl Error {
     pub fn status(&self) -> Status {
         match self {
             Error::NamespaceNotFound { namespace } => {
-                status(404, "NotFound", self.to_string(), Some(details(namespace, "", "namespaces", Vec::new())))
+                status(404, "NotFound", self.to_string(), Some(status_details(namespace, "", "namespaces", Vec::new())))
             }
             Error::NamespaceTerminating { namespace, resource, name } => {
                 let cause = StatusCause {
@@ -137,14 +132,14 @@ impl Error {
                     message: format!("namespace {namespace} is being terminated"),
                     field: "metadata.namespace".into(),
                 };
-                let d = details(name, &resource.group, &resource.resource, vec![cause]);
+                let d = status_details(name, &resource.group, &resource.resource, vec![cause]);
                 status(403, "Forbidden", self.to_string(), Some(d))
             }
             Error::NotReady { resource, name } => status(
                 403,
                 "Forbidden",
                 self.to_string(),
-                Some(details(name, &resource.group, &resource.resource, vec![])),
+                Some(status_details(name, &resource.group, &resource.resource, vec![])),
             ),
             Error::NamespaceLookup { source, .. } => internal(source.to_string()),
             Error::Denied { webhook, status: result } => denied(webhook, result.as_deref()),

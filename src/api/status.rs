@@ -17,7 +17,8 @@ pub struct ApiError {
 
 pub type ApiResult<T> = Result<T, ApiError>;
 
-fn status_details(name: &str, group: &str, kind: &str, causes: Vec<StatusCause>) -> StatusDetails {
+/// `metav1.StatusDetails` naming an object (or nothing, all empty) and the causes.
+pub(crate) fn status_details(name: &str, group: &str, kind: &str, causes: Vec<StatusCause>) -> StatusDetails {
     StatusDetails {
         name: name.to_owned(),
         group: group.to_owned(),
