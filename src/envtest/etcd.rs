@@ -39,8 +39,7 @@ impl Etcd {
     /// Kills etcd (as a crash would): clients see it go away.
     pub fn stop(&mut self) {
         if let Some(mut p) = self.proc.take() {
-            let _ = p.child.kill();
-            let _ = p.child.wait();
+            p.kill();
         }
     }
 

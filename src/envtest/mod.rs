@@ -121,6 +121,12 @@ impl Proc {
     fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }
+
+    /// SIGKILL, as a crash or a lost node would, and the exit reaped.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// PEM files of everything the cluster needs, made in process.
@@ -245,7 +251,6 @@ pub enum Credential<'a> {
     Token(&'a str),
 }
 
-/// etcd + kube-apiserver + kube-controller-manager + podset-apiserver, registered and Available.
 /// How to start podset-apiserver: a program and the arguments before its flags.
 #[derive(Debug, Clone)]
 pub struct ServerCommand {
@@ -253,6 +258,7 @@ pub struct ServerCommand {
     pub args: Vec<OsString>,
 }
 
+/// etcd + kube-apiserver + kube-controller-manager + podset-apiserver, registered and Available.
 pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub kubeconfig: PathBuf,
@@ -516,6 +522,14 @@ impl Cluster {
         self.procs.iter().find(|p| p.name == name).map(|p| p.child.id())
     }
 
+    /// Kills the process called `name` with SIGKILL, waits for it, and hands it back (its log kept).
+    fn kill_proc(&mut self, name: &str) -> Option<Proc> {
+        let at = self.procs.iter().position(|p| p.name == name)?;
+        let mut p = self.procs.remove(at);
+        p.kill();
+        Some(p)
+    }
+
     /// The client URL of the cluster's etcd (kube-apiserver's `--etcd-servers`), for more servers to share it.
     pub fn etcd_url(&self) -> &str {
         &self.etcd_url
@@ -523,11 +537,7 @@ impl Cluster {
 
     /// Kills kube-apiserver (etcd and the rest keep running).
     pub fn stop_apiserver(&mut self) {
-        if let Some(i) = self.procs.iter().position(|p| p.name == "kube-apiserver") {
-            let mut p = self.procs.remove(i);
-            let _ = p.child.kill();
-            let _ = p.child.wait();
-        }
+        self.kill_proc("kube-apiserver");
     }
 
     /// Starts kube-apiserver again with the same flags and waits until it is ready.
@@ -600,10 +610,7 @@ impl Cluster {
 
     /// Kills replica `i` with SIGKILL (as a lost node would); its log is kept for a failing test.
     pub fn kill_replica(&mut self, i: usize) {
-        let at = self.procs.iter().position(|p| p.name == REPLICA_NAMES[i]).expect("running");
-        let mut old = self.procs.remove(at);
-        let _ = old.child.kill();
-        let _ = old.child.wait();
+        let old = self.kill_proc(REPLICA_NAMES[i]).expect("running");
         self.dead.push(old);
     }
 
@@ -665,10 +672,7 @@ impl Cluster {
 
     /// Kills podset-apiserver with SIGKILL and starts it again on the same data and port; its log carries on.
     pub fn restart_podset_apiserver(&mut self) {
-        let i = self.procs.iter().position(|p| p.name == "podset-apiserver").expect("running");
-        let mut old = self.procs.remove(i);
-        let _ = old.child.kill();
-        let _ = old.child.wait();
+        let old = self.kill_proc("podset-apiserver").expect("running");
         let earlier = old.log();
         self.start_podset_apiserver();
         if let Some(new) = self.procs.last() {
@@ -682,10 +686,7 @@ impl Cluster {
     /// Stops podset-apiserver, deletes its data directory (as a lost volume would), starts it again, and returns
     /// its exit status and log if it exits within `wait` instead of serving.
     pub fn restart_podset_apiserver_empty(&mut self, wait: Duration) -> Option<(std::process::ExitStatus, String)> {
-        let i = self.procs.iter().position(|p| p.name == "podset-apiserver").expect("running");
-        let mut old = self.procs.remove(i);
-        let _ = old.child.kill();
-        let _ = old.child.wait();
+        self.kill_proc("podset-apiserver").expect("running");
         let _ = std::fs::remove_dir_all(self.dir.path().join("podset-data"));
         self.start_podset_apiserver();
         let deadline = Instant::now() + wait;
@@ -872,8 +873,7 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         for p in self.procs.iter_mut().rev() {
-            let _ = p.child.kill();
-            let _ = p.child.wait();
+            p.kill();
         }
         if let Some(node) = &self.node {
             node.cleanup();
