@@ -56,6 +56,8 @@ const DYING: &str = "adm-dying";
 const MISSING: &str = "adm-missing";
 /// Where the `status` and `scale` writes go.
 const SUBRESOURCES: &str = "adm-subresources";
+/// Where the delete cases run: only the delete webhooks select it.
+const DELETES: &str = "adm-deletes";
 
 /// The object whose `status` and `scale` are written, at `path` in [`SUBRESOURCES`]: a Deployment on
 /// kube-apiserver (ConfigMaps have neither), a PodSet here.
@@ -229,6 +231,76 @@ fn configurations(s: &WebhookServer, down_port: u16) -> (Value, Value, Value, Va
     (mutating, validating, v1beta1, subresources)
 }
 
+/// Webhooks on DELETE only, in [`DELETES`]: a mutating and a validating one that allow, and one that refuses
+/// objects labelled `case: keep`.
+fn delete_configurations(s: &WebhookServer) -> (Value, Value) {
+    let ca = base64::engine::general_purpose::STANDARD.encode(&s.ca_pem);
+    let hook = |name: &str, path: &str, object_selector: Value| {
+        json!({
+            "name": format!("{name}.admission.test"),
+            "clientConfig": {"url": s.url(path), "caBundle": ca},
+            "rules": [
+                {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"], "operations": ["DELETE"]},
+                {"apiGroups": ["demo.k8s.io"], "apiVersions": ["v1alpha1"], "resources": ["podsets"], "operations": ["DELETE"]},
+            ],
+            "namespaceSelector": {"matchLabels": {"admission-test": "deletes"}},
+            "objectSelector": object_selector,
+            "sideEffects": "None", "admissionReviewVersions": ["v1"], "failurePolicy": "Fail",
+        })
+    };
+    let mutating = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "admission-test-deletes"},
+        "webhooks": [hook("delete-mutating", "/allow", json!({}))],
+    });
+    let validating = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "admission-test-deletes"},
+        "webhooks": [
+            hook("delete-validating", "/allow", json!({})),
+            hook("delete-deny", "/deny", json!({"matchLabels": {"case": "keep"}})),
+        ],
+    });
+    (mutating, validating)
+}
+
+/// A delete, a refused delete and a deletecollection in [`DELETES`]: each answer, and the DELETE reviews the
+/// webhooks got for it, in a stable order (deletecollection's items are admitted concurrently by kube-apiserver).
+async fn deletes(client: &kube::Client, kind: &Kind, s: &WebhookServer) -> Vec<(&'static str, Answer, Vec<Value>)> {
+    let collection = (kind.collection)(DELETES);
+    for (name, case) in [("del-one", "one"), ("del-keep", "keep"), ("del-a", "gone"), ("del-b", "gone")] {
+        let (code, body) =
+            send(client, "POST", &collection, "application/json", &(kind.body)(DELETES, name, json!({"case": case})))
+                .await;
+        assert_eq!(code, 201, "{body}");
+    }
+    let reviews = || {
+        let mut r: Vec<Value> = ["/allow", "/deny"]
+            .iter()
+            .flat_map(|p| s.received(p).into_iter().map(move |r| (p, r.review)))
+            .filter(|(_, r)| {
+                r["request"]["resource"]["resource"] == kind.resource && r["request"]["operation"] == "DELETE"
+            })
+            .map(|(p, r)| json!({"path": p, "review": r}))
+            .collect();
+        r.sort_by_key(|r| (r["review"]["request"]["oldObject"]["metadata"]["name"].to_string(), r["path"].to_string()));
+        r
+    };
+    let mut out = Vec::new();
+    for (case, method, uri) in [
+        ("delete", "DELETE", format!("{collection}/del-one")),
+        ("delete-refused", "DELETE", format!("{collection}/del-keep")),
+        ("deletecollection", "DELETE", format!("{collection}?labelSelector=case%3Dgone")),
+    ] {
+        s.clear();
+        let (code, body) = send(client, method, &uri, "application/json", &Value::Null).await;
+        out.push((case, answer(code, &body), reviews()));
+    }
+    let (code, _) = send(client, "GET", &format!("{collection}/del-keep"), "application/json", &Value::Null).await;
+    assert_eq!(code, 200, "{}: a refused delete deleted nothing", kind.resource);
+    out
+}
+
 async fn send(client: &kube::Client, method: &str, uri: &str, content_type: &str, body: &Value) -> (u16, Value) {
     let req = Request::builder().method(method).uri(uri).header("content-type", content_type);
     let (code, _, bytes) = common::raw(client, req.body(body.to_string().into_bytes()).unwrap()).await;
@@ -307,6 +379,7 @@ async fn set_up(c: &Cluster, client: &kube::Client, s: &WebhookServer, down_port
         (PLAIN, json!({})),
         (DYING, json!({})),
         (SUBRESOURCES, json!({"admission-test": "subresources"})),
+        (DELETES, json!({"admission-test": "deletes"})),
     ] {
         let (code, body) = send(client, "POST", "/api/v1/namespaces", "application/json", &ns(name, labels)).await;
         assert_eq!(code, 201, "{body}");
@@ -328,7 +401,11 @@ async fn set_up(c: &Cluster, client: &kube::Client, s: &WebhookServer, down_port
     .await;
 
     let (mutating, validating, v1beta1, subresources) = configurations(s, down_port);
+    let (delete_mutating, delete_validating) = delete_configurations(s);
+    // The delete webhooks first: once kube-apiserver calls the later ones below, it has these too.
     for (path, config) in [
+        ("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", delete_mutating),
+        ("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations", delete_validating),
         ("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations", subresources),
         ("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", mutating),
         ("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations", validating),
@@ -597,6 +674,35 @@ fn podsets_are_admitted_as_configmaps_are() {
             }
             assert!(by_controller(), "no status write of the controller reached the webhook");
 
+            // Deletes: both phases see the object that goes as oldObject; a deletecollection's items carry no name.
+            let theirs_del = deletes(&client, &CONFIGMAPS, &s).await;
+            let ours_del = deletes(&client, &PODSETS, &s).await;
+            for ((case, t, t_reviews), (_, o, o_reviews)) in theirs_del.iter().zip(&ours_del) {
+                eprintln!("kube-apiserver configmaps {case}: {t:?}, reviews {t_reviews:?}");
+                eprintln!("podset-apiserver podsets {case}: {o:?}, reviews {o_reviews:?}");
+                assert_eq!((t.code, &t.reason, &t.message), (o.code, &o.reason, &o.message), "{case}");
+                assert_eq!(t_reviews.len(), o_reviews.len(), "{case}: reviews");
+                for (t, o) in t_reviews.iter().zip(o_reviews) {
+                    assert_eq!(t["path"], o["path"], "{case}");
+                    let (t, o) = (&t["review"]["request"], &o["review"]["request"]);
+                    let keys = |r: &Value| r.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+                    assert_eq!(keys(t), keys(o), "{case}: review fields");
+                    for field in
+                        ["operation", "namespace", "name", "userInfo", "dryRun", "subResource", "options", "object"]
+                    {
+                        assert_eq!(t[field], o[field], "{case}: review {field}");
+                    }
+                    assert_eq!(
+                        t["oldObject"]["metadata"]["name"], o["oldObject"]["metadata"]["name"],
+                        "{case}: oldObject"
+                    );
+                }
+            }
+            let by: BTreeMap<_, _> = ours_del.iter().map(|(c, a, r)| (*c, (a, r))).collect();
+            assert_eq!(by["delete"].1.len(), 2, "the mutating and the validating webhook: {:?}", by["delete"].1);
+            assert_eq!(by["delete-refused"].0.code, 403);
+            assert_eq!(by["deletecollection"].1.len(), 4, "two webhooks, two items");
+
             // Nothing refused was stored.
             for ((case, a, _, _), (_, ns, _)) in ours.iter().zip(CASES) {
                 if a.code >= 400 && !case.ends_with("namespace") {
@@ -605,6 +711,85 @@ fn podsets_are_admitted_as_configmaps_are() {
                     assert_eq!(code, 404, "{case} was refused but stored");
                 }
             }
+        });
+    });
+}
+
+/// NamespaceLifecycle under load: a namespace deleted while clients keep creating PodSets in it. The namespace
+/// controller (kube-controller-manager) empties it through the aggregator and finalizes it; whatever was created
+/// before we saw it terminating is deleted with it, and nothing created after is let in, so none is left behind.
+#[test]
+fn a_namespace_deleted_under_a_stream_of_creates_leaves_no_podset() {
+    const NS: &str = "adm-stream";
+    in_namespace("a_namespace_deleted_under_a_stream_of_creates_leaves_no_podset", || {
+        let c = common::cluster::start();
+        runtime().block_on(async {
+            let client = c.client().await;
+            let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}});
+            let (code, body) = send(&client, "POST", "/api/v1/namespaces", "application/json", &ns).await;
+            assert_eq!(code, 201, "{body}");
+            let stop = tokio_util::sync::CancellationToken::new();
+            let writers: Vec<_> = (0..4)
+                .map(|w| {
+                    let (client, stop) = (client.clone(), stop.clone());
+                    tokio::spawn(async move {
+                        let mut answers = Vec::new();
+                        for n in 0.. {
+                            if stop.is_cancelled() {
+                                break;
+                            }
+                            let body = (PODSETS.body)(NS, &format!("s-{w}-{n}"), json!({}));
+                            answers.push(
+                                send(&client, "POST", &(PODSETS.collection)(NS), "application/json", &body).await,
+                            );
+                        }
+                        answers
+                    })
+                })
+                .collect();
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let (code, body) =
+                send(&client, "DELETE", &format!("/api/v1/namespaces/{NS}"), "application/json", &Value::Null).await;
+            assert_eq!(code, 200, "{body}");
+            common::cluster::wait(
+                Duration::from_secs(180),
+                || async {
+                    let (code, _) =
+                        send(&client, "GET", &format!("/api/v1/namespaces/{NS}"), "application/json", &Value::Null)
+                            .await;
+                    code == 404
+                },
+                "the namespace controller to empty and remove the namespace",
+            )
+            .await;
+            // A moment more of refused creates, then nothing may be left.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            stop.cancel();
+            let mut by_code = BTreeMap::<u16, usize>::new();
+            for w in writers {
+                for (code, body) in w.await.unwrap() {
+                    *by_code.entry(code).or_default() += 1;
+                    match code {
+                        201 => {}
+                        403 => assert!(
+                            body["message"].as_str().unwrap_or("").ends_with(&format!(
+                                "unable to create new content in namespace {NS} because it is being terminated"
+                            )),
+                            "{body}"
+                        ),
+                        404 => assert_eq!(body["message"], format!("namespaces \"{NS}\" not found"), "{body}"),
+                        _ => panic!("a create answered {code}: {body}"),
+                    }
+                }
+            }
+            eprintln!("creates while the namespace went, by answer: {by_code:?}");
+            assert!(by_code.get(&201).is_some_and(|&n| n > 0), "some creates before the delete: {by_code:?}");
+            assert!(by_code.get(&403).or(by_code.get(&404)).is_some(), "creates refused after it: {by_code:?}");
+            let (code, list) = send(&client, "GET", &(PODSETS.collection)(NS), "application/json", &Value::Null).await;
+            assert_eq!(code, 200, "{list}");
+            let left: Vec<_> =
+                list["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].clone()).collect();
+            assert!(left.is_empty(), "PodSets left behind in the deleted namespace: {left:?}");
         });
     });
 }

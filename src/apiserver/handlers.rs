@@ -323,15 +323,16 @@ async fn resource(
     let out = negotiate(accept(&parts.headers), offers)?;
     let content_type = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let call = Call { app, r, q, out, content_type, headers: parts.headers, method: parts.method, path };
+    // Reads run inline; each write's larger future is boxed, so a get does not carry (and copy) a write's state.
     match verb {
         Verb::Watch => watch(call).await,
         Verb::List => list(call).await,
         Verb::Get => get(call).await,
-        Verb::Create => create(call, body, user).await,
-        Verb::Update => update(call, body, user).await,
-        Verb::Patch => patch(call, body, user).await,
-        Verb::Delete => delete(call, body, user).await,
-        Verb::DeleteCollection => delete_collection(call, body, user).await,
+        Verb::Create => Box::pin(create(call, body, user)).await,
+        Verb::Update => Box::pin(update(call, body, user)).await,
+        Verb::Patch => Box::pin(patch(call, body, user)).await,
+        Verb::Delete => Box::pin(delete(call, body, user)).await,
+        Verb::DeleteCollection => Box::pin(delete_collection(call, body, user)).await,
     }
 }
 

@@ -533,7 +533,10 @@ pub fn delete_options(q: &Query, body: &[u8]) -> ApiResult<DeleteOptions> {
     let mut opts: DeleteOptions = if body.iter().all(u8::is_ascii_whitespace) {
         DeleteOptions::default()
     } else {
-        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
+        // `null` is no options, as kube-apiserver reads it.
+        serde_json::from_slice::<Option<DeleteOptions>>(body)
+            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
+            .unwrap_or_default()
     };
     if q.propagation_policy.is_some() {
         opts.propagation_policy = q.propagation_policy.clone();
@@ -674,5 +677,18 @@ mod tests {
         assert_eq!(prefix_from_user_agent("tab\there"), "tabhere");
         assert_eq!(prefix_from_user_agent(&"é".repeat(100)).len(), 128, "cut at a character boundary");
         assert_eq!(prefix_from_user_agent(""), "");
+    }
+
+    #[test]
+    fn a_delete_body_of_null_or_nothing_is_no_options() {
+        let q = Query::parse(Some("gracePeriodSeconds=3")).unwrap();
+        for body in ["", " \n", "null"] {
+            let o = delete_options(&q, body.as_bytes()).unwrap();
+            assert_eq!((o.grace_period_seconds, o.propagation_policy), (Some(3), None), "{body:?}");
+        }
+        let o = delete_options(&q, br#"{"propagationPolicy":"Orphan"}"#).unwrap();
+        assert_eq!(o.propagation_policy.as_deref(), Some("Orphan"));
+        let e = delete_options(&q, b"[1]").unwrap_err();
+        assert_eq!(e.code(), 400);
     }
 }

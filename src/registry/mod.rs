@@ -325,8 +325,18 @@ impl Registry {
 
     /// DELETE: the object goes at once, or is marked for deletion while finalizers hold it.
     pub async fn delete(&self, key: &PodSetKey, delete: &DeleteOptions, opts: &WriteOptions) -> Result<Deleted> {
+        self.delete_item(key, delete, opts, false).await
+    }
+
+    async fn delete_item(
+        &self,
+        key: &PodSetKey,
+        options: &DeleteOptions,
+        opts: &WriteOptions,
+        collection: bool,
+    ) -> Result<Deleted> {
         let w = Write { op: Operation::Delete, sub: Subresource::Main, key, opts, options: "DeleteOptions" };
-        match self.write(&w, |_| Ok(Change::Delete(delete))).await? {
+        match self.write(&w, |_| Ok(Change::Delete { options, collection })).await? {
             Outcome::Deleted { object, said, gone } => {
                 Ok(Deleted { object, gone, warnings: said.warnings, audit_annotations: said.audit_annotations })
             }
@@ -345,7 +355,7 @@ impl Registry {
         let page = self.list(ListRequest { limit: None, continue_token: None, ..req }).await?;
         let mut deleted = Vec::with_capacity(page.items.len());
         for item in page.items {
-            match self.delete(&item.key(), delete, opts).await {
+            match self.delete_item(&item.key(), delete, opts, true).await {
                 Ok(d) => deleted.push(d.object),
                 // Deleted by someone else meanwhile.
                 Err(Error::NotFound { .. }) => {}

@@ -41,8 +41,9 @@ pub(crate) struct Write<'a> {
 pub(crate) enum Change<'a> {
     /// Store this object: a create when there is no current one, else an update of it.
     Put(Box<Proposed>),
-    /// Delete the current object as the options say: at once, or marked while finalizers hold it.
-    Delete(&'a DeleteOptions),
+    /// Delete the current object as the options say: at once, or marked while finalizers hold it. An item of a
+    /// deletecollection (`collection`) is named to admission by no name, as kube-apiserver names it.
+    Delete { options: &'a DeleteOptions, collection: bool },
 }
 
 /// An object a write proposes, before the server's fields, defaults and validation.
@@ -145,12 +146,16 @@ impl Registry {
                 Operation::Create => None,
                 _ => self.get_for_write(w.key).await?.map(Stored::new),
             };
-            let old = current.as_ref().map(Stored::decode).transpose()?;
-            let step = match (change(old.as_ref().zip(current.as_ref()))?, current.as_ref(), old) {
-                (Change::Put(p), None, _) => self.plan_create(w, *p).await,
-                (Change::Put(p), Some(cur), Some(old)) => self.plan_update(w, *p, cur, old).await,
-                (Change::Delete(d), Some(cur), Some(old)) => self.plan_delete(w, d, cur, old).await,
-                (Change::Delete(_), None, _) | (_, Some(_), None) => Err(Error::not_found(&w.key.name)),
+            // A PodSet is some 2.4 KB: boxed, with each step's future, so that the futures of every write and of
+            // the handlers above it stay small (they are moved whole on their way to the runtime).
+            let old = current.as_ref().map(Stored::decode).transpose()?.map(Box::new);
+            let step = match (change(old.as_deref().zip(current.as_ref()))?, current.as_ref(), old) {
+                (Change::Put(p), None, _) => Box::pin(self.plan_create(w, *p)).await,
+                (Change::Put(p), Some(cur), Some(old)) => Box::pin(self.plan_update(w, *p, cur, old)).await,
+                (Change::Delete { options, collection }, Some(cur), Some(old)) => {
+                    Box::pin(self.plan_delete(w, options, collection, cur, old)).await
+                }
+                (Change::Delete { .. }, None, _) | (_, Some(_), None) => Err(Error::not_found(&w.key.name)),
             };
             let step = match step {
                 // A precondition failed on the cache, which may lag a write another replica acknowledged: judge it
@@ -270,7 +275,7 @@ impl Registry {
 
     /// Preconditions, mutating admission, PrepareForUpdate, defaults, validation, field tracking and validating
     /// admission of a change to `old`.
-    async fn plan_update(&self, w: &Write<'_>, p: Proposed, current: &Stored, old: PodSet) -> Result<Step> {
+    async fn plan_update(&self, w: &Write<'_>, p: Proposed, current: &Stored, old: Box<PodSet>) -> Result<Step> {
         let name = &w.key.name;
         // As kube-apiserver: the body's uid is a precondition, and so is its resourceVersion, which fails as any
         // compare-and-swap that lost a race does.
@@ -337,7 +342,7 @@ impl Registry {
             }
             None => self.validate(attrs.as_ref(), None, None, &mut said).await?,
         }
-        if new == old {
+        if new == *old {
             let object = current.clone();
             return Ok(Step::Done(Outcome::Put { object, said, created: false }));
         }
@@ -352,7 +357,14 @@ impl Registry {
 
     /// Preconditions, propagation policy, admission and graceful deletion: the object goes now unless finalizers
     /// hold it.
-    async fn plan_delete(&self, w: &Write<'_>, d: &DeleteOptions, current: &Stored, old: PodSet) -> Result<Step> {
+    async fn plan_delete(
+        &self,
+        w: &Write<'_>,
+        d: &DeleteOptions,
+        collection: bool,
+        current: &Stored,
+        old: Box<PodSet>,
+    ) -> Result<Step> {
         let name = &w.key.name;
         if let Some(p) = &d.preconditions {
             p.check(current, name)?;
@@ -364,16 +376,18 @@ impl Registry {
             Some(Propagation::Background) => finalizers.retain(|f| f != "orphan" && f != "foregroundDeletion"),
             None => {}
         }
-        // As kube-apiserver: mutating admission is told of a delete without objects, validating admission with
-        // the object that goes.
+        // As kube-apiserver 1.20 (`AdmissionToValidateObjectDeleteFunc`): both phases see the object that goes as
+        // the old object, and no new one.
         let mut said = Said::default();
-        let attrs =
-            self.attributes(w, Operation::Delete, Subresource::Main, name, || d.admission_options(w.opts.dry_run));
-        self.admit(attrs.as_ref(), None, None, &mut said).await?;
-        match attrs.is_some() && self.admission.reads_objects() {
-            true => self.validate(attrs.as_ref(), None, Some(&current.to_value()?), &mut said).await?,
-            false => self.validate(attrs.as_ref(), None, None, &mut said).await?,
-        }
+        let admitted_name = if collection { "" } else { name.as_str() };
+        let attrs = self
+            .attributes(w, Operation::Delete, Subresource::Main, admitted_name, || d.admission_options(w.opts.dry_run));
+        let old_value = match attrs.is_some() && self.admission.reads_objects() {
+            true => Some(current.to_value()?),
+            false => None,
+        };
+        self.admit(attrs.as_ref(), None, old_value.as_ref(), &mut said).await?;
+        self.validate(attrs.as_ref(), None, old_value.as_ref(), &mut said).await?;
         if finalizers.is_empty() {
             return Ok(Step::Store(Plan::Remove { was: current.clone(), said, put: None }));
         }
@@ -411,7 +425,8 @@ impl Registry {
         said: &mut Said,
     ) -> Result<()> {
         match attrs {
-            Some(a) => Ok(self.admission.admit(a, object, old, said).await?),
+            // Boxed: a webhook call's future is large, and held inline it would be copied with every write's.
+            Some(a) => Ok(Box::pin(self.admission.admit(a, object, old, said)).await?),
             None => Ok(()),
         }
     }
@@ -424,7 +439,7 @@ impl Registry {
         said: &mut Said,
     ) -> Result<()> {
         match attrs {
-            Some(a) => Ok(self.admission.validate(a, object, old, said).await?),
+            Some(a) => Ok(Box::pin(self.admission.validate(a, object, old, said)).await?),
             None => Ok(()),
         }
     }
