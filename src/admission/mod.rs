@@ -118,22 +118,28 @@ pub trait Admission: Send + Sync {
     /// Mutating phase (NamespaceLifecycle's check, MutatingAdmissionWebhook with reinvocationPolicy IfNeeded): may
     /// change `object`. `object` is None on delete; `old` is the stored object (None on create). A caller that
     /// sees the object changed decodes and validates it again.
+    /// A plugin without this phase admits everything.
     async fn admit(
         &self,
-        a: &Attributes,
-        object: Option<&mut Value>,
-        old: Option<&Value>,
-        out: &mut Outcome,
-    ) -> Result<(), Error>;
+        _a: &Attributes,
+        _object: Option<&mut Value>,
+        _old: Option<&Value>,
+        _out: &mut Outcome,
+    ) -> Result<(), Error> {
+        Ok(())
+    }
 
-    /// Validating phase (ValidatingAdmissionWebhook: every matching webhook is called at once).
+    /// Validating phase (ValidatingAdmissionWebhook: every matching webhook is called at once). A plugin
+    /// without this phase allows everything.
     async fn validate(
         &self,
-        a: &Attributes,
-        object: Option<&Value>,
-        old: Option<&Value>,
-        out: &mut Outcome,
-    ) -> Result<(), Error>;
+        _a: &Attributes,
+        _object: Option<&Value>,
+        _old: Option<&Value>,
+        _out: &mut Outcome,
+    ) -> Result<(), Error> {
+        Ok(())
+    }
 
     /// Whether any plugin runs at all; when not, a caller may skip admission and what it would build for it.
     fn runs(&self) -> bool {

@@ -154,16 +154,6 @@ impl Admission for NamespaceLifecycle {
         }
         Ok(())
     }
-
-    async fn validate(
-        &self,
-        _: &Attributes,
-        _: Option<&Value>,
-        _: Option<&Value>,
-        _: &mut Outcome,
-    ) -> Result<(), Error> {
-        Ok(())
-    }
 }
 
 #[cfg(test)]

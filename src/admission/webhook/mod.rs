@@ -610,30 +610,10 @@ impl super::Admission for MutatingWebhooks {
             }
         }
     }
-
-    async fn validate(
-        &self,
-        _: &Attributes,
-        _: Option<&Value>,
-        _: Option<&Value>,
-        _: &mut Outcome,
-    ) -> Result<(), Error> {
-        Ok(())
-    }
 }
 
 #[async_trait::async_trait]
 impl super::Admission for ValidatingWebhooks {
-    async fn admit(
-        &self,
-        _: &Attributes,
-        _: Option<&mut Value>,
-        _: Option<&Value>,
-        _: &mut Outcome,
-    ) -> Result<(), Error> {
-        Ok(())
-    }
-
     async fn validate(
         &self,
         a: &Attributes,
