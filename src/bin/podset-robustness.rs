@@ -4,11 +4,13 @@
 //!
 //! ```sh
 //! cargo build --release --features envtest --bins
-//! KUBEBUILDER_ASSETS=$(hack/install-test-assets.sh) target/release/podset-robustness --runs 100 --seed 1
+//! KUBEBUILDER_ASSETS=$(hack/install-test-assets.sh) target/release/podset-robustness --runs 100 --seed 1 --jobs 2
 //! ```
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use clap::Parser;
@@ -23,6 +25,9 @@ struct Args {
     seed: u64,
     #[arg(long, default_value_t = 100)]
     runs: u64,
+    /// Runs at once (each uses about two thirds of a core).
+    #[arg(long, default_value_t = 1)]
+    jobs: u64,
     /// The CI form (2 replicas, 3 faults) instead of the long one (3 replicas, 5 faults).
     #[arg(long)]
     short: bool,
@@ -56,41 +61,27 @@ fn main() {
         return;
     }
     let exe = std::env::current_exe().expect("current executable");
-    let (mut calls, mut faults, mut violations, mut failed) = (0u64, 0u64, 0u64, Vec::new());
+    let totals = Mutex::new(Totals::default());
+    let next = AtomicU64::new(0);
     let started = Instant::now();
-    for n in 0..args.runs {
-        let seed = args.seed + n;
-        let mut inner = vec!["--seed".to_owned(), seed.to_string(), "--server".into(), server.display().to_string()];
-        if args.short {
-            inner.push("--short".into());
+    // Each run has its own network namespace, so `--jobs` runs go side by side without sharing a port.
+    std::thread::scope(|s| {
+        for _ in 0..args.jobs.max(1) {
+            s.spawn(|| loop {
+                let n = next.fetch_add(1, Ordering::SeqCst);
+                if n >= args.runs {
+                    return;
+                }
+                let seed = args.seed + n;
+                let (output, passed) = run_in_namespace(&exe, &args, &server, seed);
+                let mut t = totals.lock().unwrap();
+                // A run's whole output at once, so parallel runs do not interleave.
+                print!("{output}");
+                t.add(seed, &output, passed);
+            });
         }
-        if let Some(dir) = &args.save {
-            inner.extend(["--save".to_owned(), dir.display().to_string()]);
-        }
-        let out = namespace_command(&exe, &inner)
-            .env("KUBEBUILDER_ASSETS", assets_dir())
-            .stdin(Stdio::null())
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("unshare");
-        let text = String::from_utf8_lossy(&out.stdout);
-        print!("{text}");
-        let summary = text.lines().find_map(|l| l.strip_prefix(SUMMARY)).map(|s| {
-            s.split_whitespace().filter_map(|kv| kv.split_once('=')?.1.parse::<u64>().ok()).collect::<Vec<_>>()
-        });
-        match summary.as_deref() {
-            Some(&[c, f, v]) if out.status.success() => {
-                calls += c;
-                faults += f;
-                violations += v;
-            }
-            Some(&[c, f, v]) => {
-                (calls, faults, violations) = (calls + c, faults + f, violations + v);
-                failed.push(seed);
-            }
-            _ => failed.push(seed),
-        }
-    }
+    });
+    let Totals { calls, faults, violations, failed } = totals.into_inner().unwrap();
     println!(
         "{} runs in {:.0} min: {calls} calls checked, {faults} faults injected, {violations} violations; failed seeds: {failed:?}",
         args.runs,
@@ -99,6 +90,50 @@ fn main() {
     if !failed.is_empty() {
         std::process::exit(1);
     }
+}
+
+#[derive(Default)]
+struct Totals {
+    calls: u64,
+    faults: u64,
+    violations: u64,
+    failed: Vec<u64>,
+}
+
+impl Totals {
+    /// Adds one run's summary line; a run that failed or printed none is a failed seed.
+    fn add(&mut self, seed: u64, output: &str, success: bool) {
+        let summary = output.lines().find_map(|l| l.strip_prefix(SUMMARY)).map(|s| {
+            s.split_whitespace().filter_map(|kv| kv.split_once('=')?.1.parse::<u64>().ok()).collect::<Vec<_>>()
+        });
+        match summary.as_deref() {
+            Some(&[c, f, v]) => {
+                (self.calls, self.faults, self.violations) = (self.calls + c, self.faults + f, self.violations + v);
+                if !success {
+                    self.failed.push(seed);
+                }
+            }
+            _ => self.failed.push(seed),
+        }
+    }
+}
+
+/// One seeded run in a network namespace of its own: its output, and whether it passed.
+fn run_in_namespace(exe: &Path, args: &Args, server: &Path, seed: u64) -> (String, bool) {
+    let mut inner = vec!["--seed".to_owned(), seed.to_string(), "--server".into(), server.display().to_string()];
+    if args.short {
+        inner.push("--short".into());
+    }
+    if let Some(dir) = &args.save {
+        inner.extend(["--save".to_owned(), dir.display().to_string()]);
+    }
+    let out = namespace_command(exe, &inner)
+        .env("KUBEBUILDER_ASSETS", assets_dir())
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("unshare");
+    (String::from_utf8_lossy(&out.stdout).into_owned(), out.status.success())
 }
 
 fn one_run(args: &Args, server: PathBuf) {
