@@ -2,6 +2,7 @@
 //! only the holder of the Lease runs the controller; it renews every few seconds and steps down if it cannot.
 
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
@@ -35,6 +36,36 @@ impl LeaseConfig {
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
         }
+    }
+}
+
+/// Whether this replica may still act as the leader: until `renew_deadline` after the start of its last
+/// successful acquire or renew. Another candidate takes over only `lease_duration` after the renew time it reads,
+/// which is later still. A process that was stopped past it (SIGSTOP, a frozen VM: the monotonic clock runs on)
+/// finds it lapsed the moment it wakes, before its renew loop has run, and must not write; client-go has no such
+/// check, and a paused leader's in-flight work then races its successor.
+#[derive(Debug, Clone)]
+pub struct Leadership {
+    valid_until: Arc<Mutex<tokio::time::Instant>>,
+}
+
+impl Leadership {
+    fn new(until: tokio::time::Instant) -> Self {
+        Self { valid_until: Arc::new(Mutex::new(until)) }
+    }
+
+    fn extend(&self, until: tokio::time::Instant) {
+        let mut v = self.valid_until.lock().unwrap();
+        *v = (*v).max(until);
+    }
+
+    fn revoke(&self) {
+        *self.valid_until.lock().unwrap() = tokio::time::Instant::now();
+    }
+
+    /// True while the Lease is surely still ours.
+    pub fn is_held(&self) -> bool {
+        tokio::time::Instant::now() < *self.valid_until.lock().unwrap()
     }
 }
 
@@ -90,11 +121,12 @@ async fn try_acquire_or_renew(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<boo
     }
 }
 
-/// Runs `lead(token)` whenever this replica holds the Lease; the token is cancelled when leadership is lost or on
-/// shutdown. Returns on shutdown.
+/// Runs `lead(token, leadership)` whenever this replica holds the Lease; the token is cancelled when leadership
+/// is lost or on shutdown, and `leadership` says, before each write, whether the Lease may have lapsed meanwhile.
+/// Returns on shutdown.
 pub async fn run<F, Fut>(client: Client, cfg: LeaseConfig, shutdown: CancellationToken, lead: F)
 where
-    F: Fn(CancellationToken) -> Fut,
+    F: Fn(CancellationToken, Leadership) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
@@ -104,7 +136,9 @@ where
     status.set(0);
     loop {
         tracing::info!(lease = %format!("{}/{}", cfg.namespace, cfg.name), identity = %cfg.identity, "waiting to become leader");
+        let mut attempt;
         loop {
+            attempt = tokio::time::Instant::now();
             match try_acquire_or_renew(&api, &cfg).await {
                 Ok(true) => break,
                 Ok(false) => {}
@@ -118,11 +152,13 @@ where
         tracing::info!(identity = %cfg.identity, "became leader");
         status.set(1);
         let term = shutdown.child_token();
-        let running = tokio::spawn(lead(term.clone()));
+        let held = Leadership::new(attempt + cfg.renew_deadline);
+        let running = tokio::spawn(lead(term.clone(), held.clone()));
         let mut renewed = Instant::now();
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => {
+                    held.revoke();
                     term.cancel();
                     let _ = running.await;
                     status.set(0);
@@ -130,8 +166,12 @@ where
                 }
                 _ = tokio::time::sleep(cfg.retry_period) => {}
             }
+            let attempt = tokio::time::Instant::now();
             match try_acquire_or_renew(&api, &cfg).await {
-                Ok(true) => renewed = Instant::now(),
+                Ok(true) => {
+                    renewed = Instant::now();
+                    held.extend(attempt + cfg.renew_deadline);
+                }
                 Ok(false) => {
                     tracing::warn!("leader election: another replica holds the Lease");
                     break;
@@ -145,7 +185,34 @@ where
         }
         tracing::warn!("lost leadership: stopping the controller");
         status.set(0);
+        held.revoke();
         term.cancel();
         let _ = running.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn leadership_lapses_once_the_renew_deadline_passes_unrenewed() {
+        let deadline = Duration::from_secs(10);
+        let held = Leadership::new(tokio::time::Instant::now() + deadline);
+        assert!(held.is_held());
+        // Renewed after 2 s: good until 12 s.
+        tokio::time::advance(Duration::from_secs(2)).await;
+        held.extend(tokio::time::Instant::now() + deadline);
+        tokio::time::advance(Duration::from_secs(9)).await;
+        assert!(held.is_held(), "11 s in, renewed at 2 s");
+        // Stopped for 32 s, as a SIGSTOP does: awake, it is no longer held, renew or not.
+        tokio::time::advance(Duration::from_secs(32)).await;
+        assert!(!held.is_held());
+        // A late answer to an earlier renew does not bring it back.
+        held.extend(tokio::time::Instant::now() - Duration::from_secs(20));
+        assert!(!held.is_held());
+        held.extend(tokio::time::Instant::now() + deadline);
+        held.revoke();
+        assert!(!held.is_held(), "revoked when leadership is lost");
     }
 }

@@ -51,6 +51,9 @@ pub struct ControllerConfig {
     pub pod_selector: Option<String>,
     /// Where the controller's caches report their first sync (`/readyz/informer-sync`).
     pub informers: InformerSync,
+    /// With leader election: whether the Lease is still surely ours, asked before every write to the main API
+    /// server.
+    pub leadership: Option<leader::Leadership>,
 }
 
 impl Default for ControllerConfig {
@@ -64,6 +67,7 @@ impl Default for ControllerConfig {
             burst: 1000,
             pod_selector: None,
             informers: InformerSync::default(),
+            leadership: None,
         }
     }
 }
@@ -82,10 +86,15 @@ pub(crate) struct Context {
 }
 
 impl Context {
-    /// Waits for the client-side rate limit before a write to the main API server.
-    pub async fn throttle(&self) {
+    /// Before a write to the main API server: waits for the client-side rate limit, then makes sure this replica
+    /// still surely leads (it may have been stopped meanwhile).
+    pub async fn before_write(&self) -> Result<(), reconcile::Error> {
         if let Some(l) = &self.limiter {
             l.until_ready().await;
+        }
+        match &self.cfg.leadership {
+            Some(l) if !l.is_held() => Err(reconcile::Error::NotLeading),
+            _ => Ok(()),
         }
     }
 }

@@ -28,6 +28,8 @@ pub enum Error {
     Create(#[source] kube::Error),
     #[error("PodSet status changed underneath; retrying")]
     Conflict,
+    #[error("the controller's Lease may have lapsed: no more writes until it is renewed")]
+    NotLeading,
 }
 
 fn is_active(pod: &Pod) -> bool {
@@ -178,11 +180,11 @@ async fn manage(
         while done < missing {
             let n = batch.min(missing - done);
             let results = join_all((0..n).map(|_| async {
-                ctx.throttle().await;
-                api.create(&post, &template).await
+                ctx.before_write().await?;
+                api.create(&post, &template).await.map_err(Error::Create)
             }))
             .await;
-            let mut errors: Vec<kube::Error> = results.into_iter().filter_map(Result::err).collect();
+            let mut errors: Vec<Error> = results.into_iter().filter_map(Result::err).collect();
             let created = n - errors.len();
             done += n;
             if created > 0 {
@@ -195,8 +197,10 @@ async fn manage(
                     ctx.expectations.creation_observed(key);
                 }
                 let first = errors.swap_remove(0);
-                publish(ctx, &reference, EventType::Warning, "FailedCreate", format!("Error creating: {first}")).await;
-                return Err(Error::Create(first));
+                if let Error::Create(e) = &first {
+                    publish(ctx, &reference, EventType::Warning, "FailedCreate", format!("Error creating: {e}")).await;
+                }
+                return Err(first);
             }
             batch *= 2;
         }
@@ -206,8 +210,10 @@ async fn manage(
         victims.truncate((active.len() - want).min(ctx.cfg.burst_replicas));
         ctx.expectations.expect_deletions(key, victims.iter().map(|p| p.uid().unwrap_or_default()));
         let results = join_all(victims.iter().map(|p| async move {
-            ctx.throttle().await;
-            let r = api.delete(&p.name_any(), &DeleteParams::default()).await;
+            let r = match ctx.before_write().await {
+                Ok(()) => api.delete(&p.name_any(), &DeleteParams::default()).await.map_err(Error::Kube),
+                Err(e) => Err(e),
+            };
             (p, r)
         }))
         .await;
@@ -216,7 +222,7 @@ async fn manage(
         for (pod, r) in results {
             match r {
                 Ok(_) => deleted += 1,
-                Err(kube::Error::Api(s)) if s.is_not_found() => {
+                Err(Error::Kube(kube::Error::Api(s))) if s.is_not_found() => {
                     ctx.expectations.deletion_observed(key, &pod.uid().unwrap_or_default())
                 }
                 Err(e) => {
@@ -229,8 +235,10 @@ async fn manage(
             publish(ctx, &reference, EventType::Normal, "SuccessfulDelete", format!("Deleted {deleted} pod(s)")).await;
         }
         if let Some(e) = failed {
-            publish(ctx, &reference, EventType::Warning, "FailedDelete", format!("Error deleting: {e}")).await;
-            return Err(e.into());
+            if let Error::Kube(k) = &e {
+                publish(ctx, &reference, EventType::Warning, "FailedDelete", format!("Error deleting: {k}")).await;
+            }
+            return Err(e);
         }
     }
     Ok(())

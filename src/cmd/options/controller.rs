@@ -77,8 +77,9 @@ impl ControllerOptions {
         let namespace = self.leader_election_namespace.clone().unwrap_or(own_namespace);
         let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "podset-apiserver".into());
         let lease = LeaseConfig::new(&namespace, format!("{host}_{}", uuid::Uuid::new_v4()));
-        tokio::spawn(leader::run(client.clone(), lease, stop, move |term| {
-            controller::run(registry.clone(), client.clone(), cfg.clone(), term)
+        tokio::spawn(leader::run(client.clone(), lease, stop, move |term, held| {
+            let cfg = ControllerConfig { leadership: Some(held), ..cfg.clone() };
+            controller::run(registry.clone(), client.clone(), cfg, term)
         }));
     }
 }
