@@ -222,3 +222,53 @@ fn two_replicas_on_etcd_survive_losing_the_leader() {
         assert!(c.replica_log(survivor).contains("became leader"), "{}", c.replica_log(survivor));
     });
 }
+
+/// A leader stopped (SIGSTOP) in the middle of creating Pods, for longer than its Lease: the other replica takes
+/// over and settles the PodSet at its new, smaller size; the stopped one, woken, must not go on with the creates it
+/// had decided on before (its Lease lapsed while it slept), so no Pod of that PodSet is created after it wakes.
+#[test]
+fn a_leader_woken_after_its_lease_lapsed_creates_no_pods() {
+    in_namespace("a_leader_woken_after_its_lease_lapsed_creates_no_pods", || {
+        // One create a second, so that a batch of creates is still waiting for the rate limit when it stops.
+        let args = vec!["--controller-qps=1".into(), "--controller-burst=2".into()];
+        let c = Cluster::start_replicated(ServerCommand { program: common::BIN.into(), args }, 2);
+        c.wait_for("a leader", Duration::from_secs(60), |c| c.controller_leader().is_some());
+        let leader = c.controller_leader().unwrap();
+        let other = 1 - leader;
+        c.apply_text("slow.yaml", &podset_yaml("slow", 40));
+        c.wait_for("the leader to be creating Pods", Duration::from_secs(60), |c| {
+            c.kubectl_try(&["get", "pods", "-l", "app=slow", "-o", "name"]).is_ok_and(|o| o.lines().count() >= 4)
+        });
+        let pid = c.replica_pid(leader).unwrap().to_string();
+        assert!(std::process::Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+        // Requests go to the other replica only, as once the stopped one fails its readiness probe.
+        c.set_ready_replicas(&[other]);
+        let admin = c.client_cert("ca", "ha-admin", Some("system:masters"));
+        runtime().block_on(async {
+            let sets: Api<PodSet> = Api::namespaced(c.replica_client(other, Credential::Cert(&admin)), "default");
+            let patch = kube::api::Patch::Merge(serde_json::json!({"spec": {"replicas": 0}}));
+            sets.patch("slow", &kube::api::PatchParams::default(), &patch).await.unwrap();
+        });
+        c.wait_for("the other replica to lead and delete the Pods", Duration::from_secs(90), |c| {
+            c.controller_leader() == Some(other)
+                && c.kubectl_try(&["get", "pods", "-l", "app=slow", "-o", "name"]).is_ok_and(|o| o.trim().is_empty())
+        });
+        runtime().block_on(async {
+            let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(c.client().await, "default");
+            let from = pods.list(&Default::default()).await.unwrap().metadata.resource_version.unwrap();
+            let mut events = pods.watch(&WatchParams::default().labels("app=slow"), &from).await.unwrap().boxed();
+            assert!(std::process::Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+            let mut created = Vec::new();
+            let until = tokio::time::Instant::now() + Duration::from_secs(8);
+            while let Ok(Some(ev)) = tokio::time::timeout_at(until, events.next()).await {
+                if let WatchEvent::Added(p) = ev.unwrap() {
+                    created.extend(p.metadata.name);
+                }
+            }
+            assert!(created.is_empty(), "the woken leader created {created:?} for a PodSet scaled to 0");
+        });
+        c.wait_for("the woken replica to step down", Duration::from_secs(30), |c| {
+            c.replica_log(leader).contains("lost leadership")
+        });
+    });
+}
