@@ -122,10 +122,12 @@ pub(crate) async fn reconcile(ctx: &Arc<Context>, key: &PodSetKey) -> Result<(),
                 if matches {
                     owned.push(pod);
                 } else {
+                    ctx.before_write().await?;
                     release(&pods_api, &pod, &uid).await?;
                 }
             }
             None if matches && pod.metadata.deletion_timestamp.is_none() => {
+                ctx.before_write().await?;
                 adopt(&pods_api, &pod, &ps).await?;
                 owned.push(pod);
             }
