@@ -556,18 +556,27 @@ impl AdmissionClient for Cluster {
     }
 }
 
+type Answers = Vec<(&'static str, Answer, Value, Vec<Value>)>;
+
+/// The webhook, the namespaces and configurations set up, and every case sent to ConfigMaps on kube-apiserver:
+/// its answers, printed and checked where we know them for sure.
+async fn configmaps_on_kube_apiserver(c: &Cluster) -> (WebhookServer, kube::Client, Answers) {
+    let s = WebhookServer::start(webhook_ip()).await;
+    let down = std::net::TcpListener::bind((webhook_ip(), 0)).unwrap().local_addr().unwrap().port();
+    let client = c.client().await;
+    set_up(c, &client, &s, down).await;
+    let theirs = run(&client, &CONFIGMAPS, &s).await;
+    print("kube-apiserver configmaps", &theirs);
+    check_kube_apiserver(&theirs);
+    (s, client, theirs)
+}
+
 #[test]
 fn kube_apiserver_answers() {
     in_namespace("kube_apiserver_answers", || {
         let c = common::cluster::start();
         runtime().block_on(async {
-            let s = WebhookServer::start(webhook_ip()).await;
-            let down = std::net::TcpListener::bind((webhook_ip(), 0)).unwrap().local_addr().unwrap().port();
-            let client = c.client().await;
-            set_up(&c, &client, &s, down).await;
-            let theirs = run(&client, &CONFIGMAPS, &s).await;
-            print("kube-apiserver configmaps", &theirs);
-            check_kube_apiserver(&theirs);
+            let (s, client, theirs) = configmaps_on_kube_apiserver(&c).await;
 
             // The chain itself, in this process, over the same control plane.
             let stop = tokio_util::sync::CancellationToken::new();
@@ -637,15 +646,9 @@ fn podsets_are_admitted_as_configmaps_are() {
     in_namespace("podsets_are_admitted_as_configmaps_are", || {
         let c = common::cluster::start();
         runtime().block_on(async {
-            let s = WebhookServer::start(webhook_ip()).await;
-            let down = std::net::TcpListener::bind((webhook_ip(), 0)).unwrap().local_addr().unwrap().port();
-            let client = c.client().await;
-            set_up(&c, &client, &s, down).await;
-            let theirs = run(&client, &CONFIGMAPS, &s).await;
+            let (s, client, theirs) = configmaps_on_kube_apiserver(&c).await;
             let ours = run(&client, &PODSETS, &s).await;
-            print("kube-apiserver configmaps", &theirs);
             print("podset-apiserver podsets", &ours);
-            check_kube_apiserver(&theirs);
             compare(&theirs, &ours);
             let theirs_sub = subresources(&client, &DEPLOYMENT, &s).await;
             let ours_sub = subresources(&client, &PODSET, &s).await;

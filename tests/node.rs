@@ -101,6 +101,24 @@ fn http_get(ip: &str, path: &str) -> (u16, String) {
     (status, text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default())
 }
 
+/// Creates PodSet `name` of `replicas` demo Pods (restartPolicy `restart_policy`) in `default`, and waits until
+/// they are Running and Ready and the PodSet counts them: the PodSets' API, the Pods' API, and the Pods.
+async fn running_podset(
+    cluster: &Cluster,
+    name: &str,
+    replicas: i32,
+    restart_policy: &str,
+) -> (Api<PodSet>, Api<Pod>, Vec<Pod>) {
+    let client = cluster.client().await;
+    let podsets: Api<PodSet> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let ps = podset(name, replicas, template(cluster.demo_image(), name, restart_policy));
+    podsets.create(&PostParams::default(), &ps).await.unwrap();
+    let running = wait_running_ready(&pods, name, replicas as usize).await;
+    wait_status(&podsets, name, replicas, replicas).await;
+    (podsets, pods, running)
+}
+
 fn pod_ip(p: &Pod) -> String {
     p.status.as_ref().and_then(|s| s.pod_ip.clone()).expect("a running Pod has an IP")
 }
@@ -110,19 +128,12 @@ fn podset_pods_run_become_ready_and_are_counted() {
     in_namespace("podset_pods_run_become_ready_and_are_counted", || {
         let cluster = cluster::start_with_node();
         runtime().block_on(async {
-            let client = cluster.client().await;
-            let podsets: Api<PodSet> = Api::namespaced(client.clone(), "default");
-            let pods: Api<Pod> = Api::namespaced(client, "default");
-            let ps = podset("web", 3, template(cluster.demo_image(), "web", "Always"));
-            podsets.create(&PostParams::default(), &ps).await.unwrap();
-
-            let running = wait_running_ready(&pods, "web", 3).await;
+            let (podsets, _, running) = running_podset(&cluster, "web", 3, "Always").await;
             for p in &running {
                 assert_eq!(p.spec.as_ref().unwrap().node_name.as_deref(), Some(node::NODE_NAME));
                 assert!(pod_ip(p).starts_with("10.244.0."), "{:?}", p.status);
                 assert_eq!(http_get(&pod_ip(p), "/readyz").0, 200);
             }
-            wait_status(&podsets, "web", 3, 3).await;
             let mut names: Vec<String> = running.iter().map(|p| p.name_any()).collect();
             names.sort();
             assert_eq!(podsets.get_status("web").await.unwrap().status.unwrap().pod_names, names);
@@ -139,13 +150,8 @@ fn container_that_exits_restarts_in_its_pod() {
     in_namespace("container_that_exits_restarts_in_its_pod", || {
         let cluster = cluster::start_with_node();
         runtime().block_on(async {
-            let client = cluster.client().await;
-            let podsets: Api<PodSet> = Api::namespaced(client.clone(), "default");
-            let pods: Api<Pod> = Api::namespaced(client, "default");
-            let ps = podset("restarts", 1, template(cluster.demo_image(), "restarts", "Always"));
-            podsets.create(&PostParams::default(), &ps).await.unwrap();
-            let before = wait_running_ready(&pods, "restarts", 1).await.remove(0);
-            wait_status(&podsets, "restarts", 1, 1).await;
+            let (podsets, pods, mut running) = running_podset(&cluster, "restarts", 1, "Always").await;
+            let before = running.remove(0);
 
             assert_eq!(http_get(&pod_ip(&before), "/exit?code=7"), (200, "exiting with 7".to_owned()));
             wait(
@@ -172,13 +178,7 @@ fn failed_and_succeeded_pods_are_replaced_and_kept_as_a_replicaset_does() {
     in_namespace("failed_and_succeeded_pods_are_replaced_and_kept_as_a_replicaset_does", || {
         let cluster = cluster::start_with_node();
         runtime().block_on(async {
-            let client = cluster.client().await;
-            let podsets: Api<PodSet> = Api::namespaced(client.clone(), "default");
-            let pods: Api<Pod> = Api::namespaced(client, "default");
-            let ps = podset("once", 2, template(cluster.demo_image(), "once", "Never"));
-            podsets.create(&PostParams::default(), &ps).await.unwrap();
-            let first = wait_running_ready(&pods, "once", 2).await;
-            wait_status(&podsets, "once", 2, 2).await;
+            let (podsets, pods, first) = running_podset(&cluster, "once", 2, "Never").await;
 
             // One fails (exit 1), one succeeds (exit 0); with restartPolicy Never neither comes back.
             assert_eq!(http_get(&pod_ip(&first[0]), "/exit?code=1").0, 200);
@@ -266,17 +266,7 @@ fn deployed_as_an_admin_does_it_serves_and_comes_back_with_its_podsets() {
             ])
             .is_ok_and(|s| s == "True")
         };
-        let available = |c: &Cluster| {
-            c.kubectl_try(&[
-                "get",
-                "apiservice",
-                "v1alpha1.demo.k8s.io",
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"Available\")].status}",
-            ])
-            .is_ok_and(|s| s == "True")
-                && c.kubectl_try(&["get", "podsets", "-A"]).is_ok()
-        };
+        let available = |c: &Cluster| c.apiservice_available() && c.kubectl_try(&["get", "podsets", "-A"]).is_ok();
         cluster.wait_for("podset-apiserver-0 Ready by its probes", POD_WAIT, server_ready);
         cluster.wait_for("the APIService Available through the Service", POD_WAIT, available);
         let version = cluster.kubectl(&["get", "--raw", "/apis/demo.k8s.io/v1alpha1"]);

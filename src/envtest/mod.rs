@@ -522,6 +522,18 @@ impl Cluster {
         self.procs.iter().find(|p| p.name == name).map(|p| p.child.id())
     }
 
+    /// Whether kube-apiserver reports our APIService `Available`.
+    pub fn apiservice_available(&self) -> bool {
+        self.kubectl_try(&[
+            "get",
+            "apiservice",
+            "v1alpha1.demo.k8s.io",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Available\")].status}",
+        ])
+        .is_ok_and(|s| s == "True")
+    }
+
     /// Kills the process called `name` with SIGKILL, waits for it, and hands it back (its log kept).
     fn kill_proc(&mut self, name: &str) -> Option<Proc> {
         let at = self.procs.iter().position(|p| p.name == name)?;
@@ -716,14 +728,7 @@ impl Cluster {
         apiservice["spec"]["caBundle"] = self.pki.b64("podset-ca.crt").into();
         self.apply_text("apiservice.yaml", &serde_yaml::to_string(&apiservice).expect("YAML"));
         self.wait_for("APIService v1alpha1.demo.k8s.io to be Available", Duration::from_secs(120), |c| {
-            c.kubectl_try(&[
-                "get",
-                "apiservice",
-                "v1alpha1.demo.k8s.io",
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"Available\")].status}",
-            ])
-            .is_ok_and(|s| s == "True")
+            c.apiservice_available()
         });
         // Available comes from one controller, the proxy route from another: wait until requests get through.
         self.wait_for("kube-apiserver to proxy demo.k8s.io", Duration::from_secs(60), |c| {
