@@ -21,6 +21,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, Store as PodCache};
+use kube::runtime::utils::Backoff as _;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
@@ -168,13 +169,15 @@ async fn resync(ctx: Arc<Context>) {
 
 /// PodSet changes through the registry: list, then watch from the list's revision; relist if the watch expires.
 async fn watch_podsets(ctx: Arc<Context>, synced: InformerHandle) {
-    let mut pace = Relists::default();
+    // client-go's reflector pacing (800 ms doubling to 30 s, with jitter), as the Pod watcher's `default_backoff`.
+    let mut pace = watcher::DefaultBackoff::default();
+    let wait = |pace: &mut watcher::DefaultBackoff| pace.next().unwrap_or(Duration::from_secs(30));
     loop {
         let list = match ctx.registry.list(ListRequest::default()).await {
             Ok(l) => l,
             Err(e) => {
                 tracing::warn!(error = %e, "listing PodSets failed");
-                tokio::time::sleep(pace.failed()).await;
+                tokio::time::sleep(wait(&mut pace)).await;
                 continue;
             }
         };
@@ -188,7 +191,7 @@ async fn watch_podsets(ctx: Arc<Context>, synced: InformerHandle) {
             Ok(w) => w.events,
             Err(e) => {
                 tracing::warn!(error = %e, "watching PodSets failed");
-                tokio::time::sleep(pace.failed()).await;
+                tokio::time::sleep(wait(&mut pace)).await;
                 continue;
             }
         };
@@ -205,45 +208,17 @@ async fn watch_podsets(ctx: Arc<Context>, synced: InformerHandle) {
                 }
             }
         }
-        tokio::time::sleep(pace.watched(started.elapsed())).await;
-    }
-}
-
-/// How soon to list again, as client-go's reflector paces ListAndWatch: a failed list or watch, or a watch that
-/// ended soon, waits twice as long as the one before (800 ms up to 30 s, with jitter); a watch that ran a while
-/// starts the count again.
-struct Relists {
-    next: Duration,
-}
-
-impl Relists {
-    const FIRST: Duration = Duration::from_millis(800);
-    const MAX: Duration = Duration::from_secs(30);
-    /// A watch that lasted this long was healthy.
-    const HEALTHY: Duration = Duration::from_secs(60);
-
-    fn failed(&mut self) -> Duration {
-        let wait = self.next;
-        self.next = (self.next * 2).min(Self::MAX);
-        // Up to a quarter more, so that replicas restarted together do not relist in step.
-        wait + wait.mul_f64(rand::random::<f64>() / 4.0)
-    }
-
-    /// After a watch that ran for `ran`: no wait if it was healthy, else as after a failure.
-    fn watched(&mut self, ran: Duration) -> Duration {
-        if ran >= Self::HEALTHY {
-            self.next = Self::FIRST;
-            return Duration::ZERO;
+        // A watch that ran a while was healthy: list again at once, and start the pacing over.
+        if started.elapsed() >= HEALTHY_WATCH {
+            pace.reset();
+        } else {
+            tokio::time::sleep(wait(&mut pace)).await;
         }
-        self.failed()
     }
 }
 
-impl Default for Relists {
-    fn default() -> Self {
-        Self { next: Self::FIRST }
-    }
-}
+/// A PodSet watch that lasted this long was healthy.
+const HEALTHY_WATCH: Duration = Duration::from_secs(60);
 
 /// The Pod reflector: keeps the cache, observes expectations, and enqueues the PodSets a Pod change concerns.
 async fn watch_pods(ctx: Arc<Context>, api: Api<Pod>, writer: reflector::store::Writer<Pod>, synced: InformerHandle) {
@@ -303,27 +278,5 @@ async fn enqueue_matching(ctx: &Context, pod: &Pod) {
         if ps.selector().is_some_and(|s| !s.is_empty() && s.matches(&labels)) {
             ctx.queue.add(&o.key());
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn relists_back_off_while_they_fail_and_start_over_after_a_healthy_watch() {
-        let mut r = Relists::default();
-        let waits: Vec<Duration> = (0..8).map(|_| r.failed()).collect();
-        let mut base = Relists::FIRST;
-        for w in &waits {
-            assert!(*w >= base && *w <= base + base / 4, "{w:?} for a base of {base:?}: {waits:?}");
-            base = (base * 2).min(Relists::MAX);
-        }
-        assert!(*waits.last().unwrap() >= Relists::MAX, "capped at 30 s, never below it once there");
-        // A watch that ended soon counts as a failure; one that ran a while resets the pace.
-        assert!(r.watched(Duration::from_secs(1)) >= Relists::MAX);
-        assert_eq!(r.watched(Relists::HEALTHY), Duration::ZERO);
-        let next = r.failed();
-        assert!(next >= Relists::FIRST && next < Relists::FIRST * 2, "{next:?}");
     }
 }
