@@ -593,38 +593,6 @@ impl ValidatingWebhooks {
     }
 }
 
-#[async_trait::async_trait]
-impl super::Admission for MutatingWebhooks {
-    async fn admit(
-        &self,
-        a: &Attributes,
-        mut object: Option<&mut Value>,
-        old: Option<&Value>,
-        out: &mut Outcome,
-    ) -> Result<(), Error> {
-        let mut r = Reinvocation::default();
-        loop {
-            self.dispatch(a, object.as_deref_mut(), old, out, &mut r).await?;
-            if !r.start_next_round() {
-                return Ok(());
-            }
-        }
-    }
-}
-
-#[async_trait::async_trait]
-impl super::Admission for ValidatingWebhooks {
-    async fn validate(
-        &self,
-        a: &Attributes,
-        object: Option<&Value>,
-        old: Option<&Value>,
-        out: &mut Outcome,
-    ) -> Result<(), Error> {
-        ValidatingWebhooks::validate(self, a, object, old, out).await
-    }
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
