@@ -2,14 +2,15 @@
 //! only the holder of the Lease runs the controller; it renews every few seconds and steps down if it cannot.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
+use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone)]
@@ -55,17 +56,17 @@ impl Leadership {
     }
 
     fn extend(&self, until: tokio::time::Instant) {
-        let mut v = self.valid_until.lock().unwrap();
+        let mut v = self.valid_until.lock();
         *v = (*v).max(until);
     }
 
     fn revoke(&self) {
-        *self.valid_until.lock().unwrap() = tokio::time::Instant::now();
+        *self.valid_until.lock() = tokio::time::Instant::now();
     }
 
     /// True while the Lease is surely still ours.
     pub fn is_held(&self) -> bool {
-        tokio::time::Instant::now() < *self.valid_until.lock().unwrap()
+        tokio::time::Instant::now() < *self.valid_until.lock()
     }
 }
 
@@ -154,7 +155,6 @@ where
         let term = shutdown.child_token();
         let held = Leadership::new(attempt + cfg.renew_deadline);
         let running = tokio::spawn(lead(term.clone(), held.clone()));
-        let mut renewed = Instant::now();
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => {
@@ -168,17 +168,14 @@ where
             }
             let attempt = tokio::time::Instant::now();
             match try_acquire_or_renew(&api, &cfg).await {
-                Ok(true) => {
-                    renewed = Instant::now();
-                    held.extend(attempt + cfg.renew_deadline);
-                }
+                Ok(true) => held.extend(attempt + cfg.renew_deadline),
                 Ok(false) => {
                     tracing::warn!("leader election: another replica holds the Lease");
                     break;
                 }
                 Err(e) => tracing::warn!(error = %e, "leader election: renewing the Lease failed"),
             }
-            if renewed.elapsed() > cfg.renew_deadline {
+            if !held.is_held() {
                 tracing::warn!("leader election: could not renew within {:?}", cfg.renew_deadline);
                 break;
             }

@@ -212,11 +212,11 @@ async fn manage(
         victims.truncate((active.len() - want).min(ctx.cfg.burst_replicas));
         ctx.expectations.expect_deletions(key, victims.iter().map(|p| p.uid().unwrap_or_default()));
         let results = join_all(victims.iter().map(|p| async move {
-            let r = match ctx.before_write().await {
-                Ok(()) => api.delete(&p.name_any(), &DeleteParams::default()).await.map_err(Error::Kube),
-                Err(e) => Err(e),
+            let r = async {
+                ctx.before_write().await?;
+                api.delete(&p.name_any(), &DeleteParams::default()).await.map_err(Error::Kube)
             };
-            (p, r)
+            (p, r.await)
         }))
         .await;
         let mut deleted = 0;
