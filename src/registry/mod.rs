@@ -109,7 +109,7 @@ impl Registry {
 
     /// GET of `/scale`.
     pub async fn get_scale(&self, key: &PodSetKey, resource_version: Option<Revision>) -> Result<Scale> {
-        Ok(scale::scale_of(self.get(key, resource_version).await?.decode()?))
+        Ok(scale::scale_of(&self.get(key, resource_version).await?.decode()?))
     }
 
     /// Resolves which revision a list or watch reads at (`resourceVersion` + `resourceVersionMatch`).
@@ -320,7 +320,7 @@ impl Registry {
             })
             .await
             .map(Written::from)?;
-        Ok(scale::scale_of(written.object.decode()?))
+        Ok(scale::scale_of(&written.object.decode()?))
     }
 
     /// DELETE: the object goes at once, or is marked for deletion while finalizers hold it.

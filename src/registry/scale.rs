@@ -11,20 +11,26 @@ use super::strategy::check_identity;
 use crate::api::validation::FieldError;
 use crate::api::PodSet;
 
-pub(crate) fn scale_of(ps: PodSet) -> Scale {
+pub(crate) fn scale_of(ps: &PodSet) -> Scale {
     let selector = ps.selector().map(|s| s.to_string());
+    let m = &ps.metadata;
     Scale {
         metadata: ObjectMeta {
-            name: ps.metadata.name,
-            namespace: ps.metadata.namespace,
-            uid: ps.metadata.uid,
-            resource_version: ps.metadata.resource_version,
-            creation_timestamp: ps.metadata.creation_timestamp,
+            name: m.name.clone(),
+            namespace: m.namespace.clone(),
+            uid: m.uid.clone(),
+            resource_version: m.resource_version.clone(),
+            creation_timestamp: m.creation_timestamp.clone(),
             ..Default::default()
         },
         spec: Some(ScaleSpec { replicas: ps.spec.replicas }),
-        status: Some(ScaleStatus { replicas: ps.status.map(|s| s.replicas).unwrap_or(0), selector }),
+        status: Some(ScaleStatus { replicas: ps.status.as_ref().map(|s| s.replicas).unwrap_or(0), selector }),
     }
+}
+
+/// The `/scale` view of `ps` as JSON, as admission and a Scale patch see it.
+pub(crate) fn scale_value(ps: &PodSet) -> Result<serde_json::Value> {
+    to_value(&scale_of(ps))
 }
 
 /// The PodSet a `/scale` write makes of `old`: only `spec.replicas` changes; a resourceVersion in the Scale is a
@@ -33,7 +39,7 @@ pub(crate) fn scaled(old: &PodSet, change: &ScaleChange<'_>, key: &PodSetKey) ->
     let scale_value = match change {
         ScaleChange::Replace(body) => body.clone(),
         ScaleChange::Patch(patch, patch_type) => {
-            let mut doc = to_value(&scale_of(old.clone()))?;
+            let mut doc = scale_value(old)?;
             apply_patch(&mut doc, patch, *patch_type)?;
             doc
         }

@@ -11,7 +11,7 @@ use super::fieldmanager;
 use super::key::PodSetKey;
 use super::managed::{created_managed_fields, manage_fields, sent_managed_fields};
 use super::options::{DeleteOptions, FieldValidation, Preconditions, WriteOptions};
-use super::scale;
+use super::scale::{self, scale_value};
 use super::stored::Stored;
 use super::strategy::{self, now};
 use super::Registry;
@@ -456,10 +456,6 @@ impl Registry {
 fn admitted(object: Value) -> Result<PodSet> {
     let (ps, _) = decode_podset(object, FieldValidation::Ignore)?;
     Ok(ps)
-}
-
-fn scale_value(ps: &PodSet) -> Result<Value> {
-    serde_json::to_value(scale::scale_of(ps.clone())).map_err(|e| Error::internal(e.to_string()))
 }
 
 /// What a dry run answers: the object as it would be stored (or, deleted, as it was).
