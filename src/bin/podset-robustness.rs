@@ -81,9 +81,11 @@ fn main() {
             });
         }
     });
-    let Totals { calls, faults, violations, failed } = totals.into_inner().unwrap();
+    let Totals { sums: [calls, watch_items, told_410, judged, faults, violations], failed } =
+        totals.into_inner().unwrap();
     println!(
-        "{} runs in {:.0} min: {calls} calls checked, {faults} faults injected, {violations} violations; failed seeds: {failed:?}",
+        "{} runs in {:.0} min: {calls} calls and {watch_items} watch items checked ({judged} of {told_410} 410s \
+         judged), {faults} faults injected, {violations} violations; failed seeds: {failed:?}",
         args.runs,
         started.elapsed().as_secs_f64() / 60.0
     );
@@ -92,11 +94,10 @@ fn main() {
     }
 }
 
+/// The sums of the summary lines' figures, in their order.
 #[derive(Default)]
 struct Totals {
-    calls: u64,
-    faults: u64,
-    violations: u64,
+    sums: [u64; 6],
     failed: Vec<u64>,
 }
 
@@ -106,9 +107,9 @@ impl Totals {
         let summary = output.lines().find_map(|l| l.strip_prefix(SUMMARY)).map(|s| {
             s.split_whitespace().filter_map(|kv| kv.split_once('=')?.1.parse::<u64>().ok()).collect::<Vec<_>>()
         });
-        match summary.as_deref() {
-            Some(&[c, f, v]) => {
-                (self.calls, self.faults, self.violations) = (self.calls + c, self.faults + f, self.violations + v);
+        match summary {
+            Some(figures) if figures.len() == self.sums.len() => {
+                self.sums.iter_mut().zip(figures).for_each(|(sum, n)| *sum += n);
                 if !success {
                     self.failed.push(seed);
                 }
@@ -154,7 +155,15 @@ fn one_run(args: &Args, server: PathBuf) {
         println!("  {f}");
     }
     print!("{report}");
-    println!("{SUMMARY} calls={} faults={} violations={}", report.calls, run.faults.len(), report.violations.len());
+    println!(
+        "{SUMMARY} calls={} watch_items={} told_410={} told_410_judged={} faults={} violations={}",
+        report.calls,
+        report.watch_events,
+        report.told_410,
+        report.told_410_judged,
+        run.faults.len(),
+        report.violations.len()
+    );
     if !report.ok() {
         std::process::exit(1);
     }

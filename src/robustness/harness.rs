@@ -22,8 +22,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::etcd_cluster::EtcdCluster;
 use super::history::{
-    Change, History, Operation, PodCount, ReadFrom, ReplicasSet, Request, Response, Seen, Settled, Watch, WatchItem,
-    NEVER,
+    Change, History, Operation, PodCount, ReadFrom, ReplicaStart, ReplicasSet, Request, Response, Seen, Settled, Watch,
+    WatchItem, AGGREGATOR, ANSWER_WITHIN, NEVER,
 };
 use crate::api::PodSet;
 use crate::envtest::{assets_dir, Cluster, ServerCommand, REPLICA_IPS};
@@ -34,9 +34,13 @@ const NAMESPACE: &str = "default";
 /// Where PodSets live in etcd (`--etcd-prefix` /registry).
 const ETCD_PREFIX: &str = "/registry/demo.k8s.io/podsets/";
 /// A request without an answer by then is lost.
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+const CALL_TIMEOUT: Duration = Duration::from_nanos(ANSWER_WITHIN);
 /// A pause outlasts the controller's Lease (15 s) and the server's request timeout (30 s).
 const PAUSE: Duration = Duration::from_secs(32);
+
+fn replica_route(i: usize) -> String {
+    format!("replica {i}")
+}
 
 /// Replica `i` dials etcd at this address, so it can be cut off (or slowed) alone.
 fn etcd_route(i: usize) -> String {
@@ -162,6 +166,7 @@ struct Recorder {
     replicas_sets: Mutex<Vec<(String, ReplicasSet)>>,
     /// The newest revision a client saw, for watches to start near.
     latest: AtomicU64,
+    replica_starts: Mutex<Vec<ReplicaStart>>,
 }
 
 impl Recorder {
@@ -525,12 +530,13 @@ fn replica_client(c: &Cluster, i: usize, (cert, key): &(String, String)) -> kube
 }
 
 /// A fault, done and undone; returns what happened, for the report.
-fn inject(c: &mut Cluster, etcd: &mut EtcdCluster, rt: &tokio::runtime::Runtime, p: Planned) -> String {
+fn inject(c: &mut Cluster, etcd: &mut EtcdCluster, rt: &tokio::runtime::Runtime, rec: &Recorder, p: Planned) -> String {
     let port = c.podset_addr.port();
     let what = match p.fault {
         Fault::KillReplica(i) => {
             c.kill_replica(i);
             std::thread::sleep(p.lasts);
+            rec.replica_starts.lock().unwrap().push(ReplicaStart { route: replica_route(i), at: rec.now() });
             c.start_replica(i);
             format!("kill -9 replica {i}, started again after {:?}", p.lasts)
         }
@@ -645,8 +651,12 @@ pub fn run(opts: &Options) -> Run {
         })
         .collect();
     let mut server = opts.server.clone();
-    // No compaction: etcd's history is the record the checker reads back.
-    server.args.push("--etcd-compaction-interval=0".into());
+    // No compaction: etcd's history is the record the checker reads back. Caches keep all of a run's history
+    // too, so each begins where its process read the store, and a watch from later must never be told 410.
+    server.args.extend(
+        ["--etcd-compaction-interval=0", "--watch-history-seconds=3600", "--watch-history-max-bytes=1073741824"]
+            .map(Into::into),
+    );
     let mut c = Cluster::start_replicated_on(server, opts.replicas, servers);
     c.wait_for("a controller leader", Duration::from_secs(60), |c| c.controller_leader().is_some());
 
@@ -654,13 +664,13 @@ pub fn run(opts: &Options) -> Run {
     let admin = c.client_cert("ca", "robustness", Some("system:masters"));
     let (routes, main) = rt.block_on(async {
         let mut routes: Vec<Route> = (0..opts.replicas)
-            .map(|i| Route { name: format!("replica {i}"), client: replica_client(&c, i, &admin) })
+            .map(|i| Route { name: replica_route(i), client: replica_client(&c, i, &admin) })
             .collect();
         let mut config = c.config().await;
         // One call, one request: kube-rs retries 503s and 504s by default, even writes that may have been applied.
         config.default_retry = false;
         let main = kube::Client::try_from(config).expect("client");
-        routes.push(Route { name: "aggregator".into(), client: main.clone() });
+        routes.push(Route { name: AGGREGATOR.into(), client: main.clone() });
         (Arc::new(routes), main)
     });
     let rec = Arc::new(Recorder {
@@ -670,6 +680,9 @@ pub fn run(opts: &Options) -> Run {
         pod_counts: Mutex::default(),
         replicas_sets: Mutex::default(),
         latest: AtomicU64::new(0),
+        replica_starts: Mutex::new(
+            (0..opts.replicas).map(|i| ReplicaStart { route: replica_route(i), at: 0 }).collect(),
+        ),
     });
     let stop = CancellationToken::new();
     let mut tasks = Vec::new();
@@ -702,7 +715,7 @@ pub fn run(opts: &Options) -> Run {
         let wait = p.at.saturating_sub(rec.start.elapsed());
         std::thread::sleep(wait);
         let at = rec.start.elapsed();
-        let what = inject(&mut c, &mut etcd, &rt, p);
+        let what = inject(&mut c, &mut etcd, &rt, &rec, p);
         faults.push(format!("{:>6.1}s: {what}", at.as_secs_f64()));
     }
     // Traffic on a healed system for a while, then quiet until it settles.
@@ -753,7 +766,7 @@ pub fn run(opts: &Options) -> Run {
         operations: std::mem::take(&mut *rec.operations.lock().unwrap()),
         watches: std::mem::take(&mut *rec.watches.lock().unwrap()),
         changes,
-        kept_from: None,
+        replica_starts: std::mem::take(&mut *rec.replica_starts.lock().unwrap()),
         pod_counts: std::mem::take(&mut *rec.pod_counts.lock().unwrap()),
         replicas_sets,
         reconcile_grace: Duration::from_secs(30).as_nanos() as u64,

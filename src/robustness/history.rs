@@ -8,8 +8,14 @@ use serde::{Deserialize, Serialize};
 /// Nanoseconds since the run started.
 pub type Time = u64;
 
+/// A call's answer (a watch's first, or 410) comes within this, or is lost.
+pub const ANSWER_WITHIN: Time = 10_000_000_000;
+
 /// An answer that never came (timeout, connection cut, 5xx) leaves the call pending until the end of the run.
 pub const NEVER: Time = Time::MAX;
+
+/// The route of calls through kube-apiserver's aggregator, which may send each to any replica.
+pub const AGGREGATOR: &str = "aggregator";
 
 /// `namespace/name` of a PodSet.
 pub type Key = String;
@@ -244,6 +250,15 @@ pub struct ReplicasSet {
     pub replicas: u32,
 }
 
+/// A replica's process started (just before it was spawned). Its cache keeps every change after the revision it
+/// read the store at, which it did before it answered anything.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaStart {
+    /// The route its clients use (`replica <i>`).
+    pub route: String,
+    pub at: Time,
+}
+
 /// Everything one run recorded.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct History {
@@ -252,8 +267,9 @@ pub struct History {
     pub watches: Vec<Watch>,
     /// Every change to PodSets in order, read back from etcd after the run; empty when not known.
     pub changes: Vec<Change>,
-    /// A watch from a revision at or above this must not be told 410 (etcd's compaction point, the cache's floor).
-    pub kept_from: Option<u64>,
+    /// When each replica's process was started, the first ones at 0: where its cache's history begins.
+    #[serde(default)]
+    pub replica_starts: Vec<ReplicaStart>,
     pub pod_counts: Vec<PodCount>,
     pub replicas_sets: Vec<ReplicasSet>,
     /// How long one reconcile may take to bring Pods down after a scale-down.

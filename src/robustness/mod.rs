@@ -24,6 +24,10 @@ pub struct Report {
     pub calls_checked: usize,
     pub keys: usize,
     pub watch_events: usize,
+    /// Watches told 410 at their start, and how many of them the cache floor judged (the rest came before anything
+    /// told where the answering cache began).
+    pub told_410: usize,
+    pub told_410_judged: usize,
     /// Keys the search gave up on.
     pub undecided: Vec<String>,
     /// (what, the smallest piece of history that shows it).
@@ -49,6 +53,9 @@ pub fn check(history: &History) -> Report {
         watch_events: history.watches.iter().map(|w| w.items.len()).sum(),
         ..Default::default()
     };
+    let told_410: Vec<_> = history.watches.iter().filter(|w| watch_check::told_410(w)).collect();
+    report.told_410 = told_410.len();
+    report.told_410_judged = told_410.iter().filter(|w| watch_check::kept_from(history, w).is_some()).count();
     for (key, verdict) in linearizability::check(history) {
         match verdict {
             linearizability::Verdict::Linearizable => {}
@@ -80,12 +87,15 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "seed {}: {} calls ({} placed on {} keys, a list once per key) and {} watch items checked, {} violations",
+            "seed {}: {} calls ({} placed on {} keys, a list once per key) and {} watch items checked ({} of {} 410s \
+             against the answering cache's floor), {} violations",
             self.seed,
             self.calls,
             self.calls_checked,
             self.keys,
             self.watch_events,
+            self.told_410_judged,
+            self.told_410,
             self.violations.len()
         )?;
         if !self.undecided.is_empty() {

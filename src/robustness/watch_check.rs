@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::history::{Change, History, Watch, WatchItem};
+use super::history::{Change, History, Operation, Response, Time, Watch, WatchItem, AGGREGATOR, ANSWER_WITHIN, NEVER};
 use super::truth::Finding;
 
 fn describe(w: &Watch) -> String {
@@ -29,7 +29,7 @@ pub fn check_watch(w: &Watch, changes: &[Change], kept_from: Option<u64>) -> Vec
     let mut out = Vec::new();
     let mut fail = |what: &str, lines: Vec<String>| out.push((what.to_owned(), [vec![describe(w)], lines].concat()));
     let prefix = format!("{}/", w.namespace);
-    if w.items.first() == Some(&WatchItem::Expired) {
+    if told_410(w) {
         if kept_from.is_some_and(|k| w.from >= k) {
             fail("410 Gone for a revision still kept", vec![format!("kept from revision {}", kept_from.unwrap())]);
         }
@@ -121,13 +121,70 @@ pub fn check_watch(w: &Watch, changes: &[Change], kept_from: Option<u64>) -> Vec
 
 /// Every watch of the run.
 pub fn check(history: &History) -> Vec<Finding> {
-    history.watches.iter().flat_map(|w| check_watch(w, &history.changes, history.kept_from)).collect()
+    let kept = |w: &Watch| if told_410(w) { kept_from(history, w) } else { None };
+    history.watches.iter().flat_map(|w| check_watch(w, &history.changes, kept(w))).collect()
+}
+
+/// The watch was refused with 410 Gone at its start.
+pub fn told_410(w: &Watch) -> bool {
+    w.items.first() == Some(&WatchItem::Expired)
+}
+
+/// A revision from which the cache that answered `w` certainly still kept every change, when the history tells. A
+/// replica's cache begins at the revision its process read the store at, before its first answer, so any write
+/// that started after that answer has a later revision. Through the aggregator any replica may answer: the newest
+/// of their floors.
+pub fn kept_from(history: &History, w: &Watch) -> Option<u64> {
+    let mut routes: Vec<&str> = history.replica_starts.iter().map(|s| s.route.as_str()).collect();
+    routes.sort_unstable();
+    routes.dedup();
+    if routes.contains(&w.route.as_str()) {
+        routes = vec![w.route.as_str()];
+    } else if w.route != AGGREGATOR {
+        return None;
+    }
+    let floors: Option<Vec<u64>> = routes.into_iter().map(|r| cache_floor(history, r, w.call)).collect();
+    floors?.into_iter().max()
+}
+
+/// An upper bound on where the cache that answered a call of `route` made at `at` begins: the newest floor of the
+/// processes that ran while the answer could come.
+fn cache_floor(history: &History, route: &str, at: Time) -> Option<u64> {
+    let mut starts: Vec<Time> = history.replica_starts.iter().filter(|s| s.route == route).map(|s| s.at).collect();
+    starts.sort_unstable();
+    starts.push(NEVER);
+    let floors: Option<Vec<u64>> = starts
+        .windows(2)
+        .filter(|life| life[0] <= at.saturating_add(ANSWER_WITHIN) && life[1] > at)
+        .map(|life| process_floor(history, route, life[0]..life[1]))
+        .collect();
+    floors?.into_iter().max()
+}
+
+/// Where the cache of the process that ran during `life` begins, at the latest.
+fn process_floor(history: &History, route: &str, life: std::ops::Range<Time>) -> Option<u64> {
+    let first_answer = history
+        .operations
+        .iter()
+        .filter(|o| o.route == route && life.contains(&o.call) && !o.lost())
+        .map(|o| o.ret)
+        .min()?;
+    history.operations.iter().filter(|o| o.call > first_answer).filter_map(written_at).min()
+}
+
+/// The revision an acknowledged write made (each write carries a new marker, so none is a no-op).
+fn written_at(o: &Operation) -> Option<u64> {
+    match &o.response {
+        Response::Object(seen) if o.request.is_write() => Some(seen.resource_version),
+        Response::Deleted { resource_version } => Some(*resource_version),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::robustness::history::Seen;
+    use crate::robustness::history::{ReadFrom, ReplicaStart, Request, Seen};
 
     fn change(rv: u64, key: &str, marker: Option<&str>) -> Change {
         Change { resource_version: rv, key: key.into(), marker: marker.map(String::from) }
@@ -223,5 +280,60 @@ mod tests {
         let w = watch(1, vec![added("ns/a", 2, "a1"), modified("ns/a", 3, "a2")]);
         let found: Vec<String> = check_watch(&w, &changes, None).into_iter().map(|f| f.0).collect();
         assert_eq!(found, ["revision delivered in part (not atomic)"]);
+    }
+
+    fn op(route: &str, call: u64, ret: u64, request: Request, response: Response) -> Operation {
+        Operation { client: 0, route: route.into(), call, ret, request, response }
+    }
+    fn write(route: &str, call: u64, rv: u64) -> Operation {
+        let request = Request::Patch { key: "ns/a".into(), marker: format!("m{rv}") };
+        op(route, call, call + 1, request, Response::Object(Seen { resource_version: rv, marker: format!("m{rv}") }))
+    }
+    fn get(route: &str, call: u64, response: Response) -> Operation {
+        op(route, call, call + 1, Request::Get { key: "ns/a".into(), from: ReadFrom::Latest }, response)
+    }
+    fn start(route: &str, at: u64) -> ReplicaStart {
+        ReplicaStart { route: route.into(), at }
+    }
+    fn watch_at(route: &str, call: u64, from: u64) -> Watch {
+        Watch { route: route.into(), call, ..watch(from, vec![WatchItem::Expired]) }
+    }
+
+    #[test]
+    fn a_410_from_a_cache_that_still_kept_the_revision_is_found() {
+        const S: u64 = 1_000_000_000;
+        let r0 = "replica 0";
+        let mut h = History {
+            replica_starts: vec![start(r0, 0), start("replica 1", 0)],
+            operations: vec![get(r0, 5 * S, Response::NotFound), write("replica 1", 20 * S, 7)],
+            ..Default::default()
+        };
+        // Replica 0 answered just after 5 s, so its cache began before revision 7.
+        assert_eq!(kept_from(&h, &watch_at(r0, 30 * S, 8)), Some(7));
+        let told_410 = |h: &History, w: Watch| check_watch(&w, &[], kept_from(h, &w)).len();
+        assert_eq!(told_410(&h, watch_at(r0, 30 * S, 8)), 1);
+        assert_eq!(told_410(&h, watch_at(r0, 30 * S, 5)), 0);
+        // Nothing says where replica 1's cache began, so neither that replica's nor the aggregator's 410 is judged.
+        assert_eq!(kept_from(&h, &watch_at("replica 1", 30 * S, 8)), None);
+        assert_eq!(kept_from(&h, &watch_at(AGGREGATOR, 30 * S, 8)), None);
+        // Restarted at 40 s: the new cache may begin anywhere until the new process has answered (at 75 s).
+        h.replica_starts.push(start(r0, 40 * S));
+        h.operations.extend([
+            get(r0, 38 * S, Response::Lost),
+            write("replica 1", 70 * S, 20),
+            get(r0, 75 * S, Response::Object(Seen { resource_version: 20, marker: "m20".into() })),
+            write(r0, 80 * S, 25),
+        ]);
+        assert_eq!(kept_from(&h, &watch_at(r0, 50 * S, 8)), Some(25));
+        assert_eq!(told_410(&h, watch_at(r0, 90 * S, 20)), 0);
+        assert_eq!(told_410(&h, watch_at(r0, 90 * S, 25)), 1);
+        // A call at 35 s may have been answered by either process: the newer floor.
+        assert_eq!(kept_from(&h, &watch_at(r0, 35 * S, 8)), Some(25));
+        assert_eq!(kept_from(&h, &watch_at(r0, 25 * S, 8)), Some(7));
+        // Replica 1 answered at 20 s, before revision 20 was written. The aggregator may pick either: the newer floor.
+        assert_eq!(kept_from(&h, &watch_at("replica 1", 90 * S, 8)), Some(20));
+        assert_eq!(kept_from(&h, &watch_at(AGGREGATOR, 90 * S, 8)), Some(25));
+        // A route the run did not start replicas for is not judged.
+        assert_eq!(kept_from(&h, &watch_at("elsewhere", 90 * S, 8)), None);
     }
 }
