@@ -166,6 +166,7 @@ struct Recorder {
     replicas_sets: Mutex<Vec<(String, ReplicasSet)>>,
     /// The newest revision a client saw, for watches to start near.
     latest: AtomicU64,
+    /// Each replica process's start, for where its cache begins.
     replica_starts: Mutex<Vec<ReplicaStart>>,
 }
 

@@ -148,6 +148,15 @@ impl Operation {
     pub fn lost(&self) -> bool {
         self.response == Response::Lost
     }
+
+    /// The revision an acknowledged write made (each write carries a new marker, so none is a no-op).
+    pub fn written_revision(&self) -> Option<u64> {
+        match (&self.request, &self.response) {
+            (r, Response::Object(s)) if r.is_write() => Some(s.resource_version),
+            (Request::Delete { .. }, Response::Deleted { resource_version }) => Some(*resource_version),
+            _ => None,
+        }
+    }
 }
 
 fn secs(t: Time) -> String {

@@ -357,15 +357,8 @@ fn resolve(history: &History) -> (Vec<Option<Response>>, Vec<usize>) {
     if history.changes.is_empty() {
         return (answers, Vec::new());
     }
-    let answered: HashSet<(&str, u64)> = history
-        .operations
-        .iter()
-        .filter_map(|o| match (&o.request, &o.response) {
-            (r, Response::Object(s)) if r.is_write() => Some((r.key()?, s.resource_version)),
-            (r @ Request::Delete { .. }, Response::Deleted { resource_version }) => Some((r.key()?, *resource_version)),
-            _ => None,
-        })
-        .collect();
+    let answered: HashSet<(&str, u64)> =
+        history.operations.iter().filter_map(|o| Some((o.request.key()?, o.written_revision()?))).collect();
     let lost_writes: HashMap<&str, usize> = history
         .operations
         .iter()

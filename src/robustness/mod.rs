@@ -53,9 +53,10 @@ pub fn check(history: &History) -> Report {
         watch_events: history.watches.iter().map(|w| w.items.len()).sum(),
         ..Default::default()
     };
-    let told_410: Vec<_> = history.watches.iter().filter(|w| watch_check::told_410(w)).collect();
-    report.told_410 = told_410.len();
-    report.told_410_judged = told_410.iter().filter(|w| watch_check::kept_from(history, w).is_some()).count();
+    let bounds = truth::Bounds::new(&history.operations);
+    let kept: Vec<Option<u64>> = history.watches.iter().map(|w| watch_check::kept_from(history, &bounds, w)).collect();
+    report.told_410 = history.watches.iter().filter(|w| watch_check::told_410(w)).count();
+    report.told_410_judged = kept.iter().flatten().count();
     for (key, verdict) in linearizability::check(history) {
         match verdict {
             linearizability::Verdict::Linearizable => {}
@@ -76,8 +77,8 @@ pub fn check(history: &History) -> Report {
     if !history.changes.is_empty() {
         let timeline = truth::Timeline::new(&history.changes);
         report.violations.extend(truth::check_acknowledged_writes(history, &timeline));
-        report.violations.extend(truth::check_reads(history, &timeline));
-        report.violations.extend(watch_check::check(history));
+        report.violations.extend(truth::check_reads(history, &timeline, &bounds));
+        report.violations.extend(watch_check::check(history, &kept));
     }
     report.violations.extend(controller_check::check(history));
     report

@@ -73,29 +73,21 @@ impl<'h> Timeline<'h> {
 
 /// Revision bounds from real time: the newest acknowledged write before a moment, the oldest write that started
 /// after one.
-struct Bounds {
+pub struct Bounds {
     /// (answered at, revision), by answer time, with the running maximum revision.
     acked: Vec<(Time, u64)>,
     /// (started at, revision), by start time, with the minimum revision from there on.
     started: Vec<(Time, u64)>,
 }
 
-fn write_revision(op: &Operation) -> Option<u64> {
-    match (&op.request, &op.response) {
-        (r, Response::Object(s)) if r.is_write() => Some(s.resource_version),
-        (Request::Delete { .. }, Response::Deleted { resource_version }) => Some(*resource_version),
-        _ => None,
-    }
-}
-
 impl Bounds {
-    fn new(ops: &[Operation]) -> Self {
-        let mut acked: Vec<(Time, u64)> = ops.iter().filter_map(|o| Some((o.ret, write_revision(o)?))).collect();
+    pub fn new(ops: &[Operation]) -> Self {
+        let mut acked: Vec<(Time, u64)> = ops.iter().filter_map(|o| Some((o.ret, o.written_revision()?))).collect();
         acked.sort_unstable();
         for i in 1..acked.len() {
             acked[i].1 = acked[i].1.max(acked[i - 1].1);
         }
-        let mut started: Vec<(Time, u64)> = ops.iter().filter_map(|o| Some((o.call, write_revision(o)?))).collect();
+        let mut started: Vec<(Time, u64)> = ops.iter().filter_map(|o| Some((o.call, o.written_revision()?))).collect();
         started.sort_unstable();
         for i in (0..started.len().saturating_sub(1)).rev() {
             started[i].1 = started[i].1.min(started[i + 1].1);
@@ -110,7 +102,7 @@ impl Bounds {
     }
 
     /// Every write started after `t` has a revision at or above this.
-    fn started_after(&self, t: Time) -> u64 {
+    pub fn started_after(&self, t: Time) -> u64 {
         let i = self.started.partition_point(|(call, _)| *call <= t);
         self.started.get(i).map_or(u64::MAX, |(_, rv)| *rv)
     }
@@ -185,8 +177,7 @@ pub fn check_acknowledged_writes(history: &History, timeline: &Timeline<'_>) -> 
 }
 
 /// Every read against the revisions it may have been served at.
-pub fn check_reads(history: &History, timeline: &Timeline<'_>) -> Vec<Finding> {
-    let bounds = Bounds::new(&history.operations);
+pub fn check_reads(history: &History, timeline: &Timeline<'_>, bounds: &Bounds) -> Vec<Finding> {
     let mut out = Vec::new();
     for op in &history.operations {
         let from = match &op.request {
@@ -309,7 +300,7 @@ mod tests {
             changes: changes.clone(),
             ..Default::default()
         };
-        assert_eq!(check_reads(&history, &t), Vec::<Finding>::new());
+        assert_eq!(check_reads(&history, &t, &Bounds::new(&history.operations)), Vec::<Finding>::new());
         assert_eq!(check_acknowledged_writes(&history, &t), Vec::<Finding>::new());
         assert_eq!(check_resource_versions(&history), Vec::<Finding>::new());
     }
@@ -339,7 +330,8 @@ mod tests {
             changes: changes.clone(),
             ..Default::default()
         };
-        let found: Vec<String> = check_reads(&history, &t).into_iter().map(|f| f.0).collect();
+        let found: Vec<String> =
+            check_reads(&history, &t, &Bounds::new(&history.operations)).into_iter().map(|f| f.0).collect();
         assert_eq!(found, ["stale read", "stale read", "stale list"]);
     }
 
@@ -362,7 +354,8 @@ mod tests {
             changes: changes.clone(),
             ..Default::default()
         };
-        let found: Vec<String> = check_reads(&history, &t).into_iter().map(|f| f.0).collect();
+        let found: Vec<String> =
+            check_reads(&history, &t, &Bounds::new(&history.operations)).into_iter().map(|f| f.0).collect();
         assert_eq!(
             found,
             ["read from the future", "list is not the snapshot of its revision", "read of a state etcd never had"]

@@ -6,8 +6,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::history::{Change, History, Operation, Response, Time, Watch, WatchItem, AGGREGATOR, ANSWER_WITHIN, NEVER};
-use super::truth::Finding;
+use super::history::{Change, History, Time, Watch, WatchItem, AGGREGATOR, ANSWER_WITHIN, NEVER};
+use super::truth::{Bounds, Finding};
 
 fn describe(w: &Watch) -> String {
     format!(
@@ -30,8 +30,8 @@ pub fn check_watch(w: &Watch, changes: &[Change], kept_from: Option<u64>) -> Vec
     let mut fail = |what: &str, lines: Vec<String>| out.push((what.to_owned(), [vec![describe(w)], lines].concat()));
     let prefix = format!("{}/", w.namespace);
     if told_410(w) {
-        if kept_from.is_some_and(|k| w.from >= k) {
-            fail("410 Gone for a revision still kept", vec![format!("kept from revision {}", kept_from.unwrap())]);
+        if let Some(k) = kept_from.filter(|&k| w.from >= k) {
+            fail("410 Gone for a revision still kept", vec![format!("kept from revision {k}")]);
         }
         return out;
     }
@@ -119,10 +119,9 @@ pub fn check_watch(w: &Watch, changes: &[Change], kept_from: Option<u64>) -> Vec
     out
 }
 
-/// Every watch of the run.
-pub fn check(history: &History) -> Vec<Finding> {
-    let kept = |w: &Watch| if told_410(w) { kept_from(history, w) } else { None };
-    history.watches.iter().flat_map(|w| check_watch(w, &history.changes, kept(w))).collect()
+/// Every watch of the run; `kept` is [`kept_from`] of each.
+pub fn check(history: &History, kept: &[Option<u64>]) -> Vec<Finding> {
+    history.watches.iter().zip(kept).flat_map(|(w, &k)| check_watch(w, &history.changes, k)).collect()
 }
 
 /// The watch was refused with 410 Gone at its start.
@@ -130,11 +129,14 @@ pub fn told_410(w: &Watch) -> bool {
     w.items.first() == Some(&WatchItem::Expired)
 }
 
-/// A revision from which the cache that answered `w` certainly still kept every change, when the history tells. A
-/// replica's cache begins at the revision its process read the store at, before its first answer, so any write
-/// that started after that answer has a later revision. Through the aggregator any replica may answer: the newest
-/// of their floors.
-pub fn kept_from(history: &History, w: &Watch) -> Option<u64> {
+/// For a watch told 410: a revision from which the cache that answered certainly still kept every change, when the
+/// history tells. A replica's cache begins at the revision its process read the store at, before its first answer,
+/// so any write that started after that answer has a later revision. Through the aggregator any replica may
+/// answer: the newest of their floors.
+pub fn kept_from(history: &History, bounds: &Bounds, w: &Watch) -> Option<u64> {
+    if !told_410(w) {
+        return None;
+    }
     let mut routes: Vec<&str> = history.replica_starts.iter().map(|s| s.route.as_str()).collect();
     routes.sort_unstable();
     routes.dedup();
@@ -143,48 +145,40 @@ pub fn kept_from(history: &History, w: &Watch) -> Option<u64> {
     } else if w.route != AGGREGATOR {
         return None;
     }
-    let floors: Option<Vec<u64>> = routes.into_iter().map(|r| cache_floor(history, r, w.call)).collect();
+    let floors: Option<Vec<u64>> = routes.into_iter().map(|r| cache_floor(history, bounds, r, w.call)).collect();
     floors?.into_iter().max()
 }
 
 /// An upper bound on where the cache that answered a call of `route` made at `at` begins: the newest floor of the
 /// processes that ran while the answer could come.
-fn cache_floor(history: &History, route: &str, at: Time) -> Option<u64> {
+fn cache_floor(history: &History, bounds: &Bounds, route: &str, at: Time) -> Option<u64> {
     let mut starts: Vec<Time> = history.replica_starts.iter().filter(|s| s.route == route).map(|s| s.at).collect();
     starts.sort_unstable();
     starts.push(NEVER);
     let floors: Option<Vec<u64>> = starts
         .windows(2)
         .filter(|life| life[0] <= at.saturating_add(ANSWER_WITHIN) && life[1] > at)
-        .map(|life| process_floor(history, route, life[0]..life[1]))
+        .map(|life| process_floor(history, bounds, route, life[0]..life[1]))
         .collect();
     floors?.into_iter().max()
 }
 
-/// Where the cache of the process that ran during `life` begins, at the latest.
-fn process_floor(history: &History, route: &str, life: std::ops::Range<Time>) -> Option<u64> {
+/// Where the cache of the process that ran during `life` begins, at the latest: the oldest write started after its
+/// first answer.
+fn process_floor(history: &History, bounds: &Bounds, route: &str, life: std::ops::Range<Time>) -> Option<u64> {
     let first_answer = history
         .operations
         .iter()
         .filter(|o| o.route == route && life.contains(&o.call) && !o.lost())
         .map(|o| o.ret)
         .min()?;
-    history.operations.iter().filter(|o| o.call > first_answer).filter_map(written_at).min()
-}
-
-/// The revision an acknowledged write made (each write carries a new marker, so none is a no-op).
-fn written_at(o: &Operation) -> Option<u64> {
-    match &o.response {
-        Response::Object(seen) if o.request.is_write() => Some(seen.resource_version),
-        Response::Deleted { resource_version } => Some(*resource_version),
-        _ => None,
-    }
+    Some(bounds.started_after(first_answer)).filter(|&rv| rv != u64::MAX)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::robustness::history::{ReadFrom, ReplicaStart, Request, Seen};
+    use crate::robustness::history::{Operation, ReadFrom, ReplicaStart, Request, Response, Seen};
 
     fn change(rv: u64, key: &str, marker: Option<&str>) -> Change {
         Change { resource_version: rv, key: key.into(), marker: marker.map(String::from) }
@@ -308,14 +302,15 @@ mod tests {
             operations: vec![get(r0, 5 * S, Response::NotFound), write("replica 1", 20 * S, 7)],
             ..Default::default()
         };
+        let kept = |h: &History, w: &Watch| kept_from(h, &Bounds::new(&h.operations), w);
         // Replica 0 answered just after 5 s, so its cache began before revision 7.
-        assert_eq!(kept_from(&h, &watch_at(r0, 30 * S, 8)), Some(7));
-        let told_410 = |h: &History, w: Watch| check_watch(&w, &[], kept_from(h, &w)).len();
-        assert_eq!(told_410(&h, watch_at(r0, 30 * S, 8)), 1);
-        assert_eq!(told_410(&h, watch_at(r0, 30 * S, 5)), 0);
+        assert_eq!(kept(&h, &watch_at(r0, 30 * S, 8)), Some(7));
+        let findings = |h: &History, w: Watch| check_watch(&w, &[], kept(h, &w)).len();
+        assert_eq!(findings(&h, watch_at(r0, 30 * S, 8)), 1);
+        assert_eq!(findings(&h, watch_at(r0, 30 * S, 5)), 0);
         // Nothing says where replica 1's cache began, so neither that replica's nor the aggregator's 410 is judged.
-        assert_eq!(kept_from(&h, &watch_at("replica 1", 30 * S, 8)), None);
-        assert_eq!(kept_from(&h, &watch_at(AGGREGATOR, 30 * S, 8)), None);
+        assert_eq!(kept(&h, &watch_at("replica 1", 30 * S, 8)), None);
+        assert_eq!(kept(&h, &watch_at(AGGREGATOR, 30 * S, 8)), None);
         // Restarted at 40 s: the new cache may begin anywhere until the new process has answered (at 75 s).
         h.replica_starts.push(start(r0, 40 * S));
         h.operations.extend([
@@ -324,16 +319,18 @@ mod tests {
             get(r0, 75 * S, Response::Object(Seen { resource_version: 20, marker: "m20".into() })),
             write(r0, 80 * S, 25),
         ]);
-        assert_eq!(kept_from(&h, &watch_at(r0, 50 * S, 8)), Some(25));
-        assert_eq!(told_410(&h, watch_at(r0, 90 * S, 20)), 0);
-        assert_eq!(told_410(&h, watch_at(r0, 90 * S, 25)), 1);
+        assert_eq!(kept(&h, &watch_at(r0, 50 * S, 8)), Some(25));
+        assert_eq!(findings(&h, watch_at(r0, 90 * S, 20)), 0);
+        assert_eq!(findings(&h, watch_at(r0, 90 * S, 25)), 1);
         // A call at 35 s may have been answered by either process: the newer floor.
-        assert_eq!(kept_from(&h, &watch_at(r0, 35 * S, 8)), Some(25));
-        assert_eq!(kept_from(&h, &watch_at(r0, 25 * S, 8)), Some(7));
+        assert_eq!(kept(&h, &watch_at(r0, 35 * S, 8)), Some(25));
+        assert_eq!(kept(&h, &watch_at(r0, 25 * S, 8)), Some(7));
         // Replica 1 answered at 20 s, before revision 20 was written. The aggregator may pick either: the newer floor.
-        assert_eq!(kept_from(&h, &watch_at("replica 1", 90 * S, 8)), Some(20));
-        assert_eq!(kept_from(&h, &watch_at(AGGREGATOR, 90 * S, 8)), Some(25));
+        assert_eq!(kept(&h, &watch_at("replica 1", 90 * S, 8)), Some(20));
+        assert_eq!(kept(&h, &watch_at(AGGREGATOR, 90 * S, 8)), Some(25));
+        // A watch that was not told 410 has nothing to judge.
+        assert_eq!(kept(&h, &Watch { items: Vec::new(), ..watch_at(r0, 90 * S, 8) }), None);
         // A route the run did not start replicas for is not judged.
-        assert_eq!(kept_from(&h, &watch_at("elsewhere", 90 * S, 8)), None);
+        assert_eq!(kept(&h, &watch_at("elsewhere", 90 * S, 8)), None);
     }
 }
