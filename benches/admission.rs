@@ -2,7 +2,7 @@
 //! kube-apiserver, each without a webhook and with one allowing ValidatingWebhookConfiguration (the tests' HTTPS
 //! webhook, in this process), on the same control plane, one after the other.
 //!
-//! `cargo bench --features envtest --bench admission` (as root, with KUBEBUILDER_ASSETS set: see hack/test.sh).
+//! `cargo bench --bench admission` (as root, with KUBEBUILDER_ASSETS set: see hack/test.sh).
 //! `ADMISSION_CREATES` sets the creates per measurement (default 2000), `ADMISSION_CLIENTS` the concurrent
 //! clients (default 8).
 
@@ -12,7 +12,7 @@ mod webhook;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use podset_apiserver::envtest::{reenter_namespace, Cluster, ServerCommand, NODE_IP};
+use podset_envtest::{reenter_namespace, Cluster, ServerCommand, NODE_IP};
 use serde_json::{json, Value};
 use webhook::WebhookServer;
 

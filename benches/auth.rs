@@ -3,7 +3,7 @@
 //! a ServiceAccount token (TokenReview and SubjectAccessReview cached), plus the latency of a request whose review
 //! is not cached (one SubjectAccessReview round trip to kube-apiserver).
 //!
-//! `cargo bench --features envtest --bench auth` (as root, with the test assets installed).
+//! `cargo bench --bench auth` (as root, with the test assets installed).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -11,7 +11,7 @@ use std::time::Instant;
 use futures::StreamExt;
 use http::Request;
 use http_body_util::BodyExt;
-use podset_apiserver::envtest::{reenter_namespace, Cluster, Credential, ServerCommand};
+use podset_envtest::{reenter_namespace, Cluster, Credential, ServerCommand};
 
 const BIN: &str = env!("CARGO_BIN_EXE_podset-apiserver");
 const PATH: &str = "/apis/demo.k8s.io/v1alpha1/namespaces/default/podsets/bench";

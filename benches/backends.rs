@@ -18,7 +18,7 @@
 //! Our servers run with `--insecure-allow-all`; kube-apiserver authenticates the admin's client certificate (RBAC
 //! lets `system:masters` through without a lookup).
 //!
-//! `cargo bench --features envtest --bench backends`, as root, with `KUBEBUILDER_ASSETS` set (see hack/test.sh).
+//! `cargo bench --bench backends`, as root, with `KUBEBUILDER_ASSETS` set (see hack/test.sh).
 //! Knobs (environment):
 //! - `BACKENDS_N` (10000): PodSets created per target, at least 2000 (the lists);
 //! - `BACKENDS_GETS` (20000): gets per target;
@@ -36,7 +36,7 @@ use http::Request;
 
 use common::workload::{create_range, list_ms, name, throughput, watch_latency, Target, Watchers, WATCH_WRITES};
 use common::{cpu_us, Server, PATH};
-use podset_apiserver::envtest::reenter_namespace;
+use podset_envtest::reenter_namespace;
 
 const TARGETS: [&str; 4] = ["sled", "etcd", "etcd2", "crd"];
 const TITLES: [&str; 4] = ["sled", "etcd", "etcd, 2 replicas", "CRD on kube-apiserver 1.20"];

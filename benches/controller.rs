@@ -1,7 +1,7 @@
 //! Time for a 500-replica PodSet to reach 500 Pods and back to 0, beside a 500-replica ReplicaSet reconciled by
 //! kube-controller-manager, on the same local control plane (etcd + kube-apiserver 1.20, no kubelet).
 //!
-//! `cargo bench --features envtest --bench controller` (as root, with KUBEBUILDER_ASSETS set: see hack/test.sh).
+//! `cargo bench --bench controller` (as root, with KUBEBUILDER_ASSETS set: see hack/test.sh).
 
 use std::time::{Duration, Instant};
 
@@ -9,7 +9,7 @@ use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use podset_apiserver::api::PodSet;
-use podset_apiserver::envtest::{reenter_namespace, Cluster, ServerCommand};
+use podset_envtest::{reenter_namespace, Cluster, ServerCommand};
 use serde_json::json;
 
 const REPLICAS: usize = 500;

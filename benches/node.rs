@@ -2,7 +2,7 @@
 //! ReplicaSet with the same template (kube-controller-manager's controller), on the same node, one after the other.
 //! The template is the demo workload with a readiness probe (images/src/bin/podset-demo.rs), its image imported.
 //!
-//! `cargo bench --features envtest --bench node` (as root, with KUBEBUILDER_ASSETS set: see hack/test.sh).
+//! `cargo bench --bench node` (as root, with KUBEBUILDER_ASSETS set: see hack/test.sh).
 
 use std::time::{Duration, Instant};
 
@@ -10,7 +10,7 @@ use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use podset_apiserver::api::PodSet;
-use podset_apiserver::envtest::{reenter_namespace, Cluster, ServerCommand};
+use podset_envtest::{reenter_namespace, Cluster, ServerCommand};
 use serde_json::json;
 
 const REPLICAS: usize = 50;

@@ -8,7 +8,7 @@
 //! The same figures at 10k are then taken from kube-apiserver + etcd serving PodSet as a CRD on the local control
 //! plane (1.20), memory being kube-apiserver's plus etcd's.
 //!
-//! `cargo bench --features envtest --bench scale` as root with KUBEBUILDER_ASSETS set (see hack/test.sh);
+//! `cargo bench --bench scale` as root with KUBEBUILDER_ASSETS set (see hack/test.sh);
 //! SCALE_N=20000 for a quicker run, SCALE_CRD=0 to skip kube-apiserver, SCALE_ONLY=watch for only the watch figures
 //! (SCALE_ROUNDS=3 to repeat them), SCALE_CHURN_ROUNDS (3) for the rounds of updates. Figures and targets are
 //! printed; nothing is asserted on time.
@@ -22,7 +22,7 @@ use http::Request;
 
 use common::workload::{create_range, list_ms, name, watch_latency, Target, Watchers, CONCURRENCY};
 use common::{dir_bytes, rss_mb, send, Server, PATH};
-use podset_apiserver::envtest::reenter_namespace;
+use podset_envtest::reenter_namespace;
 
 const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
 

@@ -7,5 +7,5 @@ cd "$(dirname "$0")/.."
 hack/install-build-deps.sh
 KUBEBUILDER_ASSETS="$(hack/install-test-assets.sh)"
 export KUBEBUILDER_ASSETS
-cargo build --release --locked --features envtest --bin podset-local-cluster >&2
+cargo build --release --locked -p podset-envtest --bin podset-local-cluster >&2
 exec "${CARGO_TARGET_DIR:-target}/release/podset-local-cluster" "$@"

@@ -7,4 +7,4 @@ hack/install-build-deps.sh
 KUBEBUILDER_ASSETS="$(hack/install-test-assets.sh)"
 export KUBEBUILDER_ASSETS
 echo "test assets: $KUBEBUILDER_ASSETS" >&2
-cargo test --locked --lib --bins --tests "$@"
+cargo test --locked --workspace --lib --bins --tests "$@"

@@ -6,11 +6,7 @@ pub mod api;
 pub mod apiserver;
 pub mod cmd;
 pub mod controller;
-#[cfg(feature = "envtest")]
-pub mod envtest;
 pub mod metrics;
 pub mod registry;
-#[cfg(feature = "envtest")]
-pub mod robustness;
 pub mod storage;
 pub mod version;

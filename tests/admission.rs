@@ -22,6 +22,7 @@ use common::cluster::{in_namespace, runtime, Cluster};
 use http::Request;
 use podset_apiserver::admission::{Admission, Attributes, Chain, Outcome, Plugin, WebhookPluginConfig};
 use podset_apiserver::api::{Operation, Subresource, UserInfo};
+use podset_apiserver::apiserver::error::ApiError;
 use podset_apiserver::controller::CONTROLLER_USER;
 use serde_json::{json, Value};
 use webhook::WebhookServer;
@@ -507,9 +508,10 @@ async fn run_chain(chain: &Chain, s: &WebhookServer) -> Vec<(&'static str, Answe
         let (code, body) = match result {
             Ok(()) => (201, object),
             Err(e) => {
-                let mut status = serde_json::to_value(e.status()).unwrap();
+                let e = ApiError::from(e);
+                let mut status = serde_json::to_value(&*e.status).unwrap();
                 status["kind"] = json!("Status");
-                (e.status().code, status)
+                (e.code(), status)
             }
         };
         let reviews = ["/allow", "/deny", "/label", "/slow"]
@@ -540,7 +542,7 @@ fn compare(theirs: &[(&'static str, Answer, Value, Vec<Value>)], ours: &[(&'stat
 }
 
 fn webhook_ip() -> IpAddr {
-    podset_apiserver::envtest::NODE_IP.parse().unwrap()
+    podset_envtest::NODE_IP.parse().unwrap()
 }
 
 /// The identity our server has in the main API server (deploy/base/rbac.yaml), for the chain's watches.

@@ -10,11 +10,13 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::core::v1::Namespace;
+use kube::core::Status;
 use podset_apiserver::admission::{
     Admission, Attributes, Chain, Error, Namespaces, Outcome, Plugin, WebhookClients, WebhookConfigurations,
     WebhookPluginConfig,
 };
 use podset_apiserver::api::{Operation, Subresource, UserInfo};
+use podset_apiserver::apiserver::error::ApiError;
 use serde_json::{json, Value};
 use webhook::WebhookServer;
 
@@ -144,13 +146,13 @@ async fn a_denial_carries_the_webhooks_status() {
         ],
     );
     let (result, _) = admit(&c, &create("default"), &mut podset()).await;
-    let status = result.unwrap_err().status();
+    let status = status_of(&result.unwrap_err());
     assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"));
     assert_eq!(status.message, "admission webhook \"deny.test.io\" denied the request: no PodSets here");
     assert_eq!(s.received("/deny-bare").len(), 1, "validating webhooks are all called");
 
     let c = chain(vec![], vec![validating("b", vec![hook(&s, "bare.test.io", "/deny-bare", json!({}))])]);
-    let status = admit(&c, &create("default"), &mut podset()).await.0.unwrap_err().status();
+    let status = status_of(&admit(&c, &create("default"), &mut podset()).await.0.unwrap_err());
     assert_eq!(
         (status.code, status.message.as_str()),
         (400, "admission webhook \"bare.test.io\" denied the request without explanation")
@@ -178,7 +180,7 @@ async fn a_mutating_webhooks_patch_is_applied_defaulted_and_audited() {
     let delete = Attributes::podset(Operation::Delete, Subresource::Main, "default", "web", jane(), false, json!({}));
     let e = c.admit(&delete, None, Some(&podset()), &mut Outcome::default()).await.unwrap_err();
     assert_eq!(
-        e.status().message,
+        status_of(&e).message,
         "Internal error occurred: admission webhook \"label.test.io\" attempted to modify the object, which is not supported for this operation"
     );
 }
@@ -242,7 +244,7 @@ async fn failure_policy_decides_for_a_webhook_that_is_down_slow_or_talks_nonsens
                 _ => chain(vec![], vec![validating("c", vec![h])]),
             };
             let e = admit(&c, &create("default"), &mut podset()).await.0.unwrap_err();
-            let status = e.status();
+            let status = status_of(&e);
             assert_eq!((status.code, status.reason.as_str()), (500, "InternalError"), "{phase} {name}: {e}");
             assert!(
                 status.message.starts_with(&format!("Internal error occurred: failed calling webhook \"{name}\": ")),
@@ -289,8 +291,8 @@ async fn patches_that_do_not_apply_or_do_not_decode_fail_the_request() {
             chain(vec![mutating("m", vec![hook(&s, "p.test.io", path, json!({"failurePolicy": "Ignore"}))])], vec![]);
         let mut ps = podset();
         let e = admit(&c, &create("default"), &mut ps).await.0.unwrap_err();
-        assert_eq!(e.status().code, 500, "{e}");
-        assert!(e.status().message.starts_with("Internal error occurred: admission webhook \"p.test.io\""), "{e}");
+        assert_eq!(status_of(&e).code, 500, "{e}");
+        assert!(status_of(&e).message.starts_with("Internal error occurred: admission webhook \"p.test.io\""), "{e}");
         assert!(e.to_string().contains(says), "{e}");
         assert_eq!(ps, podset(), "the object is left as it was");
     }
@@ -330,7 +332,7 @@ async fn a_dry_run_reaches_only_webhooks_without_side_effects() {
     for effects in ["Some", "Unknown"] {
         let h = hook(&s, "effects.test.io", "/allow", json!({"sideEffects": effects, "failurePolicy": "Ignore"}));
         let e = admit(&chain(vec![mutating("m", vec![h])], vec![]), &dry, &mut podset()).await.0.unwrap_err();
-        let status = e.status();
+        let status = status_of(&e);
         assert_eq!(
             (status.code, status.reason.as_str()),
             (400, "BadRequest"),
@@ -372,9 +374,9 @@ async fn namespace_lifecycle_runs_before_any_webhook() {
     let s = WebhookServer::start(LOCALHOST).await;
     let c = chain(vec![mutating("m", vec![hook(&s, "label.test.io", "/label", json!({}))])], vec![]);
     let e = admit(&c, &create("missing"), &mut podset()).await.0.unwrap_err();
-    assert_eq!((e.status().code, e.status().message.as_str()), (404, "namespaces \"missing\" not found"));
+    assert_eq!((status_of(&e).code, status_of(&e).message.as_str()), (404, "namespaces \"missing\" not found"));
     let e = admit(&c, &create("leaving"), &mut podset()).await.0.unwrap_err();
-    assert_eq!(e.status().code, 403);
+    assert_eq!(status_of(&e).code, 403);
     assert!(s.received("/label").is_empty());
 
     // Status writes in a terminating namespace pass, and reach the webhooks.
@@ -454,4 +456,9 @@ async fn calls_and_refusals_are_counted_under_kube_apiservers_metric_names() {
         "{text}"
     );
     assert!(text.contains(r#"apiserver_admission_step_admission_duration_seconds_count{type="validate",operation="CREATE",rejected="true"}"#));
+}
+
+/// The Status the server answers an admission error with.
+fn status_of(e: &Error) -> Status {
+    *ApiError::from(e).status
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::cluster::{in_namespace, runtime, wait};
 use http::Request;
-use podset_apiserver::envtest::Credential;
+use podset_envtest::Credential;
 use serde_json::Value;
 
 /// (status, body as JSON or Null) of a request with extra headers.

@@ -10,7 +10,7 @@ use std::process::Command;
 use common::{assets_dir, TestServer, BIN};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use podset_apiserver::api::PodSet;
-use podset_apiserver::envtest::etcd::Etcd;
+use podset_envtest::etcd::Etcd;
 use serde_json::{json, Value};
 
 /// A backup through kubectl 1.37, in small chunks so it takes several pages.

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use podset_apiserver::api::PodSet;
-use podset_apiserver::envtest::Credential;
+use podset_envtest::Credential;
 use serde_json::json;
 
 fn podset(name: &str, replicas: i32, image: &str) -> PodSet {

@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use common::cluster::{in_namespace, runtime, wait};
@@ -12,7 +11,7 @@ use http::Request;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use podset_apiserver::api::PodSet;
-use podset_apiserver::envtest::{Cluster, Credential};
+use podset_envtest::{Cluster, Credential};
 use serde_json::json;
 
 const WEB: &str = "apiVersion: demo.k8s.io/v1alpha1
@@ -198,21 +197,4 @@ fn garbage_collector_and_namespace_deletion_reach_podsets() {
 async fn podsets_in(c: &Cluster, ns: &str) -> usize {
     let api: Api<PodSet> = Api::namespaced(c.client().await, ns);
     api.list(&Default::default()).await.unwrap().items.len()
-}
-
-#[test]
-fn local_cluster_quick_start_runs_a_command() {
-    if podset_apiserver::envtest::inside_namespace() {
-        return;
-    }
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_podset-local-cluster"))
-        .args(["--", "kubectl", "api-resources", "--api-group=demo.k8s.io"])
-        .env("KUBEBUILDER_ASSETS", common::assets_dir())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.lines().any(|l| l.starts_with("podsets") && l.contains("demo.k8s.io/v1alpha1")), "{stdout}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("KUBECONFIG="));
 }

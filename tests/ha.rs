@@ -13,7 +13,7 @@ use common::cluster::{in_namespace, runtime};
 use futures::StreamExt;
 use kube::api::{Api, PostParams, WatchEvent, WatchParams};
 use podset_apiserver::api::PodSet;
-use podset_apiserver::envtest::{Cluster, Credential, ServerCommand};
+use podset_envtest::{Cluster, Credential, ServerCommand};
 use serde_json::Value;
 
 fn podset_yaml(name: &str, replicas: u32) -> String {

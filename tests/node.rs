@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use kube::ResourceExt;
 use podset_apiserver::api::PodSet;
-use podset_apiserver::envtest::{node, Cluster};
+use podset_envtest::{node, Cluster};
 use serde_json::json;
 
 /// A Pod's patience on this node: image already there, but two cores shared by the whole cluster.

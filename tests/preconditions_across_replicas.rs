@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use podset_apiserver::api::{Subresource, UserInfo};
-use podset_apiserver::envtest::etcd::Etcd;
 use podset_apiserver::registry::{DeleteOptions, PodSetKey, Preconditions, Registry, WriteOptions};
 use podset_apiserver::storage::{Cacher, EtcdBackend, EtcdOptions, HistoryLimits};
+use podset_envtest::etcd::Etcd;
 use serde_json::json;
 
 async fn replica(etcd: &Etcd) -> Registry {

@@ -6,8 +6,8 @@
 mod common;
 
 use common::cluster::in_namespace;
-use podset_apiserver::envtest::ServerCommand;
-use podset_apiserver::robustness::{self, harness};
+use podset_envtest::ServerCommand;
+use podset_robustness::{self as robustness, harness};
 
 #[test]
 fn short_form_under_faults_keeps_every_guarantee() {

@@ -8,7 +8,7 @@ use common::cluster::{in_namespace, runtime};
 use http::Request;
 use kube::api::{Api, Patch, PatchParams};
 use podset_apiserver::api::PodSet;
-use podset_apiserver::envtest::Cluster;
+use podset_envtest::Cluster;
 use serde_json::{json, Value};
 
 /// The kind a sequence runs on.

@@ -37,13 +37,13 @@ impl Backend for Sled {
 /// kube-apiserver's watch cache does, so the cases about history across a restart are sled's and memory's only.
 struct Etcd;
 
-static ETCDS: LazyLock<Mutex<HashMap<PathBuf, Arc<Mutex<podset_apiserver::envtest::etcd::Etcd>>>>> =
+static ETCDS: LazyLock<Mutex<HashMap<PathBuf, Arc<Mutex<podset_envtest::etcd::Etcd>>>>> =
     LazyLock::new(Default::default);
 
-fn etcd_for(dir: &Path) -> Arc<Mutex<podset_apiserver::envtest::etcd::Etcd>> {
+fn etcd_for(dir: &Path) -> Arc<Mutex<podset_envtest::etcd::Etcd>> {
     let mut all = ETCDS.lock().unwrap();
     all.entry(dir.to_owned())
-        .or_insert_with(|| Arc::new(Mutex::new(podset_apiserver::envtest::etcd::Etcd::start(&dir.join("etcd")))))
+        .or_insert_with(|| Arc::new(Mutex::new(podset_envtest::etcd::Etcd::start(&dir.join("etcd")))))
         .clone()
 }
 

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use etcd_client::{Client, GetOptions};
 use futures::StreamExt;
-use podset_apiserver::envtest::etcd::Etcd;
 use podset_apiserver::storage::{
     Backend, Cacher, Draft, EtcdBackend, EtcdOptions, EventType, HistoryLimits, ListOptions, Object, StorageError,
     Store,
 };
+use podset_envtest::etcd::Etcd;
 use serde_json::json;
 
 /// A PodSet-shaped object as the store takes it.

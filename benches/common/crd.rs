@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use podset_apiserver::envtest::{Cluster, ServerCommand};
+use podset_envtest::{Cluster, ServerCommand};
 
 use super::workload::Target;
 

@@ -29,7 +29,7 @@ use kube::core::{GroupVersionKind, GroupVersionResource};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-pub use error::{Error, GroupResource};
+pub use error::{denial_code, Error, GroupResource};
 pub use namespace::{NamespaceLifecycle, Namespaces};
 pub use webhook::{MutatingWebhooks, ValidatingWebhooks, WebhookClients, WebhookConfigurations};
 

@@ -5,7 +5,6 @@ pub mod duration;
 pub mod request;
 pub mod schema;
 pub mod selector;
-pub mod status;
 pub mod table;
 mod types;
 pub mod validation;

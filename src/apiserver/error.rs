@@ -1,13 +1,17 @@
-//! Every failed request ends here: the shared `ApiError` (a `metav1.Status`) rendered as an HTTP response.
+//! Every failed request ends here: the registry's and admission's typed errors worded as kube-apiserver words them
+//! (an [`ApiError`], a `metav1.Status`), and rendered as an HTTP response.
 
 use axum::response::{IntoResponse, Response};
 use http::{header, HeaderValue, StatusCode};
 use kube::core::Status;
 use serde::Serialize;
 
-pub use crate::api::status::{ApiError, ApiResult};
+use kube::core::response::{StatusCause, StatusSummary};
+
+use super::status::status_details;
+pub use super::status::{ApiError, ApiResult};
+use crate::admission;
 use crate::registry::{self, fieldmanager::FieldManagerError};
-use crate::storage::StorageError;
 
 /// `metav1.Status` with its type fields: client-go only recognises an error body that says `kind: Status`.
 #[derive(Serialize)]
@@ -68,14 +72,172 @@ impl From<registry::Error> for ApiError {
             }
             E::Invalid { kind, name, errors } => ApiError::invalid_kind(&kind, &name, &errors),
             E::BadRequest(m) => ApiError::bad_request(m),
-            E::Storage { source, .. } => match source {
-                StorageError::Closed => ApiError::service_unavailable("the server is shutting down"),
-                StorageError::Unavailable(m) => ApiError::service_unavailable(format!("storage is unavailable: {m}")),
-                StorageError::Timeout(m) => ApiError::timeout(&format!("storage did not answer in time: {m}")),
-                other => ApiError::internal(other.to_string()),
-            },
-            E::Admission(e) => ApiError { status: Box::new(e.status()) },
+            E::ShuttingDown => ApiError::service_unavailable("the server is shutting down"),
+            E::Unavailable(m) => ApiError::service_unavailable(format!("storage is unavailable: {m}")),
+            E::Timeout(m) => ApiError::timeout(&format!("storage did not answer in time: {m}")),
+            E::Admission(e) => e.into(),
             E::Internal(m) => ApiError::internal(m),
         }
+    }
+}
+
+impl From<admission::Error> for ApiError {
+    fn from(e: admission::Error) -> Self {
+        Self::from(&e)
+    }
+}
+
+/// Admission's refusals as kube-apiserver 1.20 answers them (code, reason, message, details).
+impl From<&admission::Error> for ApiError {
+    fn from(e: &admission::Error) -> Self {
+        use admission::Error as E;
+        let message = e.to_string();
+        match e {
+            E::NamespaceNotFound { namespace } => ApiError::new(404, "NotFound", message).with_details(status_details(
+                namespace,
+                "",
+                "namespaces",
+                Vec::new(),
+            )),
+            E::NamespaceTerminating { namespace, resource, name } => {
+                let cause = StatusCause {
+                    reason: "NamespaceTerminating".into(),
+                    message: format!("namespace {namespace} is being terminated"),
+                    field: "metadata.namespace".into(),
+                };
+                ApiError::new(403, "Forbidden", message).with_details(status_details(
+                    name,
+                    &resource.group,
+                    &resource.resource,
+                    vec![cause],
+                ))
+            }
+            E::NotReady { resource, name } => ApiError::new(403, "Forbidden", message).with_details(status_details(
+                name,
+                &resource.group,
+                &resource.resource,
+                Vec::new(),
+            )),
+            E::NamespaceLookup { source, .. } => internal_with_cause(source.to_string()),
+            E::Denied { webhook, status } => denied(webhook, status.as_deref().cloned()),
+            E::DryRunUnsupported { .. } => ApiError::bad_request(message),
+            E::Calling { .. } | E::PatchWithoutObject { .. } | E::Patch { .. } | E::Configuration { .. } => {
+                internal_with_cause(message)
+            }
+        }
+    }
+}
+
+/// `apierrors.NewInternalError(err)`: the message also as the one cause.
+fn internal_with_cause(message: String) -> ApiError {
+    let cause = StatusCause { reason: String::new(), message: message.clone(), field: String::new() };
+    ApiError::internal(message).with_details(status_details("", "", "", vec![cause]))
+}
+
+/// A webhook's denial, as `webhookerrors.ToStatusErr` turns it into the answer: the webhook's own Status (its
+/// reason and details) with the code [`admission::denial_code`] gives, and the message prefixed with which webhook
+/// denied the request.
+fn denied(webhook: &str, result: Option<Status>) -> ApiError {
+    let code = admission::denial_code(result.as_ref());
+    let mut s = result.unwrap_or_else(|| Status {
+        status: None,
+        code: 0,
+        message: String::new(),
+        metadata: None,
+        reason: String::new(),
+        details: None,
+    });
+    s.code = code;
+    s.status = Some(StatusSummary::Failure);
+    let denied_by = format!("admission webhook {webhook:?} denied the request");
+    s.message = if !s.message.is_empty() {
+        format!("{denied_by}: {}", s.message)
+    } else if !s.reason.is_empty() {
+        format!("{denied_by}: {}", s.reason)
+    } else {
+        format!("{denied_by} without explanation")
+    };
+    if s.metadata.is_none() {
+        s.metadata = Some(Default::default());
+    }
+    ApiError { status: Box::new(s) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::webhook::CallError;
+    use crate::admission::{Error, GroupResource};
+
+    fn json(e: Error) -> serde_json::Value {
+        serde_json::to_value(&*ApiError::from(e).status).unwrap()
+    }
+
+    fn status(e: Error) -> Status {
+        *ApiError::from(e).status
+    }
+
+    #[test]
+    fn namespace_errors_read_as_kube_apiservers() {
+        let e = Error::NamespaceNotFound { namespace: "gone".into() };
+        assert_eq!(
+            json(e),
+            serde_json::json!({"status": "Failure", "code": 404, "reason": "NotFound", "metadata": {},
+                "message": "namespaces \"gone\" not found", "details": {"name": "gone", "kind": "namespaces"}})
+        );
+        let podsets = GroupResource { group: "demo.k8s.io".into(), resource: "podsets".into() };
+        let e = Error::NamespaceTerminating { namespace: "old".into(), resource: podsets.clone(), name: "web".into() };
+        assert_eq!(
+            json(e),
+            serde_json::json!({"status": "Failure", "code": 403, "reason": "Forbidden", "metadata": {},
+                "message": "podsets.demo.k8s.io \"web\" is forbidden: unable to create new content in namespace old because it is being terminated",
+                "details": {"name": "web", "group": "demo.k8s.io", "kind": "podsets", "causes": [{
+                    "reason": "NamespaceTerminating", "message": "namespace old is being terminated",
+                    "field": "metadata.namespace"}]}})
+        );
+        let e = Error::NotReady { resource: podsets, name: String::new() };
+        assert_eq!(status(e).message, "podsets.demo.k8s.io is forbidden: not yet ready to handle request");
+        let configmaps = GroupResource { group: String::new(), resource: "configmaps".into() };
+        let e = Error::NamespaceTerminating { namespace: "old".into(), resource: configmaps, name: "c".into() };
+        let m = status(e).message;
+        assert!(m.starts_with("configmaps \"c\" is forbidden: unable"), "{m}");
+    }
+
+    #[test]
+    fn a_denial_keeps_the_webhooks_status_with_kube_apiservers_defaults() {
+        let theirs = |v: serde_json::Value| Some(Box::new(serde_json::from_value::<Status>(v).unwrap()));
+        let deny = |s| status(Error::Denied { webhook: "deny.example.com".into(), status: s });
+
+        let s =
+            deny(theirs(serde_json::json!({"code": 403, "message": "no PodSets on Fridays", "reason": "Forbidden"})));
+        assert_eq!((s.code, s.reason.as_str()), (403, "Forbidden"));
+        assert_eq!(s.message, "admission webhook \"deny.example.com\" denied the request: no PodSets on Fridays");
+
+        let s = deny(theirs(serde_json::json!({"code": 200, "reason": "NotToday"})));
+        assert_eq!((s.code, s.status), (400, Some(StatusSummary::Failure)), "a code below 400 becomes 400");
+        assert_eq!(s.message, "admission webhook \"deny.example.com\" denied the request: NotToday");
+
+        let s = deny(None);
+        assert_eq!((s.code, s.reason.as_str()), (400, ""));
+        assert_eq!(s.message, "admission webhook \"deny.example.com\" denied the request without explanation");
+    }
+
+    #[test]
+    fn failures_are_internal_errors_and_a_dry_run_refusal_is_a_bad_request() {
+        let e = Error::Calling { webhook: "w.example.com".into(), source: CallError::SideEffectsUnset };
+        let s = status(e);
+        assert_eq!((s.code, s.reason.as_str()), (500, "InternalError"));
+        assert_eq!(
+            s.message,
+            "Internal error occurred: failed calling webhook \"w.example.com\": Webhook SideEffects is nil"
+        );
+        assert_eq!(
+            s.details.unwrap().causes[0].message,
+            "failed calling webhook \"w.example.com\": Webhook SideEffects is nil"
+        );
+
+        let s = status(Error::DryRunUnsupported { webhook: "w.example.com".into() });
+        assert_eq!((s.code, s.reason.as_str(), s.details.is_none()), (400, "BadRequest", true));
+        assert_eq!(s.message, "admission webhook \"w.example.com\" does not support dry run");
     }
 }

@@ -1,5 +1,6 @@
-//! The request pipeline: identity → permission → request info → dispatch → representation. Every error becomes a
-//! Status here.
+//! The request pipeline after the filters (request info, then the request timeout): audit → identity → max in
+//! flight → permission → dispatch → representation. Every failure is rendered as a Status here
+//! ([`super::error`]).
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -13,6 +13,7 @@ pub mod negotiate;
 mod render;
 pub mod request;
 pub mod serving_cert;
+mod status;
 pub mod tls;
 mod watch;
 

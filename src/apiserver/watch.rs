@@ -408,13 +408,11 @@ mod tests {
     use super::*;
     use crate::api::{Subresource, UserInfo};
     use crate::registry::{PatchType, PodSetKey, Stored, WriteOptions};
-    use crate::storage::{Cacher, HistoryLimits, SledBackend, SledOptions};
     use http_body_util::BodyExt;
     use serde_json::json;
 
     async fn registry(dir: &std::path::Path) -> Registry {
-        let backend = SledBackend::open(dir, SledOptions::default()).unwrap();
-        Registry::new(Arc::new(Cacher::new(Arc::new(backend), HistoryLimits::default()).await.unwrap()))
+        Registry::on_sled(dir).await
     }
 
     fn config() -> WatchConfig {

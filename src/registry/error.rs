@@ -1,4 +1,5 @@
-//! What went wrong in the registry, by what it means. The HTTP layer turns it into kube-apiserver's
+//! What went wrong in the registry, by what it means: the one vocabulary of failure every caller reads. Storage's
+//! own errors end here, worded by what they mean; only the HTTP layer turns an [`Error`] into kube-apiserver's
 //! `metav1.Status` (`apiserver::error`); in-process callers, such as the controller, match on it.
 
 use crate::api::validation::FieldError;
@@ -34,13 +35,15 @@ pub enum Error {
     /// A request that cannot be read as it stands (a body that does not decode, a name that does not match).
     #[error("{0}")]
     BadRequest(String),
-    /// Storage failed on object `name` (empty for a collection).
-    #[error("storage: {source}")]
-    Storage {
-        name: String,
-        #[source]
-        source: StorageError,
-    },
+    /// Storage cannot be reached (a write may still have landed, as with etcd's own clients).
+    #[error("storage is unavailable: {0}")]
+    Unavailable(String),
+    /// Storage did not answer in time; a write may or may not have been applied.
+    #[error("storage did not answer in time: {0}")]
+    Timeout(String),
+    /// The server is shutting down: storage takes no more requests.
+    #[error("the server is shutting down")]
+    ShuttingDown,
     /// Admission refused the write (a namespace that is missing or going, a webhook's denial or failure).
     #[error(transparent)]
     Admission(#[from] crate::admission::Error),
@@ -90,8 +93,7 @@ impl Error {
         Error::Internal(message.into())
     }
 
-    /// A storage failure on object `name` (empty for collections), by what it means where the registry has a
-    /// word for it.
+    /// A storage failure on object `name` (empty for collections), by what it means.
     pub(crate) fn storage(e: StorageError, name: &str) -> Self {
         match e {
             StorageError::NotFound { .. } => Self::not_found(name),
@@ -102,7 +104,13 @@ impl Error {
                 continue_token: None,
             },
             StorageError::TooLarge { requested, current } => Error::TooLargeResourceVersion { requested, current },
-            source => Error::Storage { name: name.to_owned(), source },
+            StorageError::Unavailable(m) => Error::Unavailable(m),
+            StorageError::Timeout(m) => Error::Timeout(m),
+            StorageError::Closed => Error::ShuttingDown,
+            other @ (StorageError::InvalidObject
+            | StorageError::Stopped
+            | StorageError::Backend(_)
+            | StorageError::Corrupt(_)) => Error::Internal(other.to_string()),
         }
     }
 }

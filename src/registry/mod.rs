@@ -76,6 +76,15 @@ impl Registry {
         Self { store, admission: Arc::new(Chain::empty()), recent: Arc::default() }
     }
 
+    /// A registry over sled in `dir` with the default history, for the tests of this layer and those above it
+    /// (which see storage only through the registry).
+    #[cfg(test)]
+    pub(crate) async fn on_sled(dir: &std::path::Path) -> Self {
+        use crate::storage::{Cacher, HistoryLimits, SledBackend, SledOptions};
+        let backend = SledBackend::open(dir, SledOptions::default()).unwrap();
+        Self::new(Arc::new(Cacher::new(Arc::new(backend), HistoryLimits::default()).await.unwrap()))
+    }
+
     /// The same registry with `admission` in its write path.
     pub fn with_admission(self, admission: Arc<dyn Admission>) -> Self {
         Self { admission, ..self }

@@ -547,18 +547,15 @@ fn set_finalizer(finalizers: &mut Vec<String>, add: &str, remove: &str) {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use serde_json::json;
 
     use super::*;
     use crate::api::UserInfo;
     use crate::registry::{PatchType, Written};
-    use crate::storage::{Cacher, HistoryLimits, SledBackend, SledOptions};
 
     async fn registry(dir: &std::path::Path) -> Registry {
-        let backend = SledBackend::open(dir, SledOptions::default()).unwrap();
-        Registry::new(Arc::new(Cacher::new(Arc::new(backend), HistoryLimits::default()).await.unwrap()))
+        Registry::on_sled(dir).await
     }
 
     fn opts() -> WriteOptions {

@@ -3,8 +3,8 @@
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-pub use podset_apiserver::envtest::Cluster;
-use podset_apiserver::envtest::{inside_namespace, namespace_command, ServerCommand};
+pub use podset_envtest::Cluster;
+use podset_envtest::{inside_namespace, namespace_command, ServerCommand};
 
 use super::{assets_dir, BIN};
 

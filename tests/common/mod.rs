@@ -190,7 +190,7 @@ pub fn podset(name: &str, replicas: i32) -> serde_json::Value {
     })
 }
 
-pub use podset_apiserver::envtest::assets_dir;
+pub use podset_envtest::assets_dir;
 
 /// Starts `cmd` and streams its standard output line by line (e.g. `kubectl get -w`).
 pub fn spawn_lines(mut cmd: Command) -> (Child, std::sync::mpsc::Receiver<String>) {

@@ -352,7 +352,7 @@ fn observe(hook: &Hook, step: &str, a: &Attributes, took: Duration, error: Optio
     if let Some(e) = error.filter(|_| rejected) {
         let (error_type, code) = match e {
             Error::Calling { .. } => ("calling_webhook_error", 0),
-            Error::Denied { .. } => ("no_error", e.status().code.min(600)),
+            Error::Denied { status, .. } => ("no_error", super::denial_code(status.as_deref()).min(600)),
             _ => ("apiserver_internal_error", 0),
         };
         m.webhook_rejections

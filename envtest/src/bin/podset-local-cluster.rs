@@ -1,0 +1,98 @@
+//! A local Kubernetes control plane with podset-apiserver registered, to try PodSets through kube-apiserver.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+use clap::Parser;
+use podset_envtest::{assets_dir, inside_namespace, namespace_command, node, Cluster, ServerCommand};
+
+/// Starts etcd, kube-apiserver and kube-controller-manager (from KUBEBUILDER_ASSETS; hack/install-test-assets.sh
+/// installs them), podset-apiserver registered as an APIService, and a node (containerd, kubelet, kube-scheduler,
+/// kube-proxy) where PodSets' Pods run, all in private namespaces (needs root), then opens a shell there with
+/// KUBECONFIG and kubectl set up. Leaving the shell stops everything.
+#[derive(Parser)]
+#[command(name = "podset-local-cluster", version)]
+struct Args {
+    /// No node: Pods are created and stay Pending (starts about half a minute sooner).
+    #[arg(long)]
+    no_node: bool,
+    /// Run this command instead of a shell, e.g. `-- kubectl get podsets`.
+    #[arg(last = true)]
+    command: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    // Internal: the cluster starts this same binary as its podset-apiserver.
+    if argv.get(1).is_some_and(|a| a == "serve") {
+        return serve(argv[2..].to_vec());
+    }
+    let args = Args::parse();
+    let exe = std::env::current_exe().expect("own path");
+    if !inside_namespace() {
+        let forwarded: Vec<String> = argv[1..].iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        let status = namespace_command(&exe, &forwarded)
+            .env("KUBEBUILDER_ASSETS", assets_dir())
+            .status()
+            .expect("unshare (util-linux) and ip (iproute2) are needed, as root");
+        return ExitCode::from(status.code().unwrap_or(1) as u8);
+    }
+
+    let server = ServerCommand { program: exe, args: vec!["serve".into()] };
+    let cluster = if args.no_node {
+        eprintln!("starting etcd, kube-apiserver, kube-controller-manager and podset-apiserver ...");
+        Cluster::start(server)
+    } else {
+        eprintln!("starting etcd, kube-apiserver, kube-controller-manager, podset-apiserver and a node ...");
+        Cluster::start_with_node(server)
+    };
+    let assets = assets_dir();
+    let path = format!("{}:{}", assets.display(), std::env::var("PATH").unwrap_or_default());
+    eprintln!("ready: podset-apiserver is registered as v1alpha1.demo.k8s.io");
+    if !args.no_node {
+        eprintln!(
+            "node {} is Ready; its images: {} (the demo workload, port 8080)",
+            node::NODE_NAME,
+            cluster.demo_image()
+        );
+    }
+    eprintln!("KUBECONFIG={}", cluster.kubeconfig.display());
+    let mut cmd = match args.command.split_first() {
+        Some((program, rest)) => {
+            let mut c = Command::new(program);
+            c.args(rest);
+            c
+        }
+        None => {
+            eprintln!(
+                "try: kubectl get apiservices; kubectl api-resources --api-group=demo.k8s.io; kubectl get podsets"
+            );
+            eprintln!("exit the shell to stop the cluster");
+            Command::new(std::env::var_os("SHELL").map(PathBuf::from).unwrap_or_else(|| "bash".into()))
+        }
+    };
+    let status = cmd
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .env("PATH", path)
+        .env("HOME", cluster.dir.path())
+        .status()
+        .expect("run the command");
+    drop(cluster);
+    ExitCode::from(status.code().unwrap_or(1) as u8)
+}
+
+fn serve(flags: Vec<OsString>) -> ExitCode {
+    let mut argv = vec![OsString::from("podset-apiserver")];
+    argv.extend(flags);
+    let opts = podset_apiserver::cmd::Options::parse_from(argv);
+    podset_apiserver::cmd::init_tracing(opts.log_format);
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    match rt.block_on(podset_apiserver::cmd::run(opts)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("podset-apiserver: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,444 @@
+//! The cluster itself: starting etcd, kube-apiserver, kube-controller-manager, podset-apiserver's replicas and a
+//! node, registering the APIService, and stopping it all when dropped.
+
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair, KeyUsagePurpose};
+
+use crate::pki::Pki;
+use crate::process::Proc;
+use crate::sandbox::{assets_dir, free_port};
+use crate::{etcd, node, APISERVICE_YAML, NAMESPACE_YAML, NODE_IP, RBAC_YAML, REPLICA_IPS};
+
+/// What a client straight at podset-apiserver presents.
+pub enum Credential<'a> {
+    None,
+    /// A client certificate: PEM certificate and key.
+    Cert(&'a (String, String)),
+    /// A bearer token.
+    Token(&'a str),
+}
+
+/// How to start podset-apiserver: a program and the arguments before its flags.
+#[derive(Debug, Clone)]
+pub struct ServerCommand {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+}
+
+/// etcd + kube-apiserver + kube-controller-manager + podset-apiserver, registered and Available.
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub kubeconfig: PathBuf,
+    pub apiserver_url: String,
+    pub podset_addr: SocketAddr,
+    pub(crate) pki: Pki,
+    pub(crate) procs: Vec<Proc>,
+    /// None when podset-apiserver is not run by the harness (deployed to the node instead).
+    pub(crate) server: Option<ServerCommand>,
+    pub(crate) apiserver_args: Vec<String>,
+    /// How many podset-apiservers run; with more than one, they share the cluster's etcd.
+    pub(crate) replicas: usize,
+    pub(crate) etcd_url: String,
+    /// Per replica, the `--etcd-servers` it stores PodSets in, when not the cluster's etcd.
+    pub(crate) replica_etcd: Vec<String>,
+    /// Logs of replicas killed for good, printed if the test fails.
+    pub(crate) dead: Vec<Proc>,
+    pub(crate) node: Option<node::Node>,
+    /// The demo workload's image on the node (`podset-demo`), once there is one.
+    pub(crate) demo_image: Option<String>,
+}
+
+impl Cluster {
+    pub fn start(server: ServerCommand) -> Self {
+        Self::start_replicated(server, 1)
+    }
+
+    /// `replicas` podset-apiservers (at most 3) on [`REPLICA_IPS`], the same port, behind one Service whose
+    /// Endpoints list them all (kube-apiserver runs with `--enable-aggregator-routing`, so it picks one per
+    /// request). With more than one they store PodSets in the cluster's etcd (`--storage-backend=etcd`) and elect a
+    /// leader for the controller.
+    pub fn start_replicated(server: ServerCommand, replicas: usize) -> Self {
+        Self::start_with(Some(server), replicas, false, Vec::new())
+    }
+
+    /// [`Self::start_replicated`] with replica `i` storing PodSets at `etcd_servers[i]` (an etcd of its own, not
+    /// kube-apiserver's) when given.
+    pub fn start_replicated_on(server: ServerCommand, replicas: usize, etcd_servers: Vec<String>) -> Self {
+        assert!((1..=REPLICA_IPS.len()).contains(&replicas));
+        Self::start_with(Some(server), replicas, false, etcd_servers)
+    }
+
+    /// [`Self::start`] with a node ([`node`]): the PodSets' Pods are scheduled, pulled from the images imported
+    /// into containerd, and run. Takes about half a minute more.
+    pub fn start_with_node(server: ServerCommand) -> Self {
+        Self::start_with(Some(server), 1, true, Vec::new())
+    }
+
+    /// The control plane and a node, without podset-apiserver: for deploying it to the node as an admin would
+    /// (deploy/, with an image given to [`Self::import_image`]).
+    pub fn start_node_only() -> Self {
+        Self::start_with(None, 0, true, Vec::new())
+    }
+
+    fn start_with(server: Option<ServerCommand>, replicas: usize, with_node: bool, etcd_servers: Vec<String>) -> Self {
+        assert!(replicas <= REPLICA_IPS.len() && (replicas > 0) == server.is_some());
+        let assets = assets_dir();
+        let mut needed = vec!["etcd", "kube-apiserver", "kube-controller-manager", "kubectl"];
+        if with_node {
+            needed.extend(node::NODE_BINARIES);
+        }
+        for bin in needed {
+            assert!(
+                assets.join(bin).exists(),
+                "{bin} missing from KUBEBUILDER_ASSETS={} (hack/install-test-assets.sh installs it)",
+                assets.display()
+            );
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let pki = Pki::make(&dir.path().join("pki"));
+        let mut cluster = Self {
+            kubeconfig: dir.path().join("admin.kubeconfig"),
+            apiserver_url: String::new(),
+            podset_addr: format!("{NODE_IP}:{}", free_port()).parse().unwrap(),
+            dir,
+            pki,
+            procs: Vec::new(),
+            server,
+            apiserver_args: Vec::new(),
+            replicas,
+            etcd_url: String::new(),
+            replica_etcd: etcd_servers,
+            dead: Vec::new(),
+            node: None,
+            demo_image: None,
+        };
+        cluster.start_etcd_and_apiserver(&assets, with_node);
+        if cluster.server.is_some() {
+            // The namespace and the controller's RBAC exist before our server starts, as in deploy/.
+            cluster.apply_text("namespace.yaml", NAMESPACE_YAML);
+            cluster.apply_text("rbac.yaml", RBAC_YAML);
+            for i in 0..replicas {
+                cluster.start_replica(i);
+            }
+            cluster.register();
+        }
+        cluster.start_controller_manager(&assets, with_node);
+        // The service account controller making `default` shows kube-controller-manager is at work.
+        cluster.wait_for("kube-controller-manager to create default/default", Duration::from_secs(120), |c| {
+            c.kubectl_try(&["get", "serviceaccount", "default", "-n", "default"]).is_ok()
+        });
+        if with_node {
+            cluster.start_node(&assets);
+        }
+        cluster
+    }
+
+    /// containerd (with the sandbox and demo images imported), the kubelet, kube-scheduler and kube-proxy; returns
+    /// once the node is Ready and untainted and kube-proxy routes the `kubernetes` Service.
+    fn start_node(&mut self, assets: &Path) {
+        let pause = node::build_image("pause", "release");
+        let demo = node::build_image("podset-demo", "release");
+        let n = node::Node::prepare(self.dir.path(), &node::image_reference(&pause));
+        self.procs.push(Proc::spawn("containerd", &mut n.containerd_command(assets)));
+        let socket = n.containerd_socket();
+        self.node = Some(n);
+        self.wait_for("containerd to serve", Duration::from_secs(60), |c| {
+            socket.exists() && c.ctr(&["version"]).is_ok()
+        });
+        self.import_image(&pause);
+        self.import_image(&demo);
+        self.demo_image = Some(node::image_reference(&demo));
+
+        for user in ["kubelet", "scheduler", "proxy"] {
+            std::fs::write(self.dir.path().join(format!("{user}.kubeconfig")), self.kubeconfig_for(user)).unwrap();
+        }
+        let kubeconfig = |user: &str| self.dir.path().join(format!("{user}.kubeconfig"));
+        let kubelet_args = self.node.as_ref().unwrap().kubelet_args(&kubeconfig("kubelet"), &self.pki.path("ca.crt"));
+        let mut kubelet = Command::new(assets.join("kubelet"));
+        kubelet.args(kubelet_args).env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+        self.procs.push(Proc::spawn("kubelet", &mut kubelet));
+        let mut scheduler = Command::new(assets.join("kube-scheduler"));
+        scheduler.arg(format!("--kubeconfig={}", kubeconfig("scheduler").display())).args([
+            "--bind-address=127.0.0.1",
+            "--secure-port=0",
+            "--port=0",
+            "--leader-elect=false",
+        ]);
+        self.procs.push(Proc::spawn("kube-scheduler", &mut scheduler));
+        let mut proxy = Command::new(assets.join("kube-proxy"));
+        proxy
+            .arg(format!("--kubeconfig={}", kubeconfig("proxy").display()))
+            .args(["--proxy-mode=iptables", "--cluster-cidr", node::POD_SUBNET])
+            .arg(format!("--hostname-override={}", node::NODE_NAME))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--healthz-bind-address=127.0.0.1:{}", free_port()))
+            .arg(format!("--metrics-bind-address=127.0.0.1:{}", free_port()))
+            // Conntrack's table sizes are the machine's (read-only in a network namespace): leave them.
+            .args(["--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0"])
+            .args(["--conntrack-tcp-timeout-close-wait=0"])
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+        self.procs.push(Proc::spawn("kube-proxy", &mut proxy));
+
+        self.wait_for("the node to be Ready and untainted", Duration::from_secs(120), |c| {
+            c.kubectl_try(&[
+                "get",
+                "node",
+                node::NODE_NAME,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}/{.spec.taints}",
+            ])
+            .is_ok_and(|s| s == "True/")
+        });
+        self.wait_for("kube-proxy to route the kubernetes Service", Duration::from_secs(60), |_| {
+            Command::new("iptables")
+                .args(["-t", "nat", "-S", "KUBE-SERVICES"])
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("10.96.0.1/32"))
+        });
+    }
+
+    /// `ctr` in the node's containerd (`k8s.io` namespace, the kubelet's): its output, or the error.
+    pub fn ctr(&self, args: &[&str]) -> Result<String, String> {
+        let node = self.node.as_ref().expect("the cluster has no node (Cluster::start_with_node)");
+        let out = node.ctr(&assets_dir()).args(args).output().map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    /// Imports an OCI image archive (hack/build-image.sh's) into the node's containerd, as `ctr images import`
+    /// does on any containerd node, and returns the image's name for a Pod's `image`.
+    pub fn import_image(&self, archive: &Path) -> String {
+        let archive = archive.to_str().unwrap();
+        self.ctr(&["images", "import", archive]).unwrap_or_else(|e| panic!("importing {archive}: {e}"));
+        node::image_reference(Path::new(archive))
+    }
+
+    /// The demo workload's image on the node (images/src/bin/podset-demo.rs): serves /healthz and /readyz on
+    /// 8080, exits on `/exit?code=N` or `--exit-after`.
+    pub fn demo_image(&self) -> &str {
+        self.demo_image.as_deref().expect("the cluster has no node (Cluster::start_with_node)")
+    }
+
+    fn start_etcd_and_apiserver(&mut self, assets: &Path, with_node: bool) {
+        let (client, peer) = (free_port(), free_port());
+        let data_dir = self.dir.path().join("etcd");
+        let etcd = Proc::spawn(
+            "etcd",
+            etcd::command(&assets.join("etcd"), &data_dir, client, peer).arg("--unsafe-no-fsync=false"),
+        );
+        self.procs.push(etcd);
+        self.etcd_url = format!("http://127.0.0.1:{client}");
+        let port = free_port();
+        self.apiserver_url = format!("https://127.0.0.1:{port}");
+        let p = |n| self.pki.path(n);
+        self.apiserver_args = vec![
+            format!("--etcd-servers={}", self.etcd_url),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            format!("--advertise-address={NODE_IP}"),
+            "--service-cluster-ip-range=10.96.0.0/24".into(),
+            format!("--cert-dir={}", self.dir.path().join("apiserver-certs").display()),
+            format!("--tls-cert-file={}", p("apiserver.crt")),
+            format!("--tls-private-key-file={}", p("apiserver.key")),
+            format!("--client-ca-file={}", p("ca.crt")),
+            "--authorization-mode=RBAC".into(),
+            "--allow-privileged=true".into(),
+            format!("--service-account-key-file={}", p("sa.pub")),
+            format!("--service-account-signing-key-file={}", p("sa.key")),
+            "--service-account-issuer=https://kubernetes.default.svc".into(),
+            format!("--requestheader-client-ca-file={}", p("front-proxy-ca.crt")),
+            "--requestheader-allowed-names=front-proxy-client".into(),
+            "--requestheader-username-headers=X-Remote-User".into(),
+            "--requestheader-group-headers=X-Remote-Group".into(),
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-".into(),
+            format!("--proxy-client-cert-file={}", p("front-proxy-client.crt")),
+            format!("--proxy-client-key-file={}", p("front-proxy-client.key")),
+            "--enable-aggregator-routing=true".into(),
+        ];
+        if with_node {
+            // Pods reach it at the `kubernetes` Service (NODE_IP, through kube-proxy), and the kubelet's identity
+            // is for the Node authorizer; it reaches the kubelet (logs, exec) with the admin's certificate.
+            for (flag, value) in [
+                ("--bind-address", "0.0.0.0".to_owned()),
+                ("--authorization-mode", "Node,RBAC".to_owned()),
+                ("--kubelet-client-certificate", p("admin.crt")),
+                ("--kubelet-client-key", p("admin.key")),
+            ] {
+                self.apiserver_args.retain(|a| !a.starts_with(&format!("{flag}=")));
+                self.apiserver_args.push(format!("{flag}={value}"));
+            }
+        }
+        self.spawn_apiserver();
+        std::fs::write(&self.kubeconfig, self.kubeconfig_for("admin")).unwrap();
+        std::fs::write(self.controller_kubeconfig(), self.kubeconfig_for("controller")).unwrap();
+        self.wait_for("kube-apiserver to be ready", Duration::from_secs(120), |c| {
+            c.kubectl_try(&["get", "--raw", "/readyz"]).is_ok_and(|o| o.trim() == "ok")
+        });
+    }
+
+    fn spawn_apiserver(&mut self) {
+        let program = assets_dir().join("kube-apiserver");
+        self.procs.push(Proc::spawn("kube-apiserver", Command::new(program).args(&self.apiserver_args)));
+    }
+
+    /// The process id of one of the cluster's processes ("etcd", "kube-apiserver", ...), for measuring it.
+    pub fn pid(&self, name: &str) -> Option<u32> {
+        self.procs.iter().find(|p| p.name == name).map(|p| p.child.id())
+    }
+
+    /// Whether kube-apiserver reports our APIService `Available`.
+    pub fn apiservice_available(&self) -> bool {
+        self.kubectl_try(&[
+            "get",
+            "apiservice",
+            "v1alpha1.demo.k8s.io",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Available\")].status}",
+        ])
+        .is_ok_and(|s| s == "True")
+    }
+
+    /// Kills the process called `name` with SIGKILL, waits for it, and hands it back (its log kept).
+    pub(crate) fn kill_proc(&mut self, name: &str) -> Option<Proc> {
+        let at = self.procs.iter().position(|p| p.name == name)?;
+        let mut p = self.procs.remove(at);
+        p.kill();
+        Some(p)
+    }
+
+    /// The client URL of the cluster's etcd (kube-apiserver's `--etcd-servers`), for more servers to share it.
+    pub fn etcd_url(&self) -> &str {
+        &self.etcd_url
+    }
+
+    /// Kills kube-apiserver (etcd and the rest keep running).
+    pub fn stop_apiserver(&mut self) {
+        self.kill_proc("kube-apiserver");
+    }
+
+    /// Starts kube-apiserver again with the same flags and waits until it is ready.
+    pub fn start_apiserver(&mut self) {
+        self.spawn_apiserver();
+        self.wait_for("kube-apiserver to be ready again", Duration::from_secs(120), |c| {
+            c.kubectl_try(&["get", "--raw", "/readyz"]).is_ok_and(|o| o.trim() == "ok")
+        });
+    }
+
+    /// A PEM file made for this cluster (e.g. `front-proxy-client.crt`, `podset-ca.crt`).
+    pub fn pki_file(&self, name: &str) -> PathBuf {
+        self.pki.dir.join(name)
+    }
+
+    /// A client certificate signed by one of the cluster's CAs (`"ca"`, the cluster CA kube-apiserver's
+    /// `--client-ca-file` names, or `"front-proxy-ca"`): PEM (certificate, key).
+    pub fn client_cert(&self, ca: &str, cn: &str, org: Option<&str>) -> (String, String) {
+        let cert = std::fs::read_to_string(self.pki.dir.join(format!("{ca}.crt"))).unwrap();
+        let key = std::fs::read_to_string(self.pki.dir.join(format!("{ca}.key"))).unwrap();
+        let issuer = Issuer::from_ca_cert_pem(&cert, KeyPair::from_pem(&key).unwrap()).unwrap();
+        let orgs: Vec<&str> = org.into_iter().collect();
+        let mut p = CertificateParams::default();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        for o in orgs {
+            p.distinguished_name.push(DnType::OrganizationName, o);
+        }
+        p.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let leaf_key = KeyPair::generate().unwrap();
+        let leaf = p.signed_by(&leaf_key, &issuer).unwrap();
+        (leaf.pem(), leaf_key.serialize_pem())
+    }
+
+    /// Applies a selector-less Service + Endpoints pointing at our server, and
+    /// deploy/base/apiservice.yaml with our CA, then waits for `Available=True`.
+    fn register(&mut self) {
+        let port = self.podset_addr.port();
+        let service = format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: podset-apiserver\n  namespace: podset-system\nspec:\n  ports:\n  - name: https\n    port: 443\n    targetPort: {port}\n"
+        );
+        self.apply_text("service.yaml", &service);
+        self.set_ready_replicas(&(0..self.replicas).collect::<Vec<_>>());
+        // deploy/base/apiservice.yaml with the caBundle an overlay would add.
+        let mut apiservice: serde_yaml::Value =
+            serde_yaml::from_str(APISERVICE_YAML).expect("deploy/base/apiservice.yaml");
+        apiservice["spec"]["caBundle"] = self.pki.b64("podset-ca.crt").into();
+        self.apply_text("apiservice.yaml", &serde_yaml::to_string(&apiservice).expect("YAML"));
+        self.wait_for("APIService v1alpha1.demo.k8s.io to be Available", Duration::from_secs(120), |c| {
+            c.apiservice_available()
+        });
+        // Available comes from one controller, the proxy route from another: wait until requests get through.
+        self.wait_for("kube-apiserver to proxy demo.k8s.io", Duration::from_secs(60), |c| {
+            c.kubectl_try(&["get", "--raw", "/apis/demo.k8s.io/v1alpha1"]).is_ok()
+        });
+    }
+
+    fn start_controller_manager(&mut self, assets: &Path, with_node: bool) {
+        // Without a node, the controllers for nodes and volumes have nothing to do. With one, the node lifecycle
+        // controller lifts the kubelet's not-ready taint and the binder binds a StatefulSet's claim.
+        let controllers = if with_node {
+            "*,-nodeipam,-ttl"
+        } else {
+            "*,-nodeipam,-nodelifecycle,-attachdetach,-persistentvolume-binder,-ttl"
+        };
+        let kcm = Proc::spawn(
+            "kube-controller-manager",
+            Command::new(assets.join("kube-controller-manager")).args([
+                format!("--kubeconfig={}", self.kubeconfig.display()),
+                "--bind-address=127.0.0.1".into(),
+                "--secure-port=0".into(),
+                "--port=0".into(),
+                format!("--controllers={controllers}"),
+                "--leader-elect=false".into(),
+                format!("--service-account-private-key-file={}", self.pki.path("sa.key")),
+                format!("--root-ca-file={}", self.pki.path("ca.crt")),
+            ]),
+        );
+        self.procs.push(kcm);
+    }
+
+    /// A kubeconfig for kube-apiserver with the client certificate `<user>.crt`.
+    fn kubeconfig_for(&self, user: &str) -> String {
+        let mut kubeconfig = String::new();
+        write!(
+            kubeconfig,
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {}\n    certificate-authority-data: {}\n\
+             contexts:\n- name: e2e\n  context:\n    cluster: e2e\n    user: {user}\n    namespace: default\ncurrent-context: e2e\n\
+             users:\n- name: {user}\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n",
+            self.apiserver_url,
+            self.pki.b64("ca.crt"),
+            self.pki.b64(&format!("{user}.crt")),
+            self.pki.b64(&format!("{user}.key"))
+        )
+        .unwrap();
+        kubeconfig
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for p in self.procs.iter_mut().rev() {
+            p.kill();
+        }
+        if let Some(node) = &self.node {
+            node.cleanup();
+        }
+        if std::thread::panicking() {
+            for p in self.dead.iter().chain(&self.procs) {
+                let log = p.log();
+                let tail: Vec<&str> = log.lines().rev().take(60).collect();
+                eprintln!("----- {} (last {} lines) -----", p.name, tail.len());
+                for l in tail.iter().rev() {
+                    eprintln!("{l}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! The private namespaces every cluster runs in, and where its binaries come from.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::REPLICA_IPS;
+
+pub const INSIDE: &str = "PODSET_ENVTEST_INSIDE_NAMESPACE";
+
+/// True inside a namespace made by [`namespace_command`].
+pub fn inside_namespace() -> bool {
+    std::env::var_os(INSIDE).is_some()
+}
+
+/// A command that runs `program args...` in a fresh network + PID + mount namespace (as root): loopback up,
+/// [`NODE_IP`] on it, and every process in it killed when `program` exits. The mount namespace has a /proc of its
+/// own, so children's /proc/<pid> can be read (a benchmark measures their memory) and /proc lists only the
+/// namespace's processes; mounts made in it (a node's) go with it.
+pub fn namespace_command(program: &Path, args: &[String]) -> Command {
+    let addrs: String = REPLICA_IPS.iter().map(|ip| format!(" && ip addr add {ip}/32 dev lo")).collect();
+    let script = format!("ip link set lo up{addrs} && exec \"$@\"");
+    let mut c = Command::new("unshare");
+    c.args(["--net", "--pid", "--fork", "--kill-child", "--mount-proc"]);
+    c.args(["--", "sh", "-c", &script, "sh"]).arg(program).args(args).env(INSIDE, "1");
+    c
+}
+
+/// For a program that needs its own control plane (a benchmark): outside a namespace, runs this program again with
+/// the same arguments inside a fresh one and exits with its status; inside, returns.
+pub fn reenter_namespace() {
+    if inside_namespace() {
+        return;
+    }
+    let exe = std::env::current_exe().expect("current executable");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let status = namespace_command(&exe, &args).env("KUBEBUILDER_ASSETS", assets_dir()).status().expect("unshare");
+    std::process::exit(status.code().unwrap_or(1));
+}
+
+/// Where the control-plane binaries are: `KUBEBUILDER_ASSETS` (see hack/install-test-assets.sh).
+pub fn assets_dir() -> PathBuf {
+    let dir = std::env::var_os("KUBEBUILDER_ASSETS").map(PathBuf::from).expect(
+        "KUBEBUILDER_ASSETS is not set: hack/install-test-assets.sh installs the binaries and prints their directory",
+    );
+    assert!(dir.join("kubectl").exists(), "no kubectl in KUBEBUILDER_ASSETS={}", dir.display());
+    dir
+}
+
+pub(crate) fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}

@@ -1,0 +1,265 @@
+//! One run: a three-member etcd cluster, replicas of podset-apiserver on it behind the real aggregator with the
+//! controller on, the clients' traffic and watches on every replica and through kube-apiserver, and the faults a
+//! seed draws. Everything runs inside the envtest network namespace ([`podset_envtest::namespace_command`]). The
+//! run's [`History`] goes to [`crate::check`].
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use podset_apiserver::api::PodSet;
+use podset_envtest::{assets_dir, Cluster, ServerCommand, REPLICA_IPS};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use tokio_util::sync::CancellationToken;
+
+use crate::failpoint::{etcd_route, inject, plan, sh, EtcdCluster, Fault};
+use crate::model::history::{Change, History, ReplicaStart, Settled, AGGREGATOR, NEVER};
+use crate::traffic::{census, key_of, replica_route, sampler, watcher, Client, Recorder, Route, MARKER, NAMESPACE};
+
+/// Where PodSets live in etcd (`--etcd-prefix` /registry).
+const ETCD_PREFIX: &str = "/registry/demo.k8s.io/podsets/";
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub seed: u64,
+    /// podset-apiserver replicas (2 or 3).
+    pub replicas: usize,
+    pub clients: usize,
+    pub watchers: usize,
+    /// PodSets the clients fight over.
+    pub keys: usize,
+    pub faults: usize,
+    /// Faults every run has, in the first slots; the rest are drawn from the seed.
+    pub fixed: Vec<Fault>,
+    /// The faults happen within this window; traffic goes on a while after.
+    pub fault_window: Duration,
+    pub server: ServerCommand,
+}
+
+impl Options {
+    /// A few faults, for CI.
+    pub fn short(seed: u64, server: ServerCommand) -> Self {
+        Self {
+            seed,
+            replicas: 2,
+            clients: 4,
+            watchers: 2,
+            keys: 6,
+            faults: 3,
+            // The two classes users fear most: a paused leader, and etcd losing its leader.
+            fixed: vec![Fault::PauseLeader, Fault::KillEtcdLeader],
+            fault_window: Duration::from_secs(108),
+            server,
+        }
+    }
+
+    /// More of everything, for the long form.
+    pub fn long(seed: u64, server: ServerCommand) -> Self {
+        Self {
+            replicas: 3,
+            clients: 6,
+            watchers: 3,
+            keys: 8,
+            faults: 5,
+            fixed: Vec::new(),
+            fault_window: Duration::from_secs(180),
+            ..Self::short(seed, server)
+        }
+    }
+}
+
+/// A client straight at replica `i` with a client certificate, without kube-rs's retries.
+fn replica_client(c: &Cluster, i: usize, (cert, key): &(String, String)) -> kube::Client {
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let addr = format!("https://{}:{}", REPLICA_IPS[i], c.podset_addr.port());
+    let mut config = kube::Config::new(addr.parse().expect("address"));
+    let ca = podset_apiserver::apiserver::tls::read_certs(&c.podset_ca()).expect("our CA");
+    config.root_cert = Some(ca.iter().map(|c| c.to_vec()).collect());
+    config.auth_info.client_certificate_data = Some(b64(cert));
+    config.auth_info.client_key_data = Some(b64(key).into());
+    config.default_retry = false;
+    kube::Client::try_from(config).expect("client")
+}
+
+/// Every change to PodSets, in order, from etcd's history (nothing is compacted during a run).
+async fn etcd_changes(endpoints: Vec<String>) -> Vec<Change> {
+    let mut client = etcd_client::Client::connect(endpoints, None).await.expect("etcd");
+    let head = client.get("/", None).await.expect("etcd revision").header().expect("header").revision();
+    let opts = etcd_client::WatchOptions::new().with_prefix().with_start_revision(1);
+    let mut stream = client.watch(ETCD_PREFIX, Some(opts)).await.expect("etcd watch");
+    let mut changes = Vec::new();
+    let mut last = 0;
+    while last < head {
+        // Every write of ours bumps the revision with a PodSet change, so the last one is at the head; a silence
+        // means there is no more.
+        let Ok(Ok(Some(resp))) = tokio::time::timeout(Duration::from_secs(5), stream.message()).await else { break };
+        for ev in resp.events() {
+            let Some(kv) = ev.kv() else { continue };
+            let key = String::from_utf8_lossy(kv.key()).trim_start_matches(ETCD_PREFIX).to_owned();
+            last = last.max(kv.mod_revision());
+            let marker = match ev.event_type() {
+                etcd_client::EventType::Delete => None,
+                etcd_client::EventType::Put => {
+                    let v: serde_json::Value = serde_json::from_slice(kv.value()).unwrap_or_default();
+                    Some(v["metadata"]["annotations"][MARKER].as_str().unwrap_or_default().to_owned())
+                }
+            };
+            changes.push(Change { resource_version: kv.mod_revision() as u64, key, marker });
+        }
+    }
+    changes
+}
+
+/// What one run did, beside its history.
+pub struct Run {
+    pub history: History,
+    pub faults: Vec<String>,
+    pub took: Duration,
+}
+
+/// Runs the cluster, the traffic and the faults of `opts.seed`, and returns the history. Inside the namespace.
+pub fn run(opts: &Options) -> Run {
+    let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..opts.replicas {
+        sh(&format!("ip addr replace {}/32 dev lo", etcd_route(i)));
+    }
+    let mut etcd = EtcdCluster::start(&assets_dir().join("etcd"), dir.path(), 3);
+    let servers: Vec<String> = (0..opts.replicas)
+        .map(|i| {
+            (0..etcd.len())
+                .map(|m| format!("http://{}:{}", etcd_route(i), etcd.client_port(m)))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect();
+    let mut server = opts.server.clone();
+    // No compaction: etcd's history is the record the checker reads back. Caches keep all of a run's history
+    // too, so each begins where its process read the store, and a watch from later must never be told 410.
+    server.args.extend(
+        ["--etcd-compaction-interval=0", "--watch-history-seconds=3600", "--watch-history-max-bytes=1073741824"]
+            .map(Into::into),
+    );
+    let mut c = Cluster::start_replicated_on(server, opts.replicas, servers);
+    c.wait_for("a controller leader", Duration::from_secs(60), |c| c.controller_leader().is_some());
+
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let admin = c.client_cert("ca", "robustness", Some("system:masters"));
+    let (routes, main) = rt.block_on(async {
+        let mut routes: Vec<Route> = (0..opts.replicas)
+            .map(|i| Route { name: replica_route(i), client: replica_client(&c, i, &admin) })
+            .collect();
+        let mut config = c.config().await;
+        // One call, one request: kube-rs retries 503s and 504s by default, even writes that may have been applied.
+        config.default_retry = false;
+        let main = kube::Client::try_from(config).expect("client");
+        routes.push(Route { name: AGGREGATOR.into(), client: main.clone() });
+        (Arc::new(routes), main)
+    });
+    let rec = Arc::new(Recorder {
+        start: Instant::now(),
+        operations: Mutex::default(),
+        watches: Mutex::default(),
+        pod_counts: Mutex::default(),
+        replicas_sets: Mutex::default(),
+        latest: AtomicU64::new(0),
+        replica_starts: Mutex::new(
+            (0..opts.replicas).map(|i| ReplicaStart { route: replica_route(i), at: 0 }).collect(),
+        ),
+    });
+    let stop = CancellationToken::new();
+    let mut tasks = Vec::new();
+    for id in 0..opts.clients {
+        let mut client = Client {
+            id,
+            routes: routes.clone(),
+            rec: rec.clone(),
+            rng: StdRng::seed_from_u64(opts.seed ^ ((id as u64 + 1) << 32)),
+            keys: opts.keys,
+            seq: 0,
+        };
+        let stop = stop.clone();
+        tasks.push(rt.spawn(async move {
+            while !stop.is_cancelled() {
+                client.step().await;
+            }
+        }));
+    }
+    for w in 0..opts.watchers {
+        let rng = StdRng::seed_from_u64(opts.seed ^ ((w as u64 + 100) << 32));
+        tasks.push(rt.spawn(watcher(opts.clients + w, routes.clone(), rec.clone(), rng, stop.clone())));
+    }
+    let podsets: Api<PodSet> = Api::namespaced(main.clone(), NAMESPACE);
+    let pods: Api<Pod> = Api::namespaced(main.clone(), NAMESPACE);
+    tasks.push(rt.spawn(sampler(podsets.clone(), pods.clone(), rec.clone(), stop.clone())));
+
+    let mut faults = Vec::new();
+    for p in plan(opts) {
+        let wait = p.at.saturating_sub(rec.start.elapsed());
+        std::thread::sleep(wait);
+        let at = rec.start.elapsed();
+        let what = inject(&mut c, &mut etcd, &rt, &rec, p);
+        faults.push(format!("{:>6.1}s: {what}", at.as_secs_f64()));
+    }
+    // Traffic on a healed system for a while, then quiet until it settles.
+    std::thread::sleep((opts.fault_window + Duration::from_secs(10)).saturating_sub(rec.start.elapsed()));
+    stop.cancel();
+    rt.block_on(async {
+        for t in tasks {
+            let _ = t.await;
+        }
+    });
+    let settle_deadline = Instant::now() + Duration::from_secs(120);
+    let settled = loop {
+        let census = rt.block_on(census(&podsets, &pods)).unwrap_or_default();
+        let settled: Vec<Settled> = census
+            .iter()
+            .map(|(ps, active)| Settled {
+                key: key_of(ps),
+                generation: ps.metadata.generation.unwrap_or(0),
+                replicas: ps.spec.replicas.unwrap_or(1) as u32,
+                active: *active,
+                status_replicas: ps.status.as_ref().map(|s| s.replicas as u32),
+                observed_generation: ps.status.as_ref().and_then(|s| s.observed_generation),
+            })
+            .collect();
+        let done = settled.iter().all(|s| {
+            s.active == s.replicas
+                && s.status_replicas == Some(s.replicas)
+                && s.observed_generation == Some(s.generation)
+        });
+        if done || Instant::now() > settle_deadline {
+            break settled;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    let changes = rt.block_on(etcd_changes(etcd.endpoints()));
+
+    let made: std::collections::HashSet<&str> = changes.iter().filter_map(|ch| ch.marker.as_deref()).collect();
+    let replicas_sets = rec
+        .replicas_sets
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(marker, s)| s.ret != NEVER || made.contains(marker.as_str()))
+        .map(|(_, s)| s.clone())
+        .collect();
+    let history = History {
+        seed: opts.seed,
+        operations: std::mem::take(&mut *rec.operations.lock().unwrap()),
+        watches: std::mem::take(&mut *rec.watches.lock().unwrap()),
+        changes,
+        replica_starts: std::mem::take(&mut *rec.replica_starts.lock().unwrap()),
+        pod_counts: std::mem::take(&mut *rec.pod_counts.lock().unwrap()),
+        replicas_sets,
+        reconcile_grace: Duration::from_secs(30).as_nanos() as u64,
+        settled,
+    };
+    drop(c);
+    drop(etcd);
+    Run { history, faults, took: started.elapsed() }
+}

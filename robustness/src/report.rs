@@ -1,0 +1,57 @@
+//! What the checker found in one history, as the run prints it.
+
+use std::fmt;
+
+/// What the checker found in one history.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub seed: u64,
+    /// Client calls recorded.
+    pub calls: usize,
+    /// Calls placed by the linearizability search (a list counts once per key).
+    pub calls_checked: usize,
+    pub keys: usize,
+    pub watch_events: usize,
+    /// Watches told 410 at their start, and how many of them the cache floor judged (the rest came before anything
+    /// told where the answering cache began).
+    pub told_410: usize,
+    pub told_410_judged: usize,
+    /// Keys the search gave up on.
+    pub undecided: Vec<String>,
+    /// (what, the smallest piece of history that shows it).
+    pub violations: Vec<(String, Vec<String>)>,
+}
+
+impl Report {
+    pub fn ok(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "seed {}: {} calls ({} placed on {} keys, a list once per key) and {} watch items checked ({} of {} 410s \
+             against the answering cache's floor), {} violations",
+            self.seed,
+            self.calls,
+            self.calls_checked,
+            self.keys,
+            self.watch_events,
+            self.told_410_judged,
+            self.told_410,
+            self.violations.len()
+        )?;
+        if !self.undecided.is_empty() {
+            writeln!(f, "undecided (search too large): {:?}", self.undecided)?;
+        }
+        for (what, lines) in &self.violations {
+            writeln!(f, "VIOLATION (seed {}): {what}", self.seed)?;
+            for l in lines {
+                writeln!(f, "    {l}")?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,254 @@
+//! Objects seen through the merge schema — structured-merge-diff's `typed` package, one job a file: the walk of
+//! two objects together (here), their field sets ([`tofieldset`]), the difference of two ([`compare`]), a created
+//! object's field set written straight as FieldsV1 ([`fieldsv1`]), the merge of an applied configuration into a
+//! live object ([`merge`]), removal of fields ([`remove`]) and pruning of undeclared ones ([`prune`]).
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use super::path::{Path, PathElement};
+use super::schema::{ListKind, Schema, Type, TypeId, UNTYPED};
+use super::set::Set;
+
+mod compare;
+mod fieldsv1;
+mod merge;
+mod prune;
+mod remove;
+#[cfg(test)]
+mod tests;
+mod tofieldset;
+
+pub use compare::{compare, compare_with_skeleton, created_set, Comparison};
+pub use fieldsv1::write_created_fields_v1;
+pub use merge::merge;
+pub use prune::prune_unknown;
+pub use remove::{ensure_named_fields_are_members, remove_items};
+pub use tofieldset::to_field_set;
+
+/// A shape the schema cannot take (duplicate list keys, a list item without its key fields, …).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct SchemaError {
+    pub path: String,
+    pub message: String,
+}
+
+pub(super) fn err(path: &Path, message: impl Into<String>) -> SchemaError {
+    SchemaError { path: super::path::Display(path).to_string(), message: message.into() }
+}
+
+/// Default values of list-map key fields, as the OpenAPI `default` of a key is used for an item that omits it.
+pub(super) fn key_default(field: &str) -> Option<Value> {
+    (field == "protocol").then(|| Value::String("TCP".into()))
+}
+
+/// How a value is walked: by its declared type, or deduced from its shape when the type is untyped.
+pub(super) enum Shape<'s> {
+    Scalar,
+    Map { schema_map: Option<(&'s HashMap<String, TypeId>, Option<TypeId>)>, atomic: bool },
+    List { element: TypeId, kind: &'s ListKind },
+}
+
+/// How lists without a schema are merged.
+static UNTYPED_LIST: ListKind = ListKind::Atomic;
+
+pub(super) fn shape<'s>(schema: &'s Schema, t: TypeId, lhs: Option<&Value>, rhs: Option<&Value>) -> Shape<'s> {
+    match schema.get(t) {
+        Type::Scalar => Shape::Scalar,
+        Type::Map { fields, element, atomic } => Shape::Map { schema_map: Some((fields, *element)), atomic: *atomic },
+        Type::List { element, kind } => Shape::List { element: *element, kind },
+        Type::Untyped => {
+            let v = rhs.filter(|v| !v.is_null()).or(lhs);
+            match v {
+                Some(Value::Object(_)) => Shape::Map { schema_map: None, atomic: false },
+                Some(Value::Array(_)) => Shape::List { element: t, kind: &UNTYPED_LIST },
+                _ => Shape::Scalar,
+            }
+        }
+    }
+}
+
+pub(super) fn child_type(t: TypeId, map: Option<(&HashMap<String, TypeId>, Option<TypeId>)>, k: &str) -> TypeId {
+    match map {
+        Some((fields, element)) => fields.get(k).copied().or(element).unwrap_or(UNTYPED),
+        None => t,
+    }
+}
+
+pub(super) fn as_map(v: Option<&Value>) -> Option<&Map<String, Value>> {
+    v.and_then(Value::as_object)
+}
+
+pub(super) fn as_list(v: Option<&Value>) -> &[Value] {
+    v.and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[])
+}
+
+/// The path element of a list item.
+pub(super) fn item_element(
+    kind: &ListKind,
+    item: &Value,
+    index: usize,
+    path: &Path,
+) -> Result<PathElement, SchemaError> {
+    match kind {
+        ListKind::Atomic => Ok(PathElement::Index(index)),
+        ListKind::Set => match item {
+            Value::Object(_) | Value::Array(_) => Err(err(path, "a set can only hold scalars")),
+            v => Ok(PathElement::Value(v.clone())),
+        },
+        ListKind::Map(keys) if keys.is_empty() => Ok(PathElement::Value(item.clone())),
+        ListKind::Map(keys) => {
+            let m = item.as_object().ok_or_else(|| err(path, "an item of a keyed list must be an object"))?;
+            let mut fields = Vec::with_capacity(keys.len());
+            for k in keys {
+                match m.get(k).filter(|v| !v.is_null()).cloned().or_else(|| key_default(k)) {
+                    Some(v) => fields.push((k.clone(), v)),
+                    None => {
+                        return Err(err(
+                            path,
+                            format!(
+                                "element {index}: associative list with keys has an element that omits key field {k:?}"
+                            ),
+                        ))
+                    }
+                }
+            }
+            fields.sort_by(|a, b| a.0.cmp(&b.0));
+            Ok(PathElement::Key(fields))
+        }
+    }
+}
+
+pub(super) fn index_items<'v>(
+    kind: &ListKind,
+    items: &'v [Value],
+    path: &Path,
+) -> Result<(Vec<PathElement>, HashMap<String, &'v Value>), SchemaError> {
+    let mut pes = Vec::with_capacity(items.len());
+    let mut by_pe = HashMap::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let pe = item_element(kind, item, i, path)?;
+        if by_pe.insert(pe.encode(), item).is_some() {
+            return Err(err(path, format!("duplicate entries for key {}", pe.encode())));
+        }
+        pes.push(pe);
+    }
+    Ok((pes, by_pe))
+}
+
+/// Walks two objects together as structured-merge-diff's merging walker: `leaf` decides scalars and atomic
+/// values; `node` sees every other value after its children.
+pub(super) struct Walker<'s, L, N> {
+    schema: &'s Schema,
+    leaf: L,
+    node: N,
+}
+
+impl<L, N> Walker<'_, L, N>
+where
+    L: FnMut(&Path, Option<&Value>, Option<&Value>) -> Option<Value>,
+    N: FnMut(&Path, Option<&Value>, Option<&Value>),
+{
+    fn walk(
+        &mut self,
+        t: TypeId,
+        path: &mut Path,
+        lhs: Option<&Value>,
+        rhs: Option<&Value>,
+    ) -> Result<Option<Value>, SchemaError> {
+        let empty = |v: Option<&Value>| match v {
+            None | Some(Value::Null) => true,
+            Some(Value::Object(m)) => m.is_empty(),
+            Some(Value::Array(a)) => a.is_empty(),
+            _ => false,
+        };
+        let out = match shape(self.schema, t, lhs, rhs) {
+            Shape::Scalar => return Ok((self.leaf)(path, lhs, rhs)),
+            Shape::Map { atomic: true, .. } | Shape::List { kind: ListKind::Atomic, .. } => {
+                return Ok((self.leaf)(path, lhs, rhs))
+            }
+            _ if empty(lhs) && empty(rhs) => return Ok((self.leaf)(path, lhs, rhs)),
+            Shape::Map { schema_map, .. } => {
+                let (l, r) = (as_map(lhs), as_map(rhs));
+                if (lhs.is_some() && l.is_none() && !empty(lhs)) || (rhs.is_some() && r.is_none() && !empty(rhs)) {
+                    // One side is not a map: the values are not comparable field by field.
+                    return Ok((self.leaf)(path, lhs, rhs));
+                }
+                let mut out = Map::new();
+                let keys = l.into_iter().flat_map(|m| m.keys()).chain(r.into_iter().flat_map(|m| m.keys()));
+                let mut seen = std::collections::HashSet::new();
+                for k in keys {
+                    if !seen.insert(k.as_str()) {
+                        continue;
+                    }
+                    let ct = child_type(t, schema_map, k);
+                    path.push(PathElement::Field(k.clone()));
+                    let v = self.walk(ct, path, l.and_then(|m| m.get(k)), r.and_then(|m| m.get(k)));
+                    path.pop();
+                    if let Some(v) = v? {
+                        out.insert(k.clone(), v);
+                    }
+                }
+                (!out.is_empty()).then_some(Value::Object(out))
+            }
+            Shape::List { element, kind } => {
+                let (l, r) = (as_list(lhs), as_list(rhs));
+                let (lpes, lby) = index_items(kind, l, path)?;
+                let (rpes, rby) = index_items(kind, r, path)?;
+                let mut out = Vec::with_capacity(l.len().max(r.len()));
+                let mut item = |w: &mut Self, pe: &PathElement, path: &mut Path| -> Result<(), SchemaError> {
+                    let key = pe.encode();
+                    path.push(pe.clone());
+                    let v = w.walk(element, path, lby.get(&key).copied(), rby.get(&key).copied());
+                    path.pop();
+                    if let Some(v) = v? {
+                        out.push(v);
+                    }
+                    Ok(())
+                };
+                // The order structured-merge-diff keeps: the applied order, with live-only items where they were.
+                let mut shared: std::collections::VecDeque<&PathElement> =
+                    rpes.iter().filter(|pe| lby.contains_key(&pe.encode())).collect();
+                let (mut li, mut ri) = (0, 0);
+                while li < lpes.len() || ri < rpes.len() {
+                    if li < lpes.len() && ri < rpes.len() {
+                        if lpes[li] == rpes[ri] {
+                            item(self, &lpes[li], path)?;
+                            if shared.front() == Some(&&lpes[li]) {
+                                shared.pop_front();
+                            }
+                            li += 1;
+                            ri += 1;
+                            continue;
+                        }
+                        let in_rhs = rby.contains_key(&lpes[li].encode());
+                        if in_rhs && shared.front().is_some_and(|n| **n != lpes[li]) {
+                            li += 1;
+                            continue;
+                        }
+                    }
+                    if li < lpes.len() && !rby.contains_key(&lpes[li].encode()) {
+                        item(self, &lpes[li], path)?;
+                        li += 1;
+                        continue;
+                    }
+                    if ri < rpes.len() {
+                        item(self, &rpes[ri], path)?;
+                        if shared.front() == Some(&&rpes[ri]) {
+                            shared.pop_front();
+                        }
+                        ri += 1;
+                    } else {
+                        // Only live items already merged remain.
+                        li += 1;
+                    }
+                }
+                (!out.is_empty()).then_some(Value::Array(out))
+            }
+        };
+        (self.node)(path, lhs, rhs);
+        Ok(out)
+    }
+}

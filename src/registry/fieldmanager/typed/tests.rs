@@ -1,0 +1,179 @@
+use super::*;
+use serde_json::json;
+
+/// A small schema in the shape of a Deployment: a struct, a keyed list, a set, an atomic list, a map, an
+/// atomic struct.
+fn schema() -> Schema {
+    let defs = json!({
+        "Obj": {"type": "object", "properties": {
+            "metadata": {"$ref": "#/components/schemas/Meta"},
+            "spec": {"$ref": "#/components/schemas/Spec"},
+            "status": {"type": "object", "properties": {"n": {"type": "integer"}}}
+        }},
+        "Meta": {"type": "object", "properties": {
+            "name": {"type": "string"},
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "finalizers": {"type": "array", "items": {"type": "string"}, "x-kubernetes-list-type": "set"}
+        }},
+        "Spec": {"type": "object", "properties": {
+            "replicas": {"type": "integer"},
+            "selector": {"type": "object", "properties": {"matchLabels": {"type": "object",
+                "additionalProperties": {"type": "string"}}}, "x-kubernetes-map-type": "atomic"},
+            "containers": {"type": "array", "items": {"$ref": "#/components/schemas/C"},
+                "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+            "strategy": {"type": "object", "properties": {"max": {"type": "integer"}, "min": {"type": "integer"}}}
+        }},
+        "C": {"type": "object", "properties": {
+            "name": {"type": "string"}, "image": {"type": "string"},
+            "args": {"type": "array", "items": {"type": "string"}},
+            "ports": {"type": "array", "items": {"$ref": "#/components/schemas/P"},
+                "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["containerPort", "protocol"]}
+        }},
+        "P": {"type": "object", "properties": {"containerPort": {"type": "integer"}, "protocol": {"type": "string"}}}
+    });
+    Schema::from_openapi(defs.as_object().unwrap(), "Obj")
+}
+
+fn fields(s: &Set) -> Value {
+    s.to_fields_v1()
+}
+
+#[test]
+fn field_set_names_leaves_list_items_and_map_entries() {
+    let s = schema();
+    let obj = json!({
+        "metadata": {"labels": {"app": "web"}, "finalizers": ["a"]},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                 "containers": [{"name": "main", "image": "x", "args": ["a"], "ports": [{"containerPort": 80}]}],
+                 "strategy": {}}
+    });
+    let set = to_field_set(&s, &obj).unwrap();
+    assert_eq!(
+        fields(&set),
+        json!({
+            "f:metadata": {"f:labels": {"f:app": {}}, "f:finalizers": {"v:\"a\"": {}}},
+            "f:spec": {
+                "f:containers": {"k:{\"name\":\"main\"}": {".": {}, "f:args": {}, "f:image": {}, "f:name": {},
+                    "f:ports": {"k:{\"containerPort\":80,\"protocol\":\"TCP\"}": {".": {}, "f:containerPort": {}}}}},
+                "f:replicas": {}, "f:selector": {}
+            }
+        })
+    );
+}
+
+#[test]
+fn compare_reports_added_modified_removed_with_new_nodes() {
+    let s = schema();
+    let a = json!({"spec": {"replicas": 1, "containers": [{"name": "main", "image": "x"}]}});
+    let b = json!({"metadata": {"labels": {"app": "w"}}, "spec": {"replicas": 2, "strategy": {"max": 1},
+                    "containers": [{"name": "main", "image": "x"}, {"name": "side", "image": "y"}]}});
+    let c = compare(&s, &a, &b).unwrap();
+    assert_eq!(fields(&c.modified), json!({"f:spec": {"f:replicas": {}}}));
+    assert_eq!(
+        fields(&c.added),
+        json!({"f:metadata": {".": {}, "f:labels": {".": {}, "f:app": {}}}, "f:spec": {
+            "f:containers": {"k:{\"name\":\"side\"}": {".": {}, "f:image": {}, "f:name": {}}},
+            "f:strategy": {".": {}, "f:max": {}}}})
+    );
+    let back = compare(&s, &b, &a).unwrap();
+    assert_eq!(fields(&back.removed), fields(&c.added));
+}
+
+#[test]
+fn created_set_is_what_compare_from_nothing_adds_or_modifies() {
+    let s = schema();
+    let objects = [
+        json!({}),
+        json!({"metadata": {"name": "a", "labels": {"app": "web", "tier": ""}, "finalizers": ["x", "y"]},
+               "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}, "strategy": {"max": 1},
+                        "containers": [{"name": "main", "image": "x", "args": ["a", "b"],
+                                        "ports": [{"containerPort": 80}, {"containerPort": 80, "protocol": "UDP"}]},
+                                       {"name": "side"}]},
+               "status": {"n": 1}, "extra": {"deep": {"er": [1, {"x": null}]}}}),
+        // Empty and null values, next to and instead of the skeleton's.
+        json!({"metadata": {}, "spec": {"strategy": {}, "containers": [], "replicas": null, "selector": {}},
+               "status": null}),
+        json!({"metadata": {"labels": {}}, "spec": {"strategy": null, "containers": [{"name": "a", "args": []}]}}),
+        // Values of the wrong shape for their type.
+        json!({"metadata": "x", "spec": {"containers": "nope", "strategy": 3, "replicas": {"x": 1}}}),
+        json!({"spec": {"containers": [{"name": "a", "ports": 5}], "strategy": ["a"]}, "status": []}),
+    ];
+    let skeletons = [
+        None,
+        Some(json!({"metadata": {}, "spec": {"strategy": {}, "containers": null}, "status": {}})),
+        Some(json!({"spec": {"strategy": {"max": 1}, "replicas": 2}})),
+        Some(json!({"spec": {"containers": [{"name": "main", "image": "x"}]}, "metadata": {"labels": {"app": "web"}}})),
+    ];
+    for obj in &objects {
+        for skel in &skeletons {
+            let cmp = compare_with_skeleton(&s, &json!({}), obj, skel.as_ref()).unwrap();
+            let created = created_set(&s, obj, skel.as_ref()).unwrap();
+            assert_eq!(fields(&created), fields(&cmp.added.union(&cmp.modified)), "{obj} on {skel:?}");
+            assert_eq!(created, cmp.added.union(&cmp.modified), "{obj} on {skel:?}");
+        }
+    }
+    let dup = json!({"spec": {"containers": [{"name": "a"}, {"name": "a"}]}});
+    assert!(created_set(&s, &dup, None).unwrap_err().message.contains("duplicate entries"));
+    let keyless = json!({"spec": {"containers": [{"image": "a"}]}});
+    assert!(created_set(&s, &keyless, None).unwrap_err().message.contains("omits key field \"name\""));
+}
+
+#[test]
+fn merge_applies_config_over_live_by_list_kind() {
+    let s = schema();
+    let live = json!({"spec": {"replicas": 1, "selector": {"matchLabels": {"a": "1", "b": "2"}},
+        "containers": [{"name": "a", "image": "x", "args": ["1", "2"]}, {"name": "b", "image": "y"}]},
+        "metadata": {"labels": {"keep": "1"}, "finalizers": ["f1"]}});
+    let config = json!({"spec": {"replicas": 3, "selector": {"matchLabels": {"a": "1"}},
+        "containers": [{"name": "b", "image": "z"}, {"name": "c", "image": "w"}]},
+        "metadata": {"labels": {"new": "2"}, "finalizers": ["f2"]}});
+    let merged = merge(&s, &live, &config).unwrap();
+    assert_eq!(
+        merged,
+        json!({"spec": {"replicas": 3, "selector": {"matchLabels": {"a": "1"}},
+            "containers": [{"name": "a", "image": "x", "args": ["1", "2"]}, {"name": "b", "image": "z"},
+                           {"name": "c", "image": "w"}]},
+            "metadata": {"labels": {"keep": "1", "new": "2"}, "finalizers": ["f1", "f2"]}})
+    );
+}
+
+#[test]
+fn removal_drops_subtrees_and_emptied_maps() {
+    let s = schema();
+    let obj = json!({"metadata": {"labels": {"app": "w"}}, "spec": {"replicas": 2,
+        "containers": [{"name": "a", "image": "x"}, {"name": "b", "image": "y"}]}});
+    let mut set = Set::new();
+    set.insert(&[
+        PathElement::Field("metadata".into()),
+        PathElement::Field("labels".into()),
+        PathElement::Field("app".into()),
+    ]);
+    set.insert(&[
+        PathElement::Field("spec".into()),
+        PathElement::Field("containers".into()),
+        PathElement::Key(vec![("name".into(), json!("b"))]),
+    ]);
+    let out = remove_items(&s, &obj, &set);
+    // The labels map emptied, and the metadata with it.
+    assert_eq!(out, json!({"spec": {"replicas": 2, "containers": [{"name": "a", "image": "x"}]}}));
+    let ensured = ensure_named_fields_are_members(&s, &set);
+    assert!(ensured.has(&[PathElement::Field("metadata".into())]));
+    assert!(ensured.has(&[PathElement::Field("metadata".into()), PathElement::Field("labels".into())]));
+    // `containers` is a struct field above a member, so it becomes one; list items do not add their list.
+    assert!(ensured.has(&[PathElement::Field("spec".into()), PathElement::Field("containers".into())]));
+}
+
+#[test]
+fn bad_shapes_are_errors_not_panics() {
+    let s = schema();
+    let dup = json!({"spec": {"containers": [{"name": "a"}, {"name": "a"}]}});
+    assert!(to_field_set(&s, &dup).unwrap_err().message.contains("duplicate entries"));
+    let keyless = json!({"spec": {"containers": [{"image": "a"}]}});
+    assert!(to_field_set(&s, &keyless).unwrap_err().message.contains("omits key field \"name\""));
+    let wrong = json!({"spec": {"containers": "nope", "replicas": {"x": 1}}});
+    assert!(to_field_set(&s, &wrong).is_ok());
+    assert!(merge(&s, &dup, &json!({})).is_err());
+    let mut unknown = json!({"spec": {"bogus": 1, "containers": [{"name": "a", "nope": true}]}});
+    assert_eq!(prune_unknown(&s, &mut unknown), [".spec.bogus", ".spec.containers[0].nope"]);
+    assert_eq!(unknown, json!({"spec": {"containers": [{"name": "a"}]}}));
+}
