@@ -20,10 +20,11 @@ use std::time::Duration;
 use base64::Engine as _;
 use common::cluster::{in_namespace, runtime, Cluster};
 use http::Request;
-use podset_apiserver::admission::{Admission, Attributes, Chain, Outcome, Plugin, WebhookPluginConfig};
+use podset_apiserver::admission::{Admission, Chain, Outcome, Plugin, RequestOptions, WebhookPluginConfig, WriteKind};
 use podset_apiserver::api::{Operation, Subresource, UserInfo};
 use podset_apiserver::apiserver::error::ApiError;
 use podset_apiserver::controller::CONTROLLER_USER;
+use podset_apiserver::registry::admission_attributes;
 use serde_json::{json, Value};
 use webhook::WebhookServer;
 
@@ -498,8 +499,8 @@ async fn run_chain(chain: &Chain, s: &WebhookServer) -> Vec<(&'static str, Answe
         let dry_run = matches!(how, Write::DryRunCreate);
         // An apply that creates is a create, with the apply's field manager (as kube-apiserver sent it).
         let manager = matches!(how, Write::Apply).then_some("admission-test");
-        let options = Attributes::options("CreateOptions", dry_run, manager);
-        let a = Attributes::podset(Operation::Create, Subresource::Main, ns, &name, admin.clone(), dry_run, options);
+        let options = RequestOptions::write(WriteKind::Create, dry_run, manager);
+        let a = admission_attributes(Operation::Create, Subresource::Main, ns, &name, admin.clone(), options);
         let mut outcome = Outcome::default();
         let result = match chain.admit(&a, Some(&mut object), None, &mut outcome).await {
             Ok(()) => chain.validate(&a, Some(&object), None, &mut outcome).await,
@@ -623,8 +624,8 @@ fn kube_apiserver_answers() {
                         (Subresource::Status, ps, old)
                     }
                 };
-                let options = Attributes::options("UpdateOptions", false, None);
-                let a = Attributes::podset(Operation::Update, subresource, SUBRESOURCES, "adm-sub", admin.clone(), false, options);
+                let options = RequestOptions::write(WriteKind::Update, false, None);
+                let a = admission_attributes(Operation::Update, subresource, SUBRESOURCES, "adm-sub", admin.clone(), options);
                 s.clear();
                 chain.validate(&a, Some(&object), Some(&old), &mut Outcome::default()).await.unwrap();
                 let ours = case_review(&s, "podsets", sub);

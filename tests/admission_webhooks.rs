@@ -12,11 +12,12 @@ use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::core::Status;
 use podset_apiserver::admission::{
-    Admission, Attributes, Chain, Error, Namespaces, Outcome, Plugin, WebhookClients, WebhookConfigurations,
-    WebhookPluginConfig,
+    Admission, Attributes, Chain, Error, Namespaces, Outcome, Plugin, RequestOptions, WebhookClients,
+    WebhookConfigurations, WebhookPluginConfig, WriteKind,
 };
 use podset_apiserver::api::{Operation, Subresource, UserInfo};
 use podset_apiserver::apiserver::error::ApiError;
+use podset_apiserver::registry::admission_attributes;
 use serde_json::{json, Value};
 use webhook::WebhookServer;
 
@@ -81,8 +82,16 @@ fn jane() -> UserInfo {
 }
 
 fn create(namespace: &str) -> Attributes {
-    let options = json!({"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1", "fieldManager": "kubectl"});
-    Attributes::podset(Operation::Create, Subresource::Main, namespace, "web", jane(), false, options)
+    let options = RequestOptions::write(WriteKind::Create, false, Some("kubectl"));
+    admission_attributes(Operation::Create, Subresource::Main, namespace, "web", jane(), options)
+}
+
+fn update_options() -> RequestOptions {
+    RequestOptions::write(WriteKind::Update, false, None)
+}
+
+fn delete_options() -> RequestOptions {
+    RequestOptions::delete(Default::default(), false)
 }
 
 fn podset() -> Value {
@@ -177,7 +186,7 @@ async fn a_mutating_webhooks_patch_is_applied_defaulted_and_audited() {
     assert_eq!((patch["patchType"].as_str(), patch["webhook"].as_str()), (Some("JSONPatch"), Some("label.test.io")));
 
     // On a delete there is no object to patch.
-    let delete = Attributes::podset(Operation::Delete, Subresource::Main, "default", "web", jane(), false, json!({}));
+    let delete = admission_attributes(Operation::Delete, Subresource::Main, "default", "web", jane(), delete_options());
     let e = c.admit(&delete, None, Some(&podset()), &mut Outcome::default()).await.unwrap_err();
     assert_eq!(
         status_of(&e).message,
@@ -363,7 +372,7 @@ async fn selectors_pick_the_requests_a_webhook_sees() {
     labelled["metadata"]["labels"] = json!({"app": "web"});
     let e = admit(&c, &create("other"), &mut labelled).await.0.unwrap_err();
     assert!(e.to_string().contains("obj.test.io"), "{e}");
-    let update = Attributes::podset(Operation::Update, Subresource::Main, "other", "web", jane(), false, json!({}));
+    let update = admission_attributes(Operation::Update, Subresource::Main, "other", "web", jane(), update_options());
     let mut out = Outcome::default();
     let e = c.validate(&update, Some(&podset()), Some(&labelled), &mut out).await.unwrap_err();
     assert!(e.to_string().contains("obj.test.io"), "the old object's labels count: {e}");
@@ -380,7 +389,8 @@ async fn namespace_lifecycle_runs_before_any_webhook() {
     assert!(s.received("/label").is_empty());
 
     // Status writes in a terminating namespace pass, and reach the webhooks.
-    let status = Attributes::podset(Operation::Update, Subresource::Status, "leaving", "web", jane(), false, json!({}));
+    let status =
+        admission_attributes(Operation::Update, Subresource::Status, "leaving", "web", jane(), update_options());
     let mut ps = podset();
     c.admit(&status, Some(&mut ps), Some(&podset()), &mut Outcome::default()).await.unwrap();
     assert_eq!(s.received("/label")[0].review["request"]["subResource"], "status");
@@ -392,7 +402,7 @@ async fn the_scale_subresource_is_reviewed_as_an_autoscaling_v1_scale() {
     let only_scale = json!({"rules": [{"apiGroups": ["*"], "apiVersions": ["*"], "resources": ["podsets/scale"], "operations": ["UPDATE"]}]});
     let c = chain(vec![], vec![validating("v", vec![hook(&s, "scale.test.io", "/allow", only_scale)])]);
     let scale = json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "web", "namespace": "default"}, "spec": {"replicas": 5}});
-    let a = Attributes::podset(Operation::Update, Subresource::Scale, "default", "web", jane(), false, json!({}));
+    let a = admission_attributes(Operation::Update, Subresource::Scale, "default", "web", jane(), update_options());
     c.validate(&a, Some(&scale), Some(&scale), &mut Outcome::default()).await.unwrap();
     admit(&c, &create("default"), &mut podset()).await.0.unwrap();
     let got = s.received("/allow");

@@ -1,10 +1,14 @@
-//! Admission, as kube-apiserver runs it for its own types: NamespaceLifecycle, then the cluster's mutating
-//! webhooks (reinvoked once when a later one changed the object), and after schema validation the validating
-//! webhooks, all at once. kube-apiserver only proxies an aggregated API, so this server runs them itself.
+//! Admission, as k8s.io/apiserver's `admission/chain.go` runs it for kube-apiserver's own types: a [`Chain`] is a
+//! list of plugins ([`Handler`]s), each saying which operations it handles and whether it mutates ([`Mutating`]),
+//! validates ([`Validating`]) or both. Today's plugins: NamespaceLifecycle (mutating), then the cluster's mutating
+//! webhooks (the mutating phase reinvoked once when a later plugin changed the object), and after schema validation
+//! the validating webhooks, all at once. kube-apiserver only proxies an aggregated API, so this server runs them
+//! itself.
 //!
-//! The registry calls [`Admission::admit`] and [`Admission::validate`] on every write, whatever door it came
-//! through; nothing here knows HTTP. Namespaces and webhook configurations come from watches of the main API
-//! server ([`Chain::start`]).
+//! The registry calls the chain once per phase ([`Admission::admit`], [`Admission::validate`]) on every write,
+//! whatever door it came through; nothing here knows HTTP or PodSets: the [`Attributes`] name the kind and resource
+//! under review and hand in how its objects decode and default ([`ObjectInterfaces`]). Namespaces and webhook
+//! configurations come from watches of the main API server ([`Chain::start`]).
 //!
 //! Where kube-apiserver 1.20 calls them, as tests/admission.rs saw it for ConfigMaps and Deployments:
 //! - `admit` after decoding and defaulting, before the server's own fields: a create's object reaches mutating
@@ -18,6 +22,7 @@
 
 mod error;
 mod namespace;
+mod options;
 pub mod webhook;
 
 use std::collections::BTreeMap;
@@ -31,9 +36,21 @@ use tokio_util::sync::CancellationToken;
 
 pub use error::{denial_code, Error, GroupResource};
 pub use namespace::{NamespaceLifecycle, Namespaces};
+pub use options::{RequestOptions, WriteKind};
 pub use webhook::{MutatingWebhooks, ValidatingWebhooks, WebhookClients, WebhookConfigurations};
 
 use crate::api::{Operation, Subresource, UserInfo};
+
+/// A boxed error of a decode.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How the objects under review decode and default, as k8s.io/apiserver's `ObjectInterfaces`: the object a
+/// mutating webhook patched goes through it, as kube-apiserver decodes and defaults after every patch (a field set
+/// with the wrong type fails here, not in storage).
+pub trait ObjectInterfaces: Send + Sync + std::fmt::Debug {
+    /// `object` decoded into its type and defaulted, written back as JSON.
+    fn decode_and_default(&self, object: &mut Value) -> Result<(), BoxError>;
+}
 
 /// What a write is, as k8s.io/apiserver's `admission.Attributes`.
 #[derive(Debug, Clone)]
@@ -46,58 +63,18 @@ pub struct Attributes {
     /// The original caller (the front proxy's X-Remote-User, -Group, -Extra-*).
     pub user: UserInfo,
     pub dry_run: bool,
-    /// The object's kind: `demo.k8s.io/v1alpha1 PodSet`, or `autoscaling/v1 Scale` for `/scale`.
+    /// The kind of the objects under review: `demo.k8s.io/v1alpha1 PodSet`, or `autoscaling/v1 Scale` for `/scale`.
     pub kind: GroupVersionKind,
     /// The resource addressed: `demo.k8s.io/v1alpha1 podsets`, whatever the subresource.
     pub resource: GroupVersionResource,
-    /// The request's CreateOptions, UpdateOptions, PatchOptions or DeleteOptions, with apiVersion and kind
-    /// (`meta.k8s.io/v1`), as AdmissionReview's `request.options` carries them.
-    pub options: Value,
+    /// How the objects of `kind` decode and default.
+    pub interfaces: &'static dyn ObjectInterfaces,
+    /// The request's CreateOptions, UpdateOptions, PatchOptions or DeleteOptions, as AdmissionReview's
+    /// `request.options` carries them.
+    pub options: RequestOptions,
 }
 
 impl Attributes {
-    /// A write to a PodSet, or to its `status` or `scale`.
-    pub fn podset(
-        operation: Operation,
-        subresource: Subresource,
-        namespace: impl Into<String>,
-        name: impl Into<String>,
-        user: UserInfo,
-        dry_run: bool,
-        options: Value,
-    ) -> Self {
-        let kind = match subresource {
-            Subresource::Scale => GroupVersionKind::gvk("autoscaling", "v1", "Scale"),
-            _ => GroupVersionKind::gvk(crate::api::GROUP, crate::api::VERSION, crate::api::KIND),
-        };
-        Self {
-            operation,
-            subresource,
-            namespace: namespace.into(),
-            name: name.into(),
-            user,
-            dry_run,
-            kind,
-            resource: GroupVersionResource::gvr(crate::api::GROUP, crate::api::VERSION, crate::api::PLURAL),
-            options,
-        }
-    }
-
-    /// `request.options` as kube-apiserver 1.20 fills it: `kind` is `CreateOptions`, `UpdateOptions`,
-    /// `PatchOptions` or `DeleteOptions` (meta.k8s.io/v1), with `dryRun: ["All"]` on a dry run and the
-    /// `fieldManager` only when the client named one. An apply that creates the object is a create:
-    /// kube-apiserver sends it `CreateOptions` with the apply's field manager.
-    pub fn options(kind: &str, dry_run: bool, field_manager: Option<&str>) -> Value {
-        let mut o = serde_json::json!({"kind": kind, "apiVersion": "meta.k8s.io/v1"});
-        if dry_run {
-            o["dryRun"] = serde_json::json!(["All"]);
-        }
-        if let Some(m) = field_manager.filter(|m| !m.is_empty()) {
-            o["fieldManager"] = m.into();
-        }
-        o
-    }
-
     fn group_resource(&self) -> GroupResource {
         GroupResource { group: self.resource.group.clone(), resource: self.resource.resource.clone() }
     }
@@ -112,44 +89,115 @@ pub struct Outcome {
     pub audit_annotations: BTreeMap<String, String>,
 }
 
-/// An admission plugin, or a chain of them.
+/// Admission as the registry's write path calls it: the whole chain, once per phase.
 #[async_trait]
 pub trait Admission: Send + Sync {
-    /// Mutating phase (NamespaceLifecycle's check, MutatingAdmissionWebhook with reinvocationPolicy IfNeeded): may
-    /// change `object`. `object` is None on delete; `old` is the stored object (None on create). A caller that
-    /// sees the object changed decodes and validates it again.
-    /// A plugin without this phase admits everything.
+    /// The mutating phase: may change `object`. `object` is None on delete; `old` is the stored object (None on
+    /// create). A caller that sees the object changed decodes and validates it again.
     async fn admit(
         &self,
-        _a: &Attributes,
-        _object: Option<&mut Value>,
-        _old: Option<&Value>,
-        _out: &mut Outcome,
-    ) -> Result<(), Error> {
-        Ok(())
-    }
+        a: &Attributes,
+        object: Option<&mut Value>,
+        old: Option<&Value>,
+        out: &mut Outcome,
+    ) -> Result<(), Error>;
 
-    /// Validating phase (ValidatingAdmissionWebhook: every matching webhook is called at once). A plugin
-    /// without this phase allows everything.
+    /// The validating phase, on the object as it is to be stored.
     async fn validate(
         &self,
-        _a: &Attributes,
-        _object: Option<&Value>,
-        _old: Option<&Value>,
-        _out: &mut Outcome,
-    ) -> Result<(), Error> {
-        Ok(())
-    }
+        a: &Attributes,
+        object: Option<&Value>,
+        old: Option<&Value>,
+        out: &mut Outcome,
+    ) -> Result<(), Error>;
 
     /// Whether any plugin runs at all; when not, a caller may skip admission and what it would build for it.
-    fn runs(&self) -> bool {
-        true
-    }
+    fn runs(&self) -> bool;
 
     /// Whether a write's objects may be read at all (a webhook may be called); when not, the caller may pass
     /// none and skip building them.
+    fn reads_objects(&self) -> bool;
+}
+
+/// One plugin of the chain, as k8s.io/apiserver's `admission.Interface`: which operations it handles, and its
+/// mutating and validating phases, if it has them.
+pub trait Handler: Send + Sync {
+    /// Its name in `--enable-admission-plugins`.
+    fn plugin(&self) -> Plugin;
+
+    /// Whether it takes part in a request of this operation (`Handles`).
+    fn handles(&self, operation: Operation) -> bool;
+
+    /// Its mutating phase (`MutationInterface`).
+    fn mutating(&self) -> Option<&dyn Mutating> {
+        None
+    }
+
+    /// Its validating phase (`ValidationInterface`).
+    fn validating(&self) -> Option<&dyn Validating> {
+        None
+    }
+
+    /// Whether it may read a request's objects (a webhook that may be called); the others never look at them.
     fn reads_objects(&self) -> bool {
+        false
+    }
+
+    /// Whether the caches it reads have their first lists (for `/readyz`).
+    fn has_synced(&self) -> bool {
         true
+    }
+}
+
+/// A plugin's mutating phase.
+#[async_trait]
+pub trait Mutating: Send + Sync {
+    /// May change `object`; `reinvocation` is the request's reinvocation context, shared by the rounds.
+    async fn admit(
+        &self,
+        a: &Attributes,
+        object: Option<&mut Value>,
+        old: Option<&Value>,
+        out: &mut Outcome,
+        reinvocation: &mut Reinvocation,
+    ) -> Result<(), Error>;
+}
+
+/// A plugin's validating phase.
+#[async_trait]
+pub trait Validating: Send + Sync {
+    async fn validate(
+        &self,
+        a: &Attributes,
+        object: Option<&Value>,
+        old: Option<&Value>,
+        out: &mut Outcome,
+    ) -> Result<(), Error>;
+}
+
+/// k8s.io/apiserver's reinvocation context for one request: which IfNeeded webhooks saw the object before a
+/// later plugin changed it, and so run again in a second round of the mutating phase.
+#[derive(Debug, Default)]
+pub struct Reinvocation {
+    pub(crate) is_reinvoke: bool,
+    pub(crate) should_reinvoke: bool,
+    pub(crate) last_output: Option<Value>,
+    pub(crate) previously_invoked: std::collections::BTreeSet<String>,
+    pub(crate) to_reinvoke: std::collections::BTreeSet<String>,
+}
+
+impl Reinvocation {
+    /// Moves to the second round if one is needed; false when the mutating phase is done.
+    fn start_next_round(&mut self) -> bool {
+        if self.is_reinvoke || !self.should_reinvoke {
+            return false;
+        }
+        self.is_reinvoke = true;
+        true
+    }
+
+    pub(crate) fn require_reinvoking_previously_invoked(&mut self) {
+        self.to_reinvoke.append(&mut self.previously_invoked);
     }
 }
 
@@ -183,14 +231,10 @@ impl Plugin {
 /// ready to handle request"), as k8s.io/apiserver's `admission.Handler.WaitForReady`.
 pub const READY_WAIT: Duration = Duration::from_secs(10);
 
-/// The admission chain: the enabled plugins over shared watches of the main API server.
+/// The admission chain: the enabled plugins, in order, over shared watches of the main API server.
 #[derive(Clone, Default)]
 pub struct Chain {
-    lifecycle: Option<Arc<NamespaceLifecycle>>,
-    mutating: Option<Arc<MutatingWebhooks>>,
-    validating: Option<Arc<ValidatingWebhooks>>,
-    namespaces: Option<Namespaces>,
-    configurations: Option<WebhookConfigurations>,
+    handlers: Vec<Arc<dyn Handler>>,
 }
 
 impl std::fmt::Debug for Chain {
@@ -213,6 +257,11 @@ impl Chain {
         Self::default()
     }
 
+    /// A chain of these plugins, in this order.
+    pub fn new(handlers: Vec<Arc<dyn Handler>>) -> Self {
+        Self { handlers }
+    }
+
     /// Starts the watches `plugins` need on the main API server (namespaces; webhook configurations) and
     /// returns the chain at once; requests wait for the first lists (up to [`READY_WAIT`]). The watches stop with
     /// `stop`.
@@ -231,51 +280,40 @@ impl Chain {
         Self::with_sources(plugins, namespaces, configurations, webhooks)
     }
 
-    /// The chain over sources already made (watched, or filled by hand for tests).
+    /// The chain over sources already made (watched, or filled by hand for tests), its plugins in
+    /// [`Plugin::ALL`]'s order.
     pub fn with_sources(
         plugins: &[Plugin],
         namespaces: Namespaces,
         configurations: Option<WebhookConfigurations>,
         webhooks: WebhookPluginConfig,
     ) -> Self {
-        let on = |p| plugins.contains(&p);
-        let mut chain = Self { namespaces: Some(namespaces.clone()), ..Self::default() };
-        if on(Plugin::NamespaceLifecycle) {
-            chain.lifecycle = Some(Arc::new(NamespaceLifecycle::new(namespaces.clone())));
-        }
-        if let Some(configs) = configurations {
-            if on(Plugin::MutatingAdmissionWebhook) {
-                let m = MutatingWebhooks::new(configs.clone(), namespaces.clone(), webhooks.mutating);
-                chain.mutating = Some(Arc::new(m));
+        let mut handlers: Vec<Arc<dyn Handler>> = Vec::new();
+        for plugin in Plugin::ALL.into_iter().filter(|p| plugins.contains(p)) {
+            match (plugin, &configurations) {
+                (Plugin::NamespaceLifecycle, _) => handlers.push(Arc::new(NamespaceLifecycle::new(namespaces.clone()))),
+                (Plugin::MutatingAdmissionWebhook, Some(configs)) => handlers.push(Arc::new(MutatingWebhooks::new(
+                    configs.clone(),
+                    namespaces.clone(),
+                    webhooks.mutating.clone(),
+                ))),
+                (Plugin::ValidatingAdmissionWebhook, Some(configs)) => handlers.push(Arc::new(
+                    ValidatingWebhooks::new(configs.clone(), namespaces.clone(), webhooks.validating.clone()),
+                )),
+                (_, None) => {}
             }
-            if on(Plugin::ValidatingAdmissionWebhook) {
-                let v = ValidatingWebhooks::new(configs.clone(), namespaces, webhooks.validating);
-                chain.validating = Some(Arc::new(v));
-            }
-            chain.configurations = Some(configs);
         }
-        chain
+        Self { handlers }
     }
 
     /// The plugins that run, in order.
     pub fn plugins(&self) -> Vec<Plugin> {
-        let mut out = Vec::new();
-        if self.lifecycle.is_some() {
-            out.push(Plugin::NamespaceLifecycle);
-        }
-        if self.mutating.is_some() {
-            out.push(Plugin::MutatingAdmissionWebhook);
-        }
-        if self.validating.is_some() {
-            out.push(Plugin::ValidatingAdmissionWebhook);
-        }
-        out
+        self.handlers.iter().map(|h| h.plugin()).collect()
     }
 
     /// Whether the watches the chain reads have their first lists (for `/readyz`).
     pub fn has_synced(&self) -> bool {
-        self.namespaces.as_ref().is_none_or(Namespaces::has_synced)
-            && self.configurations.as_ref().is_none_or(WebhookConfigurations::has_synced)
+        self.handlers.iter().all(|h| h.has_synced())
     }
 }
 
@@ -291,22 +329,20 @@ fn observe_step(step: &str, a: &Attributes, started: std::time::Instant, rejecte
 }
 
 impl Chain {
+    /// Every mutating plugin that handles `a`, in order; the whole phase runs again, once, when a plugin changed
+    /// the object after an IfNeeded webhook had seen it (k8s.io/apiserver's reinvoker).
     async fn admit_rounds(
         &self,
+        plugins: &[&dyn Mutating],
         a: &Attributes,
         mut object: Option<&mut Value>,
         old: Option<&Value>,
         out: &mut Outcome,
     ) -> Result<(), Error> {
-        // k8s.io/apiserver's reinvoker: the whole mutating chain runs again, once, if a webhook changed the
-        // object after an IfNeeded webhook had seen it.
-        let mut reinvocation = webhook::Reinvocation::default();
+        let mut reinvocation = Reinvocation::default();
         loop {
-            if let Some(l) = &self.lifecycle {
-                l.admit(a, object.as_deref_mut(), old, out).await?;
-            }
-            if let Some(m) = &self.mutating {
-                m.dispatch(a, object.as_deref_mut(), old, out, &mut reinvocation).await?;
+            for p in plugins {
+                p.admit(a, object.as_deref_mut(), old, out, &mut reinvocation).await?;
             }
             if !reinvocation.start_next_round() {
                 return Ok(());
@@ -324,11 +360,15 @@ impl Admission for Chain {
         old: Option<&Value>,
         out: &mut Outcome,
     ) -> Result<(), Error> {
-        if self.lifecycle.is_none() && self.mutating.is_none() {
+        // The phase is timed whenever the chain has one, as k8s.io/apiserver times it, even when no plugin
+        // handles this operation.
+        if !self.handlers.iter().any(|h| h.mutating().is_some()) {
             return Ok(());
         }
         let started = std::time::Instant::now();
-        let result = self.admit_rounds(a, object, old, out).await;
+        let plugins: Vec<&dyn Mutating> =
+            self.handlers.iter().filter(|h| h.handles(a.operation)).filter_map(|h| h.mutating()).collect();
+        let result = self.admit_rounds(&plugins, a, object, old, out).await;
         observe_step("admit", a, started, result.is_err());
         result
     }
@@ -340,19 +380,62 @@ impl Admission for Chain {
         old: Option<&Value>,
         out: &mut Outcome,
     ) -> Result<(), Error> {
-        let Some(v) = &self.validating else { return Ok(()) };
+        if !self.handlers.iter().any(|h| h.validating().is_some()) {
+            return Ok(());
+        }
         let started = std::time::Instant::now();
-        let result = v.validate(a, object, old, out).await;
+        let plugins = self.handlers.iter().filter(|h| h.handles(a.operation)).filter_map(|h| h.validating());
+        let mut result = Ok(());
+        for p in plugins {
+            result = p.validate(a, object, old, out).await;
+            if result.is_err() {
+                break;
+            }
+        }
         observe_step("validate", a, started, result.is_err());
         result
     }
 
     fn runs(&self) -> bool {
-        self.lifecycle.is_some() || self.mutating.is_some() || self.validating.is_some()
+        !self.handlers.is_empty()
     }
 
     fn reads_objects(&self) -> bool {
-        (self.mutating.is_some() || self.validating.is_some())
-            && self.configurations.as_ref().is_some_and(WebhookConfigurations::may_call)
+        self.handlers.iter().any(|h| h.reads_objects())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// Objects taken as they are: the plugins' tests need no type behind them.
+    #[derive(Debug)]
+    struct AsTheyAre;
+
+    impl ObjectInterfaces for AsTheyAre {
+        fn decode_and_default(&self, _object: &mut Value) -> Result<(), BoxError> {
+            Ok(())
+        }
+    }
+
+    /// A write to `demo.k8s.io/v1alpha1 podsets` (a Scale for `/scale`), as the registry describes one.
+    pub(crate) fn attributes(op: Operation, sub: Subresource, ns: &str, name: &str, user: UserInfo) -> Attributes {
+        let kind = match sub {
+            Subresource::Scale => GroupVersionKind::gvk("autoscaling", "v1", "Scale"),
+            _ => GroupVersionKind::gvk("demo.k8s.io", "v1alpha1", "PodSet"),
+        };
+        Attributes {
+            operation: op,
+            subresource: sub,
+            namespace: ns.into(),
+            name: name.into(),
+            user,
+            dry_run: false,
+            kind,
+            resource: GroupVersionResource::gvr("demo.k8s.io", "v1alpha1", "podsets"),
+            interfaces: &AsTheyAre,
+            options: RequestOptions::write(WriteKind::Update, false, None),
+        }
     }
 }

@@ -12,7 +12,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::{Admission, Attributes, Error, Outcome, READY_WAIT};
+use super::{Attributes, Error, Handler, Mutating, Outcome, Plugin, Reinvocation, READY_WAIT};
 use crate::api::Operation;
 
 /// How long a create into a namespace the cache does not have waits for the watch before the live GET, as the
@@ -119,16 +119,37 @@ pub(crate) fn resource_name(a: &Attributes, object: Option<&Value>) -> String {
     field("name").or_else(|| field("generateName")).unwrap_or("Unknown").to_owned()
 }
 
+impl Handler for NamespaceLifecycle {
+    fn plugin(&self) -> Plugin {
+        Plugin::NamespaceLifecycle
+    }
+
+    /// Deletes always pass; what it checks of them in kube-apiserver (a namespace's own deletion, the
+    /// immortal namespaces) concerns namespaces, which this server does not serve.
+    fn handles(&self, operation: Operation) -> bool {
+        matches!(operation, Operation::Create | Operation::Update)
+    }
+
+    fn mutating(&self) -> Option<&dyn Mutating> {
+        Some(self)
+    }
+
+    fn has_synced(&self) -> bool {
+        self.namespaces.has_synced()
+    }
+}
+
 #[async_trait]
-impl Admission for NamespaceLifecycle {
+impl Mutating for NamespaceLifecycle {
     async fn admit(
         &self,
         a: &Attributes,
         object: Option<&mut Value>,
         _old: Option<&Value>,
         _out: &mut Outcome,
+        _reinvocation: &mut Reinvocation,
     ) -> Result<(), Error> {
-        if a.namespace.is_empty() || a.operation == Operation::Delete {
+        if a.namespace.is_empty() {
             return Ok(());
         }
         let object = object.map(|o| &*o);
@@ -172,12 +193,16 @@ mod tests {
     }
 
     fn attrs(op: Operation, sub: Subresource, ns: &str, name: &str) -> Attributes {
-        Attributes::podset(op, sub, ns, name, UserInfo::named("jane", vec![]), false, Value::Null)
+        crate::admission::testing::attributes(op, sub, ns, name, UserInfo::named("jane", vec![]))
     }
 
+    /// As the chain calls it: only for the operations it handles.
     async fn admit(l: &NamespaceLifecycle, a: &Attributes, object: Option<Value>) -> Result<(), Error> {
+        if !l.handles(a.operation) {
+            return Ok(());
+        }
         let mut object = object;
-        l.admit(a, object.as_mut(), None, &mut Outcome::default()).await
+        l.admit(a, object.as_mut(), None, &mut Outcome::default(), &mut Reinvocation::default()).await
     }
 
     /// A cache whose first list never arrives: requests wait READY_WAIT, then are refused as kube-apiserver

@@ -3,6 +3,7 @@
 //! (`strategy`), field management (`managed`), optimistic concurrency with retries, finalizers and graceful
 //! deletion, the `status` and `scale` subresources, watches. Nothing else reads or writes PodSets in storage.
 
+mod admit;
 mod continue_token;
 mod decode;
 mod error;
@@ -14,6 +15,7 @@ mod restore;
 mod scale;
 mod stored;
 mod strategy;
+mod view;
 mod watch;
 mod write;
 
@@ -32,6 +34,7 @@ pub use self::options::{
     WriteOptions, Written,
 };
 pub use self::stored::Stored;
+pub use self::view::admission_attributes;
 pub use self::watch::{Event, EventType, Notification, Watch, WatchRequest};
 pub use crate::api::{Operation, Subresource, UserInfo};
 pub use crate::storage::Revision;
@@ -39,8 +42,9 @@ pub use crate::storage::Revision;
 use self::decode::{apply_patch, decode_json_podset, decode_podset};
 use self::managed::manage_fields;
 use self::strategy::check_identity;
+use self::view::PODSET;
 use self::write::{Change, Outcome, Write};
-use crate::admission::{Admission, Chain};
+use crate::admission::{Admission, Chain, WriteKind};
 use crate::api::validation::FieldError;
 use crate::api::{PodSet, PodSetStatus};
 use crate::storage::{ListOptions, Object, StorageError, Store};
@@ -213,7 +217,14 @@ impl Registry {
 
     async fn insert(&self, namespace: &str, ps: PodSet, warnings: Vec<String>, opts: &WriteOptions) -> Result<Written> {
         let key = PodSetKey::new(namespace, "");
-        let w = Write { op: Operation::Create, sub: Subresource::Main, key: &key, opts, options: "CreateOptions" };
+        let w = Write {
+            op: Operation::Create,
+            sub: Subresource::Main,
+            key: &key,
+            opts,
+            options: WriteKind::Create,
+            view: &PODSET,
+        };
         self.write(&w, |_| Ok(Change::update(ps.clone(), warnings.clone()))).await.map(Written::from)
     }
 
@@ -227,7 +238,7 @@ impl Registry {
     ) -> Result<Written> {
         let (ps, warnings) = decode_podset(body, opts.field_validation)?;
         check_identity(&ps.metadata, key)?;
-        let w = Write { op: Operation::Update, sub, key, opts, options: "UpdateOptions" };
+        let w = Write { op: Operation::Update, sub, key, opts, options: WriteKind::Update, view: &PODSET };
         self.write(&w, |current| match current {
             None => Err(Error::not_found(&key.name)),
             Some(_) => Ok(Change::update(ps.clone(), warnings.clone())),
@@ -248,7 +259,7 @@ impl Registry {
         if patch_type == PatchType::Apply {
             return self.apply(key, patch, sub, opts).await;
         }
-        let w = Write { op: Operation::Update, sub, key, opts, options: "PatchOptions" };
+        let w = Write { op: Operation::Update, sub, key, opts, options: WriteKind::Patch, view: &PODSET };
         self.write(&w, |current| {
             let Some((_, current)) = current else { return Err(Error::not_found(&key.name)) };
             let mut doc = current.to_value()?;
@@ -276,7 +287,7 @@ impl Registry {
         let (decoded, warnings) = decode_podset(config.clone(), opts.field_validation)?;
         check_identity(&decoded.metadata, key)?;
         fieldmanager::typed::prune_unknown(podset_field_manager().schema(), &mut config);
-        let w = Write { op: Operation::Update, sub, key, opts, options: "PatchOptions" };
+        let w = Write { op: Operation::Update, sub, key, opts, options: WriteKind::Patch, view: &PODSET };
         self.write(&w, |current| {
             let live = match current {
                 Some((_, current)) => Some(current.to_value()?),
@@ -303,7 +314,14 @@ impl Registry {
         read_at: Revision,
         opts: &WriteOptions,
     ) -> Result<Written> {
-        let w = Write { op: Operation::Update, sub: Subresource::Status, key, opts, options: "UpdateOptions" };
+        let w = Write {
+            op: Operation::Update,
+            sub: Subresource::Status,
+            key,
+            opts,
+            options: WriteKind::Update,
+            view: &PODSET,
+        };
         self.write(&w, |current| {
             let Some((old, _)) = current else { return Err(Error::not_found(&key.name)) };
             let mut new = old.clone();
@@ -318,10 +336,10 @@ impl Registry {
     /// PUT or PATCH of `/scale`: only `spec.replicas` changes. Returns the Scale as written.
     pub async fn update_scale(&self, key: &PodSetKey, change: ScaleChange<'_>, opts: &WriteOptions) -> Result<Scale> {
         let options = match change {
-            ScaleChange::Replace(_) => "UpdateOptions",
-            ScaleChange::Patch(..) => "PatchOptions",
+            ScaleChange::Replace(_) => WriteKind::Update,
+            ScaleChange::Patch(..) => WriteKind::Patch,
         };
-        let w = Write { op: Operation::Update, sub: Subresource::Scale, key, opts, options };
+        let w = Write { op: Operation::Update, sub: Subresource::Scale, key, opts, options, view: &scale::SCALE };
         let written = self
             .write(&w, |current| {
                 let Some((old, _)) = current else { return Err(Error::not_found(&key.name)) };
@@ -344,7 +362,14 @@ impl Registry {
         opts: &WriteOptions,
         collection: bool,
     ) -> Result<Deleted> {
-        let w = Write { op: Operation::Delete, sub: Subresource::Main, key, opts, options: "DeleteOptions" };
+        let w = Write {
+            op: Operation::Delete,
+            sub: Subresource::Main,
+            key,
+            opts,
+            options: WriteKind::Update,
+            view: &PODSET,
+        };
         match self.write(&w, |_| Ok(Change::Delete { options, collection })).await? {
             Outcome::Deleted { object, said, gone } => {
                 Ok(Deleted { object, gone, warnings: said.warnings, audit_annotations: said.audit_annotations })

@@ -1,4 +1,6 @@
-//! The `/scale` subresource: a PodSet seen as an `autoscaling/v1` Scale, so `kubectl scale` and autoscalers work.
+//! The `/scale` subresource, a view over the PodSet (apiextensions-apiserver's `ScaleREST`): a PodSet seen as an
+//! `autoscaling/v1` Scale, so `kubectl scale` and autoscalers work. A Scale write becomes a PodSet change
+//! ([`scaled`]) before the generic write, and admission reviews Scales ([`SCALE`]).
 
 use k8s_openapi::api::autoscaling::v1::{Scale, ScaleSpec, ScaleStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -8,6 +10,8 @@ use super::error::{Error, Result};
 use super::key::PodSetKey;
 use super::options::ScaleChange;
 use super::strategy::check_identity;
+use super::view::View;
+use crate::admission::{BoxError, ObjectInterfaces};
 use crate::api::validation::FieldError;
 use crate::api::PodSet;
 
@@ -63,9 +67,40 @@ pub(crate) fn scaled(old: &PodSet, change: &ScaleChange<'_>, key: &PodSetKey) ->
     Ok(new)
 }
 
-/// `proposed` with the Scale a mutating webhook left: its `spec.replicas` taken as a `/scale` write would take it.
-pub(crate) fn rescaled(proposed: PodSet, admitted: serde_json::Value, key: &PodSetKey) -> Result<PodSet> {
-    scaled(&proposed, &ScaleChange::Replace(admitted), key)
+/// Admission's view of a `/scale` write: Scales.
+#[derive(Debug)]
+pub(crate) struct ScaleView;
+
+pub(crate) static SCALE: ScaleView = ScaleView;
+
+impl ObjectInterfaces for ScaleView {
+    fn decode_and_default(&self, object: &mut serde_json::Value) -> std::result::Result<(), BoxError> {
+        let scale: Scale = serde_json::from_value(object.clone())?;
+        let mut v = serde_json::to_value(scale)?;
+        // k8s-openapi's Scale leaves out apiVersion and kind; keep the ones the object had.
+        for k in ["apiVersion", "kind"] {
+            if let (Some(m), Some(t)) = (v.as_object_mut(), object.get(k)) {
+                m.insert(k.into(), t.clone());
+            }
+        }
+        *object = v;
+        Ok(())
+    }
+}
+
+impl View for ScaleView {
+    fn kind(&self) -> kube::core::GroupVersionKind {
+        kube::core::GroupVersionKind::gvk("autoscaling", "v1", "Scale")
+    }
+
+    fn review(&self, ps: &PodSet) -> Result<Option<serde_json::Value>> {
+        scale_value(ps).map(Some)
+    }
+
+    /// The Scale a mutating webhook left: its `spec.replicas` taken as a `/scale` write would take it.
+    fn admitted(&self, proposed: PodSet, object: serde_json::Value, key: &PodSetKey) -> Result<PodSet> {
+        scaled(&proposed, &ScaleChange::Replace(object), key)
+    }
 }
 
 fn to_value(scale: &Scale) -> Result<serde_json::Value> {

@@ -1,21 +1,23 @@
-//! The one write path, as kube-apiserver's `Store` over `GuaranteedUpdate`: every create, update, patch, apply,
-//! status and scale write and delete reads the current object, asks its caller what to make of it, and stores
-//! that with compare-and-swap, retrying on fresh state when another write raced. System fields, defaulting and
-//! validation (`strategy`), preconditions, field tracking, graceful deletion and dry run happen here, once.
+//! The one write path, as kube-apiserver's `Store` over `GuaranteedUpdate`: every update, patch, apply, status and
+//! scale write and delete reads the current object (a create, a POST, reads nothing), asks its caller what to make
+//! of it, and stores that with compare-and-swap, retrying on fresh state when another write raced. System fields,
+//! defaulting and validation (`strategy`), preconditions, admission (`admit`, through the write's `view`), field
+//! tracking, graceful deletion and dry run happen here, once. The only other writer is a restore into an empty
+//! store (`restore.rs`).
 
 use serde_json::Value;
 
-use super::decode::decode_podset;
+use super::admit::{to_value, Review};
 use super::error::{Error, Result};
 use super::fieldmanager;
 use super::key::PodSetKey;
 use super::managed::{created_managed_fields, manage_fields, sent_managed_fields};
-use super::options::{DeleteOptions, FieldValidation, Preconditions, WriteOptions};
-use super::scale::{self, scale_value};
+use super::options::{DeleteOptions, Preconditions, WriteOptions};
 use super::stored::Stored;
 use super::strategy::{self, now};
+use super::view::{self, View};
 use super::Registry;
-use crate::admission::{Attributes, Outcome as Said};
+use crate::admission::{Outcome as Said, RequestOptions, WriteKind};
 use crate::api::validation::{ErrorType, FieldError};
 use crate::api::{Operation, PodSet, Subresource};
 use crate::storage::{Draft, StorageError};
@@ -34,7 +36,9 @@ pub(crate) struct Write<'a> {
     pub opts: &'a WriteOptions,
     /// What admission is told the request's options were: `UpdateOptions` or `PatchOptions` (a create's are
     /// always `CreateOptions`, a delete's `DeleteOptions`).
-    pub options: &'static str,
+    pub options: WriteKind,
+    /// What admission reviews: the PodSet, or a view of it (`/scale`'s Scale).
+    pub view: &'static dyn View,
 }
 
 /// What a write makes of the current object.
@@ -109,10 +113,6 @@ enum Plan {
     },
 }
 
-fn to_value(ps: &PodSet) -> Result<Value> {
-    serde_json::to_value(ps).map_err(|e| Error::internal(e.to_string()))
-}
-
 impl Preconditions {
     /// `storage.Preconditions.Check`: the object must still be the one the caller means.
     pub(crate) fn check(&self, current: &Stored, name: &str) -> Result<()> {
@@ -179,7 +179,7 @@ impl Registry {
             };
             let expected = current.as_ref().map(Stored::resource_version);
             let mut name = w.key.name.clone();
-            // The one place a write reaches storage.
+            // Where every write of a request reaches storage.
             let stored = match plan {
                 Plan::Create { key, value, managed_fields, said, .. } => {
                     name = key.name.clone();
@@ -222,26 +222,15 @@ impl Registry {
     /// new object.
     async fn plan_create(&self, w: &Write<'_>, p: Proposed) -> Result<Step> {
         let mut ps = p.object;
-        let mut said = Said { warnings: p.warnings, ..Default::default() };
         // As kube-apiserver: a create's attributes carry the name sent (empty with generateName), and admission
         // is told of CreateOptions even when an apply creates.
         let name = ps.metadata.name.clone().unwrap_or_default();
-        let attrs =
-            self.attributes(w, Operation::Create, Subresource::Main, &name, || self.options(w, "CreateOptions"));
-        let reads = attrs.is_some() && self.admission.reads_objects();
+        let options = || self.options(w, WriteKind::Create);
+        let mut review = self.review(w, Operation::Create, &name, options, p.warnings);
         // Mutating admission sees the object as sent, before the server's own fields.
-        if reads {
-            ps.api_version = crate::api::API_VERSION.into();
-            ps.kind = crate::api::KIND.into();
-            let mut object = to_value(&ps)?;
-            let sent = object.clone();
-            self.admit(attrs.as_ref(), Some(&mut object), None, &mut said).await?;
-            if object != sent {
-                ps = admitted(object)?;
-            }
-        } else {
-            self.admit(attrs.as_ref(), None, None, &mut said).await?;
-        }
+        ps.api_version = crate::api::API_VERSION.into();
+        ps.kind = crate::api::KIND.into();
+        let mut ps = review.admit(ps, None, w.key).await?;
         let prefix = strategy::prepare_for_create(&mut ps, &w.key.namespace)?;
         if let Some(prefix) = &prefix {
             ps.metadata.name = Some(strategy::generated_name(prefix));
@@ -260,16 +249,16 @@ impl Registry {
             fieldmanager::Operation::Apply => None,
         };
         // Validating admission sees the object as it is to be stored.
-        if reads {
+        let stored = || {
             let mut object = value.clone();
             if let Some(m) = managed_fields.as_deref().and_then(|m| serde_json::from_str::<Value>(m).ok()) {
                 object["metadata"]["managedFields"] = m;
             }
-            self.validate(attrs.as_ref(), Some(&object), None, &mut said).await?;
-        } else {
-            self.validate(attrs.as_ref(), None, None, &mut said).await?;
-        }
+            Ok(object)
+        };
+        review.validate(&ps, stored, None).await?;
         let generated = prefix.is_some();
+        let said = review.said;
         Ok(Step::Store(Plan::Create { key, value, managed_fields, said, generated }))
     }
 
@@ -289,38 +278,16 @@ impl Registry {
         {
             return Err(Error::stale(name));
         }
-        let mut said = Said { warnings: p.warnings, ..Default::default() };
-        let attrs = self.attributes(w, Operation::Update, w.sub, name, || self.options(w, w.options));
-        let reads = attrs.is_some() && self.admission.reads_objects();
+        let mut review = self.review(w, Operation::Update, name, || self.options(w, w.options), p.warnings);
         let tracked = p.fields == fieldmanager::Operation::Update;
         // The stored object as JSON, parsed only for those who read it (an apply merged against it already).
-        let live = match tracked || (reads && w.sub != Subresource::Scale) {
+        let live = match tracked {
             true => Some(current.to_value()?),
             false => None,
         };
-        let mut proposed = p.object;
-        // Admission sees the objects of the part written: a Scale for `/scale`, else the PodSet.
-        let old_view = match (reads, w.sub) {
-            (false, _) => None,
-            (true, Subresource::Scale) => Some(scale_value(&old)?),
-            (true, _) => live.clone(),
-        };
-        if let Some(old_view) = &old_view {
-            let mut object = match w.sub {
-                Subresource::Scale => scale_value(&proposed)?,
-                _ => to_value(&proposed)?,
-            };
-            let sent = object.clone();
-            self.admit(attrs.as_ref(), Some(&mut object), Some(old_view), &mut said).await?;
-            if object != sent {
-                proposed = match w.sub {
-                    Subresource::Scale => scale::rescaled(proposed, object, w.key)?,
-                    _ => admitted(object)?,
-                };
-            }
-        } else {
-            self.admit(attrs.as_ref(), None, None, &mut said).await?;
-        }
+        // Admission sees the stored object through the write's view.
+        let old_view = review.old(&old, || live.clone().map_or_else(|| current.to_value(), Ok))?;
+        let proposed = review.admit(p.object, old_view.as_ref(), w.key).await?;
         let mut new = strategy::prepare_for_update(proposed, &old, w.sub, w.key)?;
         let mut value = to_value(&new)?;
         if tracked {
@@ -332,16 +299,8 @@ impl Registry {
             .transpose()
             .map_err(|e| Error::internal(format!("managedFields as recorded do not read back: {e}")))?;
         // Validating admission sees the object as it is to be stored, even when that changes nothing.
-        match &old_view {
-            Some(old_view) => {
-                let object = match w.sub {
-                    Subresource::Scale => scale_value(&new)?,
-                    _ => value.clone(),
-                };
-                self.validate(attrs.as_ref(), Some(&object), Some(old_view), &mut said).await?;
-            }
-            None => self.validate(attrs.as_ref(), None, None, &mut said).await?,
-        }
+        review.validate(&new, || Ok(value.clone()), old_view.as_ref()).await?;
+        let said = review.said;
         if new == *old {
             let object = current.clone();
             return Ok(Step::Done(Outcome::Put { object, said, created: false }));
@@ -376,18 +335,12 @@ impl Registry {
             Some(Propagation::Background) => finalizers.retain(|f| f != "orphan" && f != "foregroundDeletion"),
             None => {}
         }
-        // As kube-apiserver 1.20 (`AdmissionToValidateObjectDeleteFunc`): both phases see the object that goes as
-        // the old object, and no new one.
-        let mut said = Said::default();
+        // An item of a deletecollection is named to admission by no name, as kube-apiserver names it.
         let admitted_name = if collection { "" } else { name.as_str() };
-        let attrs = self
-            .attributes(w, Operation::Delete, Subresource::Main, admitted_name, || d.admission_options(w.opts.dry_run));
-        let old_value = match attrs.is_some() && self.admission.reads_objects() {
-            true => Some(current.to_value()?),
-            false => None,
-        };
-        self.admit(attrs.as_ref(), None, old_value.as_ref(), &mut said).await?;
-        self.validate(attrs.as_ref(), None, old_value.as_ref(), &mut said).await?;
+        let options = || d.admission_options(w.opts.dry_run);
+        let mut review = self.review(w, Operation::Delete, admitted_name, options, Vec::new());
+        review.delete(|| current.to_value()).await?;
+        let said = review.said;
         if finalizers.is_empty() {
             return Ok(Step::Store(Plan::Remove { was: current.clone(), said, put: None }));
         }
@@ -404,58 +357,27 @@ impl Registry {
         Ok(Step::Store(Plan::Mark { value: to_value(&ps)?, said }))
     }
 
-    /// The write as admission sees it; `None` when no plugin runs, so nothing is built for it.
-    fn attributes(
+    /// The write's admission, as `op` on `name` (its attributes built only when a plugin runs).
+    fn review(
         &self,
         w: &Write<'_>,
         op: Operation,
-        sub: Subresource,
         name: &str,
-        options: impl FnOnce() -> Value,
-    ) -> Option<Attributes> {
-        let (user, dry_run) = (w.opts.user.clone(), w.opts.dry_run);
-        self.admission.runs().then(|| Attributes::podset(op, sub, &w.key.namespace, name, user, dry_run, options()))
-    }
-
-    async fn admit(
-        &self,
-        attrs: Option<&Attributes>,
-        object: Option<&mut Value>,
-        old: Option<&Value>,
-        said: &mut Said,
-    ) -> Result<()> {
-        match attrs {
-            // Boxed: a webhook call's future is large, and held inline it would be copied with every write's.
-            Some(a) => Ok(Box::pin(self.admission.admit(a, object, old, said)).await?),
-            None => Ok(()),
-        }
-    }
-
-    async fn validate(
-        &self,
-        attrs: Option<&Attributes>,
-        object: Option<&Value>,
-        old: Option<&Value>,
-        said: &mut Said,
-    ) -> Result<()> {
-        match attrs {
-            Some(a) => Ok(Box::pin(self.admission.validate(a, object, old, said)).await?),
-            None => Ok(()),
-        }
+        options: impl FnOnce() -> RequestOptions,
+        warnings: Vec<String>,
+    ) -> Review<'_> {
+        let attrs = || {
+            let (user, dry_run) = (w.opts.user.clone(), w.opts.dry_run);
+            view::attributes(w.view, op, w.sub, &w.key.namespace, name, user, dry_run, options())
+        };
+        Review::new(&*self.admission, w.view, attrs, warnings)
     }
 
     /// The options admission is told of, as kube-apiserver fills them.
-    fn options(&self, w: &Write<'_>, kind: &str) -> Value {
+    fn options(&self, w: &Write<'_>, kind: WriteKind) -> RequestOptions {
         let manager = w.opts.field_manager_named.then_some(w.opts.field_manager.as_str());
-        Attributes::options(kind, w.opts.dry_run, manager)
+        RequestOptions::write(kind, w.opts.dry_run, manager)
     }
-}
-
-/// A PodSet as a mutating webhook left it: decoded again (unknown fields dropped, as a typed object would drop
-/// them); defaults and validation follow.
-fn admitted(object: Value) -> Result<PodSet> {
-    let (ps, _) = decode_podset(object, FieldValidation::Ignore)?;
-    Ok(ps)
 }
 
 /// What a dry run answers: the object as it would be stored (or, deleted, as it was).
@@ -486,28 +408,20 @@ pub(crate) enum Propagation {
 impl DeleteOptions {
     /// These options as admission is told of them (`request.options`): what the client set, as
     /// `meta.k8s.io/v1` DeleteOptions.
-    fn admission_options(&self, dry_run: bool) -> Value {
-        let mut o = Attributes::options("DeleteOptions", dry_run, None);
-        if let Some(p) = &self.propagation_policy {
-            o["propagationPolicy"] = p.as_str().into();
-        }
-        if let Some(g) = self.grace_period_seconds {
-            o["gracePeriodSeconds"] = g.into();
-        }
-        if let Some(orphan) = self.orphan_dependents {
-            o["orphanDependents"] = orphan.into();
-        }
-        if let Some(p) = &self.preconditions {
-            let mut pre = serde_json::Map::new();
-            if let Some(uid) = &p.uid {
-                pre.insert("uid".into(), uid.as_str().into());
-            }
-            if let Some(rv) = &p.resource_version {
-                pre.insert("resourceVersion".into(), rv.as_str().into());
-            }
-            o["preconditions"] = pre.into();
-        }
-        o
+    fn admission_options(&self, dry_run: bool) -> RequestOptions {
+        let options = k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions {
+            propagation_policy: self.propagation_policy.as_ref().map(|p| p.as_str().to_owned()),
+            grace_period_seconds: self.grace_period_seconds,
+            orphan_dependents: self.orphan_dependents,
+            preconditions: self.preconditions.as_ref().map(|p| {
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Preconditions {
+                    uid: p.uid.clone(),
+                    resource_version: p.resource_version.clone(),
+                }
+            }),
+            ..Default::default()
+        };
+        RequestOptions::delete(options, dry_run)
     }
 
     /// The propagation policy, `orphanDependents` read as the deprecated spelling of it.

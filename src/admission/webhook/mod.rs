@@ -6,7 +6,7 @@ mod client;
 mod review;
 mod rules;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,8 +27,9 @@ pub use client::{CallError, WebhookClients};
 use review::ReviewVersion;
 
 use super::namespace::resource_name;
-use super::{Attributes, Error, Namespaces, Outcome, READY_WAIT};
+use super::{Attributes, Error, Handler, Mutating, Namespaces, Outcome, Plugin, Reinvocation, Validating, READY_WAIT};
 use crate::api::selector::Selector;
+use crate::api::Operation;
 
 /// A webhook's wait when its configuration gives no `timeoutSeconds` (v1's default).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -263,32 +264,6 @@ fn spawn_watch<K>(
     });
 }
 
-/// k8s.io/apiserver's reinvocation context for one request: which IfNeeded webhooks saw the object before a
-/// later webhook changed it, and so run again in a second round.
-#[derive(Debug, Default)]
-pub(crate) struct Reinvocation {
-    is_reinvoke: bool,
-    should_reinvoke: bool,
-    last_output: Option<Value>,
-    previously_invoked: BTreeSet<String>,
-    to_reinvoke: BTreeSet<String>,
-}
-
-impl Reinvocation {
-    /// Moves to the second round if one is needed; false when the mutating chain is done.
-    pub(crate) fn start_next_round(&mut self) -> bool {
-        if self.is_reinvoke || !self.should_reinvoke {
-            return false;
-        }
-        self.is_reinvoke = true;
-        true
-    }
-
-    fn require_reinvoking_previously_invoked(&mut self) {
-        self.to_reinvoke.append(&mut self.previously_invoked);
-    }
-}
-
 /// How each mutating webhook's call is recorded in the audit event.
 #[derive(Serialize)]
 struct MutationAnnotation<'a> {
@@ -393,13 +368,50 @@ pub struct MutatingWebhooks {
     clients: WebhookClients,
 }
 
+impl Handler for MutatingWebhooks {
+    fn plugin(&self) -> Plugin {
+        Plugin::MutatingAdmissionWebhook
+    }
+
+    /// Every operation: each webhook's rules say which it wants.
+    fn handles(&self, _operation: Operation) -> bool {
+        true
+    }
+
+    fn mutating(&self) -> Option<&dyn Mutating> {
+        Some(self)
+    }
+
+    fn reads_objects(&self) -> bool {
+        self.configurations.may_call()
+    }
+
+    fn has_synced(&self) -> bool {
+        self.configurations.has_synced() && self.namespaces.has_synced()
+    }
+}
+
+#[async_trait::async_trait]
+impl Mutating for MutatingWebhooks {
+    async fn admit(
+        &self,
+        a: &Attributes,
+        object: Option<&mut Value>,
+        old: Option<&Value>,
+        out: &mut Outcome,
+        reinvocation: &mut Reinvocation,
+    ) -> Result<(), Error> {
+        self.dispatch(a, object, old, out, reinvocation).await
+    }
+}
+
 impl MutatingWebhooks {
     pub fn new(configurations: WebhookConfigurations, namespaces: Namespaces, clients: WebhookClients) -> Self {
         Self { configurations, namespaces, clients }
     }
 
     /// One round of the mutating webhooks, as `mutatingDispatcher.Dispatch`.
-    pub(crate) async fn dispatch(
+    async fn dispatch(
         &self,
         a: &Attributes,
         mut object: Option<&mut Value>,
@@ -500,7 +512,9 @@ impl MutatingWebhooks {
         }
         let mut patched = object.clone();
         json_patch::patch(&mut patched, &patch).map_err(|e| patch_error("does not apply", Box::new(e)))?;
-        normalize(a, &mut patched).map_err(|e| patch_error("makes an object that does not decode", e))?;
+        a.interfaces
+            .decode_and_default(&mut patched)
+            .map_err(|e| patch_error("makes an object that does not decode", e))?;
         let changed = patched != *object;
         *object = patched;
         let annotation = PatchAnnotation {
@@ -513,36 +527,47 @@ impl MutatingWebhooks {
     }
 }
 
-/// The object a patch produced, decoded into its type and defaulted again, as kube-apiserver decodes and
-/// defaults after every patch (a field a webhook sets with the wrong type fails here, not in storage).
-fn normalize(a: &Attributes, object: &mut Value) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    match (a.kind.group.as_str(), a.kind.kind.as_str()) {
-        (crate::api::GROUP, crate::api::KIND) => {
-            let mut ps: crate::api::PodSet = serde_json::from_value(object.clone())?;
-            crate::api::defaults::default_podset(&mut ps);
-            *object = serde_json::to_value(ps)?;
-        }
-        ("autoscaling", "Scale") => {
-            let scale: k8s_openapi::api::autoscaling::v1::Scale = serde_json::from_value(object.clone())?;
-            let mut v = serde_json::to_value(scale)?;
-            // k8s-openapi's Scale leaves out apiVersion and kind; keep the ones the object had.
-            for k in ["apiVersion", "kind"] {
-                if let (Some(m), Some(t)) = (v.as_object_mut(), object.get(k)) {
-                    m.insert(k.into(), t.clone());
-                }
-            }
-            *object = v;
-        }
-        _ => {}
-    }
-    Ok(())
-}
-
 /// ValidatingAdmissionWebhook.
 pub struct ValidatingWebhooks {
     configurations: WebhookConfigurations,
     namespaces: Namespaces,
     clients: WebhookClients,
+}
+
+impl Handler for ValidatingWebhooks {
+    fn plugin(&self) -> Plugin {
+        Plugin::ValidatingAdmissionWebhook
+    }
+
+    /// Every operation: each webhook's rules say which it wants.
+    fn handles(&self, _operation: Operation) -> bool {
+        true
+    }
+
+    fn validating(&self) -> Option<&dyn Validating> {
+        Some(self)
+    }
+
+    fn reads_objects(&self) -> bool {
+        self.configurations.may_call()
+    }
+
+    fn has_synced(&self) -> bool {
+        self.configurations.has_synced() && self.namespaces.has_synced()
+    }
+}
+
+#[async_trait::async_trait]
+impl Validating for ValidatingWebhooks {
+    async fn validate(
+        &self,
+        a: &Attributes,
+        object: Option<&Value>,
+        old: Option<&Value>,
+        out: &mut Outcome,
+    ) -> Result<(), Error> {
+        self.dispatch(a, object, old, out).await
+    }
 }
 
 impl ValidatingWebhooks {
@@ -552,7 +577,7 @@ impl ValidatingWebhooks {
 
     /// Every matching webhook at once, as `validatingDispatcher.Dispatch`; of several refusals the first
     /// configured one is returned (kube-apiserver returns whichever came back first).
-    pub async fn validate(
+    async fn dispatch(
         &self,
         a: &Attributes,
         object: Option<&Value>,
@@ -599,7 +624,7 @@ pub(crate) mod tests {
     use crate::api::{Operation, Subresource, UserInfo};
 
     pub(crate) fn attrs(op: Operation, sub: Subresource) -> Attributes {
-        Attributes::podset(op, sub, "default", "web", UserInfo::named("jane", vec![]), false, Value::Null)
+        crate::admission::testing::attributes(op, sub, "default", "web", UserInfo::named("jane", vec![]))
     }
 
     /// A validating webhook from its JSON (name and rules at least), as the API server would default it.
@@ -645,22 +670,5 @@ pub(crate) mod tests {
         assert!(r.start_next_round());
         assert!(r.to_reinvoke.contains("a") && r.previously_invoked.is_empty());
         assert!(!r.start_next_round(), "one extra round at most");
-    }
-
-    #[test]
-    fn a_patched_podset_is_decoded_and_defaulted_again() {
-        let a = attrs(Operation::Create, Subresource::Main);
-        let mut ps = serde_json::json!({"apiVersion": "demo.k8s.io/v1alpha1", "kind": "PodSet", "metadata": {"name": "web"}, "spec": {}});
-        normalize(&a, &mut ps).unwrap();
-        assert_eq!(ps["spec"]["replicas"], 1);
-        let mut bad = serde_json::json!({"metadata": {"name": "web"}, "spec": {"replicas": "many"}});
-        assert!(normalize(&a, &mut bad).is_err());
-        let s = attrs(Operation::Update, Subresource::Scale);
-        let mut scale = serde_json::json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "web"}, "spec": {"replicas": 2}, "extra": 1});
-        normalize(&s, &mut scale).unwrap();
-        assert_eq!(
-            scale,
-            serde_json::json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "web"}, "spec": {"replicas": 2}})
-        );
     }
 }

@@ -77,7 +77,7 @@ pub(crate) fn request(
     r.insert("object".into(), object.cloned().unwrap_or(Value::Null));
     r.insert("oldObject".into(), old.cloned().unwrap_or(Value::Null));
     r.insert("dryRun".into(), json!(a.dry_run));
-    r.insert("options".into(), a.options.clone());
+    r.insert("options".into(), a.options.to_value());
     json!({"kind": "AdmissionReview", "apiVersion": version.api_version(), "request": r})
 }
 
@@ -197,6 +197,7 @@ pub(crate) fn answer(version: ReviewVersion, uid: &str, mutating: bool, body: &[
 mod tests {
     use super::*;
     use crate::admission::webhook::tests::attrs;
+    use crate::admission::{RequestOptions, WriteKind};
     use crate::api::{Operation, Subresource, UserInfo};
 
     #[test]
@@ -209,7 +210,7 @@ mod tests {
             extra: [("scopes".to_owned(), vec!["a".to_owned()])].into(),
         };
         a.dry_run = true;
-        a.options = Attributes::options("UpdateOptions", true, None);
+        a.options = RequestOptions::write(WriteKind::Update, true, None);
         let new = json!({"kind": "Scale", "spec": {"replicas": 3}});
         let old = json!({"kind": "Scale", "spec": {"replicas": 1}});
         let r = request(ReviewVersion::V1, "u-1", &a, Some(&new), Some(&old));
@@ -242,11 +243,11 @@ mod tests {
     fn options_are_as_kube_apiserver_sends_them() {
         // As kube-apiserver 1.20 sent them for ConfigMaps in tests/admission.rs.
         assert_eq!(
-            Attributes::options("CreateOptions", false, None),
+            RequestOptions::write(WriteKind::Create, false, None).to_value(),
             json!({"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"})
         );
         assert_eq!(
-            Attributes::options("CreateOptions", true, Some("admission-test")),
+            RequestOptions::write(WriteKind::Create, true, Some("admission-test")).to_value(),
             json!({"apiVersion": "meta.k8s.io/v1", "dryRun": ["All"], "fieldManager": "admission-test", "kind": "CreateOptions"})
         );
     }

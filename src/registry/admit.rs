@@ -1,0 +1,98 @@
+//! A write's admission, as the write path runs it: the chain's mutating phase once on the object as proposed,
+//! its validating phase once on the object as it is to be stored, each through the write's view (the PodSet, or
+//! `/scale`'s Scale). Nothing is built for admission when no plugin runs, and no object when no plugin reads one.
+
+use serde_json::Value;
+
+use super::error::Result;
+use super::key::PodSetKey;
+use super::view::View;
+use crate::admission::{Admission, Attributes, Outcome};
+use crate::api::PodSet;
+
+/// One write's admission: its attributes (none when no plugin runs), and what the plugins said.
+pub(crate) struct Review<'r> {
+    admission: &'r dyn Admission,
+    view: &'static dyn View,
+    attrs: Option<Attributes>,
+    /// Whether a plugin may read the objects; when not, none are built.
+    reads: bool,
+    pub said: Outcome,
+}
+
+impl<'r> Review<'r> {
+    pub fn new(
+        admission: &'r dyn Admission,
+        view: &'static dyn View,
+        attrs: impl FnOnce() -> Attributes,
+        warnings: Vec<String>,
+    ) -> Self {
+        let attrs = admission.runs().then(attrs);
+        let reads = attrs.is_some() && admission.reads_objects();
+        Self { admission, view, attrs, reads, said: Outcome { warnings, ..Default::default() } }
+    }
+
+    /// The object admission reviews for `ps`: its view, else `json` (the PodSet as JSON, made only if needed).
+    fn object(&self, ps: &PodSet, json: impl FnOnce() -> Result<Value>) -> Result<Value> {
+        match self.view.review(ps)? {
+            Some(v) => Ok(v),
+            None => json(),
+        }
+    }
+
+    /// The stored object `old` as admission sees it, when the plugins read it; `json` is `old` as JSON.
+    pub fn old(&self, old: &PodSet, json: impl FnOnce() -> Result<Value>) -> Result<Option<Value>> {
+        match self.reads {
+            true => self.object(old, json).map(Some),
+            false => Ok(None),
+        }
+    }
+
+    /// The mutating phase: `proposed` as the plugins left it. `old` is [`Review::old`]'s.
+    pub async fn admit(&mut self, proposed: PodSet, old: Option<&Value>, key: &PodSetKey) -> Result<PodSet> {
+        let Some(a) = &self.attrs else { return Ok(proposed) };
+        if !self.reads {
+            Box::pin(self.admission.admit(a, None, None, &mut self.said)).await?;
+            return Ok(proposed);
+        }
+        let mut object = self.object(&proposed, || to_value(&proposed))?;
+        let sent = object.clone();
+        // Boxed: a webhook call's future is large, and held inline it would be copied with every write's.
+        Box::pin(self.admission.admit(a, Some(&mut object), old, &mut self.said)).await?;
+        match object == sent {
+            true => Ok(proposed),
+            false => self.view.admitted(proposed, object, key),
+        }
+    }
+
+    /// The validating phase, on `ps` as it is to be stored (`json`: it as JSON, made only if read).
+    pub async fn validate(
+        &mut self,
+        ps: &PodSet,
+        json: impl FnOnce() -> Result<Value>,
+        old: Option<&Value>,
+    ) -> Result<()> {
+        let Some(a) = &self.attrs else { return Ok(()) };
+        let object = match self.reads {
+            true => Some(self.object(ps, json)?),
+            false => None,
+        };
+        Ok(Box::pin(self.admission.validate(a, object.as_ref(), old, &mut self.said)).await?)
+    }
+
+    /// Both phases of a delete: no new object, and the one that goes as the old one (`old`: it as JSON, made only
+    /// if read), as kube-apiserver 1.20's `AdmissionToValidateObjectDeleteFunc`.
+    pub async fn delete(&mut self, old: impl FnOnce() -> Result<Value>) -> Result<()> {
+        let Some(a) = &self.attrs else { return Ok(()) };
+        let old = match self.reads {
+            true => Some(old()?),
+            false => None,
+        };
+        Box::pin(self.admission.admit(a, None, old.as_ref(), &mut self.said)).await?;
+        Ok(Box::pin(self.admission.validate(a, None, old.as_ref(), &mut self.said)).await?)
+    }
+}
+
+pub(crate) fn to_value(ps: &PodSet) -> Result<Value> {
+    serde_json::to_value(ps).map_err(|e| super::error::Error::internal(e.to_string()))
+}
