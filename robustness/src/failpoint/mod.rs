@@ -163,3 +163,42 @@ pub(crate) fn inject(
     };
     what
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use podset_envtest::ServerCommand;
+
+    fn options(seed: u64) -> Options {
+        Options::short(seed, ServerCommand { program: "podset-apiserver".into(), args: Vec::new() })
+    }
+
+    #[test]
+    fn a_seed_gives_one_schedule_each_fault_within_its_slot() {
+        for seed in 1..50 {
+            let opts = options(seed);
+            let plan = plan(&opts);
+            assert_eq!(format!("{plan:?}"), format!("{:?}", super::plan(&opts)), "seed {seed} replays");
+            assert_eq!(plan.len(), opts.faults);
+            let slot = opts.fault_window / opts.faults as u32;
+            for (n, p) in plan.iter().enumerate() {
+                let (start, end) = (slot * n as u32, slot * (n as u32 + 1));
+                assert!(p.at >= start && p.at + p.lasts <= end, "seed {seed}: {p:?} outside slot {n}");
+                if let Some(fixed) = opts.fixed.get(n) {
+                    assert_eq!(p.fault, *fixed, "seed {seed}: the fixed faults come first");
+                }
+                match p.fault {
+                    Fault::KillReplica(r)
+                    | Fault::PauseReplica(r)
+                    | Fault::PartitionReplica(r)
+                    | Fault::SlowReplica(r) => {
+                        assert!(r < opts.replicas)
+                    }
+                    Fault::KillEtcdMember(m) | Fault::RestartEtcdMember(m) => assert!(m < 3),
+                    Fault::PauseLeader | Fault::KillEtcdLeader => {}
+                }
+            }
+        }
+        assert_ne!(format!("{:?}", plan(&options(1))), format!("{:?}", plan(&options(2))), "seeds differ");
+    }
+}

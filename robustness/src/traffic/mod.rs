@@ -269,3 +269,24 @@ async fn list(api: &Api<PodSet>, any: bool, limit: u32) -> Response {
         None => Response::Refused("a list without a resourceVersion".into()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16, reason: &str, message: &str) -> kube::Error {
+        kube::Error::Api(kube::core::Status::failure(message, reason).with_code(code).boxed())
+    }
+
+    #[test]
+    fn only_a_definite_answer_from_our_server_is_one() {
+        let f = |code, reason, message| failure(&api_error(code, reason, message));
+        assert_eq!(f(404, "NotFound", "podsets.demo.k8s.io \"ps-1\" not found"), Response::NotFound);
+        assert_eq!(f(404, "NotFound", "the server could not find the requested resource"), Response::Lost);
+        assert_eq!(f(409, "AlreadyExists", "exists"), Response::AlreadyExists);
+        assert_eq!(f(409, "Conflict", "modified"), Response::Conflict);
+        assert_eq!(f(503, "ServiceUnavailable", "down"), Response::Lost);
+        assert_eq!(f(429, "TooManyRequests", "later"), Response::Lost);
+        assert_eq!(f(422, "Invalid", "bad"), Response::Refused("422 Invalid: bad".into()));
+    }
+}
