@@ -20,7 +20,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use common::cluster::{in_namespace, runtime, Cluster};
 use http::Request;
-use podset_apiserver::admission::{Admission, Chain, Outcome, Plugin, RequestOptions, WebhookPluginConfig, WriteKind};
+use podset_apiserver::admission::{Admission, Chain, Outcome, Plugin, PluginConfig, RequestOptions, WriteKind};
 use podset_apiserver::api::{Operation, Subresource, UserInfo};
 use podset_apiserver::apiserver::error::ApiError;
 use podset_apiserver::controller::CONTROLLER_USER;
@@ -586,7 +586,7 @@ fn kube_apiserver_answers() {
             let chain = Chain::start(
                 &Plugin::ALL,
                 c.podset_admission_client().await,
-                WebhookPluginConfig::default(),
+                PluginConfig::default(),
                 stop.clone(),
             );
             let ours = run_chain(&chain, &s).await;
@@ -608,7 +608,7 @@ fn kube_apiserver_answers() {
             assert_eq!(subs[1].2["request"]["kind"]["kind"], "Deployment");
 
             // The same subresource writes through the chain, as the registry will make them.
-            let chain = Chain::start(&Plugin::ALL, c.podset_admission_client().await, WebhookPluginConfig::default(), stop.clone());
+            let chain = Chain::start(&Plugin::ALL, c.podset_admission_client().await, PluginConfig::default(), stop.clone());
             let admin = UserInfo::named("admin", vec!["system:masters".into(), "system:authenticated".into()]);
             for (sub, _, theirs) in &subs {
                 let (subresource, object, old) = match *sub {

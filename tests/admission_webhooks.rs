@@ -12,8 +12,8 @@ use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::core::Status;
 use podset_apiserver::admission::{
-    Admission, Attributes, Chain, Error, Namespaces, Outcome, Plugin, RequestOptions, WebhookClients,
-    WebhookConfigurations, WebhookPluginConfig, WriteKind,
+    Admission, Attributes, Chain, Error, Namespaces, Outcome, Plugin, PluginConfig, RequestOptions, Sources,
+    WebhookClients, WebhookConfigurations, WebhookPluginConfig, WriteKind,
 };
 use podset_apiserver::api::{Operation, Subresource, UserInfo};
 use podset_apiserver::apiserver::error::ApiError;
@@ -69,7 +69,9 @@ fn chain_with(
     v: Vec<ValidatingWebhookConfiguration>,
     clients: WebhookPluginConfig,
 ) -> Chain {
-    Chain::with_sources(&Plugin::ALL, namespaces(), Some(WebhookConfigurations::fixed(&m, &v)), clients)
+    let sources =
+        Sources { namespaces: namespaces(), configurations: Some(WebhookConfigurations::fixed(&m, &v)), quotas: None };
+    Chain::with_sources(&Plugin::ALL, sources, PluginConfig { webhooks: clients, ..Default::default() })
 }
 
 fn jane() -> UserInfo {

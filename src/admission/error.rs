@@ -62,6 +62,24 @@ pub enum Error {
     )]
     PatchWithoutObject { webhook: String },
 
+    /// ResourceQuota refused a create: over a quota's limit, a quota whose status has no usage yet, or a limited
+    /// resource no quota covers.
+    #[error("{} is forbidden: {reason}", target(resource, name))]
+    QuotaRefused { resource: GroupResource, name: String, reason: String },
+
+    /// ResourceQuota did not decide within its evaluation timeout.
+    #[error("resource quota evaluation timed out")]
+    QuotaTimeout,
+
+    /// A quota whose status holds a quantity this server cannot count.
+    #[error("{message}")]
+    QuotaUnreadable { message: String },
+
+    /// The namespace's quotas could not be read, or their status not written (after the retries): the main API
+    /// server's own answer.
+    #[error("{source}")]
+    QuotaAccess { source: std::sync::Arc<kube::Error> },
+
     /// A webhook configuration this server cannot use (a selector that does not parse).
     #[error("webhook \"{webhook}\": {message}")]
     Configuration { webhook: String, message: String },

@@ -23,6 +23,7 @@
 mod error;
 mod namespace;
 mod options;
+pub mod quota;
 pub mod webhook;
 
 use std::collections::BTreeMap;
@@ -37,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 pub use error::{denial_code, Error, GroupResource};
 pub use namespace::{NamespaceLifecycle, Namespaces};
 pub use options::{RequestOptions, WriteKind};
+pub use quota::{LimitedResource, Quotas, ResourceQuota};
 pub use webhook::{MutatingWebhooks, ValidatingWebhooks, WebhookClients, WebhookConfigurations};
 
 use crate::api::{Operation, Subresource, UserInfo};
@@ -207,18 +209,25 @@ pub enum Plugin {
     NamespaceLifecycle,
     MutatingAdmissionWebhook,
     ValidatingAdmissionWebhook,
+    ResourceQuota,
 }
 
 impl Plugin {
-    /// Every plugin, in order; all are on by default, as in k8s.io/apiserver's `RecommendedPluginOrder`.
-    pub const ALL: [Plugin; 3] =
-        [Plugin::NamespaceLifecycle, Plugin::MutatingAdmissionWebhook, Plugin::ValidatingAdmissionWebhook];
+    /// Every plugin, in order; all are on by default, as in k8s.io/apiserver's `RecommendedPluginOrder` and
+    /// kube-apiserver's default set (ResourceQuota last, as there: it charges only what the others let through).
+    pub const ALL: [Plugin; 4] = [
+        Plugin::NamespaceLifecycle,
+        Plugin::MutatingAdmissionWebhook,
+        Plugin::ValidatingAdmissionWebhook,
+        Plugin::ResourceQuota,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Plugin::NamespaceLifecycle => "NamespaceLifecycle",
             Plugin::MutatingAdmissionWebhook => "MutatingAdmissionWebhook",
             Plugin::ValidatingAdmissionWebhook => "ValidatingAdmissionWebhook",
+            Plugin::ResourceQuota => "ResourceQuota",
         }
     }
 
@@ -251,6 +260,23 @@ pub struct WebhookPluginConfig {
     pub validating: WebhookClients,
 }
 
+/// The plugins' configuration (`--admission-control-config-file`).
+#[derive(Debug, Clone, Default)]
+pub struct PluginConfig {
+    pub webhooks: WebhookPluginConfig,
+    /// ResourceQuota's `limitedResources`.
+    pub limited_resources: Vec<LimitedResource>,
+}
+
+/// What the plugins read from the main API server, watched or filled by hand (tests); a plugin whose source is
+/// missing does not run.
+#[derive(Clone)]
+pub struct Sources {
+    pub namespaces: Namespaces,
+    pub configurations: Option<WebhookConfigurations>,
+    pub quotas: Option<Quotas>,
+}
+
 impl Chain {
     /// No plugins: every request is admitted.
     pub fn empty() -> Self {
@@ -265,43 +291,40 @@ impl Chain {
     /// Starts the watches `plugins` need on the main API server (namespaces; webhook configurations) and
     /// returns the chain at once; requests wait for the first lists (up to [`READY_WAIT`]). The watches stop with
     /// `stop`.
-    pub fn start(
-        plugins: &[Plugin],
-        client: kube::Client,
-        webhooks: WebhookPluginConfig,
-        stop: CancellationToken,
-    ) -> Self {
+    pub fn start(plugins: &[Plugin], client: kube::Client, config: PluginConfig, stop: CancellationToken) -> Self {
         if plugins.is_empty() {
             return Self::empty();
         }
-        let namespaces = Namespaces::watch(client.clone(), stop.clone());
-        let has_webhooks = plugins.iter().any(|p| *p != Plugin::NamespaceLifecycle);
-        let configurations = has_webhooks.then(|| WebhookConfigurations::watch(client, stop));
-        Self::with_sources(plugins, namespaces, configurations, webhooks)
+        let on = |p| plugins.contains(&p);
+        let has_webhooks = on(Plugin::MutatingAdmissionWebhook) || on(Plugin::ValidatingAdmissionWebhook);
+        let sources = Sources {
+            namespaces: Namespaces::watch(client.clone(), stop.clone()),
+            configurations: has_webhooks.then(|| WebhookConfigurations::watch(client.clone(), stop.clone())),
+            quotas: on(Plugin::ResourceQuota).then(|| Quotas::watch(client, stop)),
+        };
+        Self::with_sources(plugins, sources, config)
     }
 
     /// The chain over sources already made (watched, or filled by hand for tests), its plugins in
     /// [`Plugin::ALL`]'s order.
-    pub fn with_sources(
-        plugins: &[Plugin],
-        namespaces: Namespaces,
-        configurations: Option<WebhookConfigurations>,
-        webhooks: WebhookPluginConfig,
-    ) -> Self {
+    pub fn with_sources(plugins: &[Plugin], sources: Sources, config: PluginConfig) -> Self {
+        let Sources { namespaces, configurations, quotas } = sources;
         let mut handlers: Vec<Arc<dyn Handler>> = Vec::new();
         for plugin in Plugin::ALL.into_iter().filter(|p| plugins.contains(p)) {
-            match (plugin, &configurations) {
-                (Plugin::NamespaceLifecycle, _) => handlers.push(Arc::new(NamespaceLifecycle::new(namespaces.clone()))),
-                (Plugin::MutatingAdmissionWebhook, Some(configs)) => handlers.push(Arc::new(MutatingWebhooks::new(
-                    configs.clone(),
-                    namespaces.clone(),
-                    webhooks.mutating.clone(),
-                ))),
-                (Plugin::ValidatingAdmissionWebhook, Some(configs)) => handlers.push(Arc::new(
-                    ValidatingWebhooks::new(configs.clone(), namespaces.clone(), webhooks.validating.clone()),
-                )),
-                (_, None) => {}
-            }
+            let handler: Arc<dyn Handler> = match (plugin, &configurations, &quotas) {
+                (Plugin::NamespaceLifecycle, _, _) => Arc::new(NamespaceLifecycle::new(namespaces.clone())),
+                (Plugin::MutatingAdmissionWebhook, Some(c), _) => {
+                    Arc::new(MutatingWebhooks::new(c.clone(), namespaces.clone(), config.webhooks.mutating.clone()))
+                }
+                (Plugin::ValidatingAdmissionWebhook, Some(c), _) => {
+                    Arc::new(ValidatingWebhooks::new(c.clone(), namespaces.clone(), config.webhooks.validating.clone()))
+                }
+                (Plugin::ResourceQuota, _, Some(q)) => {
+                    Arc::new(ResourceQuota::new(q.clone(), config.limited_resources.clone()))
+                }
+                _ => continue,
+            };
+            handlers.push(handler);
         }
         Self { handlers }
     }
@@ -315,6 +338,18 @@ impl Chain {
     pub fn has_synced(&self) -> bool {
         self.handlers.iter().all(|h| h.has_synced())
     }
+}
+
+/// Records one plugin's phase in `apiserver_admission_controller_admission_duration_seconds`.
+fn observe_plugin(plugin: Plugin, step: &str, a: &Attributes, started: std::time::Instant, rejected: bool) {
+    let labels = crate::metrics::AdmissionControllerLabels {
+        name: plugin.name().to_owned(),
+        r#type: step.to_owned(),
+        operation: a.operation.as_str().to_owned(),
+        rejected: rejected.to_string(),
+    };
+    let m = &crate::metrics::global().admission;
+    m.controller_duration.get_or_create(&labels).observe(started.elapsed().as_secs_f64());
 }
 
 /// Records one phase in `apiserver_admission_step_admission_duration_seconds`; `step` is `admit` or `validate`.
@@ -333,7 +368,7 @@ impl Chain {
     /// the object after an IfNeeded webhook had seen it (k8s.io/apiserver's reinvoker).
     async fn admit_rounds(
         &self,
-        plugins: &[&dyn Mutating],
+        plugins: &[(Plugin, &dyn Mutating)],
         a: &Attributes,
         mut object: Option<&mut Value>,
         old: Option<&Value>,
@@ -341,8 +376,11 @@ impl Chain {
     ) -> Result<(), Error> {
         let mut reinvocation = Reinvocation::default();
         loop {
-            for p in plugins {
-                p.admit(a, object.as_deref_mut(), old, out, &mut reinvocation).await?;
+            for (plugin, p) in plugins {
+                let started = std::time::Instant::now();
+                let result = p.admit(a, object.as_deref_mut(), old, out, &mut reinvocation).await;
+                observe_plugin(*plugin, "admit", a, started, result.is_err());
+                result?;
             }
             if !reinvocation.start_next_round() {
                 return Ok(());
@@ -366,8 +404,12 @@ impl Admission for Chain {
             return Ok(());
         }
         let started = std::time::Instant::now();
-        let plugins: Vec<&dyn Mutating> =
-            self.handlers.iter().filter(|h| h.handles(a.operation)).filter_map(|h| h.mutating()).collect();
+        let plugins: Vec<(Plugin, &dyn Mutating)> = self
+            .handlers
+            .iter()
+            .filter(|h| h.handles(a.operation))
+            .filter_map(|h| h.mutating().map(|m| (h.plugin(), m)))
+            .collect();
         let result = self.admit_rounds(&plugins, a, object, old, out).await;
         observe_step("admit", a, started, result.is_err());
         result
@@ -384,10 +426,16 @@ impl Admission for Chain {
             return Ok(());
         }
         let started = std::time::Instant::now();
-        let plugins = self.handlers.iter().filter(|h| h.handles(a.operation)).filter_map(|h| h.validating());
+        let plugins = self
+            .handlers
+            .iter()
+            .filter(|h| h.handles(a.operation))
+            .filter_map(|h| h.validating().map(|v| (h.plugin(), v)));
         let mut result = Ok(());
-        for p in plugins {
+        for (plugin, p) in plugins {
+            let begun = std::time::Instant::now();
             result = p.validate(a, object, old, out).await;
+            observe_plugin(plugin, "validate", a, begun, result.is_err());
             if result.is_err() {
                 break;
             }

@@ -121,9 +121,18 @@ impl From<&admission::Error> for ApiError {
             E::NamespaceLookup { source, .. } => internal_with_cause(source.to_string()),
             E::Denied { webhook, status } => denied(webhook, status.as_deref().cloned()),
             E::DryRunUnsupported { .. } => ApiError::bad_request(message),
-            E::Calling { .. } | E::PatchWithoutObject { .. } | E::Patch { .. } | E::Configuration { .. } => {
-                internal_with_cause(message)
-            }
+            E::QuotaRefused { resource, name, .. } => ApiError::new(403, "Forbidden", message)
+                .with_details(status_details(name, &resource.group, &resource.resource, Vec::new())),
+            E::QuotaAccess { source } => match &**source {
+                kube::Error::Api(status) => ApiError { status: status.clone() },
+                _ => internal_with_cause(message),
+            },
+            E::Calling { .. }
+            | E::PatchWithoutObject { .. }
+            | E::Patch { .. }
+            | E::Configuration { .. }
+            | E::QuotaTimeout
+            | E::QuotaUnreadable { .. } => internal_with_cause(message),
         }
     }
 }

@@ -169,6 +169,10 @@ pub struct AdmissionWebhookLabels {
     pub rejected: String,
 }
 
+/// `apiserver_admission_controller_admission_duration_seconds`' labels (one plugin's phase): `type` is `admit` or
+/// `validate`.
+pub type AdmissionControllerLabels = AdmissionWebhookLabels;
+
 /// `apiserver_admission_webhook_rejection_count`'s labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AdmissionRejectionLabels {
@@ -184,6 +188,7 @@ pub struct AdmissionRejectionLabels {
 #[derive(Debug)]
 pub struct AdmissionMetrics {
     pub step_duration: HistogramFamily<AdmissionStepLabels>,
+    pub controller_duration: HistogramFamily<AdmissionControllerLabels>,
     pub webhook_duration: HistogramFamily<AdmissionWebhookLabels>,
     pub webhook_rejections: Family<AdmissionRejectionLabels, Counter>,
 }
@@ -238,6 +243,7 @@ impl Metrics {
             audit_errors: Family::default(),
             admission: AdmissionMetrics {
                 step_duration: Family::new_with_constructor(admission_histogram),
+                controller_duration: Family::new_with_constructor(admission_histogram),
                 webhook_duration: Family::new_with_constructor(admission_histogram),
                 webhook_rejections: Family::default(),
             },
@@ -346,6 +352,12 @@ impl Metrics {
             "Admission sub-step latency histogram in seconds, broken out for each operation and API resource and \
              step type (validate or admit).",
             a.step_duration.clone(),
+        );
+        r.register(
+            "apiserver_admission_controller_admission_duration_seconds",
+            "Admission controller latency histogram in seconds, identified by name and broken out for each operation \
+             and API resource and type (validate or admit).",
+            a.controller_duration.clone(),
         );
         r.register(
             "apiserver_admission_webhook_admission_duration_seconds",

@@ -1,5 +1,5 @@
 //! Admission plugins, as k8s.io/apiserver's `AdmissionOptions`: which run, and the AdmissionConfiguration file
-//! that gives the webhook plugins a kubeconfig for calling webhooks.
+//! that gives the webhook plugins a kubeconfig for calling webhooks and ResourceQuota its `limitedResources`.
 
 use std::path::{Path, PathBuf};
 
@@ -8,13 +8,13 @@ use clap::Args;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::admission::{Chain, Plugin, WebhookClients, WebhookPluginConfig};
+use crate::admission::{Chain, LimitedResource, Plugin, PluginConfig, WebhookClients};
 
 #[derive(Debug, Clone, Default, Args)]
 #[command(next_help_heading = "Admission")]
 pub struct AdmissionOptions {
     /// Admission plugins to enable in addition to the default ones (NamespaceLifecycle, MutatingAdmissionWebhook,
-    /// ValidatingAdmissionWebhook, which are all there are). The order does not matter.
+    /// ValidatingAdmissionWebhook, ResourceQuota, which are all there are). The order does not matter.
     #[arg(long, value_delimiter = ',')]
     pub enable_admission_plugins: Vec<String>,
 
@@ -24,7 +24,7 @@ pub struct AdmissionOptions {
 
     /// File with admission control configuration (an AdmissionConfiguration): for MutatingAdmissionWebhook and
     /// ValidatingAdmissionWebhook, a WebhookAdmissionConfiguration whose kubeConfigFile holds the credentials to
-    /// call webhooks with.
+    /// call webhooks with; for ResourceQuota, a ResourceQuotaConfiguration's limitedResources.
     #[arg(long)]
     pub admission_control_config_file: Option<PathBuf>,
 }
@@ -85,17 +85,18 @@ impl AdmissionOptions {
                 );
             }
             tracing::warn!(
-                "no main API server: admission plugins are off (NamespaceLifecycle and the webhooks need it)"
+                "no main API server: admission plugins are off (NamespaceLifecycle, the webhooks and ResourceQuota \
+                 need it)"
             );
             return Ok(Chain::empty());
         };
-        let webhooks = match &self.admission_control_config_file {
-            Some(path) => webhook_config(path)?,
-            None => WebhookPluginConfig::default(),
+        let config = match &self.admission_control_config_file {
+            Some(path) => plugin_config(path)?,
+            None => PluginConfig::default(),
         };
         let names: Vec<&str> = plugins.iter().map(|p| p.name()).collect();
         tracing::info!(plugins = ?names, "admission");
-        Ok(Chain::start(&plugins, client, webhooks, stop))
+        Ok(Chain::start(&plugins, client, config, stop))
     }
 }
 
@@ -130,9 +131,22 @@ struct WebhookAdmission {
     kube_config_file: String,
 }
 
-/// The webhook plugins' clients from an AdmissionConfiguration (apiserver.config.k8s.io/v1, or
-/// apiserver.k8s.io/v1alpha1 and v1beta1), each plugin's part inline or in a file relative to it.
-fn webhook_config(path: &Path) -> anyhow::Result<WebhookPluginConfig> {
+/// ResourceQuota's part of an AdmissionConfiguration.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ResourceQuotaConfiguration {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    limited_resources: Vec<LimitedResource>,
+}
+
+/// The plugins' configuration from an AdmissionConfiguration (apiserver.config.k8s.io/v1, or
+/// apiserver.k8s.io/v1alpha1 and v1beta1), each plugin's part inline or in a file relative to it: the webhook
+/// plugins' clients, ResourceQuota's limitedResources.
+fn plugin_config(path: &Path) -> anyhow::Result<PluginConfig> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         anyhow::anyhow!("unable to read admission control configuration from {:?} [{e}]", path.display().to_string())
     })?;
@@ -148,13 +162,11 @@ fn webhook_config(path: &Path) -> anyhow::Result<WebhookPluginConfig> {
             config.api_version
         );
     }
-    let mut out = WebhookPluginConfig::default();
+    let mut out = PluginConfig::default();
     for plugin in config.plugins {
-        let slot = match Plugin::parse(&plugin.name) {
-            Some(Plugin::MutatingAdmissionWebhook) => &mut out.mutating,
-            Some(Plugin::ValidatingAdmissionWebhook) => &mut out.validating,
-            // kube-apiserver reads a plugin's configuration only when it runs it; ours have none.
-            _ => continue,
+        let Some(which) = Plugin::parse(&plugin.name).filter(|p| *p != Plugin::NamespaceLifecycle) else {
+            // kube-apiserver reads a plugin's configuration only when it runs it; NamespaceLifecycle has none.
+            continue;
         };
         let value = match (plugin.configuration, &plugin.path) {
             (Some(v), _) => v,
@@ -165,6 +177,27 @@ fn webhook_config(path: &Path) -> anyhow::Result<WebhookPluginConfig> {
                 serde_yaml::from_str(&text).with_context(|| format!("{}: {}", plugin.name, p.display()))?
             }
             (None, None) => continue,
+        };
+        let slot = match which {
+            Plugin::MutatingAdmissionWebhook => &mut out.webhooks.mutating,
+            Plugin::ValidatingAdmissionWebhook => &mut out.webhooks.validating,
+            _ => {
+                let q: ResourceQuotaConfiguration =
+                    serde_yaml::from_value(value).with_context(|| format!("{}: {}", what(), plugin.name))?;
+                let kinds = ["apiserver.config.k8s.io/v1", "resourcequota.admission.k8s.io/v1beta1"];
+                if q.kind != "ResourceQuotaConfiguration" || !kinds.contains(&q.api_version.as_str()) {
+                    anyhow::bail!(
+                        "{}: {}: expected a ResourceQuotaConfiguration of {}, got kind {:?} of {:?}",
+                        what(),
+                        plugin.name,
+                        kinds.join(" or "),
+                        q.kind,
+                        q.api_version
+                    );
+                }
+                out.limited_resources = q.limited_resources;
+                continue;
+            }
         };
         let w: WebhookAdmission =
             serde_yaml::from_value(value).with_context(|| format!("{}: {}", what(), plugin.name))?;
@@ -216,7 +249,7 @@ mod tests {
         assert_eq!(parse(&[]).enabled_plugins(), Plugin::ALL);
         let o = parse(&["--disable-admission-plugins=MutatingAdmissionWebhook,NamespaceLifecycle"]);
         o.validate().unwrap();
-        assert_eq!(o.enabled_plugins(), [Plugin::ValidatingAdmissionWebhook]);
+        assert_eq!(o.enabled_plugins(), [Plugin::ValidatingAdmissionWebhook, Plugin::ResourceQuota]);
         let o = parse(&["--enable-admission-plugins=NamespaceLifecycle"]);
         assert_eq!(o.enabled_plugins(), Plugin::ALL);
 
@@ -239,6 +272,36 @@ mod tests {
         assert!(chain.plugins().is_empty() && chain.has_synced());
         let e = parse(&["--enable-admission-plugins=NamespaceLifecycle"]).build(None, CancellationToken::new());
         assert!(e.unwrap_err().to_string().contains("pass --kubeconfig"));
+    }
+
+    #[test]
+    fn the_admission_configuration_file_gives_resource_quota_its_limited_resources() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("admission.yaml");
+        std::fs::write(
+            &file,
+            "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n- name: ResourceQuota\n  \
+             configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n    kind: ResourceQuotaConfiguration\n    \
+             limitedResources:\n    - apiGroup: demo.k8s.io\n      resource: podsets\n      matchContains: [podsets]\n",
+        )
+        .unwrap();
+        let config = plugin_config(&file).unwrap();
+        assert_eq!(
+            config.limited_resources,
+            [LimitedResource {
+                api_group: "demo.k8s.io".into(),
+                resource: "podsets".into(),
+                match_contains: vec!["podsets".into()]
+            }]
+        );
+        std::fs::write(
+            &file,
+            "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n- name: ResourceQuota\n  \
+             configuration: {apiVersion: v1, kind: ConfigMap}\n",
+        )
+        .unwrap();
+        let e = format!("{:#}", plugin_config(&file).unwrap_err());
+        assert!(e.contains("expected a ResourceQuotaConfiguration"), "{e}");
     }
 
     #[test]
@@ -266,8 +329,8 @@ mod tests {
             ),
         )
         .unwrap();
-        let config = webhook_config(&file).unwrap();
-        assert!(config.mutating.has_credentials() && config.validating.has_credentials());
+        let config = plugin_config(&file).unwrap();
+        assert!(config.webhooks.mutating.has_credentials() && config.webhooks.validating.has_credentials());
 
         std::fs::write(
             &file,
@@ -275,11 +338,11 @@ mod tests {
              configuration: {apiVersion: apiserver.config.k8s.io/v1, kind: WebhookAdmissionConfiguration, kubeConfigFile: rel.kubeconfig}\n",
         )
         .unwrap();
-        let e = format!("{:#}", webhook_config(&file).unwrap_err());
+        let e = format!("{:#}", plugin_config(&file).unwrap_err());
         assert!(e.ends_with("kubeConfigFile: Invalid value: \"rel.kubeconfig\": must be an absolute file path"), "{e}");
         std::fs::write(&file, "apiVersion: v1\nkind: ConfigMap\n").unwrap();
-        assert!(webhook_config(&file).unwrap_err().to_string().contains("expected an AdmissionConfiguration"));
-        let e = webhook_config(&dir.path().join("missing.yaml")).unwrap_err().to_string();
+        assert!(plugin_config(&file).unwrap_err().to_string().contains("expected an AdmissionConfiguration"));
+        let e = plugin_config(&dir.path().join("missing.yaml")).unwrap_err().to_string();
         assert!(e.starts_with("unable to read admission control configuration from \""), "{e}");
     }
 }

@@ -1,0 +1,169 @@
+//! The namespaces' ResourceQuotas as the plugin reads and writes them (upstream's `resource_access.go`): a watched
+//! cache; a live list, kept 30 s, for a namespace the cache has none in (a quota made a moment ago); the newest
+//! status this server wrote, preferred over an older cached copy; and status writes with the quota's
+//! resourceVersion, so a concurrent writer's change is a conflict, never overwritten.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::ResourceQuota;
+use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use parking_lot::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use crate::admission::READY_WAIT;
+
+/// How long a live list of a namespace with no cached quota is reused.
+const LIVE_LOOKUP_TTL: Duration = Duration::from_secs(30);
+/// Statuses written, and live lists, kept at most (upstream's LRU sizes).
+const KEPT: usize = 100;
+
+/// The main API server's ResourceQuotas.
+#[derive(Clone)]
+pub struct Quotas {
+    store: Store<ResourceQuota>,
+    client: Option<kube::Client>,
+    /// Per namespace: when it was listed live, and what the list held.
+    live: Arc<Mutex<HashMap<String, Listed>>>,
+    /// Per namespace/name: the newest quota this server wrote the status of.
+    written: Arc<Mutex<HashMap<(String, String), ResourceQuota>>>,
+    /// Keeps a cache filled by hand ([`Quotas::fixed`]) open.
+    _writer: Option<Arc<Mutex<reflector::store::Writer<ResourceQuota>>>>,
+}
+
+type Failure = Arc<kube::Error>;
+
+/// A live list of one namespace's quotas, and when it was made.
+type Listed = (Instant, Vec<ResourceQuota>);
+
+impl Quotas {
+    /// Watches every ResourceQuota until `stop`.
+    pub fn watch(client: kube::Client, stop: CancellationToken) -> Self {
+        let (store, writer) = reflector::store();
+        let api: Api<ResourceQuota> = Api::all(client.clone());
+        let stream = watcher::watcher(api, watcher::Config::default()).default_backoff().reflect(writer);
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    next = stream.next() => match next {
+                        Some(Ok(_)) => {}
+                        Some(Err(e)) => tracing::warn!(error = %e, "admission: watching resourcequotas"),
+                        None => return,
+                    },
+                }
+            }
+        });
+        Self::over(store, Some(client), None)
+    }
+
+    /// A cache holding `quotas` and nothing else, with no main API server behind it (status writes fail).
+    pub fn fixed(quotas: Vec<ResourceQuota>) -> Self {
+        let (store, mut writer) = reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for q in quotas {
+            writer.apply_watcher_event(&watcher::Event::InitApply(q));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        Self::over(store, None, Some(Arc::new(Mutex::new(writer))))
+    }
+
+    fn over(
+        store: Store<ResourceQuota>,
+        client: Option<kube::Client>,
+        writer: Option<Arc<Mutex<reflector::store::Writer<ResourceQuota>>>>,
+    ) -> Self {
+        Self { store, client, live: Arc::default(), written: Arc::default(), _writer: writer }
+    }
+
+    pub fn has_synced(&self) -> bool {
+        matches!(self.store.wait_until_ready().now_or_never(), Some(Ok(())))
+    }
+
+    pub(crate) async fn wait_for_ready(&self) -> bool {
+        matches!(tokio::time::timeout(READY_WAIT, self.store.wait_until_ready()).await, Ok(Ok(())))
+    }
+
+    /// Whether a quota may apply to a write: one exists, or the first list is still to come.
+    pub(crate) fn may_apply(&self) -> bool {
+        !self.has_synced() || !self.store.is_empty()
+    }
+
+    /// The quotas of `namespace`, each the newest this server knows.
+    pub(crate) async fn get(&self, namespace: &str) -> Result<Vec<ResourceQuota>, Failure> {
+        let mut quotas: Vec<ResourceQuota> = self
+            .store
+            .state()
+            .iter()
+            .filter(|q| q.metadata.namespace.as_deref() == Some(namespace))
+            .map(|q| (**q).clone())
+            .collect();
+        if quotas.is_empty() {
+            quotas = self.live(namespace).await?;
+        }
+        let written = self.written.lock();
+        for q in &mut quotas {
+            let key = (namespace.to_owned(), q.metadata.name.clone().unwrap_or_default());
+            if let Some(w) = written.get(&key).filter(|w| revision(w) > revision(q)) {
+                *q = w.clone();
+            }
+        }
+        // In name order, so a refusal names the same quota each time.
+        quotas.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        Ok(quotas)
+    }
+
+    /// `namespace`'s quotas as the main API server has them now, for a retry after a status write lost a race:
+    /// the cache may not have the write that won yet, and a retry against it would only lose again.
+    pub(crate) async fn get_live(&self, namespace: &str) -> Result<Vec<ResourceQuota>, Failure> {
+        let Some(client) = &self.client else { return self.get(namespace).await };
+        let api: Api<ResourceQuota> = Api::namespaced(client.clone(), namespace);
+        let mut quotas = api.list(&ListParams::default()).await.map_err(Arc::new)?.items;
+        quotas.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        Ok(quotas)
+    }
+
+    /// A live list of `namespace`'s quotas, reused for [`LIVE_LOOKUP_TTL`].
+    async fn live(&self, namespace: &str) -> Result<Vec<ResourceQuota>, Failure> {
+        if let Some((at, quotas)) = self.live.lock().get(namespace) {
+            if at.elapsed() < LIVE_LOOKUP_TTL {
+                return Ok(quotas.clone());
+            }
+        }
+        let Some(client) = &self.client else { return Ok(Vec::new()) };
+        let api: Api<ResourceQuota> = Api::namespaced(client.clone(), namespace);
+        let quotas = api.list(&ListParams::default()).await.map_err(Arc::new)?.items;
+        let mut live = self.live.lock();
+        if live.len() >= KEPT {
+            live.clear();
+        }
+        live.insert(namespace.to_owned(), (Instant::now(), quotas.clone()));
+        Ok(quotas)
+    }
+
+    /// Writes `quota`'s status, on its resourceVersion.
+    pub(crate) async fn update_status(&self, quota: &ResourceQuota) -> Result<(), Failure> {
+        let namespace = quota.metadata.namespace.clone().unwrap_or_default();
+        let name = quota.metadata.name.clone().unwrap_or_default();
+        let Some(client) = &self.client else {
+            return Err(Arc::new(kube::Error::Service("no main API server to write quota status to".into())));
+        };
+        let api: Api<ResourceQuota> = Api::namespaced(client.clone(), &namespace);
+        let updated = api.replace_status(&name, &PostParams::default(), quota).await.map_err(Arc::new)?;
+        let mut written = self.written.lock();
+        if written.len() >= KEPT {
+            written.clear();
+        }
+        written.insert((namespace, name), updated);
+        Ok(())
+    }
+}
+
+fn revision(q: &ResourceQuota) -> u64 {
+    q.metadata.resource_version.as_deref().and_then(|rv| rv.parse().ok()).unwrap_or(0)
+}

@@ -1,0 +1,252 @@
+//! ResourceQuota, as k8s.io/apiserver's `plugin/resourcequota` runs it for an object-count resource
+//! (`count/podsets.demo.k8s.io`): a validating plugin that checks each create against the namespace's quotas and
+//! charges it to their `status.used` (`resourcequotas/status`, with the quota's resourceVersion) before the object
+//! is stored. kube-apiserver runs this plugin only for its own types; an aggregated server runs it itself, as
+//! kube-controller-manager only recounts on deletes and on its resync.
+//!
+//! As upstream: creates to one namespace are checked in batches, one batch at a time, each charge counted
+//! against the next; a failed status write is retried (three times) against the quotas read again (live, where
+//! upstream reads its cache, so that replicas racing on one quota converge instead of losing on stale copies); a
+//! dry run is checked and charges nothing; a create refused later in the chain keeps its charge for
+//! kube-controller-manager to correct; a create not decided within 10 s is answered "resource quota evaluation
+//! timed out".
+
+mod access;
+mod check;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+pub use access::Quotas;
+
+use super::namespace::resource_name;
+use super::{Attributes, Error, Handler, Outcome, Plugin, Validating};
+use crate::api::Operation;
+
+/// How long a create waits for its verdict (the plugin's evaluation timeout).
+const EVALUATION_TIMEOUT: Duration = Duration::from_secs(10);
+/// Status writes retried after the first fails, as `checkQuotas(quotas, attributes, 3)`.
+const RETRIES: usize = 3;
+
+/// `ResourceQuotaConfiguration`'s `limitedResources`: resources a create may only consume when a quota covers
+/// them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LimitedResource {
+    #[serde(default)]
+    pub api_group: String,
+    pub resource: String,
+    #[serde(default)]
+    pub match_contains: Vec<String>,
+}
+
+/// The ResourceQuota plugin.
+pub struct ResourceQuota {
+    quotas: Quotas,
+    limited: Vec<LimitedResource>,
+    /// Per namespace: creates waiting for the next batch, and whether a batch runs.
+    queues: Arc<Mutex<HashMap<String, Queue>>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    waiting: Vec<Waiter>,
+    busy: bool,
+}
+
+/// One create waiting for its verdict.
+struct Waiter {
+    resource: String,
+    limited: bool,
+    dry_run: bool,
+    refused: Box<dyn Fn(check::Refusal) -> Error + Send + Sync>,
+    reply: oneshot::Sender<Result<(), Error>>,
+}
+
+impl ResourceQuota {
+    pub fn new(quotas: Quotas, limited: Vec<LimitedResource>) -> Self {
+        Self { quotas, limited, queues: Arc::default() }
+    }
+
+    fn is_limited(&self, a: &Attributes, resource: &str) -> bool {
+        self.limited.iter().any(|l| {
+            l.api_group == a.resource.group
+                && l.resource == a.resource.resource
+                && l.match_contains.iter().any(|m| resource.contains(m.as_str()))
+        })
+    }
+
+    /// Queues `w` for its namespace's next batch; starts the namespace's worker if none runs.
+    fn enqueue(&self, namespace: &str, w: Waiter) {
+        let mut queues = self.queues.lock();
+        let q = queues.entry(namespace.to_owned()).or_default();
+        q.waiting.push(w);
+        if !q.busy {
+            q.busy = true;
+            let (queues, quotas, namespace) = (self.queues.clone(), self.quotas.clone(), namespace.to_owned());
+            tokio::spawn(async move { work(queues, quotas, namespace).await });
+        }
+    }
+}
+
+/// A namespace's worker: batch after batch until none waits.
+async fn work(queues: Arc<Mutex<HashMap<String, Queue>>>, quotas: Quotas, namespace: String) {
+    loop {
+        let batch = {
+            let mut all = queues.lock();
+            let q = all.get_mut(&namespace).expect("a running worker's queue");
+            if q.waiting.is_empty() {
+                all.remove(&namespace);
+                return;
+            }
+            std::mem::take(&mut q.waiting)
+        };
+        let verdicts = decide(&quotas, &namespace, &batch).await;
+        for (w, verdict) in batch.into_iter().zip(verdicts) {
+            // The create may have timed out meanwhile; its charge stays, as upstream's does.
+            let _ = w.reply.send(verdict);
+        }
+    }
+}
+
+/// The verdicts of one batch, in order, as `checkQuotas` reaches them: each create charged against the quotas as
+/// the ones before it left them, the changed quotas written, and on a failed write the creates still waiting
+/// checked again against the failed quotas read afresh.
+async fn decide(quotas: &Quotas, namespace: &str, batch: &[Waiter]) -> Vec<Result<(), Error>> {
+    let mut verdicts: Vec<Option<Result<(), Error>>> = batch.iter().map(|_| None).collect();
+    let mut current = match quotas.get(namespace).await {
+        Ok(q) => q,
+        Err(e) => return batch.iter().map(|_| Err(Error::QuotaAccess { source: e.clone() })).collect(),
+    };
+    let mut retries = RETRIES;
+    loop {
+        let original = current.clone();
+        let mut changed = false;
+        for (w, verdict) in batch.iter().zip(verdicts.iter_mut()).filter(|(_, v)| v.is_none()) {
+            match check::charge(&current, &w.resource, w.limited) {
+                Err(refusal) => *verdict = Some(Err((w.refused)(refusal))),
+                Ok(_) if w.dry_run => *verdict = Some(Ok(())),
+                Ok(charged) => {
+                    let charges = charged.iter().zip(&current).any(|(n, o)| check::used(n) != check::used(o));
+                    if charges {
+                        changed = true;
+                    } else {
+                        *verdict = Some(Ok(()));
+                    }
+                    current = charged;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+        let mut failed = Vec::new();
+        let mut last_error = None;
+        for (o, q) in original.iter().zip(&current) {
+            if check::used(o) == check::used(q) {
+                continue;
+            }
+            match quotas.update_status(q).await {
+                Ok(()) => {}
+                Err(e) => {
+                    failed.push(q.metadata.name.clone());
+                    last_error = Some(e);
+                }
+            }
+        }
+        let Some(error) = last_error else { break };
+        if retries == 0 {
+            fill(&mut verdicts, || Err(Error::QuotaAccess { source: error.clone() }));
+            break;
+        }
+        retries -= 1;
+        match quotas.get_live(namespace).await {
+            Ok(fresh) => current = fresh.into_iter().filter(|q| failed.contains(&q.metadata.name)).collect(),
+            Err(e) => {
+                fill(&mut verdicts, || Err(Error::QuotaAccess { source: e.clone() }));
+                break;
+            }
+        }
+    }
+    verdicts.into_iter().map(|v| v.unwrap_or(Ok(()))).collect()
+}
+
+fn fill(verdicts: &mut [Option<Result<(), Error>>], with: impl Fn() -> Result<(), Error>) {
+    for v in verdicts.iter_mut().filter(|v| v.is_none()) {
+        *v = Some(with());
+    }
+}
+
+impl Handler for ResourceQuota {
+    fn plugin(&self) -> Plugin {
+        Plugin::ResourceQuota
+    }
+
+    /// An object count is charged on create only (the object-count evaluator handles nothing else).
+    fn handles(&self, operation: Operation) -> bool {
+        operation == Operation::Create
+    }
+
+    fn validating(&self) -> Option<&dyn Validating> {
+        Some(self)
+    }
+
+    /// A refusal names the object, generated names included: the object is read while a quota may apply.
+    fn reads_objects(&self) -> bool {
+        self.quotas.may_apply()
+    }
+
+    fn has_synced(&self) -> bool {
+        self.quotas.has_synced()
+    }
+}
+
+#[async_trait]
+impl Validating for ResourceQuota {
+    async fn validate(
+        &self,
+        a: &Attributes,
+        object: Option<&Value>,
+        _old: Option<&Value>,
+        _out: &mut Outcome,
+    ) -> Result<(), Error> {
+        if !a.subresource.as_str().is_empty() || a.namespace.is_empty() {
+            return Ok(());
+        }
+        let name = resource_name(a, object);
+        if !self.quotas.wait_for_ready().await {
+            return Err(Error::NotReady { resource: a.group_resource(), name });
+        }
+        let resource = match a.resource.group.as_str() {
+            "" => format!("count/{}", a.resource.resource),
+            group => format!("count/{}.{group}", a.resource.resource),
+        };
+        let group_resource = a.group_resource();
+        let (reply, verdict) = oneshot::channel();
+        let waiter = Waiter {
+            limited: self.is_limited(a, &resource),
+            resource,
+            dry_run: a.dry_run,
+            refused: Box::new(move |refusal| match refusal {
+                check::Refusal::Unreadable { .. } => Error::QuotaUnreadable { message: refusal.to_string() },
+                refusal => Error::QuotaRefused {
+                    resource: group_resource.clone(),
+                    name: name.clone(),
+                    reason: refusal.to_string(),
+                },
+            }),
+            reply,
+        };
+        self.enqueue(&a.namespace, waiter);
+        match tokio::time::timeout(EVALUATION_TIMEOUT, verdict).await {
+            Ok(Ok(verdict)) => verdict,
+            Ok(Err(_)) | Err(_) => Err(Error::QuotaTimeout),
+        }
+    }
+}

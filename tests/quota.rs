@@ -1,0 +1,189 @@
+//! ResourceQuota through the aggregator, side by side with kube-apiserver's own for ConfigMaps on the same
+//! control plane: the same quota over `count/configmaps` and `count/podsets.demo.k8s.io` refuses the second create
+//! with the same code, reason and message, charges `status.used` at once, charges nothing for a dry run, and
+//! kube-controller-manager releases the charge after a delete. Then 20 creates at once against a limit of 5 leave
+//! exactly 5, on one replica and on two replicas sharing etcd.
+
+mod common;
+
+use std::time::Duration;
+
+use common::cluster::{in_namespace, runtime, wait};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ResourceQuota};
+use kube::api::{Api, DeleteParams, PostParams};
+use podset_apiserver::api::PodSet;
+use podset_envtest::{Cluster, ServerCommand};
+use serde_json::json;
+
+const PODSETS: &str = "count/podsets.demo.k8s.io";
+const CONFIGMAPS: &str = "count/configmaps";
+
+fn podset(name: &str) -> PodSet {
+    serde_json::from_value(common::podset(name, 0)).unwrap()
+}
+
+fn generated_podset(prefix: &str) -> PodSet {
+    let mut ps = podset("");
+    ps.metadata.name = None;
+    ps.metadata.generate_name = Some(prefix.into());
+    ps
+}
+
+fn configmap(name: &str) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name}})).unwrap()
+}
+
+/// A namespace with one quota `q` over `hard`, once kube-controller-manager has filled in its status for every
+/// resource in it (until then our plugin, as kube-apiserver's, refuses with "status unknown").
+async fn quota_namespace(client: &kube::Client, ns: &str, hard: serde_json::Value) -> Api<ResourceQuota> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
+        .await
+        .unwrap();
+    let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), ns);
+    let q = json!({"metadata": {"name": "q"}, "spec": {"hard": hard}});
+    quotas.create(&PostParams::default(), &serde_json::from_value(q).unwrap()).await.unwrap();
+    let keys: Vec<String> = hard.as_object().unwrap().keys().cloned().collect();
+    wait(
+        Duration::from_secs(120),
+        || async {
+            let q = quotas.get("q").await.unwrap();
+            let used = q.status.and_then(|s| s.used).unwrap_or_default();
+            keys.iter().all(|k| used.contains_key(k))
+        },
+        "kube-controller-manager to fill in the quota's status.used",
+    )
+    .await;
+    quotas
+}
+
+async fn used(quotas: &Api<ResourceQuota>, resource: &str) -> String {
+    let q = quotas.get("q").await.unwrap();
+    q.status.and_then(|s| s.used).and_then(|u| u.get(resource).map(|v| v.0.clone())).unwrap_or_default()
+}
+
+/// (code, reason, message) of a refused create.
+fn refusal<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> (u16, String, String) {
+    match r {
+        Err(kube::Error::Api(s)) => (s.code, s.reason.clone(), s.message.clone()),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn quota_refuses_and_charges_podsets_as_kube_apiserver_does_configmaps() {
+    in_namespace("quota_refuses_and_charges_podsets_as_kube_apiserver_does_configmaps", || {
+        let c = common::cluster::start();
+        runtime().block_on(async {
+            let client = c.client().await;
+            // Two of each: kube-root-ca.crt and cm-1, ps-0 and ps-1.
+            let quotas = quota_namespace(&client, "quota", json!({CONFIGMAPS: "2", PODSETS: "2"})).await;
+            let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "quota");
+            let podsets: Api<PodSet> = Api::namespaced(client.clone(), "quota");
+            let pp = PostParams::default();
+            let dry = PostParams { dry_run: true, ..Default::default() };
+            assert_eq!((used(&quotas, CONFIGMAPS).await, used(&quotas, PODSETS).await), ("1".into(), "0".into()));
+            podsets.create(&pp, &podset("ps-0")).await.unwrap();
+            assert_eq!(used(&quotas, PODSETS).await, "1");
+
+            // Each create is charged at once, before kube-controller-manager recounts.
+            configmaps.create(&pp, &configmap("cm-1")).await.unwrap();
+            podsets.create(&pp, &podset("ps-1")).await.unwrap();
+            assert_eq!(used(&quotas, CONFIGMAPS).await, "2");
+            assert_eq!(used(&quotas, PODSETS).await, "2");
+
+            // Over the limit: the same answer, named as each server names its resource.
+            let theirs = refusal(configmaps.create(&pp, &configmap("cm-2")).await);
+            let ours = refusal(podsets.create(&pp, &podset("ps-2")).await);
+            eprintln!("kube-apiserver: {theirs:?}\npodset-apiserver: {ours:?}");
+            assert_eq!((theirs.0, theirs.1.as_str()), (403, "Forbidden"));
+            let expected = theirs.2.replace("count/configmaps", PODSETS).replace("configmaps", "podsets.demo.k8s.io");
+            assert_eq!(ours, (403, "Forbidden".to_owned(), expected.replace("cm-2", "ps-2")));
+            assert_eq!(
+                ours.2,
+                "podsets.demo.k8s.io \"ps-2\" is forbidden: exceeded quota: q, requested: count/podsets.demo.k8s.io=1, \
+                 used: count/podsets.demo.k8s.io=2, limited: count/podsets.demo.k8s.io=2"
+            );
+            // A dry run is refused the same way, and nothing is stored.
+            assert_eq!(refusal(podsets.create(&dry, &podset("ps-3")).await).0, 403);
+            assert!(
+                podsets.get_opt("ps-2").await.unwrap().is_none() && podsets.get_opt("ps-3").await.unwrap().is_none()
+            );
+
+            // A generated name: both refusals name the object by the name it was given.
+            let mut cm = configmap("");
+            cm.metadata.name = None;
+            cm.metadata.generate_name = Some("cm-".into());
+            let theirs = refusal(configmaps.create(&pp, &cm).await).2;
+            let ours = refusal(podsets.create(&pp, &generated_podset("ps-")).await).2;
+            assert!(theirs.starts_with("configmaps \"cm-") && !theirs.starts_with("configmaps \"cm-\""), "{theirs}");
+            assert!(
+                ours.starts_with("podsets.demo.k8s.io \"ps-") && !ours.starts_with("podsets.demo.k8s.io \"ps-\""),
+                "{ours}"
+            );
+
+            // kube-controller-manager releases the charge once the object is gone, for both.
+            configmaps.delete("cm-1", &DeleteParams::default()).await.unwrap();
+            podsets.delete("ps-1", &DeleteParams::default()).await.unwrap();
+            for resource in [CONFIGMAPS, PODSETS] {
+                wait(
+                    Duration::from_secs(120),
+                    || async { used(&quotas, resource).await == "1" },
+                    &format!("kube-controller-manager to release {resource}"),
+                )
+                .await;
+            }
+            // A dry run within the limit is admitted and charges nothing.
+            podsets.create(&dry, &podset("ps-4")).await.unwrap();
+            assert_eq!(used(&quotas, PODSETS).await, "1");
+            podsets.create(&pp, &podset("ps-5")).await.unwrap();
+            assert_eq!(used(&quotas, PODSETS).await, "2");
+
+            // A quota over other resources, or one with scopes, does not count PodSets.
+            let other = quota_namespace(&client, "other", json!({CONFIGMAPS: "1"})).await;
+            let podsets: Api<PodSet> = Api::namespaced(client.clone(), "other");
+            podsets.create(&pp, &podset("free")).await.unwrap();
+            assert_eq!(used(&other, PODSETS).await, "");
+        });
+    });
+}
+
+/// 20 creates at once against a limit of 5 through the aggregator.
+async fn twenty_creates_against_five(c: &Cluster, ns: &str) {
+    let client = c.client().await;
+    let quotas = quota_namespace(&client, ns, json!({PODSETS: "5"})).await;
+    let podsets: Api<PodSet> = Api::namespaced(client.clone(), ns);
+    let creates = (0..20).map(|i| {
+        let podsets = podsets.clone();
+        async move { podsets.create(&PostParams::default(), &podset(&format!("ps-{i}"))).await }
+    });
+    let results = futures::future::join_all(creates).await;
+    let created = results.iter().filter(|r| r.is_ok()).count();
+    for r in results.iter().filter_map(|r| r.as_ref().err()) {
+        let kube::Error::Api(s) = r else { panic!("{r:?}") };
+        // Over quota, or a conflict on the quota's status that outlasted the retries (kube answers that too).
+        assert!(s.code == 403 || s.code == 409, "{s:?}");
+    }
+    let stored = podsets.list(&Default::default()).await.unwrap().items.len();
+    eprintln!("{ns}: {created} of 20 created, {stored} stored, used {}", used(&quotas, PODSETS).await);
+    assert_eq!(stored, created);
+    assert_eq!(created, 5, "exactly the limit is created");
+    assert_eq!(used(&quotas, PODSETS).await, "5");
+}
+
+#[test]
+fn twenty_creates_at_once_leave_exactly_the_limit() {
+    in_namespace("twenty_creates_at_once_leave_exactly_the_limit", || {
+        let c = common::cluster::start();
+        runtime().block_on(twenty_creates_against_five(&c, "burst"));
+    });
+}
+
+#[test]
+fn twenty_creates_at_once_on_two_replicas_leave_exactly_the_limit() {
+    in_namespace("twenty_creates_at_once_on_two_replicas_leave_exactly_the_limit", || {
+        let c = Cluster::start_replicated(ServerCommand { program: common::BIN.into(), args: Vec::new() }, 2);
+        runtime().block_on(twenty_creates_against_five(&c, "burst"));
+    });
+}
