@@ -123,9 +123,11 @@ impl From<&admission::Error> for ApiError {
             E::DryRunUnsupported { .. } => ApiError::bad_request(message),
             E::QuotaRefused { resource, name, .. } => ApiError::new(403, "Forbidden", message)
                 .with_details(status_details(name, &resource.group, &resource.resource, Vec::new())),
+            // The main API server's answer as it is; anything else as `ErrorToAPIStatus` words an error that is
+            // not a Status: 500, no reason.
             E::QuotaAccess { source } => match &**source {
                 kube::Error::Api(status) => ApiError { status: status.clone() },
-                _ => internal_with_cause(message),
+                _ => ApiError::new(500, "", message),
             },
             E::Calling { .. }
             | E::PatchWithoutObject { .. }

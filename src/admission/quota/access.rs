@@ -21,6 +21,16 @@ use crate::admission::READY_WAIT;
 const LIVE_LOOKUP_TTL: Duration = Duration::from_secs(30);
 /// Statuses written, and live lists, kept at most (upstream's LRU sizes).
 const KEPT: usize = 100;
+/// How long one call to the main API server may take: a create waits 10 s for its verdict in all.
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `call`, failed if the main API server does not answer within [`CALL_TIMEOUT`].
+async fn answered<T>(call: impl std::future::Future<Output = kube::Result<T>>) -> Result<T, Failure> {
+    match tokio::time::timeout(CALL_TIMEOUT, call).await {
+        Ok(r) => r.map_err(Arc::new),
+        Err(_) => Err(Arc::new(kube::Error::Service("the main API server did not answer in time".into()))),
+    }
+}
 
 /// The main API server's ResourceQuotas.
 #[derive(Clone)]
@@ -89,9 +99,10 @@ impl Quotas {
         matches!(tokio::time::timeout(READY_WAIT, self.store.wait_until_ready()).await, Ok(Ok(())))
     }
 
-    /// Whether a quota may apply to a write: one exists, or the first list is still to come.
+    /// Whether a quota may apply to a write: one exists (cached, or found by a live list), or the first list is
+    /// still to come.
     pub(crate) fn may_apply(&self) -> bool {
-        !self.has_synced() || !self.store.is_empty()
+        !self.has_synced() || !self.store.is_empty() || self.live.lock().values().any(|(_, q)| !q.is_empty())
     }
 
     /// The quotas of `namespace`, each the newest this server knows.
@@ -123,7 +134,7 @@ impl Quotas {
     pub(crate) async fn get_live(&self, namespace: &str) -> Result<Vec<ResourceQuota>, Failure> {
         let Some(client) = &self.client else { return self.get(namespace).await };
         let api: Api<ResourceQuota> = Api::namespaced(client.clone(), namespace);
-        let mut quotas = api.list(&ListParams::default()).await.map_err(Arc::new)?.items;
+        let mut quotas = answered(api.list(&ListParams::default())).await?.items;
         quotas.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         Ok(quotas)
     }
@@ -137,7 +148,7 @@ impl Quotas {
         }
         let Some(client) = &self.client else { return Ok(Vec::new()) };
         let api: Api<ResourceQuota> = Api::namespaced(client.clone(), namespace);
-        let quotas = api.list(&ListParams::default()).await.map_err(Arc::new)?.items;
+        let quotas = answered(api.list(&ListParams::default())).await?.items;
         let mut live = self.live.lock();
         if live.len() >= KEPT {
             live.clear();
@@ -154,7 +165,7 @@ impl Quotas {
             return Err(Arc::new(kube::Error::Service("no main API server to write quota status to".into())));
         };
         let api: Api<ResourceQuota> = Api::namespaced(client.clone(), &namespace);
-        let updated = api.replace_status(&name, &PostParams::default(), quota).await.map_err(Arc::new)?;
+        let updated = answered(api.replace_status(&name, &PostParams::default(), quota)).await?;
         let mut written = self.written.lock();
         if written.len() >= KEPT {
             written.clear();

@@ -82,8 +82,9 @@ pub(crate) fn charge(quotas: &[ResourceQuota], resource: &str, limited: bool) ->
         let status = q.status.as_ref().expect("a matching quota has a status");
         let hard = &status.hard.as_ref().expect("a matching quota has status.hard")[resource];
         let used = &status.used.as_ref().expect("checked above")[resource];
-        let limit = count(hard).ok_or_else(|| unreadable(q, "status.hard", resource, hard))?;
-        let now = count(used).ok_or_else(|| unreadable(q, "status.used", resource, used))?;
+        // A fractional limit admits only whole objects below it; a fractional usage counts as the next whole one.
+        let limit = count(hard, Round::Down).ok_or_else(|| unreadable(q, "status.hard", resource, hard))?;
+        let now = count(used, Round::Up).ok_or_else(|| unreadable(q, "status.used", resource, used))?;
         if now + 1 > limit {
             return Err(Refusal::Exceeded {
                 quota: name(q),
@@ -111,9 +112,16 @@ pub(crate) fn used(quota: &ResourceQuota) -> Option<&BTreeMap<String, Quantity>>
     quota.status.as_ref().and_then(|s| s.used.as_ref())
 }
 
+/// Which way a fractional count goes.
+#[derive(Clone, Copy)]
+pub(crate) enum Round {
+    Down,
+    Up,
+}
+
 /// A count as a quantity writes it: a whole number, with an optional decimal (k, M, G, T, P, E) or binary (Ki …
-/// Ei) suffix, or in exponent form (`1e3`). Fractions round up, as a count of objects would.
-pub(crate) fn count(q: &Quantity) -> Option<i64> {
+/// Ei) suffix, or in exponent form (`1e3`); a fraction goes the way `round` says.
+pub(crate) fn count(q: &Quantity, round: Round) -> Option<i64> {
     let s = q.0.trim();
     let (number, multiplier): (&str, f64) = [
         ("Ki", 1024f64),
@@ -137,7 +145,10 @@ pub(crate) fn count(q: &Quantity) -> Option<i64> {
         return None;
     }
     let value: f64 = number.parse().ok()?;
-    let value = (value * multiplier).ceil();
+    let value = match round {
+        Round::Down => (value * multiplier).floor(),
+        Round::Up => (value * multiplier).ceil(),
+    };
     (value.is_finite() && value.abs() < 9.0e18).then_some(value as i64)
 }
 
@@ -161,10 +172,12 @@ mod tests {
     #[test]
     fn counts_read_as_quantities() {
         for (text, n) in [("5", 5), ("0", 0), ("1k", 1000), ("2Ki", 2048), ("1e3", 1000), ("1500m", 2), ("+3", 3)] {
-            assert_eq!(count(&Quantity(text.into())), Some(n), "{text}");
+            assert_eq!(count(&Quantity(text.into()), Round::Up), Some(n), "{text}");
         }
+        assert_eq!(count(&Quantity("2500m".into()), Round::Down), Some(2));
+        assert_eq!(count(&Quantity("0.5".into()), Round::Down), Some(0));
         for bad in ["", "many", "k", "1x", "--1"] {
-            assert_eq!(count(&Quantity(bad.into())), None, "{bad}");
+            assert_eq!(count(&Quantity(bad.into()), Round::Up), None, "{bad}");
         }
     }
 
@@ -198,6 +211,10 @@ mod tests {
             charge(&[], R, true).unwrap_err().to_string(),
             "insufficient quota to consume: count/podsets.demo.k8s.io"
         );
+        // A fractional limit admits only whole PodSets below it, as kube compares used + 1 <= hard exactly.
+        let e = charge(&[quota("half", Some("2500m"), Some("2"))], R, false).unwrap_err();
+        assert!(e.to_string().starts_with("exceeded quota: half"), "{e}");
+        assert!(charge(&[quota("half", Some("0.5"), Some("0"))], R, false).is_err());
         let e = charge(&[quota("odd", Some("lots"), Some("0"))], R, false).unwrap_err();
         assert!(matches!(e, Refusal::Unreadable { .. }), "{e}");
     }

@@ -95,8 +95,23 @@ impl ResourceQuota {
     }
 }
 
+/// Clears a namespace's queue if its worker ends by a panic, so the next create starts a new one.
+struct Worker {
+    queues: Arc<Mutex<HashMap<String, Queue>>>,
+    namespace: String,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.queues.lock().remove(&self.namespace);
+        }
+    }
+}
+
 /// A namespace's worker: batch after batch until none waits.
 async fn work(queues: Arc<Mutex<HashMap<String, Queue>>>, quotas: Quotas, namespace: String) {
+    let _worker = Worker { queues: queues.clone(), namespace: namespace.clone() };
     loop {
         let batch = {
             let mut all = queues.lock();
@@ -117,7 +132,9 @@ async fn work(queues: Arc<Mutex<HashMap<String, Queue>>>, quotas: Quotas, namesp
 
 /// The verdicts of one batch, in order, as `checkQuotas` reaches them: each create charged against the quotas as
 /// the ones before it left them, the changed quotas written, and on a failed write the creates still waiting
-/// checked again against the failed quotas read afresh.
+/// checked again against the failed quotas read afresh. Unlike upstream, a create refused once stays refused: a
+/// retry sees only the failed quotas, and re-checking a refusal against them alone could admit a create over
+/// another quota. A create whose caller is gone (timed out) is not charged.
 async fn decide(quotas: &Quotas, namespace: &str, batch: &[Waiter]) -> Vec<Result<(), Error>> {
     let mut verdicts: Vec<Option<Result<(), Error>>> = batch.iter().map(|_| None).collect();
     let mut current = match quotas.get(namespace).await {
@@ -129,6 +146,10 @@ async fn decide(quotas: &Quotas, namespace: &str, batch: &[Waiter]) -> Vec<Resul
         let original = current.clone();
         let mut changed = false;
         for (w, verdict) in batch.iter().zip(verdicts.iter_mut()).filter(|(_, v)| v.is_none()) {
+            if w.reply.is_closed() {
+                *verdict = Some(Err(Error::QuotaTimeout));
+                continue;
+            }
             match check::charge(&current, &w.resource, w.limited) {
                 Err(refusal) => *verdict = Some(Err((w.refused)(refusal))),
                 Ok(_) if w.dry_run => *verdict = Some(Ok(())),
@@ -199,7 +220,7 @@ impl Handler for ResourceQuota {
 
     /// A refusal names the object, generated names included: the object is read while a quota may apply.
     fn reads_objects(&self) -> bool {
-        self.quotas.may_apply()
+        !self.limited.is_empty() || self.quotas.may_apply()
     }
 
     fn has_synced(&self) -> bool {
