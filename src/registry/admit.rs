@@ -48,21 +48,22 @@ impl<'r> Review<'r> {
         }
     }
 
-    /// The mutating phase: `proposed` as the plugins left it. `old` is [`Review::old`]'s.
-    pub async fn admit(&mut self, proposed: PodSet, old: Option<&Value>, key: &PodSetKey) -> Result<PodSet> {
-        let Some(a) = &self.attrs else { return Ok(proposed) };
+    /// The mutating phase: `proposed` becomes what the plugins left of it. `old` is [`Review::old`]'s. The
+    /// PodSet is changed in place: held by value, it would make every write's future some kilobytes larger, and
+    /// futures are moved whole.
+    pub async fn admit(&mut self, proposed: &mut PodSet, old: Option<&Value>, key: &PodSetKey) -> Result<()> {
+        let Some(a) = &self.attrs else { return Ok(()) };
         if !self.reads {
-            Box::pin(self.admission.admit(a, None, None, &mut self.said)).await?;
-            return Ok(proposed);
+            return Ok(Box::pin(self.admission.admit(a, None, None, &mut self.said)).await?);
         }
-        let mut object = self.object(&proposed, || to_value(&proposed))?;
+        let mut object = self.object(proposed, || to_value(proposed))?;
         let sent = object.clone();
         // Boxed: a webhook call's future is large, and held inline it would be copied with every write's.
         Box::pin(self.admission.admit(a, Some(&mut object), old, &mut self.said)).await?;
-        match object == sent {
-            true => Ok(proposed),
-            false => self.view.admitted(proposed, object, key),
+        if object != sent {
+            *proposed = self.view.admitted(std::mem::take(proposed), object, key)?;
         }
+        Ok(())
     }
 
     /// The validating phase, on `ps` as it is to be stored (`json`: it as JSON, made only if read).

@@ -230,7 +230,7 @@ impl Registry {
         // Mutating admission sees the object as sent, before the server's own fields.
         ps.api_version = crate::api::API_VERSION.into();
         ps.kind = crate::api::KIND.into();
-        let mut ps = review.admit(ps, None, w.key).await?;
+        review.admit(&mut ps, None, w.key).await?;
         let prefix = strategy::prepare_for_create(&mut ps, &w.key.namespace)?;
         if let Some(prefix) = &prefix {
             ps.metadata.name = Some(strategy::generated_name(prefix));
@@ -287,7 +287,8 @@ impl Registry {
         };
         // Admission sees the stored object through the write's view.
         let old_view = review.old(&old, || live.clone().map_or_else(|| current.to_value(), Ok))?;
-        let proposed = review.admit(p.object, old_view.as_ref(), w.key).await?;
+        let mut proposed = p.object;
+        review.admit(&mut proposed, old_view.as_ref(), w.key).await?;
         let mut new = strategy::prepare_for_update(proposed, &old, w.sub, w.key)?;
         let mut value = to_value(&new)?;
         if tracked {
