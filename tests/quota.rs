@@ -55,6 +55,17 @@ async fn quota_namespace(client: &kube::Client, ns: &str, hard: serde_json::Valu
         "kube-controller-manager to fill in the quota's status.used",
     )
     .await;
+    // And once podset-apiserver's watch of quotas has that status too: until then it answers "status unknown".
+    if keys.iter().any(|k| k == PODSETS) {
+        let podsets: Api<PodSet> = Api::namespaced(client.clone(), ns);
+        let dry = PostParams { dry_run: true, ..Default::default() };
+        wait(
+            Duration::from_secs(30),
+            || async { podsets.create(&dry, &podset("probe")).await.is_ok() },
+            "podset-apiserver to see the quota's status",
+        )
+        .await;
+    }
     quotas
 }
 
@@ -134,8 +145,14 @@ fn quota_refuses_and_charges_podsets_as_kube_apiserver_does_configmaps() {
                 )
                 .await;
             }
-            // A dry run within the limit is admitted and charges nothing.
-            podsets.create(&dry, &podset("ps-4")).await.unwrap();
+            // A dry run within the limit is admitted, once the release has reached podset-apiserver's watch of the
+            // quota (kube-apiserver's own plugin reads its informer just as late), and charges nothing.
+            wait(
+                Duration::from_secs(30),
+                || async { podsets.create(&dry, &podset("ps-4")).await.is_ok() },
+                "the released charge to reach podset-apiserver's quota cache",
+            )
+            .await;
             assert_eq!(used(&quotas, PODSETS).await, "1");
             podsets.create(&pp, &podset("ps-5")).await.unwrap();
             assert_eq!(used(&quotas, PODSETS).await, "2");
