@@ -20,6 +20,7 @@
 //! - `status` and `scale` writes are `Update`s with their subresource; `/scale`'s objects are `autoscaling/v1`
 //!   Scales, which carry no labels (so an objectSelector never selects them, as for a Deployment's scale).
 
+mod cache;
 mod error;
 mod namespace;
 mod options;

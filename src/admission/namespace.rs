@@ -5,14 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::reflector::ObjectRef;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::{Attributes, Error, Handler, Mutating, Outcome, Plugin, Reinvocation, READY_WAIT};
+use super::cache::Cache;
+use super::{Attributes, Error, Handler, Mutating, Outcome, Plugin, Reinvocation};
 use crate::api::Operation;
 
 /// How long a create into a namespace the cache does not have waits for the watch before the live GET, as the
@@ -22,58 +21,35 @@ const MISSING_NAMESPACE_WAIT: Duration = Duration::from_millis(50);
 /// The main API server's namespaces: a watched cache, and a live GET for names it does not have.
 #[derive(Clone)]
 pub struct Namespaces {
-    store: Store<Namespace>,
+    cache: Cache<Namespace>,
     client: Option<kube::Client>,
-    /// Keeps a cache filled by hand ([`Namespaces::fixed`]) open.
-    _writer: Option<Arc<parking_lot::Mutex<reflector::store::Writer<Namespace>>>>,
 }
 
 impl Namespaces {
     /// Watches every namespace until `stop`.
     pub fn watch(client: kube::Client, stop: CancellationToken) -> Self {
-        let (store, writer) = reflector::store();
-        let api: kube::Api<Namespace> = kube::Api::all(client.clone());
-        let stream = watcher::watcher(api, watcher::Config::default()).default_backoff().reflect(writer);
-        tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    next = stream.next() => match next {
-                        Some(Ok(_)) => {}
-                        Some(Err(e)) => tracing::warn!(error = %e, "admission: watching namespaces"),
-                        None => return,
-                    },
-                }
-            }
-        });
-        Self { store, client: Some(client), _writer: None }
+        let cache = Cache::watch(kube::Api::all(client.clone()), "namespaces", stop);
+        Self { cache, client: Some(client) }
     }
 
     /// A cache holding `namespaces` and nothing else, with no main API server behind it.
     pub fn fixed(namespaces: Vec<Namespace>) -> Self {
-        let (store, mut writer) = reflector::store();
-        writer.apply_watcher_event(&watcher::Event::Init);
-        for ns in namespaces {
-            writer.apply_watcher_event(&watcher::Event::InitApply(ns));
-        }
-        writer.apply_watcher_event(&watcher::Event::InitDone);
-        Self { store, client: None, _writer: Some(Arc::new(parking_lot::Mutex::new(writer))) }
+        Self { cache: Cache::fixed(namespaces), client: None }
     }
 
     /// Whether the first list is in.
     pub fn has_synced(&self) -> bool {
-        matches!(self.store.wait_until_ready().now_or_never(), Some(Ok(())))
+        self.cache.has_synced()
     }
 
-    /// Waits up to [`READY_WAIT`] for the first list.
+    /// Waits up to [`READY_WAIT`](super::READY_WAIT) for the first list.
     pub(crate) async fn wait_for_ready(&self) -> bool {
-        matches!(tokio::time::timeout(READY_WAIT, self.store.wait_until_ready()).await, Ok(Ok(())))
+        self.cache.wait_for_ready().await
     }
 
     /// The namespace from the cache.
     pub(crate) fn cached(&self, name: &str) -> Option<Arc<Namespace>> {
-        self.store.get(&ObjectRef::new(name))
+        self.cache.store.get(&ObjectRef::new(name))
     }
 
     /// The namespace from the main API server itself: None when it does not exist.
@@ -209,8 +185,7 @@ mod tests {
     /// refuses them. (Paused clock: the wait passes at once.)
     #[tokio::test(start_paused = true)]
     async fn before_the_first_list_requests_are_refused_as_not_ready() {
-        let (store, writer) = reflector::store();
-        let namespaces = Namespaces { store, client: None, _writer: Some(Arc::new(parking_lot::Mutex::new(writer))) };
+        let namespaces = Namespaces { cache: Cache::never_synced(), client: None };
         assert!(!namespaces.has_synced());
         let l = NamespaceLifecycle::new(namespaces);
         let e = admit(

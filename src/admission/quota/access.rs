@@ -7,15 +7,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::ResourceQuota;
 use kube::api::{Api, ListParams, PostParams};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{watcher, WatchStreamExt};
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use crate::admission::READY_WAIT;
+use crate::admission::cache::Cache;
 
 /// How long a live list of a namespace with no cached quota is reused.
 const LIVE_LOOKUP_TTL: Duration = Duration::from_secs(30);
@@ -35,14 +32,12 @@ async fn answered<T>(call: impl std::future::Future<Output = kube::Result<T>>) -
 /// The main API server's ResourceQuotas.
 #[derive(Clone)]
 pub struct Quotas {
-    store: Store<ResourceQuota>,
+    cache: Cache<ResourceQuota>,
     client: Option<kube::Client>,
     /// Per namespace: when it was listed live, and what the list held.
     live: Arc<Mutex<HashMap<String, Listed>>>,
     /// Per namespace/name: the newest quota this server wrote the status of.
     written: Arc<Mutex<HashMap<(String, String), ResourceQuota>>>,
-    /// Keeps a cache filled by hand ([`Quotas::fixed`]) open.
-    _writer: Option<Arc<Mutex<reflector::store::Writer<ResourceQuota>>>>,
 }
 
 type Failure = Arc<kube::Error>;
@@ -53,61 +48,37 @@ type Listed = (Instant, Vec<ResourceQuota>);
 impl Quotas {
     /// Watches every ResourceQuota until `stop`.
     pub fn watch(client: kube::Client, stop: CancellationToken) -> Self {
-        let (store, writer) = reflector::store();
-        let api: Api<ResourceQuota> = Api::all(client.clone());
-        let stream = watcher::watcher(api, watcher::Config::default()).default_backoff().reflect(writer);
-        tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    next = stream.next() => match next {
-                        Some(Ok(_)) => {}
-                        Some(Err(e)) => tracing::warn!(error = %e, "admission: watching resourcequotas"),
-                        None => return,
-                    },
-                }
-            }
-        });
-        Self::over(store, Some(client), None)
+        let cache = Cache::watch(Api::all(client.clone()), "resourcequotas", stop);
+        Self::over(cache, Some(client))
     }
 
     /// A cache holding `quotas` and nothing else, with no main API server behind it (status writes fail).
     pub fn fixed(quotas: Vec<ResourceQuota>) -> Self {
-        let (store, mut writer) = reflector::store();
-        writer.apply_watcher_event(&watcher::Event::Init);
-        for q in quotas {
-            writer.apply_watcher_event(&watcher::Event::InitApply(q));
-        }
-        writer.apply_watcher_event(&watcher::Event::InitDone);
-        Self::over(store, None, Some(Arc::new(Mutex::new(writer))))
+        Self::over(Cache::fixed(quotas), None)
     }
 
-    fn over(
-        store: Store<ResourceQuota>,
-        client: Option<kube::Client>,
-        writer: Option<Arc<Mutex<reflector::store::Writer<ResourceQuota>>>>,
-    ) -> Self {
-        Self { store, client, live: Arc::default(), written: Arc::default(), _writer: writer }
+    fn over(cache: Cache<ResourceQuota>, client: Option<kube::Client>) -> Self {
+        Self { cache, client, live: Arc::default(), written: Arc::default() }
     }
 
     pub fn has_synced(&self) -> bool {
-        matches!(self.store.wait_until_ready().now_or_never(), Some(Ok(())))
+        self.cache.has_synced()
     }
 
     pub(crate) async fn wait_for_ready(&self) -> bool {
-        matches!(tokio::time::timeout(READY_WAIT, self.store.wait_until_ready()).await, Ok(Ok(())))
+        self.cache.wait_for_ready().await
     }
 
     /// Whether a quota may apply to a write: one exists (cached, or found by a live list), or the first list is
     /// still to come.
     pub(crate) fn may_apply(&self) -> bool {
-        !self.has_synced() || !self.store.is_empty() || self.live.lock().values().any(|(_, q)| !q.is_empty())
+        !self.has_synced() || !self.cache.store.is_empty() || self.live.lock().values().any(|(_, q)| !q.is_empty())
     }
 
     /// The quotas of `namespace`, each the newest this server knows.
     pub(crate) async fn get(&self, namespace: &str) -> Result<Vec<ResourceQuota>, Failure> {
         let mut quotas: Vec<ResourceQuota> = self
+            .cache
             .store
             .state()
             .iter()
