@@ -117,9 +117,9 @@ pub trait Admission: Send + Sync {
     /// Whether any plugin runs at all; when not, a caller may skip admission and what it would build for it.
     fn runs(&self) -> bool;
 
-    /// Whether a write's objects may be read at all (a webhook may be called); when not, the caller may pass
-    /// none and skip building them.
-    fn reads_objects(&self) -> bool;
+    /// Whether the objects of a write of `operation` may be read at all (a webhook may be called, a quota may
+    /// name the object); when not, the caller may pass none and skip building them.
+    fn reads_objects(&self, operation: Operation) -> bool;
 }
 
 /// One plugin of the chain, as k8s.io/apiserver's `admission.Interface`: which operations it handles, and its
@@ -128,8 +128,10 @@ pub trait Handler: Send + Sync {
     /// Its name in `--enable-admission-plugins`.
     fn plugin(&self) -> Plugin;
 
-    /// Whether it takes part in a request of this operation (`Handles`).
-    fn handles(&self, operation: Operation) -> bool;
+    /// Whether it takes part in a request of this operation (`Handles`); every one unless it says otherwise.
+    fn handles(&self, _operation: Operation) -> bool {
+        true
+    }
 
     /// Its mutating phase (`MutationInterface`).
     fn mutating(&self) -> Option<&dyn Mutating> {
@@ -449,8 +451,8 @@ impl Admission for Chain {
         !self.handlers.is_empty()
     }
 
-    fn reads_objects(&self) -> bool {
-        self.handlers.iter().any(|h| h.reads_objects())
+    fn reads_objects(&self, operation: Operation) -> bool {
+        self.handlers.iter().any(|h| h.handles(operation) && h.reads_objects())
     }
 }
 

@@ -271,3 +271,66 @@ impl Validating for ResourceQuota {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::{ResourceQuota as Quota, ResourceQuotaStatus};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use kube::api::ObjectMeta;
+
+    use super::*;
+    use crate::admission::testing::attributes;
+    use crate::api::{Subresource, UserInfo};
+
+    const R: &str = "count/podsets.demo.k8s.io";
+
+    fn quota(hard: &str, used: &str) -> Quota {
+        let map = |v: &str| Some(BTreeMap::from([(R.to_owned(), Quantity(v.into()))]));
+        Quota {
+            metadata: ObjectMeta { name: Some("q".into()), namespace: Some("ns".into()), ..Default::default() },
+            spec: None,
+            status: Some(ResourceQuotaStatus { hard: map(hard), used: map(used) }),
+        }
+    }
+
+    async fn create(plugin: &ResourceQuota, dry_run: bool) -> Result<(), Error> {
+        let mut a = attributes(Operation::Create, Subresource::Main, "ns", "web", UserInfo::default());
+        a.dry_run = dry_run;
+        plugin.validate(&a, None, None, &mut Outcome::default()).await
+    }
+
+    /// Without a main API server every status write fails: the batch's verdicts show what each create needed.
+    #[tokio::test]
+    async fn a_create_is_checked_charged_or_refused_as_its_quota_says() {
+        let plugin = ResourceQuota::new(Quotas::fixed(vec![quota("2", "1")]), Vec::new());
+        assert!(plugin.reads_objects(), "a refusal names the object while a quota exists");
+        create(&plugin, true).await.expect("a dry run within the limit is admitted and writes nothing");
+        let e = create(&plugin, false).await.unwrap_err();
+        assert!(matches!(e, Error::QuotaAccess { .. }), "a charge that cannot be written refuses the create: {e}");
+
+        let full = ResourceQuota::new(Quotas::fixed(vec![quota("1", "1")]), Vec::new());
+        let e = create(&full, true).await.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "podsets.demo.k8s.io \"web\" is forbidden: exceeded quota: q, requested: count/podsets.demo.k8s.io=1, \
+             used: count/podsets.demo.k8s.io=1, limited: count/podsets.demo.k8s.io=1"
+        );
+        let odd = ResourceQuota::new(Quotas::fixed(vec![quota("many", "0")]), Vec::new());
+        assert!(matches!(create(&odd, false).await.unwrap_err(), Error::QuotaUnreadable { .. }));
+
+        let limited = LimitedResource {
+            api_group: "demo.k8s.io".into(),
+            resource: "podsets".into(),
+            match_contains: vec!["podsets".into()],
+        };
+        let uncovered = ResourceQuota::new(Quotas::fixed(Vec::new()), vec![limited]);
+        let e = create(&uncovered, false).await.unwrap_err();
+        assert!(e.to_string().ends_with("insufficient quota to consume: count/podsets.demo.k8s.io"), "{e}");
+        let free = ResourceQuota::new(Quotas::fixed(Vec::new()), Vec::new());
+        create(&free, false).await.expect("no quota, nothing limited: admitted");
+        assert!(!free.reads_objects());
+        assert!(!free.handles(Operation::Update) && free.handles(Operation::Create));
+    }
+}

@@ -29,7 +29,6 @@ use review::ReviewVersion;
 use super::namespace::resource_name;
 use super::{Attributes, Error, Handler, Mutating, Namespaces, Outcome, Plugin, Reinvocation, Validating, READY_WAIT};
 use crate::api::selector::Selector;
-use crate::api::Operation;
 
 /// A webhook's wait when its configuration gives no `timeoutSeconds` (v1's default).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -373,11 +372,6 @@ impl Handler for MutatingWebhooks {
         Plugin::MutatingAdmissionWebhook
     }
 
-    /// Every operation: each webhook's rules say which it wants.
-    fn handles(&self, _operation: Operation) -> bool {
-        true
-    }
-
     fn mutating(&self) -> Option<&dyn Mutating> {
         Some(self)
     }
@@ -537,11 +531,6 @@ pub struct ValidatingWebhooks {
 impl Handler for ValidatingWebhooks {
     fn plugin(&self) -> Plugin {
         Plugin::ValidatingAdmissionWebhook
-    }
-
-    /// Every operation: each webhook's rules say which it wants.
-    fn handles(&self, _operation: Operation) -> bool {
-        true
     }
 
     fn validating(&self) -> Option<&dyn Validating> {
