@@ -244,7 +244,7 @@ async fn failure_policy_decides_for_a_webhook_that_is_down_slow_or_talks_nonsens
             "tls.test.io",
             "/allow",
             json!({"clientConfig": {"url": s.url("/allow"), "caBundle": other_ca()}}),
-            "\": x509: certificate signed by unknown authority",
+            "\": tls: failed to verify certificate: x509: certificate signed by unknown authority",
         ),
     ];
     for (name, path, extra, says) in cases {

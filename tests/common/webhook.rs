@@ -68,10 +68,16 @@ pub fn certificates(ip: IpAddr, ca_name: &str) -> (String, String, String) {
 impl WebhookServer {
     /// Serves on `ip`, a free port.
     pub async fn start(ip: IpAddr) -> Self {
-        podset_apiserver::apiserver::tls::provider();
         let (ca_pem, cert_pem, key_pem) = certificates(ip, "test webhook CA");
+        Self::serve(ip, &cert_pem, &key_pem, ca_pem).await
+    }
+
+    /// Serves on `ip` with the certificate chain `chain_pem` (leaf first) and its key; `ca_pem` is what a
+    /// webhook configuration names as its `caBundle`.
+    pub async fn serve(ip: IpAddr, chain_pem: &str, key_pem: &str, ca_pem: String) -> Self {
+        podset_apiserver::apiserver::tls::provider();
         use rustls::pki_types::pem::PemObject;
-        let chain = rustls::pki_types::CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        let chain = rustls::pki_types::CertificateDer::pem_slice_iter(chain_pem.as_bytes())
             .collect::<Result<Vec<_>, _>>()
             .unwrap();
         let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap();

@@ -21,6 +21,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use secrecy::ExposeSecret;
 
+use super::verify::{GoVerifier, X509Error};
+
 /// Why a webhook could not be called, or answered something unusable: under `failurePolicy: Fail` the request
 /// fails with kube-apiserver's 500 "failed calling webhook", under `Ignore` the webhook is skipped.
 #[derive(Debug, thiserror::Error)]
@@ -63,22 +65,23 @@ pub enum CallError {
 /// certificate authority), else the error and its sources.
 fn transport_reason(url: &str, e: &(dyn std::error::Error + 'static)) -> String {
     let mut refused = false;
-    let mut unknown_issuer = false;
+    let mut x509 = None;
     visit(e, &mut |cause| {
         if let Some(io) = cause.downcast_ref::<std::io::Error>() {
             refused |= io.kind() == std::io::ErrorKind::ConnectionRefused;
         }
-        unknown_issuer |= matches!(
-            cause.downcast_ref::<rustls::Error>(),
-            Some(rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer))
-        );
+        if let Some(rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other))) =
+            cause.downcast_ref::<rustls::Error>()
+        {
+            x509 = x509.take().or_else(|| other.0.downcast_ref::<X509Error>().map(|x| x.0.clone()));
+        }
     });
     if refused {
         let host = url.parse::<http::Uri>().ok().and_then(|u| u.authority().map(|a| a.to_string()));
         return format!("dial tcp {}: connect: connection refused", host.unwrap_or_default());
     }
-    if unknown_issuer {
-        return "x509: certificate signed by unknown authority".into();
+    if let Some(x509) = x509 {
+        return format!("tls: failed to verify certificate: {x509}");
     }
     chain(e)
 }
@@ -267,23 +270,29 @@ impl WebhookClients {
         if let Some(c) = self.clients.lock().get(&key) {
             return Ok(c.clone());
         }
-        let roots = if ca_bundle.is_empty() {
-            system_roots().clone()
+        let (roots, bundle) = if ca_bundle.is_empty() {
+            (system_roots().clone(), Vec::new())
         } else {
             let mut roots = rustls::RootCertStore::empty();
+            let mut bundle = Vec::new();
             for cert in CertificateDer::pem_slice_iter(ca_bundle) {
                 let cert = cert.map_err(|e| CallError::CaBundle(e.to_string()))?;
-                roots.add(cert).map_err(|e| CallError::CaBundle(e.to_string()))?;
+                roots.add(cert.clone()).map_err(|e| CallError::CaBundle(e.to_string()))?;
+                bundle.push(cert);
             }
             if roots.is_empty() {
                 return Err(CallError::CaBundle("unable to parse bytes as PEM block".into()));
             }
-            Arc::new(roots)
+            (Arc::new(roots), bundle)
         };
-        let builder = rustls::ClientConfig::builder_with_provider(crypto_provider())
+        let provider = crypto_provider();
+        let verifier =
+            GoVerifier::new(roots, bundle, provider.clone()).map_err(|e| CallError::CaBundle(e.to_string()))?;
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| CallError::CaBundle(e.to_string()))?
-            .with_root_certificates(roots);
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(verifier));
         let tls = match creds {
             Credentials::Certificate(cert, key) => {
                 let fail = |message: String| CallError::Credentials { target: identity.to_owned(), message };

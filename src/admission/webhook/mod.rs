@@ -5,6 +5,7 @@
 mod client;
 mod review;
 mod rules;
+mod verify;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
