@@ -179,16 +179,19 @@ async fn dispatch(app: &App, info: &RequestInfo, req: Request, user: UserInfo) -
         Target::Unknown => Err(ApiError::path_not_found(&path)),
         _ if !read_only(&method) => Err(ApiError::method_not_allowed(&method, &path)),
         Target::Apis => Ok(match negotiate(accept(headers), APIS)? {
-            Output::Discovery("v2") => doc_response(
-                &d.aggregated_v2,
-                "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
-                headers,
-            ),
-            Output::Discovery(_) => doc_response(
-                &d.aggregated_v2beta1,
-                "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList",
-                headers,
-            ),
+            Output::Discovery(version) => {
+                let (doc, content_type) = match version {
+                    "v2" => (&d.aggregated_v2, "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"),
+                    _ => (
+                        &d.aggregated_v2beta1,
+                        "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList",
+                    ),
+                };
+                let mut resp = doc_response(doc, content_type, headers);
+                // As k8s.io/apiserver's aggregated discovery handler.
+                resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
+                resp
+            }
             _ => doc_response(&d.group_list, JSON, headers),
         }),
         Target::Group => plain_doc(&d.group, headers),

@@ -47,6 +47,8 @@ pub struct ServerConfig {
     pub bookmark_interval: Duration,
     /// How long in-flight requests may take to finish after shutdown starts.
     pub shutdown_grace: Duration,
+    /// `--http2-max-streams-per-connection`.
+    pub http2_max_streams: u32,
     pub health: health::HealthChecks,
     /// `--max-requests-inflight`, `--max-mutating-requests-inflight`.
     pub max_in_flight: filters::MaxInFlight,
@@ -58,6 +60,28 @@ pub struct ServerConfig {
     pub audit: Option<audit::AuditLog>,
 }
 
+/// HTTP/1.1 and HTTP/2 as k8s.io/apiserver serves them: at most `max_streams` streams a connection, 256 KiB
+/// read frames and per-stream window, a connection window of 256 KiB per stream (so every stream can fill its
+/// own), and pings that find a dead peer holding thousands of watches.
+fn connection_builder(max_streams: u32) -> auto::Builder<TokioExecutor> {
+    const PER_STREAM: u32 = 256 << 10;
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http2()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .max_concurrent_streams(max_streams)
+        .max_frame_size(PER_STREAM)
+        .initial_stream_window_size(PER_STREAM)
+        .initial_connection_window_size(PER_STREAM.saturating_mul(max_streams).min(i32::MAX as u32))
+        .keep_alive_interval(Some(HTTP2_PING_INTERVAL))
+        .keep_alive_timeout(HTTP2_PING_TIMEOUT);
+    builder
+}
+
+/// How often an HTTP/2 connection is pinged, and how long its answer may take before the connection is closed.
+const HTTP2_PING_INTERVAL: Duration = Duration::from_secs(30);
+const HTTP2_PING_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// A bound, not yet serving, server.
 pub struct Server {
     listener: TcpListener,
@@ -65,6 +89,7 @@ pub struct Server {
     acceptor: TlsAcceptor,
     shutdown_grace: Duration,
     request_timeout: Duration,
+    http2_max_streams: u32,
 }
 
 impl Server {
@@ -95,6 +120,7 @@ impl Server {
             acceptor: TlsAcceptor::from(Arc::new(cfg.tls)),
             shutdown_grace: cfg.shutdown_grace,
             request_timeout: cfg.request_timeout,
+            http2_max_streams: cfg.http2_max_streams,
         })
     }
 
@@ -112,6 +138,7 @@ impl Server {
             .layer(filters::RequestInfoLayer);
         let graceful = GracefulShutdown::new();
         let shutdown = self.app.watch.shutdown.clone();
+        let builder = connection_builder(self.http2_max_streams);
         loop {
             let (tcp, remote) = tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -127,6 +154,7 @@ impl Server {
             let _ = tcp.set_nodelay(true);
             let acceptor = self.acceptor.clone();
             let router = router.clone();
+            let builder = builder.clone();
             let watcher = graceful.watcher();
             tokio::spawn(async move {
                 let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
@@ -142,7 +170,6 @@ impl Server {
                     req.extensions_mut().insert(conn.clone());
                     req
                 });
-                let builder = auto::Builder::new(TokioExecutor::new());
                 let connection =
                     builder.serve_connection_with_upgrades(TokioIo::new(tls), TowerToHyperService::new(svc));
                 if let Err(e) = watcher.watch(connection.into_owned()).await {

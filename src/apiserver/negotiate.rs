@@ -57,20 +57,23 @@ fn parse_accept(accept: &str) -> Vec<MediaRange<'_>> {
             Some(MediaRange { essence, params, q })
         })
         .collect();
-    // Stable: equal weights keep the client's order.
-    ranges.sort_by(|a, b| b.q.partial_cmp(&a.q).unwrap_or(std::cmp::Ordering::Equal));
+    // As goautoneg orders them for k8s.io/apiserver: higher weight first, then a concrete type before `*`, then
+    // a concrete subtype before `*`; stable, so equals keep the client's order.
+    let wild = |r: &MediaRange| {
+        let (t, sub) = r.essence.split_once('/').unwrap_or((&r.essence, ""));
+        (t == "*", sub == "*")
+    };
+    ranges.sort_by(|a, b| b.q.total_cmp(&a.q).then_with(|| wild(a).cmp(&wild(b))));
     ranges
 }
 
-/// Picks the first acceptable representation, or 406.
+/// Picks the first acceptable representation of the ordered `Accept` list, or 406 when none is. A range with
+/// `q=0` is tried last rather than refused, as kube-apiserver does.
 pub fn negotiate(accept: Option<&str>, offers: Offers) -> ApiResult<Output> {
     let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
         return Ok(Output::Json);
     };
     for r in parse_accept(accept) {
-        if r.q <= 0.0 {
-            continue;
-        }
         let param = |name: &str| r.params.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
         let json_like = matches!(r.essence.as_str(), "application/json" | "application/*" | "*/*");
         match (param("as"), param("g"), param("v")) {
@@ -100,7 +103,7 @@ pub fn negotiate(accept: Option<&str>, offers: Offers) -> ApiResult<Output> {
             _ => {}
         }
     }
-    Err(ApiError::not_acceptable(accept))
+    Err(ApiError::not_acceptable())
 }
 
 /// How a request body is encoded.
@@ -123,7 +126,7 @@ pub fn body_format(content_type: Option<&str>) -> ApiResult<BodyFormat> {
         "application/merge-patch+json" => BodyFormat::MergePatch,
         "application/json-patch+json" => BodyFormat::JsonPatch,
         "application/strategic-merge-patch+json" => BodyFormat::StrategicMergePatch,
-        "application/apply-patch+yaml" | "application/apply-patch+cbor" => BodyFormat::ApplyPatch,
+        "application/apply-patch+yaml" => BodyFormat::ApplyPatch,
         _ => return Err(ApiError::unsupported_media_type(raw)),
     })
 }
@@ -149,6 +152,18 @@ mod tests {
     }
 
     #[test]
+    fn weights_then_concrete_types_decide_and_cbor_clients_fall_back_to_json() {
+        assert_eq!(negotiate(Some("application/json;q=0.5, application/yaml"), OBJECTS).unwrap(), Output::Yaml);
+        assert_eq!(negotiate(Some("*/*;q=0.9, application/yaml;q=0.9"), OBJECTS).unwrap(), Output::Yaml);
+        assert_eq!(negotiate(Some("application/cbor, application/json"), OBJECTS).unwrap(), Output::Json);
+        assert_eq!(negotiate(Some("application/cbor-seq;q=1, application/json;q=0.9"), OBJECTS).unwrap(), Output::Json);
+        assert_eq!(negotiate(Some("application/yaml;q=0, text/html"), OBJECTS).unwrap(), Output::Yaml);
+        let e = negotiate(Some("application/cbor"), OBJECTS).unwrap_err();
+        assert_eq!(e.code(), 406);
+        assert_eq!(e.status.message, "only the following media types are accepted: application/json, application/yaml");
+    }
+
+    #[test]
     fn nothing_acceptable_is_406() {
         for accept in
             ["application/vnd.kubernetes.protobuf", "text/html", "application/json;as=Table;g=meta.k8s.io;v=v9"]
@@ -161,6 +176,11 @@ mod tests {
     fn body_formats() {
         assert_eq!(body_format(Some("application/json; charset=utf-8")).unwrap(), BodyFormat::Json);
         assert_eq!(body_format(Some("application/merge-patch+json")).unwrap(), BodyFormat::MergePatch);
-        assert_eq!(body_format(Some("text/plain")).unwrap_err().code(), 415);
+        for ct in
+            ["text/plain", "application/cbor", "application/vnd.kubernetes.protobuf", "application/apply-patch+cbor"]
+        {
+            let e = body_format(Some(ct)).unwrap_err();
+            assert_eq!((e.code(), e.reason()), (415, "UnsupportedMediaType"), "{ct}");
+        }
     }
 }

@@ -169,6 +169,16 @@ pub fn single_row_table(obj: &Stored, include: IncludeObject) -> ApiResult<Bytes
     table(ListMeta { resource_version: rv, ..Default::default() }, std::slice::from_ref(obj), include)
 }
 
+/// A watch's BOOKMARK in Table form, as kube-apiserver's table conversion renders the bookmark object: one row
+/// of it, whose object is its metadata alone when it marks the end of the initial events (or as `include` says
+/// otherwise), and the table at its revision.
+pub fn bookmark_table(bookmark: Value, revision: u64, include: IncludeObject) -> ApiResult<Bytes> {
+    let end = bookmark["metadata"]["annotations"]["k8s.io/initial-events-end"] == "true";
+    let include = if end && include == IncludeObject::Object { IncludeObject::Metadata } else { include };
+    let meta = ListMeta { resource_version: Some(revision.to_string()), ..Default::default() };
+    table(meta, &[Stored::unstored(bookmark)], include)
+}
+
 /// A stored object as PartialObjectMetadata.
 pub fn partial_metadata(obj: &Stored) -> ApiResult<Bytes> {
     let row = row(obj)?;
@@ -297,6 +307,24 @@ mod tests {
         assert!(age.ends_with('d') || age.ends_with('y') || age.contains('d'), "{age}");
         let many = table(ListMeta::default(), &[obj.clone(), obj.clone(), obj], IncludeObject::Metadata).unwrap();
         assert_eq!(rows(&many).len(), 3);
+    }
+
+    #[test]
+    fn a_bookmark_is_a_table_of_its_own_row_and_the_end_marker_carries_only_metadata() {
+        let end = json!({"apiVersion": API_VERSION, "kind": "PodSet",
+            "metadata": {"resourceVersion": "7", "annotations": {"k8s.io/initial-events-end": "true"}}});
+        let table: Value =
+            serde_json::from_slice(&bookmark_table(end.clone(), 7, IncludeObject::Object).unwrap()).unwrap();
+        assert_eq!(table["metadata"]["resourceVersion"], "7");
+        let row = &table["rows"][0];
+        assert_eq!(
+            row["object"],
+            json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": end["metadata"]})
+        );
+        let plain = json!({"apiVersion": API_VERSION, "kind": "PodSet", "metadata": {"resourceVersion": "8"}});
+        let table: Value =
+            serde_json::from_slice(&bookmark_table(plain.clone(), 8, IncludeObject::Object).unwrap()).unwrap();
+        assert_eq!(table["rows"][0]["object"], plain);
     }
 
     #[test]

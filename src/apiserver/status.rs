@@ -127,11 +127,12 @@ impl ApiError {
         )
     }
 
-    pub fn not_acceptable(accept: &str) -> Self {
+    /// kube-apiserver's words: the types it serves, not what the client asked for.
+    pub fn not_acceptable() -> Self {
         Self::new(
             406,
             "NotAcceptable",
-            format!("the server was unable to respond with a content type that the client supports ({accept})"),
+            "only the following media types are accepted: application/json, application/yaml",
         )
     }
 
@@ -140,7 +141,7 @@ impl ApiError {
     }
 
     pub fn unsupported_patch(content_type: &str) -> Self {
-        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json (got {content_type:?})"))
+        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {content_type:?})"))
     }
 
     pub fn too_large(limit: usize) -> Self {

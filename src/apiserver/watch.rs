@@ -26,7 +26,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::error::{ApiError, ApiResult, StatusBody};
 use super::negotiate::Output;
-use super::render::{partial_metadata, single_row_table};
+use super::render::{bookmark_table, partial_metadata, single_row_table};
 use super::request::{IncludeObject, Query};
 use crate::api::selector::{FieldSelector, Selector};
 use crate::api::{API_VERSION, GROUP, KIND, PLURAL, VERSION};
@@ -147,6 +147,21 @@ impl Encoder {
             types,
             metadata: BookmarkMeta { resource_version: revision.to_string(), annotations },
         });
+        if self.output == Output::Table {
+            // kube-apiserver's table conversion turns every event's object into a Table, bookmarks' too.
+            let WatchEvent::Bookmark(b) = &ev else { unreachable!() };
+            let object = serde_json::to_value(b).unwrap_or_default();
+            return match bookmark_table(object, revision, self.include) {
+                Ok(table) => {
+                    let mut buf = BytesMut::with_capacity(table.len() + 32);
+                    buf.put_slice(b"{\"type\":\"BOOKMARK\",\"object\":");
+                    buf.put_slice(&table);
+                    buf.put_slice(b"}\n");
+                    buf.freeze()
+                }
+                Err(e) => self.error(&e),
+            };
+        }
         line(&ev)
     }
 

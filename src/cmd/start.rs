@@ -75,6 +75,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
         authorizer,
         bookmark_interval: opts.serving.bookmark_interval(),
         shutdown_grace: opts.serving.shutdown_grace(),
+        http2_max_streams: opts.serving.http2_max_streams(),
         max_in_flight: MaxInFlight::new(
             opts.server_run.max_requests_inflight,
             opts.server_run.max_mutating_requests_inflight,

@@ -61,6 +61,12 @@ pub struct ServingOptions {
     /// Seconds in-flight requests get to finish after SIGTERM.
     #[arg(long, default_value_t = 30)]
     pub shutdown_timeout: u64,
+
+    /// The most concurrent HTTP/2 streams (requests, watches) one client connection may open; kube-apiserver's
+    /// proxy carries every watch its clients hold on this server over few connections. Zero means 100, Go's
+    /// client default, as in k8s.io/apiserver, whose aggregated servers default to 1000.
+    #[arg(long, default_value_t = 1000)]
+    pub http2_max_streams_per_connection: u32,
 }
 
 /// Where a Pod finds its namespace when the downward API does not say.
@@ -91,6 +97,13 @@ impl ServingOptions {
 
     pub fn bookmark_interval(&self) -> Duration {
         Duration::from_secs(self.watch_bookmark_interval.max(1))
+    }
+
+    pub fn http2_max_streams(&self) -> u32 {
+        match self.http2_max_streams_per_connection {
+            0 => 100,
+            n => n,
+        }
     }
 
     pub fn shutdown_grace(&self) -> Duration {
