@@ -122,6 +122,13 @@ impl Cluster {
         });
     }
 
+    /// Restarts podset-apiserver as [`Self::restart_podset_apiserver`] does, from now on with `flags` added.
+    pub fn restart_podset_apiserver_with(&mut self, flags: &[String]) {
+        let server = self.server.as_mut().expect("podset-apiserver is deployed, not run by the harness");
+        server.args.extend(flags.iter().map(Into::into));
+        self.restart_podset_apiserver();
+    }
+
     /// Stops podset-apiserver, deletes its data directory (as a lost volume would), starts it again, and returns
     /// its exit status and log if it exits within `wait` instead of serving.
     pub fn restart_podset_apiserver_empty(&mut self, wait: Duration) -> Option<(std::process::ExitStatus, String)> {

@@ -209,7 +209,7 @@ impl Authenticator {
     }
 }
 
-const DEFAULT_IDENTITY_HEADERS: [&str; 2] = ["x-remote-user", "x-remote-group"];
+const DEFAULT_IDENTITY_HEADERS: [&str; 3] = ["x-remote-user", "x-remote-uid", "x-remote-group"];
 const DEFAULT_EXTRA_PREFIX: &str = "x-remote-extra-";
 
 /// Removes every header that could claim an identity, configured or default.
@@ -218,7 +218,7 @@ fn strip_identity(rh: Option<&RequestHeader>, headers: &mut HeaderMap) {
         DEFAULT_IDENTITY_HEADERS.contains(&k)
             || k.starts_with(DEFAULT_EXTRA_PREFIX)
             || rh.is_some_and(|rh| {
-                rh.username_headers.iter().chain(&rh.group_headers).any(|h| h == k)
+                rh.username_headers.iter().chain(&rh.uid_headers).chain(&rh.group_headers).any(|h| h == k)
                     || rh.extra_headers_prefixes.iter().any(|p| k.starts_with(p.as_str()))
             })
     };
@@ -234,6 +234,7 @@ fn values<'a>(headers: &'a HeaderMap, name: &str) -> impl Iterator<Item = &'a st
 
 fn from_headers(rh: &RequestHeader, headers: &HeaderMap) -> Option<UserInfo> {
     let name = rh.username_headers.iter().find_map(|h| values(headers, h).next())?.to_owned();
+    let uid = rh.uid_headers.iter().find_map(|h| values(headers, h).next()).unwrap_or_default().to_owned();
     let groups = rh.group_headers.iter().flat_map(|h| values(headers, h)).map(str::to_owned).collect();
     let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (header, value) in headers {
@@ -246,7 +247,7 @@ fn from_headers(rh: &RequestHeader, headers: &HeaderMap) -> Option<UserInfo> {
             }
         }
     }
-    Some(UserInfo { name, uid: String::new(), groups, extra })
+    Some(UserInfo { name, uid, groups, extra })
 }
 
 /// Extra keys are percent-encoded in header names (kube-apiserver's `headerKeyEscape`).
@@ -397,6 +398,31 @@ mod tests {
         assert_eq!(a.authenticate(&c, &mut forged()).await.unwrap().name, "admin");
         tokio::time::sleep(std::time::Duration::from_secs(3)).await;
         assert_eq!(a.authenticate(&c, &mut forged()).await.unwrap_err().code(), 401, "an expired certificate");
+    }
+
+    #[tokio::test]
+    async fn the_front_proxys_uid_is_read_only_when_configured_and_always_stripped() {
+        let proxy_ca = ca("front-proxy-ca");
+        let proxy = || conn(Some(leaf(&proxy_ca, "front-proxy-client", &[])));
+        let with_uid = || {
+            let mut h = forged();
+            h.insert("x-remote-uid", "4d3c-uid".parse().unwrap());
+            h
+        };
+        let old = auth(Trust { request_header: Some(request_header(&proxy_ca, &[])), client_ca: None });
+        let mut h = with_uid();
+        assert_eq!(old.authenticate(&proxy(), &mut h).await.unwrap().uid, "", "not configured: not believed");
+        assert!(h.is_empty(), "but stripped: {h:?}");
+
+        let rh = request_header(&proxy_ca, &[]).with_uid_headers(&["X-Remote-Uid".into()]);
+        let new = auth(Trust { request_header: Some(rh), client_ca: None });
+        let mut h = with_uid();
+        let u = new.authenticate(&proxy(), &mut h).await.unwrap();
+        assert_eq!((u.name.as_str(), u.uid.as_str()), ("admin", "4d3c-uid"));
+        assert!(h.is_empty(), "{h:?}");
+        assert_eq!(new.authenticate(&proxy(), &mut forged()).await.unwrap().uid, "", "a proxy that sends none");
+        // Without the proxy's certificate a UID proves nothing either.
+        assert_eq!(new.authenticate(&conn(None), &mut with_uid()).await.unwrap(), UserInfo::anonymous());
     }
 
     #[tokio::test]

@@ -393,6 +393,18 @@ mod tests {
     }
 
     #[test]
+    fn the_review_names_the_users_uid_when_there_is_one() {
+        let list = attrs(Method::GET, NS, None);
+        let mut bob = user("bob", &["a"]);
+        assert_eq!(review_spec(&bob, &list).uid, None);
+        let without = review_key(&bob, &list);
+        bob.uid = "7f3e".into();
+        let spec = review_spec(&bob, &list);
+        assert_eq!((spec.user.as_deref(), spec.uid.as_deref()), (Some("bob"), Some("7f3e")));
+        assert_ne!(review_key(&bob, &list), without, "answers are cached per UID too");
+    }
+
+    #[test]
     fn review_keys_tell_apart_who_and_what() {
         let list = attrs(Method::GET, NS, None);
         let bob = user("bob", &["a"]);

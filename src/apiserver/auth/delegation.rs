@@ -39,7 +39,9 @@ fn request_header_from(data: &BTreeMap<String, String>, pem: &str) -> Result<Req
         &string_list(data, "requestheader-username-headers")?,
         &string_list(data, "requestheader-group-headers")?,
         &string_list(data, "requestheader-extra-headers-prefix")?,
-    ))
+    )
+    // Written by kube-apiserver 1.32+ (`[]` unless it runs with --requestheader-uid-headers); absent before.
+    .with_uid_headers(&string_list(data, "requestheader-uid-headers")?))
 }
 
 /// The trust a ConfigMap's data describes. A key that does not parse keeps what `previous` had for it.
@@ -279,12 +281,18 @@ mod tests {
             ("requestheader-username-headers", r#"["X-Remote-User"]"#),
             ("requestheader-group-headers", r#"["X-Remote-Group"]"#),
             ("requestheader-extra-headers-prefix", r#"["X-Remote-Extra-"]"#),
+            ("requestheader-uid-headers", r#"["X-Remote-Uid"]"#),
         ]);
         let (t, errors) = trust_from_configmap(&good, &Trust::default());
         assert!(errors.is_empty(), "{errors:?}");
         let rh = t.request_header.as_ref().unwrap();
         assert_eq!(rh.allowed_names, vec!["front-proxy-client"]);
         assert_eq!(rh.username_headers, vec!["x-remote-user"], "header names are kept lowercase");
+        assert_eq!(rh.uid_headers, vec!["x-remote-uid"]);
+        let mut older = good.clone();
+        older.remove("requestheader-uid-headers");
+        let (t0, errors) = trust_from_configmap(&older, &Trust::default());
+        assert!(errors.is_empty() && t0.request_header.unwrap().uid_headers.is_empty(), "kube-apiserver before 1.32");
         assert!(t.client_ca.is_some());
 
         let mut broken = good.clone();

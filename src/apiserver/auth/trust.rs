@@ -15,6 +15,8 @@ pub struct RequestHeader {
     pub allowed_names: Vec<String>,
     /// Header names, lowercased once here: `http` keeps names lowercase, so each request compares as is.
     pub(crate) username_headers: Vec<String>,
+    /// `--requestheader-uid-headers` (k8s.io/apiserver 1.32+): none unless configured, as upstream.
+    pub(crate) uid_headers: Vec<String>,
     pub(crate) group_headers: Vec<String>,
     pub(crate) extra_headers_prefixes: Vec<String>,
 }
@@ -32,9 +34,16 @@ impl RequestHeader {
             ca,
             allowed_names,
             username_headers: lower(username_headers),
+            uid_headers: Vec::new(),
             group_headers: lower(group_headers),
             extra_headers_prefixes: lower(extra_headers_prefixes),
         }
+    }
+
+    /// The headers carrying the user's UID, first non-empty wins.
+    pub fn with_uid_headers(mut self, uid_headers: &[String]) -> Self {
+        self.uid_headers = uid_headers.iter().map(|n| n.to_ascii_lowercase()).collect();
+        self
     }
 }
 

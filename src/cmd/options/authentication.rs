@@ -31,6 +31,11 @@ pub struct AuthenticationOptions {
     #[arg(long, value_delimiter = ',', default_value = "X-Remote-User")]
     pub requestheader_username_headers: Vec<String>,
 
+    /// Headers carrying the user's UID, first match wins (kube-apiserver 1.33+ sends X-Remote-Uid). Empty by default,
+    /// as in k8s.io/apiserver; when set, it must name X-Remote-Uid.
+    #[arg(long, value_delimiter = ',')]
+    pub requestheader_uid_headers: Vec<String>,
+
     /// Headers carrying the user's groups.
     #[arg(long, value_delimiter = ',', default_value = "X-Remote-Group")]
     pub requestheader_group_headers: Vec<String>,
@@ -63,14 +68,24 @@ pub struct AuthenticationOptions {
 
 impl AuthenticationOptions {
     fn request_header(&self) -> anyhow::Result<Option<RequestHeader>> {
+        let uid = &self.requestheader_uid_headers;
+        if !uid.is_empty() && !uid.iter().any(|h| h.eq_ignore_ascii_case("X-Remote-Uid")) {
+            anyhow::bail!(
+                "--requestheader-uid-headers is set without specifying the standard X-Remote-Uid header - API \
+                 aggregation will not work"
+            );
+        }
         let Some(path) = &self.requestheader_client_ca_file else { return Ok(None) };
-        Ok(Some(RequestHeader::new(
-            ClientCa::from_file(path)?,
-            self.requestheader_allowed_names.clone(),
-            &self.requestheader_username_headers,
-            &self.requestheader_group_headers,
-            &self.requestheader_extra_headers_prefix,
-        )))
+        Ok(Some(
+            RequestHeader::new(
+                ClientCa::from_file(path)?,
+                self.requestheader_allowed_names.clone(),
+                &self.requestheader_username_headers,
+                &self.requestheader_group_headers,
+                &self.requestheader_extra_headers_prefix,
+            )
+            .with_uid_headers(uid),
+        ))
     }
 
     /// The authenticator, with its trust anchors followed until `stop`; `kubeconfig` is the fallback for
