@@ -253,12 +253,67 @@ async fn publish(ctx: &Context, reference: &ObjectReference, type_: EventType, r
     }
 }
 
+/// Why a PodSet has not settled, in the words kstatus (Flux, kpt, Argo CD's and cli-utils' status) uses for a
+/// ReplicaSet, checked in its order; `None` once it has.
+fn unsettled(desired: i32, replicas: i32, available: i32, ready: i32, failure: bool) -> Option<(&'static str, String)> {
+    if failure {
+        Some(("ReplicaFailure", "Replica Failure condition. Check Pods".to_owned()))
+    } else if desired > available {
+        Some(("LessAvailable", format!("Available: {available}/{desired}")))
+    } else if desired > ready {
+        Some(("LessReady", format!("Ready: {ready}/{desired}")))
+    } else if replicas > desired {
+        Some(("ExtraPods", format!("Pending termination: {}", replicas - desired)))
+    } else {
+        None
+    }
+}
+
+/// `condition` with its last transition time kept from `old` while its status stays the same.
+fn transition(old: &[Condition], mut condition: Condition) -> Condition {
+    if let Some(prev) = old.iter().find(|c| c.type_ == condition.type_ && c.status == condition.status) {
+        condition.last_transition_time = prev.last_transition_time.clone();
+    }
+    condition
+}
+
 fn status_of(ps: &PodSet, active: &[&Pod], failure: Option<&str>) -> PodSetStatus {
     let old = ps.status.clone().unwrap_or_default();
     let ready = active.iter().filter(|p| is_ready(p)).count() as i32;
     let mut pod_names: Vec<String> = active.iter().map(|p| p.name_any()).collect();
     pod_names.sort();
-    let mut conditions: Vec<Condition> = old.conditions.into_iter().filter(|c| c.type_ != "ReplicaFailure").collect();
+    let desired = ps.spec.replicas.unwrap_or(1);
+    let mut conditions: Vec<Condition> = old
+        .conditions
+        .iter()
+        .filter(|c| !matches!(c.type_.as_str(), "ReplicaFailure" | "Ready" | "Reconciling"))
+        .cloned()
+        .collect();
+    // Ready and Reconciling, the conditions `kubectl wait` and kstatus read of a workload that is not built in:
+    // Reconciling is true, and Ready false, until the Pods are there and ready, as kstatus judges a ReplicaSet.
+    let condition = |type_: &str, status: bool, reason: &str, message: String| Condition {
+        type_: type_.into(),
+        status: if status { "True" } else { "False" }.into(),
+        reason: reason.into(),
+        message,
+        last_transition_time: now(),
+        observed_generation: ps.metadata.generation,
+    };
+    let (ready_condition, reconciling) = match unsettled(desired, active.len() as i32, ready, ready, failure.is_some())
+    {
+        Some((reason, message)) => {
+            (condition("Ready", false, reason, message.clone()), condition("Reconciling", true, reason, message))
+        }
+        None => {
+            let message = format!("PodSet is available. Replicas: {}", active.len());
+            (
+                condition("Ready", true, "Available", message.clone()),
+                condition("Reconciling", false, "Available", message),
+            )
+        }
+    };
+    conditions.push(transition(&old.conditions, ready_condition));
+    conditions.push(transition(&old.conditions, reconciling));
     if let Some(message) = failure {
         let previous = ps.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "ReplicaFailure"));
         let since = previous.map(|c| c.last_transition_time.clone()).unwrap_or_else(now);
@@ -373,5 +428,44 @@ mod tests {
             owner_key(&Pod { metadata: ObjectMeta { namespace: Some("ns".into()), ..p.metadata.clone() }, ..p }),
             Some(PodSetKey::new("ns", "web"))
         );
+    }
+
+    #[test]
+    fn ready_and_reconciling_follow_kstatus_replicaset_rule_and_keep_their_transition_time() {
+        let ready_pod = |n: &str| {
+            pod(
+                json!({"metadata": {"name": n}, "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}),
+            )
+        };
+        let pending = pod(json!({"metadata": {"name": "p"}, "status": {"phase": "Pending"}}));
+        let mut ps: PodSet =
+            serde_json::from_value(json!({"metadata": {"name": "web", "generation": 2}, "spec": {"replicas": 2}}))
+                .unwrap();
+        let cond = |s: &PodSetStatus, t: &str| {
+            let c = s.conditions.iter().find(|c| c.type_ == t).unwrap();
+            (c.status.clone(), c.reason.clone(), c.message.clone())
+        };
+        let (a, b) = (ready_pod("a"), ready_pod("b"));
+        let s = status_of(&ps, &[&a, &pending], None);
+        assert_eq!(cond(&s, "Ready"), ("False".into(), "LessAvailable".into(), "Available: 1/2".into()));
+        assert_eq!(cond(&s, "Reconciling"), ("True".into(), "LessAvailable".into(), "Available: 1/2".into()));
+        assert_eq!(s.conditions[0].observed_generation, Some(2));
+
+        ps.status = Some(s.clone());
+        let settled = status_of(&ps, &[&a, &b], None);
+        assert_eq!(
+            cond(&settled, "Ready"),
+            ("True".into(), "Available".into(), "PodSet is available. Replicas: 2".into())
+        );
+        assert_eq!(cond(&settled, "Reconciling").0, "False");
+        ps.status = Some(settled.clone());
+        assert_eq!(status_of(&ps, &[&a, &b], None), settled, "nothing changed: the same status, no write");
+
+        let extra = ready_pod("c");
+        let s = status_of(&ps, &[&a, &b, &extra], None);
+        assert_eq!(cond(&s, "Reconciling"), ("True".into(), "ExtraPods".into(), "Pending termination: 1".into()));
+        let s = status_of(&ps, &[&a, &b], Some("quota exceeded"));
+        assert_eq!(cond(&s, "Ready").1, "ReplicaFailure");
+        assert_eq!(cond(&s, "ReplicaFailure").0, "True");
     }
 }
