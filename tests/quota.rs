@@ -279,3 +279,59 @@ fn a_stalled_or_stopped_main_api_server_refuses_the_create_and_nothing_is_stored
         });
     });
 }
+
+#[test]
+fn kube_controller_managers_metadata_informers_list_and_watch_podsets_through_the_aggregator() {
+    in_namespace("kube_controller_managers_metadata_informers_list_and_watch_podsets_through_the_aggregator", || {
+        let mut c = common::cluster::start();
+        let audit = c.dir.path().join("podset-audit.log");
+        c.restart_podset_apiserver_with(&[format!("--audit-log-path={}", audit.display())]);
+        runtime().block_on(async {
+            let client = c.client().await;
+            let quotas = quota_namespace(&client, "monitored", json!({PODSETS: "5"})).await;
+            let podsets: Api<PodSet> = Api::namespaced(client.clone(), "monitored");
+            podsets.create(&PostParams::default(), &podset("web")).await.unwrap();
+            assert_eq!(used(&quotas, PODSETS).await, "1");
+            // kube-controller-manager's quota monitor and garbage collector use one metadata client, whose
+            // requests carry this user agent: every request of it asks for PartialObjectMetadata(List).
+            let verbs = || -> Vec<(String, u64)> {
+                std::fs::read_to_string(&audit)
+                    .unwrap_or_default()
+                    .lines()
+                    .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                    .filter(|e| {
+                        e["userAgent"].as_str().is_some_and(|a| {
+                            a.starts_with("kube-controller-manager/") && a.ends_with("/metadata-informers")
+                        }) && e["objectRef"]["resource"] == "podsets"
+                            && e["stage"] != "RequestReceived"
+                    })
+                    .map(|e| {
+                        (
+                            e["verb"].as_str().unwrap_or_default().to_owned(),
+                            e["responseStatus"]["code"].as_u64().unwrap_or(0),
+                        )
+                    })
+                    .collect()
+            };
+            wait(
+                Duration::from_secs(60),
+                || {
+                    std::future::ready({
+                        let v = verbs();
+                        v.contains(&("list".into(), 200)) && v.iter().any(|(verb, _)| verb == "watch")
+                    })
+                },
+                "kube-controller-manager's metadata informers to list and watch PodSets",
+            )
+            .await;
+            // Deleting the PodSet releases the charge: the quota controller saw it through that watch.
+            podsets.delete("web", &DeleteParams::default()).await.unwrap();
+            wait(
+                Duration::from_secs(60),
+                || async { used(&quotas, PODSETS).await == "0" },
+                "the charge to be released",
+            )
+            .await;
+        });
+    });
+}
