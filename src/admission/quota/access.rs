@@ -57,6 +57,13 @@ impl Quotas {
         Self::over(Cache::fixed(quotas), None)
     }
 
+    /// A cache holding `quotas`, and `client` for status writes and live lists: a main API server whose state
+    /// has moved on from the cache's.
+    #[cfg(test)]
+    pub(crate) fn fixed_with_client(quotas: Vec<ResourceQuota>, client: kube::Client) -> Self {
+        Self::over(Cache::fixed(quotas), Some(client))
+    }
+
     fn over(cache: Cache<ResourceQuota>, client: Option<kube::Client>) -> Self {
         Self { cache, client, live: Arc::default(), written: Arc::default() }
     }

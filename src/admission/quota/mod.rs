@@ -333,4 +333,50 @@ mod tests {
         assert!(!free.reads_objects());
         assert!(!free.handles(Operation::Update) && free.handles(Operation::Create));
     }
+
+    /// A main API server where quota `q` is already gone (deleted after this server's cache read it): its status
+    /// write answers 404 and a live list finds nothing, as kube-apiserver would.
+    fn quota_deleted_meanwhile() -> (kube::Client, Arc<Mutex<Vec<String>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let call = format!("{} {}", req.method(), req.uri().path());
+            log.lock().push(call.clone());
+            async move {
+                let (code, body) = if call == "PUT /api/v1/namespaces/ns/resourcequotas/q/status" {
+                    (
+                        404,
+                        serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404,
+                        "reason": "NotFound", "message": "resourcequotas \"q\" not found"}),
+                    )
+                } else if call == "GET /api/v1/namespaces/ns/resourcequotas" {
+                    (
+                        200,
+                        serde_json::json!({"kind": "ResourceQuotaList", "apiVersion": "v1", "metadata": {"resourceVersion": "9"}, "items": []}),
+                    )
+                } else {
+                    (500, serde_json::json!({}))
+                };
+                let resp = http::Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(body.to_string().into_bytes()))
+                    .unwrap();
+                Ok::<_, std::convert::Infallible>(resp)
+            }
+        });
+        (kube::Client::new(service, "default"), seen)
+    }
+
+    #[tokio::test]
+    async fn a_quota_deleted_after_it_was_read_lets_the_create_through_as_upstreams_retry_does() {
+        let (client, seen) = quota_deleted_meanwhile();
+        let plugin = ResourceQuota::new(Quotas::fixed_with_client(vec![quota("1", "0")], client), Vec::new());
+        create(&plugin, false).await.expect("no quota left to charge: admitted");
+        assert_eq!(
+            *seen.lock(),
+            ["PUT /api/v1/namespaces/ns/resourcequotas/q/status", "GET /api/v1/namespaces/ns/resourcequotas"],
+            "the charge was tried, then the quotas read afresh"
+        );
+    }
 }
