@@ -91,7 +91,9 @@ fn render() -> (String, Vec<String>) {
             if flags.is_empty() {
                 continue;
             }
-            out.push_str(&format!("\n### {heading}\n\n| Flag | Default | Environment | Description |\n|---|---|---|---|\n"));
+            out.push_str(&format!(
+                "\n### {heading}\n\n| Flag | Default | Environment | Description |\n|---|---|---|---|\n"
+            ));
             for f in flags {
                 if f.description.is_empty() {
                     undocumented.push(format!("{command} {}", f.name));
@@ -100,7 +102,8 @@ fn render() -> (String, Vec<String>) {
                 if !f.possible.is_empty() {
                     description.push_str(&format!(" Possible values: {}.", f.possible.join("; ")));
                 }
-                let flag = if f.value.is_empty() { format!("`{}`", f.name) } else { format!("`{} {}`", f.name, f.value) };
+                let flag =
+                    if f.value.is_empty() { format!("`{}`", f.name) } else { format!("`{} {}`", f.name, f.value) };
                 let code = |s: &str| if s.is_empty() { String::new() } else { format!("`{s}`") };
                 out.push_str(&format!(
                     "| {} | {} | {} | {} |\n",
@@ -136,4 +139,51 @@ fn the_flags_reference_is_the_programs_own_help() {
     assert!(rendered.contains("| `--secure-port <SECURE_PORT>` | `8443` | `PODSET_SECURE_PORT` |"), "{rendered}");
     assert!(rendered.contains("### Storage"));
     assert!(rendered.contains("`--from <FROM>`"));
+}
+
+/// GitHub's anchor for a heading: lowercase, punctuation dropped, spaces as `-`.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+#[test]
+fn every_link_between_the_documents_leads_somewhere() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut docs: Vec<std::path::PathBuf> =
+        ["README.md", "CHANGELOG.md", "SECURITY.md", "CONTRIBUTING.md"].iter().map(|f| root.join(f)).collect();
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        docs.push(entry.unwrap().path());
+    }
+    let mut broken = Vec::new();
+    for doc in &docs {
+        let text = std::fs::read_to_string(doc).unwrap();
+        for (i, _) in text.match_indices("](") {
+            let rest = &text[i + 2..];
+            let Some(end) = rest.find(')') else { continue };
+            let target = &rest[..end];
+            if target.starts_with("http") || target.contains(' ') {
+                continue;
+            }
+            let (file, anchor) = target.split_once('#').unwrap_or((target, ""));
+            let path = if file.is_empty() { doc.clone() } else { doc.parent().unwrap().join(file) };
+            let Ok(body) = std::fs::read_to_string(&path) else {
+                broken.push(format!("{}: {target}: no such file", doc.display()));
+                continue;
+            };
+            if !anchor.is_empty() {
+                let headings: Vec<String> =
+                    body.lines().filter(|l| l.starts_with('#')).map(|l| slug(l.trim_start_matches('#'))).collect();
+                if !headings.iter().any(|h| h == anchor) {
+                    broken.push(format!("{}: {target}: no heading #{anchor}", doc.display()));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{broken:#?}");
 }

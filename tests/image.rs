@@ -1,5 +1,5 @@
 //! The images as `hack/build-image.sh` makes them: OCI archives, the same bytes from the same inputs, with the
-//! labels, user and entrypoint the README promises, and run as a container runtime runs them: umoci turns the image
+//! labels, user and entrypoint docs/install.md promises, and run as a container runtime runs them: umoci turns the image
 //! into a runtime bundle (user, entrypoint and environment from the image's config), runc starts it with a
 //! read-only root and no capabilities. podset-apiserver's `/version` then names the commit it was built from.
 //!

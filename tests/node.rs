@@ -239,7 +239,7 @@ fn deployed_as_an_admin_does_it_serves_and_comes_back_with_its_podsets() {
                 node::NODE_NAME
             ),
         );
-        // The overlay as the README says to use it, with the image set. kustomize takes only relative paths.
+        // The overlay as docs/install.md says to use it, with the image set. kustomize takes only relative paths.
         let kustomize = dir.join("kustomize");
         std::fs::create_dir(&kustomize).unwrap();
         let up = "../".repeat(kustomize.components().count() - 1);
