@@ -139,8 +139,8 @@ state = "{state}"
             "--cgroup-driver=cgroupfs".into(),
             format!("--cgroup-root={}", self.cgroup_root),
             "--fail-swap-on=false".into(),
-            // The machine's disk is shared: only a nearly full one evicts, not the default 10-15 % free.
-            "--eviction-hard=memory.available<50Mi,nodefs.available<2%,imagefs.available<2%".into(),
+            // The machine's disk is shared and large: only one nearly full (under 1 GiB free) evicts, not a percentage of it.
+            "--eviction-hard=memory.available<50Mi,nodefs.available<1Gi,imagefs.available<1Gi".into(),
             // Images are imported, never pulled (no registry is reachable); keep them however full the disk.
             "--image-gc-high-threshold=100".into(),
             "--image-gc-low-threshold=99".into(),

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Builds a release into one directory and prints its path:
+#
+#   hack/release.sh VERSION [OUT]      VERSION like v0.1.0; OUT default: target/dist
+#
+#   OUT/podset-apiserver-VERSION/
+#     podset-apiserver-VERSION-linux-amd64    the static binary (hack/build-static.sh)
+#     podset-apiserver-VERSION.oci.tar        the image as an OCI archive, tagged VERSION (hack/build-image.sh)
+#     manifests/<overlay>.yaml                each overlay of deploy/overlays rendered, the image pinned by digest
+#     sbom.cdx.json                           the binary's dependencies, CycloneDX (cargo-cyclonedx)
+#     SHA256SUMS                              of all of the above
+#
+# The binary, the archive and the manifests are reproducible: the same commit gives the same bytes (their times are
+# the commit's, SOURCE_DATE_EPOCH). The SBOM carries its own time and serial number.
+# IMAGE_REPO names the image in the manifests (default docker.io/library/podset-apiserver, what the archive is named
+# on a node it is imported into); PROFILE the cargo profile (release; the tests use static-test). arm64 is not
+# built: this machine's toolchain has no aarch64 target.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+trap 'status=$?; echo "hack/release.sh: ERROR: \`$BASH_COMMAND\` failed with exit status $status (line $LINENO)" >&2' ERR
+
+version="${1:?usage: hack/release.sh VERSION [OUT]}"
+if ! [[ "$version" =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$ ]]; then
+  echo "hack/release.sh: VERSION must look like v1.2.3 (or v1.2.3-rc.1), not $version" >&2
+  exit 1
+fi
+out_root="${2:-target/dist}"
+profile="${PROFILE:-release}"
+repo="${IMAGE_REPO:-docker.io/library/podset-apiserver}"
+name="podset-apiserver-$version"
+mkdir -p "$out_root"
+out="$(cd "$out_root" && pwd)/$name"
+rm -rf "$out"
+mkdir -p "$out/manifests"
+
+if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
+  SOURCE_DATE_EPOCH="$(git log -1 --format=%ct)"
+fi
+export SOURCE_DATE_EPOCH
+
+echo "hack/release.sh: the static binary ($profile)" >&2
+binary="$(hack/build-static.sh "$profile")"
+cp "$binary" "$out/$name-linux-amd64"
+touch -d "@$SOURCE_DATE_EPOCH" "$out/$name-linux-amd64"
+
+echo "hack/release.sh: the image" >&2
+archive="$(PODSET_STATIC_BIN="$binary" IMAGE_TAG="$version" hack/build-image.sh podset-apiserver "$profile")"
+cp "$archive" "$out/$name.oci.tar"
+digest="$(tar -xOf "$out/$name.oci.tar" index.json | python3 -c 'import json,sys; print(json.load(sys.stdin)["manifests"][0]["digest"])')"
+echo "hack/release.sh: image $repo:$version@$digest" >&2
+
+echo "hack/release.sh: the manifests" >&2
+kubectl="${KUBECTL:-}"
+if [ -z "$kubectl" ]; then
+  if command -v kubectl >/dev/null; then
+    kubectl=kubectl
+  else
+    kubectl="$(hack/install-test-assets.sh)/kubectl"
+  fi
+fi
+# kustomize takes only paths relative to the kustomization: a scratch one under target/ pins the image.
+scratch="target/release-kustomize"
+for overlay_dir in deploy/overlays/*/; do
+  overlay="$(basename "$overlay_dir")"
+  rm -rf "$scratch/$overlay"
+  mkdir -p "$scratch/$overlay"
+  cat > "$scratch/$overlay/kustomization.yaml" <<EOF
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- ../../../deploy/overlays/$overlay
+images:
+- {name: podset-apiserver, newName: $repo, digest: "$digest"}
+EOF
+  "$kubectl" kustomize "$scratch/$overlay" > "$out/manifests/$overlay.yaml"
+  touch -d "@$SOURCE_DATE_EPOCH" "$out/manifests/$overlay.yaml"
+done
+rm -rf "$scratch"
+
+echo "hack/release.sh: the SBOM" >&2
+if ! cargo cyclonedx --version >/dev/null 2>&1; then
+  echo "hack/release.sh: installing cargo-cyclonedx" >&2
+  cargo install --locked --quiet cargo-cyclonedx --version 0.5.9 >&2
+fi
+sbom_dir="$(mktemp -d)"
+cargo cyclonedx --format json --target x86_64-unknown-linux-gnu --override-filename podset-apiserver.cdx >&2
+mv podset-apiserver.cdx.json "$out/sbom.cdx.json"
+find envtest robustness images -maxdepth 1 -name 'podset-apiserver.cdx.json' -delete
+rmdir "$sbom_dir"
+
+(cd "$out" && find . -type f ! -name SHA256SUMS | sed 's|^\./||' | LC_ALL=C sort | xargs sha256sum > SHA256SUMS)
+echo "$out"

@@ -1,0 +1,121 @@
+//! `hack/release.sh` as a release manager runs it: everything in one directory, checksums that verify, manifests
+//! that name the archive's image by its digest, an archive that unpacks (umoci, as a runtime would) into a root
+//! whose binary runs and names its commit, an SBOM, and the same bytes for the binary, the archive and the
+//! manifests when run twice from the same commit.
+//!
+//! Built with the `static-test` profile, as tests/static_binary.rs and tests/image.rs (the release profile differs
+//! only in optimisation). Needs umoci and kubectl (hack/install-test-assets.sh installs them).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+const VERSION: &str = "v0.1.0-test.1";
+
+fn release(out: &Path) -> PathBuf {
+    let target_dir = Path::new(common::BIN).parent().and_then(Path::parent).expect("target directory");
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let output = Command::new(manifest_dir.join("hack/release.sh"))
+        .args([VERSION, out.to_str().unwrap()])
+        .current_dir(manifest_dir)
+        .env("PROFILE", "static-test")
+        .env("CARGO_TARGET_DIR", target_dir)
+        .env("KUBECTL", common::assets_dir().join("kubectl"))
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("running hack/release.sh");
+    assert!(output.status.success(), "hack/release.sh failed ({:?}); its output is above", output.status);
+    PathBuf::from(String::from_utf8(output.stdout).unwrap().trim())
+}
+
+/// SHA256SUMS as file → checksum.
+fn sums(dir: &Path) -> BTreeMap<String, String> {
+    std::fs::read_to_string(dir.join("SHA256SUMS"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (sum, file) = l.split_once("  ").unwrap();
+            (file.to_owned(), sum.to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn a_release_is_complete_verifiable_and_reproducible() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = release(&tmp.path().join("first"));
+    let name = format!("podset-apiserver-{VERSION}");
+    assert_eq!(dir.file_name().unwrap().to_str(), Some(name.as_str()));
+
+    let files = sums(&dir);
+    let mut expected = vec![
+        format!("{name}-linux-amd64"),
+        format!("{name}.oci.tar"),
+        "manifests/cert-manager.yaml".into(),
+        "manifests/ha-etcd.yaml".into(),
+        "manifests/self-signed.yaml".into(),
+        "sbom.cdx.json".into(),
+    ];
+    expected.sort();
+    assert_eq!(files.keys().cloned().collect::<Vec<_>>(), expected, "what the release holds");
+    let check =
+        Command::new("sha256sum").args(["--check", "--strict", "SHA256SUMS"]).current_dir(&dir).output().unwrap();
+    assert!(check.status.success(), "the checksums verify: {}", String::from_utf8_lossy(&check.stdout));
+
+    // The manifests run the archive's image, by digest.
+    let tar =
+        Command::new("tar").arg("-xOf").arg(dir.join(format!("{name}.oci.tar"))).arg("index.json").output().unwrap();
+    let index: serde_json::Value = serde_json::from_slice(&tar.stdout).unwrap();
+    let digest = index["manifests"][0]["digest"].as_str().unwrap().to_owned();
+    assert_eq!(index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"], VERSION);
+    for overlay in ["cert-manager", "ha-etcd", "self-signed"] {
+        let yaml = std::fs::read_to_string(dir.join(format!("manifests/{overlay}.yaml"))).unwrap();
+        let images: Vec<&str> = yaml.lines().filter_map(|l| l.trim().strip_prefix("image: ")).collect();
+        assert!(!images.is_empty(), "{overlay}");
+        for image in images {
+            assert_eq!(image, format!("docker.io/library/podset-apiserver@{digest}"), "{overlay}");
+        }
+        assert!(yaml.contains("kind: APIService"), "{overlay}");
+    }
+
+    // The archive unpacks as a runtime unpacks it, and its binary runs and names the commit it was built from.
+    let layout = tmp.path().join("layout");
+    std::fs::create_dir(&layout).unwrap();
+    let untar = Command::new("tar").arg("-xf").arg(dir.join(format!("{name}.oci.tar"))).arg("-C").arg(&layout).status();
+    assert!(untar.unwrap().success());
+    let bundle = tmp.path().join("bundle");
+    let unpack = Command::new("umoci")
+        .arg("unpack")
+        .arg("--image")
+        .arg(format!("{}:{VERSION}", layout.display()))
+        .arg(&bundle)
+        .output()
+        .expect("umoci (Debian umoci) is needed: hack/install-test-assets.sh installs it");
+    assert!(unpack.status.success(), "umoci unpack: {unpack:?}");
+    let version = Command::new(bundle.join("rootfs/podset-apiserver")).arg("--version").output().unwrap();
+    let version = String::from_utf8_lossy(&version.stdout).into_owned();
+    assert!(version.contains(podset_apiserver::version::GIT_COMMIT), "{version}");
+    let same = Command::new("cmp")
+        .arg(bundle.join("rootfs/podset-apiserver"))
+        .arg(dir.join(format!("{name}-linux-amd64")))
+        .status();
+    assert!(same.unwrap().success(), "the image holds the released binary");
+
+    let sbom: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("sbom.cdx.json")).unwrap()).unwrap();
+    assert_eq!(sbom["bomFormat"], "CycloneDX");
+    let components: Vec<&str> =
+        sbom["components"].as_array().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
+    for dependency in ["tokio", "rustls", "sled", "kube-client"] {
+        assert!(components.contains(&dependency), "the SBOM lists {dependency}");
+    }
+
+    // Again, from the same commit: the same binary, archive and manifests (the SBOM has its own time and serial).
+    let again = sums(&release(&tmp.path().join("second")));
+    for (file, sum) in &files {
+        if file != "sbom.cdx.json" {
+            assert_eq!(again.get(file), Some(sum), "{file} is not reproducible");
+        }
+    }
+}
