@@ -8,7 +8,7 @@ use super::error::Result;
 use super::key::PodSetKey;
 use super::view::View;
 use crate::admission::{Admission, Attributes, Outcome};
-use crate::api::{Operation, PodSet};
+use crate::api::PodSet;
 
 /// One write's admission: its attributes (none when no plugin runs), and what the plugins said.
 pub(crate) struct Review<'r> {
@@ -24,12 +24,11 @@ impl<'r> Review<'r> {
     pub fn new(
         admission: &'r dyn Admission,
         view: &'static dyn View,
-        operation: Operation,
         attrs: impl FnOnce() -> Attributes,
         warnings: Vec<String>,
     ) -> Self {
         let attrs = admission.runs().then(attrs);
-        let reads = attrs.is_some() && admission.reads_objects(operation);
+        let reads = attrs.as_ref().is_some_and(|a| admission.reads_objects(a.operation));
         Self { admission, view, attrs, reads, said: Outcome { warnings, ..Default::default() } }
     }
 

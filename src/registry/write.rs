@@ -371,7 +371,7 @@ impl Registry {
             let (user, dry_run) = (w.opts.user.clone(), w.opts.dry_run);
             view::attributes(w.view, op, w.sub, &w.key.namespace, name, user, dry_run, options())
         };
-        Review::new(&*self.admission, w.view, op, attrs, warnings)
+        Review::new(&*self.admission, w.view, attrs, warnings)
     }
 
     /// The options admission is told of, as kube-apiserver fills them.
