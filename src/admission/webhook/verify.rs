@@ -30,8 +30,8 @@ impl X509Error {
 pub struct GoVerifier {
     /// The bundle's own certificates: one of them presented as the server's is trusted as it stands.
     bundle: Vec<CertificateDer<'static>>,
+    /// Chains through the bundle (or the system's roots), and the handshake's signatures, as webpki checks them.
     chains: Arc<WebPkiServerVerifier>,
-    provider: Arc<CryptoProvider>,
 }
 
 impl GoVerifier {
@@ -41,12 +41,10 @@ impl GoVerifier {
         bundle: Vec<CertificateDer<'static>>,
         provider: Arc<CryptoProvider>,
     ) -> Result<Self, rustls::client::VerifierBuilderError> {
-        let chains = WebPkiServerVerifier::builder_with_provider(roots, provider.clone()).build()?;
-        Ok(Self { bundle, chains, provider })
+        let chains = WebPkiServerVerifier::builder_with_provider(roots, provider).build()?;
+        Ok(Self { bundle, chains })
     }
-}
 
-impl GoVerifier {
     /// Whether a certificate of the bundle issued `leaf` and its signature says so.
     fn signed_by_bundle(&self, leaf: &X509Certificate<'_>) -> bool {
         self.bundle.iter().any(|der| {
@@ -105,7 +103,7 @@ impl ServerCertVerifier for GoVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        self.chains.verify_tls12_signature(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -114,11 +112,11 @@ impl ServerCertVerifier for GoVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        self.chains.verify_tls13_signature(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider.signature_verification_algorithms.supported_schemes()
+        self.chains.supported_verify_schemes()
     }
 }
 
