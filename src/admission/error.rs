@@ -76,8 +76,9 @@ pub enum Error {
     QuotaUnreadable { message: String },
 
     /// The namespace's quotas could not be read, or their status not written (after the retries): the main API
-    /// server's own answer.
-    #[error("{source}")]
+    /// server's own answer, or why there was none with every cause ("client error (Connect)" alone does not say
+    /// the connection was refused).
+    #[error("{}", chain(&**source))]
     QuotaAccess { source: std::sync::Arc<kube::Error> },
 
     /// A webhook configuration this server cannot use (a selector that does not parse).
@@ -103,6 +104,21 @@ impl std::fmt::Display for GroupResource {
 }
 
 /// How `apierrors.NewForbidden` names what it refuses: `podsets.demo.k8s.io "web"`, or the resource alone.
+/// An error and its sources, as one line; a source its error already quotes is not repeated.
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = cause.source();
+    }
+    out
+}
+
 fn target(resource: &GroupResource, name: &str) -> String {
     if name.is_empty() {
         resource.to_string()
@@ -122,4 +138,20 @@ impl Error {
 /// 400 when it gave none or one below 400.
 pub fn denial_code(result: Option<&Status>) -> u16 {
     result.map_or(0, |s| s.code).max(400)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quota_access_failure_names_every_cause_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("client error (Connect)")]
+        struct Connect(#[source] std::io::Error);
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
+        let e = Error::QuotaAccess { source: std::sync::Arc::new(kube::Error::Service(Box::new(Connect(refused)))) };
+        // kube's own Display already quotes its source: it is not repeated.
+        assert_eq!(e.to_string(), "ServiceError: client error (Connect): Connection refused");
+    }
 }

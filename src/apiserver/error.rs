@@ -127,8 +127,7 @@ impl From<&admission::Error> for ApiError {
             // not a Status: 500, no reason.
             E::QuotaAccess { source } => match &**source {
                 kube::Error::Api(status) => ApiError { status: status.clone() },
-                // With every cause: "client error (Connect)" alone does not say the connection was refused.
-                other => ApiError::new(500, "", error_chain(other)),
+                _ => ApiError::new(500, "", message),
             },
             E::Calling { .. }
             | E::PatchWithoutObject { .. }
@@ -138,21 +137,6 @@ impl From<&admission::Error> for ApiError {
             | E::QuotaUnreadable { .. } => internal_with_cause(message),
         }
     }
-}
-
-/// An error and its sources, as one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        let text = cause.to_string();
-        if !out.ends_with(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        next = cause.source();
-    }
-    out
 }
 
 /// `apierrors.NewInternalError(err)`: the message also as the one cause.

@@ -22,6 +22,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use secrecy::ExposeSecret;
 
 use super::verify::{GoVerifier, X509Error};
+use crate::admission::error::chain;
 
 /// Why a webhook could not be called, or answered something unusable: under `failurePolicy: Fail` the request
 /// fails with kube-apiserver's 500 "failed calling webhook", under `Ignore` the webhook is skipped.
@@ -96,18 +97,6 @@ fn visit(e: &(dyn std::error::Error + 'static), f: &mut dyn FnMut(&(dyn std::err
     if let Some(source) = e.source() {
         visit(source, f);
     }
-}
-
-/// An error and its sources, as one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(s) = next {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        next = s.source();
-    }
-    out
 }
 
 /// The biggest answer read from a webhook; an AdmissionReview carries at most two objects of 3 MiB each.
