@@ -170,11 +170,16 @@ pub fn single_row_table(obj: &Stored, include: IncludeObject) -> ApiResult<Bytes
 }
 
 /// A watch's BOOKMARK in Table form, as kube-apiserver's table conversion renders the bookmark object: one row
-/// of it, whose object is its metadata alone when it marks the end of the initial events (or as `include` says
-/// otherwise), and the table at its revision.
-pub fn bookmark_table(bookmark: Value, revision: u64, include: IncludeObject) -> ApiResult<Bytes> {
-    let end = bookmark["metadata"]["annotations"]["k8s.io/initial-events-end"] == "true";
-    let include = if end && include == IncludeObject::Object { IncludeObject::Metadata } else { include };
+/// of it, whose object is its metadata alone when it marks the end of the initial events (`initial_events_end`;
+/// else as `include` says), and the table at its revision.
+pub fn bookmark_table(
+    bookmark: Value,
+    revision: u64,
+    initial_events_end: bool,
+    include: IncludeObject,
+) -> ApiResult<Bytes> {
+    let include =
+        if initial_events_end && include == IncludeObject::Object { IncludeObject::Metadata } else { include };
     let meta = ListMeta { resource_version: Some(revision.to_string()), ..Default::default() };
     table(meta, &[Stored::unstored(bookmark)], include)
 }
@@ -314,7 +319,7 @@ mod tests {
         let end = json!({"apiVersion": API_VERSION, "kind": "PodSet",
             "metadata": {"resourceVersion": "7", "annotations": {"k8s.io/initial-events-end": "true"}}});
         let table: Value =
-            serde_json::from_slice(&bookmark_table(end.clone(), 7, IncludeObject::Object).unwrap()).unwrap();
+            serde_json::from_slice(&bookmark_table(end.clone(), 7, true, IncludeObject::Object).unwrap()).unwrap();
         assert_eq!(table["metadata"]["resourceVersion"], "7");
         let row = &table["rows"][0];
         assert_eq!(
@@ -323,7 +328,7 @@ mod tests {
         );
         let plain = json!({"apiVersion": API_VERSION, "kind": "PodSet", "metadata": {"resourceVersion": "8"}});
         let table: Value =
-            serde_json::from_slice(&bookmark_table(plain.clone(), 8, IncludeObject::Object).unwrap()).unwrap();
+            serde_json::from_slice(&bookmark_table(plain.clone(), 8, false, IncludeObject::Object).unwrap()).unwrap();
         assert_eq!(table["rows"][0]["object"], plain);
     }
 

@@ -117,21 +117,15 @@ impl Encoder {
 
     fn encode(&self, ev: &Event) -> Bytes {
         let obj = &ev.object;
-        let mut buf = BytesMut::with_capacity(obj.bytes().len() + 40);
-        buf.put_slice(b"{\"type\":\"");
-        buf.put_slice(ev.kind.as_str().as_bytes());
-        buf.put_slice(b"\",\"object\":");
         let rendered = match self.output {
             Output::Table => single_row_table(obj, self.include),
             Output::Metadata => partial_metadata(obj),
             _ => Ok(obj.bytes().clone()),
         };
         match rendered {
-            Ok(b) => buf.put_slice(&b),
-            Err(e) => return self.error(&e),
+            Ok(b) => frame(ev.kind.as_str(), &b),
+            Err(e) => self.error(&e),
         }
-        buf.put_slice(b"}\n");
-        buf.freeze()
     }
 
     fn bookmark(&self, revision: Revision, initial_events_end: bool) -> Bytes {
@@ -143,26 +137,17 @@ impl Encoder {
             Output::Metadata => TypeMeta { api_version: "meta.k8s.io/v1".into(), kind: "PartialObjectMetadata".into() },
             _ => TypeMeta { api_version: API_VERSION.into(), kind: KIND.into() },
         };
-        let ev: WatchEvent<Value> = WatchEvent::Bookmark(Bookmark {
-            types,
-            metadata: BookmarkMeta { resource_version: revision.to_string(), annotations },
-        });
+        let bookmark =
+            Bookmark { types, metadata: BookmarkMeta { resource_version: revision.to_string(), annotations } };
         if self.output == Output::Table {
             // kube-apiserver's table conversion turns every event's object into a Table, bookmarks' too.
-            let WatchEvent::Bookmark(b) = &ev else { unreachable!() };
-            let object = serde_json::to_value(b).unwrap_or_default();
-            return match bookmark_table(object, revision, self.include) {
-                Ok(table) => {
-                    let mut buf = BytesMut::with_capacity(table.len() + 32);
-                    buf.put_slice(b"{\"type\":\"BOOKMARK\",\"object\":");
-                    buf.put_slice(&table);
-                    buf.put_slice(b"}\n");
-                    buf.freeze()
-                }
+            let object = serde_json::to_value(&bookmark).unwrap_or_default();
+            return match bookmark_table(object, revision, initial_events_end, self.include) {
+                Ok(table) => frame("BOOKMARK", &table),
                 Err(e) => self.error(&e),
             };
         }
-        line(&ev)
+        line(&WatchEvent::<Value>::Bookmark(bookmark))
     }
 
     fn error(&self, e: &ApiError) -> Bytes {
@@ -171,6 +156,17 @@ impl Encoder {
         v.insert("object".into(), serde_json::to_value(StatusBody::new(&e.status)).unwrap_or_default());
         line(&v)
     }
+}
+
+/// `{"type":"<kind>","object":<object>}` and a newline: one event, its object already serialized.
+fn frame(kind: &str, object: &[u8]) -> Bytes {
+    let mut buf = BytesMut::with_capacity(object.len() + 40);
+    buf.put_slice(b"{\"type\":\"");
+    buf.put_slice(kind.as_bytes());
+    buf.put_slice(b"\",\"object\":");
+    buf.put_slice(object);
+    buf.put_slice(b"}\n");
+    buf.freeze()
 }
 
 fn line(v: &impl serde::Serialize) -> Bytes {
