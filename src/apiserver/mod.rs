@@ -89,7 +89,8 @@ pub struct Server {
     acceptor: TlsAcceptor,
     shutdown_grace: Duration,
     request_timeout: Duration,
-    http2_max_streams: u32,
+    /// How each accepted connection is served (HTTP/1.1 or HTTP/2 and its settings).
+    connections: auto::Builder<TokioExecutor>,
 }
 
 impl Server {
@@ -120,7 +121,7 @@ impl Server {
             acceptor: TlsAcceptor::from(Arc::new(cfg.tls)),
             shutdown_grace: cfg.shutdown_grace,
             request_timeout: cfg.request_timeout,
-            http2_max_streams: cfg.http2_max_streams,
+            connections: connection_builder(cfg.http2_max_streams),
         })
     }
 
@@ -138,7 +139,6 @@ impl Server {
             .layer(filters::RequestInfoLayer);
         let graceful = GracefulShutdown::new();
         let shutdown = self.app.watch.shutdown.clone();
-        let builder = connection_builder(self.http2_max_streams);
         loop {
             let (tcp, remote) = tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -154,7 +154,7 @@ impl Server {
             let _ = tcp.set_nodelay(true);
             let acceptor = self.acceptor.clone();
             let router = router.clone();
-            let builder = builder.clone();
+            let builder = self.connections.clone();
             let watcher = graceful.watcher();
             tokio::spawn(async move {
                 let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
