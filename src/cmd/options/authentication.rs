@@ -147,3 +147,44 @@ impl AuthenticationOptions {
         Ok(Authenticator { trust, tokens: Some(tokens), insecure_allow_all: false })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        authentication: AuthenticationOptions,
+    }
+
+    fn request_header(args: &[&str]) -> anyhow::Result<Option<RequestHeader>> {
+        let argv = std::iter::once("podset-apiserver").chain(args.iter().copied());
+        Flags::try_parse_from(argv).unwrap().authentication.request_header()
+    }
+
+    #[test]
+    fn uid_headers_must_name_x_remote_uid_as_k8s_io_apiserver_requires() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("front-proxy-ca.crt");
+        std::fs::write(&ca, crate::apiserver::tls::make_ca("front-proxy-ca").unwrap().0).unwrap();
+        let ca_flag = format!("--requestheader-client-ca-file={}", ca.display());
+
+        let Err(e) = request_header(&[&ca_flag, "--requestheader-uid-headers=X-User-Id"]) else {
+            panic!("a UID header list without X-Remote-Uid was taken")
+        };
+        assert_eq!(
+            e.to_string(),
+            "--requestheader-uid-headers is set without specifying the standard X-Remote-Uid header - API aggregation \
+             will not work"
+        );
+        assert!(request_header(&["--requestheader-uid-headers=X-User-Id"]).is_err(), "refused without a CA file too");
+
+        let rh = request_header(&[&ca_flag, "--requestheader-uid-headers=X-User-Id,x-remote-uid"]).unwrap().unwrap();
+        assert_eq!(rh.uid_headers, ["x-user-id", "x-remote-uid"]);
+        let rh = request_header(&[&ca_flag]).unwrap().unwrap();
+        assert!(rh.uid_headers.is_empty(), "none unless configured, as upstream");
+    }
+}
