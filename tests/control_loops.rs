@@ -18,24 +18,45 @@ use kube::core::{ApiResource, GroupVersionKind};
 use podset_apiserver::api::PodSet;
 use serde_json::{json, Value};
 
+/// The spec a PodSet and a ReplicaSet `name` share: `replicas` Pods labelled `app: <name>` made from `template`
+/// (busybox when none is given; it never runs without a node).
+fn workload_spec(name: &str, replicas: i32, template: Option<Value>) -> Value {
+    let template = template.unwrap_or_else(
+        || json!({"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "main", "image": "busybox"}]}}),
+    );
+    json!({"replicas": replicas, "selector": {"matchLabels": {"app": name}}, "template": template})
+}
+
 fn podset(name: &str, replicas: i32) -> PodSet {
-    serde_json::from_value(json!({
-        "apiVersion": "demo.k8s.io/v1alpha1", "kind": "PodSet", "metadata": {"name": name},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                 "template": {"metadata": {"labels": {"app": name}},
-                              "spec": {"containers": [{"name": "main", "image": "busybox"}]}}}
-    }))
-    .unwrap()
+    serde_json::from_value(json!({"metadata": {"name": name}, "spec": workload_spec(name, replicas, None)})).unwrap()
 }
 
 fn replicaset(name: &str, replicas: i32) -> ReplicaSet {
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                 "template": {"metadata": {"labels": {"app": name}},
-                              "spec": {"containers": [{"name": "main", "image": "busybox"}]}}}
-    }))
-    .unwrap()
+    serde_json::from_value(json!({"metadata": {"name": name}, "spec": workload_spec(name, replicas, None)})).unwrap()
+}
+
+/// PodSet `ps` and ReplicaSet `rs`, each of `replicas` Pods from `template`, created side by side.
+async fn ps_and_rs(client: &kube::Client, replicas: i32, template: impl Fn(&str) -> Option<Value>) {
+    let pp = PostParams::default();
+    let ps = json!({"metadata": {"name": "ps"}, "spec": workload_spec("ps", replicas, template("ps"))});
+    let rs = json!({"metadata": {"name": "rs"}, "spec": workload_spec("rs", replicas, template("rs"))});
+    let podsets: Api<PodSet> = Api::default_namespaced(client.clone());
+    let replicasets: Api<ReplicaSet> = Api::default_namespaced(client.clone());
+    podsets.create(&pp, &serde_json::from_value(ps).unwrap()).await.unwrap();
+    replicasets.create(&pp, &serde_json::from_value(rs).unwrap()).await.unwrap();
+}
+
+/// `policy/v1beta1` PodDisruptionBudgets (kube-apiserver 1.20 has no `policy/v1`).
+fn pdbs(client: &kube::Client) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget");
+    Api::default_namespaced_with(client.clone(), &ApiResource::from_gvk(&gvk))
+}
+
+/// Budget `name` over the Pods labelled `app: <app>`.
+async fn create_pdb(pdbs: &Api<DynamicObject>, name: &str, app: &str, max_unavailable: Value) {
+    let pdb = json!({"apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget", "metadata": {"name": name},
+        "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": {"app": app}}}});
+    pdbs.create(&PostParams::default(), &serde_json::from_value(pdb).unwrap()).await.unwrap();
 }
 
 /// An HPA of `version` (`v1` or `v2beta2`) over `kind` `name` in `api_version`, with these bounds.
@@ -109,25 +130,12 @@ fn a_disruption_budget_expects_a_podsets_replicas_as_a_replicasets() {
         let c = common::cluster::start();
         runtime().block_on(async {
             let client = c.client().await;
-            let podsets: Api<PodSet> = Api::default_namespaced(client.clone());
-            let replicasets: Api<ReplicaSet> = Api::default_namespaced(client.clone());
-            let pp = PostParams::default();
-            podsets.create(&pp, &podset("ps", 3)).await.unwrap();
-            replicasets.create(&pp, &replicaset("rs", 3)).await.unwrap();
-            let gvk = GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget");
-            let pdbs: Api<DynamicObject> = Api::default_namespaced_with(client.clone(), &ApiResource::from_gvk(&gvk));
-            for (name, budget) in [
-                ("ps", json!({"maxUnavailable": 1})),
-                ("rs", json!({"maxUnavailable": 1})),
-                ("ps-pct", json!({"maxUnavailable": "50%"})),
-                ("rs-pct", json!({"maxUnavailable": "50%"})),
-            ] {
-                let app = name.trim_end_matches("-pct");
-                let mut spec = budget;
-                spec["selector"] = json!({"matchLabels": {"app": app}});
-                let pdb = json!({"apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget",
-                                 "metadata": {"name": name}, "spec": spec});
-                pdbs.create(&pp, &serde_json::from_value(pdb).unwrap()).await.unwrap();
+            ps_and_rs(&client, 3, |_| None).await;
+            let pdbs = pdbs(&client);
+            for (name, budget) in
+                [("ps", json!(1)), ("rs", json!(1)), ("ps-pct", json!("50%")), ("rs-pct", json!("50%"))]
+            {
+                create_pdb(&pdbs, name, name.trim_end_matches("-pct"), budget).await;
             }
             for name in ["ps", "rs", "ps-pct", "rs-pct"] {
                 wait(
@@ -198,11 +206,7 @@ fn status_tools_see_a_podset_progress_and_settle_as_a_replicaset() {
         let c = common::cluster::start();
         runtime().block_on(async {
             let client = c.client().await;
-            let podsets: Api<PodSet> = Api::default_namespaced(client.clone());
-            let replicasets: Api<ReplicaSet> = Api::default_namespaced(client.clone());
-            let pp = PostParams::default();
-            podsets.create(&pp, &podset("ps", 2)).await.unwrap();
-            replicasets.create(&pp, &replicaset("rs", 2)).await.unwrap();
+            ps_and_rs(&client, 2, |_| None).await;
             let get = |kind: &str, name: &str| {
                 let out = c.kubectl(&["get", kind, name, "-o", "json"]);
                 serde_json::from_str::<Value>(&out).unwrap()
@@ -268,19 +272,10 @@ fn an_eviction_against_a_spent_budget_is_refused_for_a_podset_as_for_a_replicase
         let c = common::cluster::start_with_node();
         runtime().block_on(async {
             let client = c.client().await;
-            let pp = PostParams::default();
-            let podsets: Api<PodSet> = Api::default_namespaced(client.clone());
-            let replicasets: Api<ReplicaSet> = Api::default_namespaced(client.clone());
-            let spec = |app: &str| json!({"replicas": 2, "selector": {"matchLabels": {"app": app}},
-                "template": running_template(c.demo_image(), app)});
-            podsets.create(&pp, &serde_json::from_value(json!({"metadata": {"name": "ps"}, "spec": spec("ps")})).unwrap()).await.unwrap();
-            replicasets.create(&pp, &serde_json::from_value(json!({"metadata": {"name": "rs"}, "spec": spec("rs")})).unwrap()).await.unwrap();
-            let gvk = GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget");
-            let pdbs: Api<DynamicObject> = Api::default_namespaced_with(client.clone(), &ApiResource::from_gvk(&gvk));
+            ps_and_rs(&client, 2, |app| Some(running_template(c.demo_image(), app))).await;
+            let pdbs = pdbs(&client);
             for app in ["ps", "rs"] {
-                let pdb = json!({"apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget", "metadata": {"name": app},
-                    "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": app}}}});
-                pdbs.create(&pp, &serde_json::from_value(pdb).unwrap()).await.unwrap();
+                create_pdb(&pdbs, app, app, json!(1)).await;
             }
             for app in ["ps", "rs"] {
                 wait(
