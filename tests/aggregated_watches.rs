@@ -12,7 +12,6 @@ use futures::{AsyncBufReadExt, StreamExt, TryStreamExt};
 use http::Request;
 use http_body_util::BodyExt;
 use kube::api::{Api, PostParams, WatchEvent, WatchParams};
-use kube::runtime::watcher;
 use podset_apiserver::api::PodSet;
 use serde_json::Value;
 
@@ -57,19 +56,7 @@ fn watches_and_streaming_lists_through_the_aggregator() {
             assert!(revision(&got[1]) >= revision(&got[0]) && revision(&got[0]) >= rv.parse().unwrap(), "{got:?}");
 
             // kube-rs's watcher, streaming lists, through the aggregator.
-            let mut events = watcher(api.clone(), watcher::Config::default().streaming_lists()).boxed();
-            let mut names = Vec::new();
-            let init = async {
-                while let Some(e) = events.try_next().await.unwrap() {
-                    match e {
-                        watcher::Event::InitApply(p) => names.push(p.metadata.name.unwrap()),
-                        watcher::Event::InitDone => break,
-                        _ => {}
-                    }
-                }
-            };
-            tokio::time::timeout(Duration::from_secs(20), init).await.expect("kube-rs's streaming list to finish");
-            assert_eq!(names, ["a"]);
+            assert_eq!(common::streaming_list_names(api.clone()).await, ["a"]);
 
             // 500 watches held at once through kube-apiserver, each getting the next change.
             const WATCHES: usize = 500;
@@ -92,7 +79,6 @@ fn watches_and_streaming_lists_through_the_aggregator() {
             }));
             let got = tokio::time::timeout(Duration::from_secs(120), firsts).await.expect("every watch to get the event");
             assert_eq!(got.iter().filter(|rv| rv.as_deref() == Some(want.as_str())).count(), WATCHES);
-            let _ = events;
         });
     });
 }

@@ -702,14 +702,7 @@ async fn yaml_in_and_out() {
 async fn http2_by_alpn() {
     use http_body_util::BodyExt;
     let server = TestServer::start(&[]);
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(pem_to_der(&server.ca).into()).unwrap();
-    podset_apiserver::apiserver::tls::provider();
-    let mut cfg = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
-    cfg.alpn_protocols = vec![b"h2".to_vec()];
-    let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
-    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg)).connect(name, tcp).await.unwrap();
+    let tls = server.h2_tls().await;
     assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
     let (mut send, conn) =
         hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), hyper_util::rt::TokioIo::new(tls))

@@ -9,11 +9,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
-use futures::{StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 use http::Request;
 use http_body_util::BodyExt;
 use kube::api::{Api, PostParams};
-use kube::runtime::watcher;
 use podset_apiserver::api::PodSet;
 use serde_json::{json, Value};
 
@@ -265,21 +264,7 @@ async fn streaming_lists_as_client_go_reflectors_send_them_metadata_only_and_tab
     );
 
     // kube-rs's watcher with streaming lists: the same reflector, in Rust.
-    let cfg = watcher::Config::default().streaming_lists();
-    let mut events = watcher(api.clone(), cfg).boxed();
-    let mut names = Vec::new();
-    let collect = async {
-        while let Some(e) = events.try_next().await.unwrap() {
-            match e {
-                watcher::Event::InitApply(p) => names.push(p.metadata.name.unwrap()),
-                watcher::Event::InitDone => break,
-                _ => {}
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(20), collect).await.expect("kube-rs's streaming list to finish");
-    names.sort();
-    assert_eq!(names, ["a", "b", "c", "d"]);
+    assert_eq!(common::streaming_list_names(api.clone()).await, ["a", "b", "c", "d"]);
 }
 
 /// Reads a watch response until its first event that is not a bookmark.
@@ -307,21 +292,9 @@ fn rss_kib(pid: u32) -> u64 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
-/// A TLS connection to `server` that negotiated HTTP/2.
-async fn h2_tls(server: &TestServer) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(pem_to_der(&server.ca).into()).unwrap();
-    podset_apiserver::apiserver::tls::provider();
-    let mut cfg = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
-    cfg.alpn_protocols = vec![b"h2".to_vec()];
-    let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
-    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg)).connect(name, tcp).await.unwrap()
-}
-
 /// SETTINGS_MAX_CONCURRENT_STREAMS as the server advertises it.
 async fn advertised_streams(server: &TestServer) -> usize {
-    let (client, conn) = h2::client::handshake(h2_tls(server).await).await.unwrap();
+    let (client, conn) = h2::client::handshake(server.h2_tls().await).await.unwrap();
     tokio::spawn(conn);
     let mut client = client.ready().await.unwrap();
     // The server's SETTINGS come with its first frames; a request's answer is after them.
@@ -353,7 +326,7 @@ async fn two_thousand_watches_share_one_http2_connection_and_each_gets_its_event
         api.create(&PostParams::default(), &serde_json::from_value(podset("before", 1)).unwrap()).await.unwrap();
     let rv = first.metadata.resource_version.unwrap();
 
-    let tls = h2_tls(&server).await;
+    let tls = server.h2_tls().await;
     let (send, conn) =
         hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), hyper_util::rt::TokioIo::new(tls))
             .await

@@ -135,6 +135,18 @@ impl TestServer {
         kube::Client::try_from(self.kube_config()).expect("client")
     }
 
+    /// A TLS connection to the server that negotiated HTTP/2 (ALPN `h2`), for an HTTP/2 client of one's own.
+    pub async fn h2_tls(&self) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(pem_to_der(&self.ca).into()).unwrap();
+        podset_apiserver::apiserver::tls::provider();
+        let mut cfg = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+        cfg.alpn_protocols = vec![b"h2".to_vec()];
+        let tcp = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        tokio_rustls::TlsConnector::from(Arc::new(cfg)).connect(name, tcp).await.unwrap()
+    }
+
     /// A kubeconfig file for kubectl.
     pub fn write_kubeconfig(&self, dir: &Path) -> PathBuf {
         let path = dir.join("kubeconfig");
@@ -191,6 +203,27 @@ pub fn podset(name: &str, replicas: i32) -> serde_json::Value {
 }
 
 pub use podset_envtest::assets_dir;
+
+/// The PodSets kube-rs's watcher lists with streaming lists (client-go's WatchList) before it says the initial
+/// list is done, sorted by name.
+pub async fn streaming_list_names(api: kube::Api<podset_apiserver::api::PodSet>) -> Vec<String> {
+    use futures::{StreamExt, TryStreamExt};
+    use kube::runtime::watcher;
+    let mut events = watcher(api, watcher::Config::default().streaming_lists()).boxed();
+    let mut names = Vec::new();
+    let collect = async {
+        while let Some(e) = events.try_next().await.unwrap() {
+            match e {
+                watcher::Event::InitApply(p) => names.push(p.metadata.name.unwrap()),
+                watcher::Event::InitDone => break,
+                _ => {}
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), collect).await.expect("kube-rs's streaming list to finish");
+    names.sort();
+    names
+}
 
 /// Starts `cmd` and streams its standard output line by line (e.g. `kubectl get -w`).
 pub fn spawn_lines(mut cmd: Command) -> (Child, std::sync::mpsc::Receiver<String>) {
