@@ -20,7 +20,7 @@
 # for podset-apiserver, v<version> of images/Cargo.toml for the node's).
 # The archive names the image docker.io/library/<image>:<tag>, the name the kubelet looks up for `<image>:<tag>`.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$(readlink -f "$0")")/.." # the checkout, also when called through a symlink
 trap 'status=$?; echo "hack/build-image.sh: ERROR: \`$BASH_COMMAND\` failed with exit status $status (line $LINENO)" >&2' ERR
 
 rootfs_only=""

@@ -228,17 +228,6 @@ fn deployed_as_an_admin_does_it_serves_and_comes_back_with_its_podsets() {
         let (name, tag) = image.rsplit_once(':').unwrap();
         let dir = cluster.dir.path();
 
-        // The claim's volume: a local PersistentVolume on the node (a cluster's storage class would make one).
-        let volume = dir.join("podset-apiserver-data");
-        std::fs::create_dir(&volume).unwrap();
-        cluster.apply_text(
-            "pv.yaml",
-            &format!(
-                "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: podset-apiserver-data\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Retain\n  local: {{path: {}}}\n  nodeAffinity:\n    required:\n      nodeSelectorTerms:\n      - matchExpressions:\n        - {{key: kubernetes.io/hostname, operator: In, values: [{}]}}\n",
-                volume.display(),
-                node::NODE_NAME
-            ),
-        );
         // The overlay as docs/install.md says to use it, with the image set. kustomize takes only relative paths.
         let kustomize = dir.join("kustomize");
         std::fs::create_dir(&kustomize).unwrap();

@@ -81,9 +81,33 @@ impl Cluster {
     }
 
     /// The control plane and a node, without podset-apiserver: for deploying it to the node as an admin would
-    /// (deploy/, with an image given to [`Self::import_image`]).
+    /// (deploy/, with an image given to [`Self::import_image`]). The node has one 1 Gi PersistentVolume for the
+    /// server's claim, as a cluster's storage class would make it.
     pub fn start_node_only() -> Self {
-        Self::start_with(None, 0, true, Vec::new())
+        let cluster = Self::start_with(None, 0, true, Vec::new());
+        let volume = cluster.dir.path().join("podset-apiserver-data");
+        std::fs::create_dir(&volume).unwrap();
+        cluster.apply_text(
+            "pv.yaml",
+            &format!(
+                "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: podset-apiserver-data\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Retain\n  local: {{path: {}}}\n  nodeAffinity:\n    required:\n      nodeSelectorTerms:\n      - matchExpressions:\n        - {{key: kubernetes.io/hostname, operator: In, values: [{}]}}\n",
+                volume.display(),
+                node::NODE_NAME
+            ),
+        );
+        cluster
+    }
+
+    /// What a shell needs to use this cluster as an admin: `KUBECONFIG`, kubectl and ctr first on `PATH`,
+    /// `ctr` pointed at the node's containerd (in the kubelet's `k8s.io` namespace) when there is a node.
+    pub fn shell_env(&self) -> Vec<(&'static str, std::ffi::OsString)> {
+        let path = format!("{}:{}", assets_dir().display(), std::env::var("PATH").unwrap_or_default());
+        let mut env = vec![("KUBECONFIG", self.kubeconfig.clone().into_os_string()), ("PATH", path.into())];
+        if let Some(n) = &self.node {
+            env.push(("CONTAINERD_ADDRESS", n.containerd_socket().into_os_string()));
+            env.push(("CONTAINERD_NAMESPACE", "k8s.io".into()));
+        }
+        env
     }
 
     fn start_with(server: Option<ServerCommand>, replicas: usize, with_node: bool, etcd_servers: Vec<String>) -> Self {

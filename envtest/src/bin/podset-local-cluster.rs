@@ -15,8 +15,12 @@ use podset_envtest::{assets_dir, inside_namespace, namespace_command, node, Clus
 #[command(name = "podset-local-cluster", version)]
 struct Args {
     /// No node: Pods are created and stay Pending (starts about half a minute sooner).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "no_podset_apiserver")]
     no_node: bool,
+    /// The control plane and the node only, to deploy podset-apiserver yourself as on any cluster (docs/install.md):
+    /// `ctr` imports images into the node's containerd, and a 1 Gi PersistentVolume awaits the server's claim.
+    #[arg(long)]
+    no_podset_apiserver: bool,
     /// Run this command instead of a shell, e.g. `-- kubectl get podsets`.
     #[arg(last = true)]
     command: Vec<String>,
@@ -40,16 +44,23 @@ fn main() -> ExitCode {
     }
 
     let server = ServerCommand { program: exe, args: vec!["serve".into()] };
-    let cluster = if args.no_node {
+    let cluster = if args.no_podset_apiserver {
+        eprintln!("starting etcd, kube-apiserver, kube-controller-manager and a node ...");
+        Cluster::start_node_only()
+    } else if args.no_node {
         eprintln!("starting etcd, kube-apiserver, kube-controller-manager and podset-apiserver ...");
         Cluster::start(server)
     } else {
         eprintln!("starting etcd, kube-apiserver, kube-controller-manager, podset-apiserver and a node ...");
         Cluster::start_with_node(server)
     };
-    let assets = assets_dir();
-    let path = format!("{}:{}", assets.display(), std::env::var("PATH").unwrap_or_default());
-    eprintln!("ready: podset-apiserver is registered as v1alpha1.demo.k8s.io");
+    if args.no_podset_apiserver {
+        eprintln!(
+            "ready, without podset-apiserver: deploy it as docs/install.md says (ctr reaches the node's containerd)"
+        );
+    } else {
+        eprintln!("ready: podset-apiserver is registered as v1alpha1.demo.k8s.io");
+    }
     if !args.no_node {
         eprintln!(
             "node {} is Ready; its images: {} (the demo workload, port 8080)",
@@ -72,12 +83,7 @@ fn main() -> ExitCode {
             Command::new(std::env::var_os("SHELL").map(PathBuf::from).unwrap_or_else(|| "bash".into()))
         }
     };
-    let status = cmd
-        .env("KUBECONFIG", &cluster.kubeconfig)
-        .env("PATH", path)
-        .env("HOME", cluster.dir.path())
-        .status()
-        .expect("run the command");
+    let status = cmd.envs(cluster.shell_env()).env("HOME", cluster.dir.path()).status().expect("run the command");
     drop(cluster);
     ExitCode::from(status.code().unwrap_or(1) as u8)
 }

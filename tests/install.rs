@@ -1,0 +1,146 @@
+//! docs/install.md's life cycle on the local cluster, run as written: its `sh life-cycle:<step>` blocks, in a shell
+//! as `hack/local-cluster.sh --no-podset-apiserver` opens it (the same cluster, the same environment), from a
+//! copy of the checkout's deploy/ (the blocks write an overlay of their own there). Between the steps, the test
+//! checks what the docs promise: the server runs the image named, PodSets keep their uids and their Pods across the
+//! upgrade and the rollback, and nothing of ours is left after the uninstall.
+//!
+//! The image is packed from the tests' static build (`PODSET_STATIC_BIN`, hack/build-image.sh's own switch) rather
+//! than the release build the docs' command makes: the same files, minutes sooner.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::cluster::in_namespace;
+use podset_envtest::Cluster;
+
+const STEPS: [&str; 5] = ["install", "use", "upgrade", "rollback", "uninstall"];
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The `sh life-cycle:<step>` blocks of a Markdown text, in order.
+fn life_cycle_blocks(doc: &str) -> Vec<(String, String)> {
+    let mut blocks = Vec::new();
+    let mut lines = doc.lines();
+    while let Some(line) = lines.next() {
+        let Some(step) = line.strip_prefix("```sh life-cycle:") else { continue };
+        let body: Vec<&str> = lines.by_ref().take_while(|l| *l != "```").collect();
+        blocks.push((step.trim().to_owned(), body.join("\n")));
+    }
+    blocks
+}
+
+#[test]
+fn the_docs_blocks_are_the_steps_in_order() {
+    let doc = std::fs::read_to_string(repo().join("docs/install.md")).unwrap();
+    let steps: Vec<String> = life_cycle_blocks(&doc).into_iter().map(|(s, _)| s).collect();
+    assert_eq!(steps, STEPS, "docs/install.md's life-cycle blocks");
+    assert_eq!(
+        life_cycle_blocks("x\n```sh life-cycle:a\none\ntwo\n```\n```sh\nno\n```\n"),
+        [("a".into(), "one\ntwo".into())]
+    );
+}
+
+/// Runs one block with bash (`-euo pipefail`, so any failed command fails it) in `dir`.
+fn run_step(cluster: &Cluster, dir: &Path, static_bin: &Path, step: &str, script: &str) -> String {
+    eprintln!("--- life-cycle:{step}\n{script}");
+    let out = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", script])
+        .current_dir(dir)
+        .envs(cluster.shell_env())
+        .env("HOME", dir)
+        .env("PODSET_STATIC_BIN", static_bin)
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    eprintln!("{text}");
+    assert!(out.status.success(), "life-cycle:{step} failed ({}):\n{text}", out.status);
+    text
+}
+
+fn static_test_binary() -> PathBuf {
+    let out = Command::new(repo().join("hack/build-static.sh"))
+        .arg("static-test")
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "hack/build-static.sh static-test");
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+fn server_pod(cluster: &Cluster) -> (String, String) {
+    let out = cluster.kubectl(&[
+        "get",
+        "pod",
+        "podset-apiserver-0",
+        "-n",
+        "podset-system",
+        "-o",
+        "jsonpath={.metadata.uid} {.spec.containers[0].image}",
+    ]);
+    let (uid, image) = out.split_once(' ').unwrap();
+    (uid.to_owned(), image.to_owned())
+}
+
+/// The PodSet's uid and its Pods' uids, sorted.
+fn web(cluster: &Cluster) -> (String, String) {
+    let uid = cluster.kubectl(&["get", "podset", "web", "-o", "jsonpath={.metadata.uid}"]);
+    let pods = cluster.kubectl(&["get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].metadata.uid}"]);
+    let mut pods: Vec<&str> = pods.split_whitespace().collect();
+    pods.sort();
+    (uid, pods.join(" "))
+}
+
+#[test]
+fn installed_upgraded_rolled_back_and_uninstalled_as_the_docs_say() {
+    in_namespace("installed_upgraded_rolled_back_and_uninstalled_as_the_docs_say", || {
+        let doc = std::fs::read_to_string(repo().join("docs/install.md")).unwrap();
+        let blocks = life_cycle_blocks(&doc);
+        assert_eq!(blocks.iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>(), STEPS);
+        let static_bin = static_test_binary();
+        let cluster = Cluster::start_node_only();
+
+        // A checkout of our own: deploy/ copied (the steps write into it), hack/ as it is.
+        let dir = tempfile::tempdir().unwrap();
+        let status = Command::new("cp").arg("-r").arg(repo().join("deploy")).arg(dir.path()).status().unwrap();
+        assert!(status.success());
+        std::os::unix::fs::symlink(repo().join("hack"), dir.path().join("hack")).unwrap();
+        let step = |i: usize| run_step(&cluster, dir.path(), &static_bin, &blocks[i].0, &blocks[i].1);
+
+        step(0);
+        let (first_pod, image) = server_pod(&cluster);
+        assert_eq!(image, "podset-apiserver:v0.1.0-a");
+        assert!(cluster.kubectl(&["get", "--raw", "/apis/demo.k8s.io/v1alpha1"]).contains("\"podsets\""));
+
+        let listed = step(1);
+        assert!(listed.contains("web"), "{listed}");
+        let before = web(&cluster);
+        assert_eq!(before.1.split(' ').count(), 2, "{before:?}");
+
+        step(2);
+        let (upgraded_pod, image) = server_pod(&cluster);
+        assert_eq!(image, "podset-apiserver:v0.1.0-b");
+        assert_ne!(upgraded_pod, first_pod, "the server's Pod was not replaced");
+        assert_eq!(web(&cluster), before, "the PodSet or its Pods changed across the upgrade");
+        let backup = std::fs::read_to_string(dir.path().join("podsets-backup.json")).unwrap();
+        let backup: serde_json::Value = serde_json::from_str(&backup).unwrap();
+        assert_eq!(backup["items"][0]["metadata"]["uid"].as_str(), Some(before.0.as_str()));
+
+        step(3);
+        let (rolled_back_pod, image) = server_pod(&cluster);
+        assert_eq!(image, "podset-apiserver:v0.1.0-a");
+        assert_ne!(rolled_back_pod, upgraded_pod, "the server's Pod was not replaced");
+        assert_eq!(web(&cluster), before, "the PodSet or its Pods changed across the rollback");
+
+        step(4);
+        let gone = |args: &[&str]| cluster.kubectl_try(args).is_err_and(|e| e.contains("NotFound"));
+        assert!(gone(&["get", "apiservice", "v1alpha1.demo.k8s.io"]));
+        assert!(gone(&["get", "namespace", "podset-system"]));
+        assert!(gone(&["get", "clusterrole", "podset-controller"]), "the overlay's ClusterRole is left");
+        // Foreground deletion returned only once the Pods were gone.
+        assert_eq!(cluster.kubectl(&["get", "pods", "-A", "-l", "app=web", "-o", "name"]), "");
+    });
+}
