@@ -240,3 +240,62 @@ fn backups_restore_into_either_backend_as_they_were() {
         assert!(!out.status.success(), "{out:?}");
     });
 }
+
+/// `podset-apiserver backup`, what the in-cluster CronJob runs (deploy/backup), writes what kubectl writes.
+#[test]
+fn the_backup_subcommand_writes_what_kubectl_writes_and_restore_reads_it() {
+    common::cluster::runtime().block_on(async {
+        let tmp = tempfile::tempdir().unwrap();
+        let server = TestServer::start(&[]);
+        populate(&server).await;
+        let by_kubectl = backup(&server, tmp.path(), "kubectl.json");
+        let kubeconfig = server.write_kubeconfig(tmp.path());
+        let ours = |args: &[&str]| {
+            Command::new(BIN)
+                .arg("backup")
+                .args(args)
+                .arg(format!("--kubeconfig={}", kubeconfig.display()))
+                .env("RUST_LOG", "warn")
+                .output()
+                .unwrap()
+        };
+
+        let file = tmp.path().join("ours.json");
+        let out = ours(&["--to", file.to_str().unwrap(), "--chunk-size=7"]);
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), format!("backed up 24 PodSets to {}\n", file.display()));
+        let by_us: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        assert_eq!((&by_us["kind"], &by_us["apiVersion"]), (&json!("List"), &json!("v1")));
+        assert_eq!(by_us["items"][0]["kind"], "PodSet");
+        assert_eq!(objects(&by_us), objects(&by_kubectl));
+
+        // Into a directory, the newest --keep kept, latest.json naming the newest.
+        let dir = tmp.path().join("backups");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("podsets-20200101T000000Z.json"), "old").unwrap();
+        std::fs::write(dir.join("podsets-20200102T000000Z.json"), "old").unwrap();
+        let out = ours(&["--to-dir", dir.to_str().unwrap(), "--keep=2"]);
+        assert!(out.status.success(), "{out:?}");
+        let mut names: Vec<String> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+        names.sort();
+        assert_eq!(names.len(), 3, "{names:?}");
+        assert_eq!(names[0], "latest.json");
+        assert_eq!(names[1], "podsets-20200102T000000Z.json");
+        assert_eq!(std::fs::read_link(dir.join("latest.json")).unwrap(), Path::new(&names[2]));
+        let latest: Value = serde_json::from_slice(&std::fs::read(dir.join("latest.json")).unwrap()).unwrap();
+        assert_eq!(objects(&latest), objects(&by_kubectl));
+
+        let out = restore(&dir.join("latest.json"), &tmp.path().join("restored"), &[]);
+        assert!(out.status.success(), "{out:?}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("restored 24 PodSets"), "{out:?}");
+
+        // The server gone: an error, and no file, not even a partial one.
+        drop(server);
+        let failed = tmp.path().join("failed.json");
+        let out = ours(&["--to", failed.to_str().unwrap()]);
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("listing PodSets"), "{out:?}");
+        assert!(!failed.exists() && !tmp.path().join("failed.json.partial").exists());
+    });
+}

@@ -49,7 +49,20 @@ fn parse(help: &str) -> Vec<(String, Vec<Flag>)> {
         } else if in_possible && trimmed.starts_with("- ") {
             flag.possible.push(trimmed[2..].to_owned());
         } else {
-            flag.description.push(trimmed.to_owned());
+            // Short help puts `[default: …]` and `[env: …=]` at the end of the description's line.
+            let mut text = trimmed;
+            loop {
+                if let Some((rest, d)) = text.rsplit_once(" [default: ").filter(|(_, d)| d.ends_with(']')) {
+                    flag.default = d.trim_end_matches(']').to_owned();
+                    text = rest;
+                } else if let Some((rest, e)) = text.rsplit_once(" [env: ").filter(|(_, e)| e.ends_with("=]")) {
+                    flag.env = e.trim_end_matches("=]").to_owned();
+                    text = rest;
+                } else {
+                    break;
+                }
+            }
+            flag.description.push(text.to_owned());
         }
     }
     sections
@@ -82,7 +95,16 @@ fn render() -> (String, Vec<String>) {
          theirs mean. Every flag with an `env` can also be set by that environment variable.\n",
     );
     let mut undocumented = Vec::new();
-    for (command, args) in [("podset-apiserver", vec![]), ("podset-apiserver restore", vec!["restore"])] {
+    // The server, then each subcommand the program has (a new one is documented without being listed here).
+    let subcommands: Vec<String> = <podset_apiserver::cmd::Options as clap::CommandFactory>::command()
+        .get_subcommands()
+        .map(|c| c.get_name().to_owned())
+        .filter(|name| name != "help")
+        .collect();
+    let commands = std::iter::once(None).chain(subcommands.iter().map(Some));
+    for sub in commands {
+        let command = sub.map_or("podset-apiserver".to_owned(), |s| format!("podset-apiserver {s}"));
+        let args: Vec<&str> = sub.iter().map(|s| s.as_str()).collect();
         let text = help(&args);
         let about = text.lines().next().unwrap_or_default();
         out.push_str(&format!("\n## `{command}`\n\n{}\n", cell(about)));

@@ -94,6 +94,77 @@ fn web(cluster: &Cluster) -> (String, String) {
     (uid, pods.join(" "))
 }
 
+/// deploy/backup/ as docs/operate.md uses it, on the installed server: the CronJob's Job backs up to a volume of
+/// its own, the data volume is lost, restore.yaml's Job restores the newest backup into a new one, and the server
+/// comes back with the same PodSet and the same Pods.
+fn backup_by_cronjob_and_restore_by_job(cluster: &Cluster, before: &(String, String)) {
+    let backups = cluster.add_local_volume("backups");
+    cluster.add_local_volume("spare");
+    // The image as installed; on 1.20 (no batch/v1 CronJob before 1.21) the CronJob as batch/v1beta1.
+    let old_cluster = !cluster.kubectl(&["get", "--raw", "/apis/batch/v1"]).contains("\"cronjobs\"");
+    let manifest = |file: &str| {
+        let text = std::fs::read_to_string(repo().join("deploy/backup").join(file)).unwrap();
+        let text = text.replace("image: podset-apiserver:latest", "image: podset-apiserver:v0.1.0-a");
+        if old_cluster {
+            text.replace("apiVersion: batch/v1\nkind: CronJob", "apiVersion: batch/v1beta1\nkind: CronJob")
+        } else {
+            text
+        }
+    };
+    cluster.apply_text("backup.yaml", &manifest("backup.yaml"));
+    // What `kubectl create job --from=cronjob/podset-backup podset-backup-now` makes.
+    let cronjob: serde_json::Value = serde_json::from_str(&cluster.kubectl(&[
+        "-n",
+        "podset-system",
+        "get",
+        "cronjob",
+        "podset-backup",
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    let job = serde_json::json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "podset-backup-now", "namespace": "podset-system",
+                     "annotations": {"cronjob.kubernetes.io/instantiate": "manual"}},
+        "spec": cronjob["spec"]["jobTemplate"]["spec"],
+    });
+    cluster.apply_text("backup-now.json", &job.to_string());
+    let complete = |job: &str| {
+        cluster.kubectl(&["-n", "podset-system", "wait", "--for=condition=Complete", job, "--timeout=300s"]);
+        cluster.kubectl(&["-n", "podset-system", "logs", job])
+    };
+    let log = complete("job/podset-backup-now");
+    assert!(log.contains("backed up 1 PodSets to /backups/podsets-"), "{log}");
+    let latest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(backups.join("latest.json")).unwrap()).unwrap();
+    assert_eq!(latest["items"][0]["metadata"]["uid"].as_str(), Some(before.0.as_str()));
+
+    // The data volume lost, with the server stopped.
+    cluster.kubectl(&["-n", "podset-system", "scale", "statefulset/podset-apiserver", "--replicas=0"]);
+    cluster.kubectl(&["-n", "podset-system", "wait", "--for=delete", "pod/podset-apiserver-0", "--timeout=120s"]);
+    cluster.kubectl(&["-n", "podset-system", "delete", "pvc", "data-podset-apiserver-0", "--wait=true"]);
+    cluster.apply_text("restore.yaml", &manifest("restore.yaml"));
+    let log = complete("job/podset-restore");
+    assert!(log.contains("restored 1 PodSets"), "{log}");
+    cluster.kubectl(&["-n", "podset-system", "scale", "statefulset/podset-apiserver", "--replicas=1"]);
+    cluster.kubectl(&["-n", "podset-system", "rollout", "status", "statefulset/podset-apiserver", "--timeout=300s"]);
+    let claim = cluster.kubectl(&[
+        "-n",
+        "podset-system",
+        "get",
+        "pvc",
+        "data-podset-apiserver-0",
+        "-o",
+        "jsonpath={.spec.volumeName}",
+    ]);
+    assert_ne!(claim, "podset-apiserver-data", "the server is back on its old volume");
+    cluster.wait_for("the PodSet served again, Ready", std::time::Duration::from_secs(180), |c| {
+        c.kubectl_try(&["wait", "--for=condition=Ready", "podset/web", "--timeout=5s"]).is_ok()
+    });
+    assert_eq!(&web(cluster), before, "the PodSet or its Pods changed across the restore");
+}
+
 #[test]
 fn installed_upgraded_rolled_back_and_uninstalled_as_the_docs_say() {
     in_namespace("installed_upgraded_rolled_back_and_uninstalled_as_the_docs_say", || {
@@ -134,6 +205,8 @@ fn installed_upgraded_rolled_back_and_uninstalled_as_the_docs_say() {
         assert_eq!(image, "podset-apiserver:v0.1.0-a");
         assert_ne!(rolled_back_pod, upgraded_pod, "the server's Pod was not replaced");
         assert_eq!(web(&cluster), before, "the PodSet or its Pods changed across the rollback");
+
+        backup_by_cronjob_and_restore_by_job(&cluster, &before);
 
         step(4);
         let gone = |args: &[&str]| cluster.kubectl_try(args).is_err_and(|e| e.contains("NotFound"));

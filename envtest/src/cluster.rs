@@ -85,17 +85,24 @@ impl Cluster {
     /// server's claim, as a cluster's storage class would make it.
     pub fn start_node_only() -> Self {
         let cluster = Self::start_with(None, 0, true, Vec::new());
-        let volume = cluster.dir.path().join("podset-apiserver-data");
-        std::fs::create_dir(&volume).unwrap();
-        cluster.apply_text(
-            "pv.yaml",
+        cluster.add_local_volume("podset-apiserver-data");
+        cluster
+    }
+
+    /// A 1 Gi `ReadWriteOnce` PersistentVolume on the node (a directory under the cluster's), free for a claim as
+    /// a storage class would make one; returns the directory.
+    pub fn add_local_volume(&self, name: &str) -> PathBuf {
+        let volume = self.dir.path().join("volumes").join(name);
+        std::fs::create_dir_all(&volume).unwrap();
+        self.apply_text(
+            &format!("pv-{name}.yaml"),
             &format!(
-                "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: podset-apiserver-data\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Retain\n  local: {{path: {}}}\n  nodeAffinity:\n    required:\n      nodeSelectorTerms:\n      - matchExpressions:\n        - {{key: kubernetes.io/hostname, operator: In, values: [{}]}}\n",
+                "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {name}\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Retain\n  local: {{path: {}}}\n  nodeAffinity:\n    required:\n      nodeSelectorTerms:\n      - matchExpressions:\n        - {{key: kubernetes.io/hostname, operator: In, values: [{}]}}\n",
                 volume.display(),
                 node::NODE_NAME
             ),
         );
-        cluster
+        volume
     }
 
     /// What a shell needs to use this cluster as an admin: `KUBECONFIG`, kubectl and ctr first on `PATH`,
@@ -290,8 +297,10 @@ impl Cluster {
         ];
         if with_node {
             // Pods reach it at the `kubernetes` Service (NODE_IP, through kube-proxy), and the kubelet's identity
-            // is for the Node authorizer; it reaches the kubelet (logs, exec) with the admin's certificate.
+            // is for the Node authorizer; it reaches the kubelet (logs, exec) with the admin's certificate, at the
+            // node's IP (the node's name resolves nowhere here).
             for (flag, value) in [
+                ("--kubelet-preferred-address-types", "InternalIP".to_owned()),
                 ("--bind-address", "0.0.0.0".to_owned()),
                 ("--authorization-mode", "Node,RBAC".to_owned()),
                 ("--kubelet-client-certificate", p("admin.crt")),

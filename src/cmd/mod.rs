@@ -1,10 +1,12 @@
 //! The binary's command line: flags grouped by concern (`options`), and `start`, which turns them into a running
 //! server, as sample-apiserver's `pkg/cmd/server`.
 
+mod backup;
 pub mod options;
 mod restore;
 mod start;
 
+pub use backup::BackupOptions;
 pub use options::{Command, LogFormat, Options};
 pub use restore::RestoreOptions;
 pub use start::run;

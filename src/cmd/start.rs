@@ -18,10 +18,13 @@ use crate::storage::Store;
 
 /// Runs the server until SIGTERM or SIGINT.
 pub async fn run(mut opts: Options) -> anyhow::Result<()> {
-    if let Some(super::Command::Restore(restore)) = opts.command.take() {
-        return super::restore::run(restore).await;
-    }
+    // One rustls provider for every TLS client and server of the process, subcommands' too.
     tls::provider();
+    match opts.command.take() {
+        Some(super::Command::Restore(restore)) => return super::restore::run(restore).await,
+        Some(super::Command::Backup(backup)) => return super::backup::run(backup).await,
+        None => {}
+    }
     opts.server_run.validate()?;
     opts.storage.validate()?;
     let audit = opts.audit.build()?;
