@@ -7,6 +7,7 @@
 #     podset-apiserver-VERSION-linux-amd64    the static binary (hack/build-static.sh)
 #     podset-apiserver-VERSION.oci.tar        the image as an OCI archive, tagged VERSION (hack/build-image.sh)
 #     manifests/<overlay>.yaml                each overlay of deploy/overlays rendered, the image pinned by digest
+#     manifests/{backup,restore}.yaml         deploy/backup's CronJob and restore Job, the same image
 #     sbom.cdx.json                           the binary's dependencies, CycloneDX (cargo-cyclonedx)
 #     SHA256SUMS                              of all of the above
 #
@@ -60,21 +61,29 @@ if [ -z "$kubectl" ]; then
 fi
 # kustomize takes only paths relative to the kustomization: a scratch one under target/ pins the image.
 scratch="target/release-kustomize"
-for overlay_dir in deploy/overlays/*/; do
-  overlay="$(basename "$overlay_dir")"
-  rm -rf "$scratch/$overlay"
-  mkdir -p "$scratch/$overlay"
-  cat > "$scratch/$overlay/kustomization.yaml" <<EOF
+render() { # NAME RESOURCE: manifests/NAME.yaml from RESOURCE (relative to the scratch kustomization)
+  cat > "$scratch/$1/kustomization.yaml" <<EOF
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
-- ../../../deploy/overlays/$overlay
+- $2
 images:
 - {name: podset-apiserver, newName: $repo, digest: "$digest"}
 EOF
-  "$kubectl" kustomize "$scratch/$overlay" > "$out/manifests/$overlay.yaml"
-  touch -d "@$SOURCE_DATE_EPOCH" "$out/manifests/$overlay.yaml"
+  "$kubectl" kustomize "$scratch/$1" > "$out/manifests/$1.yaml"
+  touch -d "@$SOURCE_DATE_EPOCH" "$out/manifests/$1.yaml"
+}
+rm -rf "$scratch"
+for overlay_dir in deploy/overlays/*/; do
+  overlay="$(basename "$overlay_dir")"
+  mkdir -p "$scratch/$overlay"
+  render "$overlay" "../../../deploy/overlays/$overlay"
 done
+mkdir -p "$scratch/backup" "$scratch/restore"
+render backup ../../../deploy/backup
+# restore.yaml is one file, not a kustomization; kustomize reads files only under its own directory.
+cp deploy/backup/restore.yaml "$scratch/restore/"
+render restore restore.yaml
 rm -rf "$scratch"
 
 echo "hack/release.sh: the SBOM" >&2

@@ -53,8 +53,10 @@ fn a_release_is_complete_verifiable_and_reproducible() {
     let mut expected = vec![
         format!("{name}-linux-amd64"),
         format!("{name}.oci.tar"),
+        "manifests/backup.yaml".into(),
         "manifests/cert-manager.yaml".into(),
         "manifests/ha-etcd.yaml".into(),
+        "manifests/restore.yaml".into(),
         "manifests/self-signed.yaml".into(),
         "sbom.cdx.json".into(),
     ];
@@ -78,6 +80,12 @@ fn a_release_is_complete_verifiable_and_reproducible() {
             assert_eq!(image, format!("docker.io/library/podset-apiserver@{digest}"), "{overlay}");
         }
         assert!(yaml.contains("kind: APIService"), "{overlay}");
+    }
+    for (file, kind) in [("backup", "kind: CronJob"), ("restore", "kind: Job")] {
+        let yaml = std::fs::read_to_string(dir.join(format!("manifests/{file}.yaml"))).unwrap();
+        let images: Vec<&str> = yaml.lines().filter_map(|l| l.trim().strip_prefix("image: ")).collect();
+        assert_eq!(images, [format!("docker.io/library/podset-apiserver@{digest}")], "{file}");
+        assert!(yaml.contains(kind), "{file}");
     }
 
     // The archive unpacks as a runtime unpacks it, and its binary runs and names the commit it was built from.
