@@ -10,13 +10,16 @@ pub struct Report {
     pub calls: usize,
     /// Calls placed by the linearizability search (a list counts once per key).
     pub calls_checked: usize,
+    /// Calls that got no answer (each may or may not have taken effect), and calls refused with a 4xx.
+    pub calls_lost: usize,
+    pub calls_refused: usize,
     pub keys: usize,
     pub watch_events: usize,
     /// Watches told 410 at their start, and how many of them the cache floor judged (the rest came before anything
     /// told where the answering cache began).
     pub told_410: usize,
     pub told_410_judged: usize,
-    /// Keys the search gave up on.
+    /// Keys the search gave up on: a failure, since a bug could hide there.
     pub undecided: Vec<String>,
     /// (what, the smallest piece of history that shows it).
     pub violations: Vec<(String, Vec<String>)>,
@@ -24,7 +27,7 @@ pub struct Report {
 
 impl Report {
     pub fn ok(&self) -> bool {
-        self.violations.is_empty()
+        self.violations.is_empty() && self.undecided.is_empty()
     }
 }
 
@@ -32,19 +35,26 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "seed {}: {} calls ({} placed on {} keys, a list once per key) and {} watch items checked ({} of {} 410s \
-             against the answering cache's floor), {} violations",
+            "seed {}: {} calls ({} lost, {} refused; {} placed on {} keys, a list once per key) and {} watch items \
+             checked ({} of {} 410s against the answering cache's floor), {} undecided keys, {} violations",
             self.seed,
             self.calls,
+            self.calls_lost,
+            self.calls_refused,
             self.calls_checked,
             self.keys,
             self.watch_events,
             self.told_410_judged,
             self.told_410,
+            self.undecided.len(),
             self.violations.len()
         )?;
         if !self.undecided.is_empty() {
-            writeln!(f, "undecided (search too large): {:?}", self.undecided)?;
+            writeln!(
+                f,
+                "UNDECIDED (seed {}; the search gave up, a bug could hide there): {:?}",
+                self.seed, self.undecided
+            )?;
         }
         for (what, lines) in &self.violations {
             writeln!(f, "VIOLATION (seed {}): {what}", self.seed)?;

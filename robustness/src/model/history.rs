@@ -285,6 +285,9 @@ pub struct History {
     pub reconcile_grace: Time,
     /// Every PodSet at the end.
     pub settled: Vec<Settled>,
+    /// Answered calls below this mean the run did too little to show anything (0 in histories from before).
+    #[serde(default)]
+    pub min_answered: usize,
 }
 
 /// A PodSet once the faults were over and the system had time to settle.

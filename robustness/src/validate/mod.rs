@@ -6,8 +6,9 @@ pub mod linearizability;
 pub mod truth;
 pub mod watch;
 
-use crate::model::history::History;
+use crate::model::history::{History, Response};
 use crate::report::Report;
+use truth::Finding;
 
 /// Lines of a failing piece of history shown.
 const SHOWN: usize = 30;
@@ -18,6 +19,17 @@ pub fn check(history: &History) -> Report {
         seed: history.seed,
         calls: history.operations.len(),
         calls_checked: linearizability::checked_calls(history),
+        calls_lost: history.operations.iter().filter(|o| o.lost()).count(),
+        calls_refused: history
+            .operations
+            .iter()
+            .filter(|o| {
+                matches!(
+                    o.response,
+                    Response::Refused(_) | Response::Conflict | Response::AlreadyExists | Response::NotFound
+                )
+            })
+            .count(),
         keys: truth::keys(history).len(),
         watch_events: history.watches.iter().map(|w| w.items.len()).sum(),
         ..Default::default()
@@ -43,12 +55,105 @@ pub fn check(history: &History) -> Report {
         }
     }
     report.violations.extend(truth::check_resource_versions(history));
+    report.violations.extend(progress(history));
     if !history.changes.is_empty() {
         let timeline = truth::Timeline::new(&history.changes);
         report.violations.extend(truth::check_acknowledged_writes(history, &timeline));
+        report.violations.extend(truth::check_changes_explained(history));
+        report.violations.extend(census_covers_the_record(history));
         report.violations.extend(truth::check_reads(history, &timeline, &bounds));
         report.violations.extend(watch::check(history, &kept));
     }
     report.violations.extend(controller::check(history));
     report
+}
+
+/// Checks that would pass for want of anything to check fail instead: a run that answered too few calls, and an
+/// empty record of etcd's changes while writes were acknowledged.
+fn progress(history: &History) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let answered = history.operations.iter().filter(|o| !o.lost()).count();
+    if answered < history.min_answered {
+        out.push((
+            "too little progress".into(),
+            vec![format!("{answered} calls answered, at least {} expected", history.min_answered)],
+        ));
+    }
+    let acknowledged = history.operations.iter().filter(|o| o.written_revision().is_some()).count();
+    if history.changes.is_empty() && acknowledged > 0 {
+        out.push((
+            "etcd's record is empty".into(),
+            vec![format!("{acknowledged} writes were acknowledged, and no change was read back from etcd")],
+        ));
+    }
+    out
+}
+
+/// The final census saw every PodSet etcd holds at the end, so the convergence check judged them all.
+fn census_covers_the_record(history: &History) -> Vec<Finding> {
+    let mut last: std::collections::BTreeMap<&str, bool> = Default::default();
+    let mut changes: Vec<_> = history.changes.iter().collect();
+    changes.sort_by_key(|c| c.resource_version);
+    for c in changes {
+        last.insert(&c.key, c.marker.is_some());
+    }
+    let missed: Vec<String> = last
+        .into_iter()
+        .filter(|(key, alive)| *alive && !history.settled.iter().any(|s| s.key == *key))
+        .map(|(key, _)| key.to_owned())
+        .collect();
+    if missed.is_empty() {
+        Vec::new()
+    } else {
+        vec![("the final census missed PodSets etcd holds".into(), missed)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::history::{Change, Operation, Request, Seen, Settled};
+
+    fn acknowledged(key: &str, rv: u64) -> Operation {
+        let seen = Seen { resource_version: rv, marker: "m".into() };
+        Operation {
+            client: 0,
+            route: "r".into(),
+            call: 0,
+            ret: 1,
+            request: Request::Create { key: key.into(), marker: "m".into() },
+            response: Response::Object(seen),
+        }
+    }
+
+    #[test]
+    fn nothing_to_check_is_a_failure() {
+        let history = History { operations: vec![acknowledged("ns/a", 2)], min_answered: 2, ..Default::default() };
+        let found: Vec<String> = check(&history).violations.into_iter().map(|v| v.0).collect();
+        assert_eq!(found, ["too little progress", "etcd's record is empty"]);
+
+        let change = Change { resource_version: 2, key: "ns/a".into(), marker: Some("m".into()) };
+        let history =
+            History { operations: vec![acknowledged("ns/a", 2)], changes: vec![change], ..Default::default() };
+        let report = check(&history);
+        let found: Vec<&str> = report.violations.iter().map(|v| v.0.as_str()).collect();
+        assert_eq!(found, ["the final census missed PodSets etcd holds"], "{report}");
+        let settled = Settled {
+            key: "ns/a".into(),
+            generation: 1,
+            replicas: 0,
+            active: 0,
+            status_replicas: Some(0),
+            observed_generation: Some(1),
+        };
+        let history = History { settled: vec![settled], ..history };
+        assert!(check(&history).ok(), "{}", check(&history));
+    }
+
+    #[test]
+    fn an_undecided_key_fails_the_run() {
+        let report = Report { undecided: vec!["ns/a".into()], ..Default::default() };
+        assert!(!report.ok());
+        assert!(report.to_string().contains("UNDECIDED"), "{report}");
+    }
 }

@@ -176,6 +176,81 @@ pub fn check_acknowledged_writes(history: &History, timeline: &Timeline<'_>) -> 
     out
 }
 
+/// Every change in etcd's record made by exactly one call: a write acknowledged at that revision or never
+/// answered (its marker names it), a status write of the controller (which keeps the marker the key had), or a
+/// delete acknowledged at that revision, acknowledged without one, or never answered. So a write refused with a
+/// 4xx that nevertheless changed the store, a write applied twice, and a change nobody asked for are all found.
+pub fn check_changes_explained(history: &History) -> Vec<Finding> {
+    let mut writes: HashMap<&str, &Operation> = HashMap::new();
+    // Deletes of each key that may have made a deletion whose revision they do not say: unanswered, or
+    // acknowledged with a Status.
+    let mut open_deletes: HashMap<&str, Vec<&Operation>> = HashMap::new();
+    let mut exact_deletes: HashMap<(&str, u64), &Operation> = HashMap::new();
+    for op in &history.operations {
+        match (&op.request, &op.response) {
+            (Request::Delete { key, .. }, Response::Deleted { resource_version }) => {
+                exact_deletes.insert((key, *resource_version), op);
+            }
+            (Request::Delete { key, .. }, Response::Lost | Response::Gone) => {
+                open_deletes.entry(key).or_default().push(op)
+            }
+            (r, _) => {
+                if let Some(m) = r.marker() {
+                    writes.insert(m, op);
+                }
+            }
+        }
+    }
+    let mut changes: Vec<&Change> = history.changes.iter().collect();
+    changes.sort_by_key(|c| c.resource_version);
+    let mut state: HashMap<&str, Option<&str>> = HashMap::new();
+    let mut made: HashMap<&str, u64> = HashMap::new();
+    let mut out = Vec::new();
+    for c in changes {
+        let before = state.insert(&c.key, c.marker.as_deref()).flatten();
+        let at = format!("etcd: {} at revision {} -> {:?}", c.key, c.resource_version, c.marker);
+        let Some(marker) = c.marker.as_deref() else {
+            if exact_deletes.contains_key(&(c.key.as_str(), c.resource_version)) {
+                continue;
+            }
+            match open_deletes.get_mut(c.key.as_str()).and_then(|d| d.pop()) {
+                Some(_) => {}
+                None => {
+                    let refused: Vec<String> = history
+                        .operations
+                        .iter()
+                        .filter(|o| matches!(&o.request, Request::Delete { key, .. } if *key == c.key))
+                        .map(|o| o.to_string())
+                        .collect();
+                    out.push(("a deletion no call explains".into(), [vec![at], refused].concat()));
+                }
+            }
+            continue;
+        };
+        if before == Some(marker) {
+            // A status write: the controller keeps the content, and so the marker, it found.
+            continue;
+        }
+        if let Some(first) = made.insert(marker, c.resource_version) {
+            let mut lines = vec![at, format!("the same write already made revision {first}")];
+            lines.extend(writes.get(marker).map(|o| o.to_string()));
+            out.push(("a write applied twice".into(), lines));
+            continue;
+        }
+        match writes.get(marker).map(|o| (o, &o.response)) {
+            None => out.push(("a change no call made".into(), vec![at])),
+            Some((_, Response::Lost)) => {}
+            Some((_, Response::Object(s))) if s.resource_version == c.resource_version => {}
+            Some((o, Response::Object(s))) => out.push((
+                "a write acknowledged at another revision than it made".into(),
+                vec![o.to_string(), at, format!("acknowledged at revision {}", s.resource_version)],
+            )),
+            Some((o, _)) => out.push(("a refused write changed the store".into(), vec![o.to_string(), at])),
+        }
+    }
+    out
+}
+
 /// Every read against the revisions it may have been served at.
 pub fn check_reads(history: &History, timeline: &Timeline<'_>, bounds: &Bounds) -> Vec<Finding> {
     let mut out = Vec::new();
@@ -359,6 +434,75 @@ mod tests {
         assert_eq!(
             found,
             ["read from the future", "list is not the snapshot of its revision", "read of a state etcd never had"]
+        );
+    }
+
+    fn delete(key: &str, call: Time, ret: Time, response: Response) -> Operation {
+        op(call, ret, Request::Delete { key: key.into(), precondition: None }, response)
+    }
+
+    #[test]
+    fn every_change_is_explained_by_one_call_or_the_controller() {
+        let changes = vec![
+            change(2, "ns/a", Some("a1")),
+            change(3, "ns/a", Some("a1")), // the controller's status write
+            change(4, "ns/b", Some("b1")), // a write that got no answer
+            change(5, "ns/a", None),       // a delete answered with a Status
+            change(6, "ns/b", None),       // a delete answered with the object
+        ];
+        let lost = |k: &str, m: &str| op(0, NEVER, Request::Create { key: k.into(), marker: m.into() }, Response::Lost);
+        let history = History {
+            operations: vec![
+                write("ns/a", "a1", 0, 10, 2),
+                lost("ns/b", "b1"),
+                delete("ns/a", 11, 20, Response::Gone),
+                delete("ns/b", 11, 20, Response::Deleted { resource_version: 6 }),
+                // Refused, and nothing in the record: fine.
+                op(0, 5, Request::Create { key: "ns/c".into(), marker: "c1".into() }, Response::AlreadyExists),
+                delete("ns/c", 0, 5, Response::NotFound),
+            ],
+            changes,
+            ..Default::default()
+        };
+        assert_eq!(check_changes_explained(&history), Vec::<Finding>::new());
+    }
+
+    #[test]
+    fn a_refused_write_that_changed_the_store_and_a_write_applied_twice_are_found() {
+        let changes = vec![
+            change(2, "ns/a", Some("a1")),
+            change(3, "ns/a", Some("a2")),
+            change(4, "ns/a", Some("a1")), // a1 again, after a2
+            change(5, "ns/b", Some("b1")), // answered 409
+            change(6, "ns/c", Some("zz")), // no call wrote zz
+            change(7, "ns/b", None),       // no delete of ns/b was made
+            change(8, "ns/a", Some("a3")), // acknowledged at 9
+        ];
+        let history = History {
+            operations: vec![
+                write("ns/a", "a1", 0, 10, 2),
+                write("ns/a", "a2", 0, 10, 3),
+                op(
+                    0,
+                    5,
+                    Request::Update { key: "ns/b".into(), marker: "b1".into(), precondition: Some(1) },
+                    Response::Conflict,
+                ),
+                write("ns/a", "a3", 0, 10, 9),
+            ],
+            changes,
+            ..Default::default()
+        };
+        let found: Vec<String> = check_changes_explained(&history).into_iter().map(|f| f.0).collect();
+        assert_eq!(
+            found,
+            [
+                "a write applied twice",
+                "a refused write changed the store",
+                "a change no call made",
+                "a deletion no call explains",
+                "a write acknowledged at another revision than it made"
+            ]
         );
     }
 
