@@ -7,6 +7,8 @@ pub mod apiserver;
 pub mod cmd;
 pub mod controller;
 pub mod metrics;
+#[cfg(feature = "planted-bugs")]
+pub mod planted;
 pub mod registry;
 pub mod storage;
 pub mod version;

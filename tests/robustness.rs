@@ -24,10 +24,52 @@ fn short_form_under_faults_keeps_every_guarantee() {
         eprintln!("seed {seed} took {:.0} s; faults:\n  {}\n{report}", run.took.as_secs_f64(), run.faults.join("\n  "));
         assert!(report.ok(), "{report}");
         assert_eq!(run.faults.len(), opts.faults);
-        // The run did work under its faults: enough calls answered, watches that saw events.
-        let answered = run.history.operations.iter().filter(|o| !o.lost()).count();
-        assert!(answered >= 200, "only {answered} calls answered");
+        // The run did work under its faults (the checker fails one with too few answers): watches saw events.
         assert!(run.history.watches.iter().any(|w| w.items.len() > 5), "no watch saw events");
         assert!(!run.history.pod_counts.is_empty(), "Pods were never counted");
     });
+}
+
+/// Bugs planted in the server on purpose (src/planted.rs): each must be caught, and named, by the same checker
+/// that passes the runs above. One cluster per bug, no faults; about a minute each.
+fn planted_bug_is_caught(test: &str, bug: &str, named: &[&str]) {
+    in_namespace(test, || {
+        let opts = harness::Options::planted(1, ServerCommand { program: common::BIN.into(), args: Vec::new() }, bug);
+        let run = harness::run(&opts);
+        let report = robustness::check(&run.history);
+        eprintln!("planted {bug}: {report}");
+        let found: Vec<&str> = report.violations.iter().map(|(what, _)| what.as_str()).collect();
+        assert!(
+            named.iter().any(|n| found.iter().any(|f| f.starts_with(n))),
+            "planted {bug}: expected one of {named:?}, the checker found {found:?}\n{report}"
+        );
+    });
+}
+
+#[test]
+fn planted_ack_before_commit_is_caught() {
+    planted_bug_is_caught("planted_ack_before_commit_is_caught", "ack-before-commit", &["acknowledged write lost"]);
+}
+
+#[test]
+fn planted_conflict_after_commit_is_caught() {
+    planted_bug_is_caught(
+        "planted_conflict_after_commit_is_caught",
+        "conflict-after-commit",
+        &["a refused write changed the store"],
+    );
+}
+
+#[test]
+fn planted_dropped_watch_event_is_caught() {
+    planted_bug_is_caught(
+        "planted_dropped_watch_event_is_caught",
+        "drop-watch-event",
+        &["gap: a change never delivered"],
+    );
+}
+
+#[test]
+fn planted_stale_list_is_caught() {
+    planted_bug_is_caught("planted_stale_list_is_caught", "stale-list", &["stale list"]);
 }

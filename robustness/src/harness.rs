@@ -38,6 +38,8 @@ pub struct Options {
     /// The faults happen within this window; traffic goes on a while after.
     pub fault_window: Duration,
     pub server: ServerCommand,
+    /// A run that answers fewer calls fails: it did too little under its faults to show anything.
+    pub min_answered: usize,
 }
 
 impl Options {
@@ -54,7 +56,15 @@ impl Options {
             fixed: vec![Fault::PauseLeader, Fault::KillEtcdLeader],
             fault_window: Duration::from_secs(108),
             server,
+            min_answered: 200,
         }
+    }
+
+    /// A server with a bug planted on purpose (`--planted-bug`, a build with the `planted-bugs` feature): traffic
+    /// without faults, long enough for the bug to strike many times; the checker must name what it broke.
+    pub fn planted(seed: u64, mut server: ServerCommand, bug: &str) -> Self {
+        server.args.push(format!("--planted-bug={bug}").into());
+        Self { faults: 0, fixed: Vec::new(), fault_window: Duration::from_secs(30), ..Self::short(seed, server) }
     }
 
     /// More of everything, for the long form.
@@ -67,6 +77,8 @@ impl Options {
             faults: 5,
             fixed: Vec::new(),
             fault_window: Duration::from_secs(180),
+            // Three runs at a time on two cores answer about 13 000 each.
+            min_answered: 2_000,
             ..Self::short(seed, server)
         }
     }
@@ -258,6 +270,7 @@ pub fn run(opts: &Options) -> Run {
         replicas_sets,
         reconcile_grace: Duration::from_secs(30).as_nanos() as u64,
         settled,
+        min_answered: opts.min_answered,
     };
     drop(c);
     drop(etcd);

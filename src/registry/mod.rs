@@ -161,6 +161,10 @@ impl Registry {
                 let rv = if t.rv <= 0 { self.store.current_revision() } else { t.rv as u64 };
                 (rv, Some(format!("{prefix}{}", t.start)))
             }
+            #[cfg(feature = "planted-bugs")]
+            None if req.resource_version.is_none() && crate::planted::planted(crate::planted::Bug::StaleList) => {
+                (self.store.current_revision().saturating_sub(1).max(1), None)
+            }
             None => (self.read_revision(req.resource_version, req.exact).await?, None),
         };
         let (labels, fields) = (req.labels, req.fields);

@@ -169,7 +169,14 @@ impl Registry {
             Vec::new()
         };
         let (labels, fields, recent) = (req.labels, req.fields, self.recent.clone());
-        let events = stream.map(move |ev| through_selectors(ev, &labels, &fields, &recent)).boxed();
+        let events = stream.map(move |ev| through_selectors(ev, &labels, &fields, &recent));
+        #[cfg(feature = "planted-bugs")]
+        let events = events.filter(|n| {
+            let drop = matches!(n, Ok(Notification::Event(_)))
+                && crate::planted::strikes(crate::planted::Bug::DropWatchEvent, 25);
+            std::future::ready(!drop)
+        });
+        let events = events.boxed();
         Ok(Watch { revision: start, initial, events })
     }
 }

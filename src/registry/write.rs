@@ -185,12 +185,26 @@ impl Registry {
                     name = key.name.clone();
                     let raw: Vec<(&str, &str)> = managed_fields.iter().map(|m| ("managedFields", m.as_str())).collect();
                     let draft = Draft::new(&value, &raw).map_err(|e| Error::storage(e, &name))?;
+                    #[cfg(feature = "planted-bugs")]
+                    if crate::planted::strikes(crate::planted::Bug::AckBeforeCommit, 4) {
+                        let revision = self.store.current_revision() + 1;
+                        let object = crate::storage::Object::from_draft(&key.storage_key(), draft, revision);
+                        return Ok(Outcome::Put {
+                            object: Stored::new(std::sync::Arc::new(object)),
+                            said,
+                            created: true,
+                        });
+                    }
                     let result = self.store.create(&key.storage_key(), draft).await;
                     result.map(|o| Outcome::Put { object: Stored::new(o), said, created: true })
                 }
                 Plan::Update { value, said } => {
                     let draft = Draft::new(&value, &[]).map_err(|e| Error::storage(e, &name))?;
                     let result = self.store.update(&w.key.storage_key(), draft, expected).await;
+                    #[cfg(feature = "planted-bugs")]
+                    if result.is_ok() && crate::planted::strikes(crate::planted::Bug::ConflictAfterCommit, 4) {
+                        return Err(Error::stale(&name));
+                    }
                     result.map(|o| Outcome::Put { object: Stored::new(o), said, created: false })
                 }
                 Plan::Mark { value, said } => {

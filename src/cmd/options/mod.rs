@@ -74,6 +74,12 @@ pub struct Options {
     #[arg(long, help_heading = "Authentication")]
     pub insecure_allow_all: bool,
 
+    /// Turns on a bug planted on purpose (only in a build with the `planted-bugs` feature, for the fault
+    /// harness's own test).
+    #[cfg(feature = "planted-bugs")]
+    #[arg(long, value_enum, hide = true)]
+    pub planted_bug: Option<crate::planted::Bug>,
+
     /// Log format.
     #[arg(long, value_enum, default_value = "text", help_heading = "Logging")]
     pub log_format: LogFormat,
