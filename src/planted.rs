@@ -1,5 +1,5 @@
-//! Bugs planted on purpose, only in a build with the `planted-bugs` feature (the workspace's tests turn it on; a
-//! release build of the server never has it): `--planted-bug` turns one on, and the fault harness must then report
+//! Bugs planted on purpose, only in a build with the `planted-bugs` feature (the workspace's builds turn it on
+//! through robustness/; hack/build-static.sh, the image and releases build the server alone, without it): `--planted-bug` turns one on, and the fault harness must then report
 //! the violation it causes. The proof that its "0 violations" means something.
 
 use std::sync::atomic::{AtomicU64, Ordering};

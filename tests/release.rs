@@ -105,6 +105,13 @@ fn a_release_is_complete_verifiable_and_reproducible() {
     let version = Command::new(bundle.join("rootfs/podset-apiserver")).arg("--version").output().unwrap();
     let version = String::from_utf8_lossy(&version.stdout).into_owned();
     assert!(version.contains(podset_apiserver::version::GIT_COMMIT), "{version}");
+    // The bugs planted for the fault harness's own test (feature planted-bugs) are not in a release.
+    let planted =
+        Command::new(bundle.join("rootfs/podset-apiserver")).arg("--planted-bug=stale-list").output().unwrap();
+    assert!(
+        !planted.status.success() && String::from_utf8_lossy(&planted.stderr).contains("unexpected argument"),
+        "{planted:?}"
+    );
     let same = Command::new("cmp")
         .arg(bundle.join("rootfs/podset-apiserver"))
         .arg(dir.join(format!("{name}-linux-amd64")))
