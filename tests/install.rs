@@ -9,10 +9,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use common::cluster::in_namespace;
+use common::cluster::{in_namespace, server_pod_field};
 use podset_envtest::Cluster;
 
 const STEPS: [&str; 5] = ["install", "use", "upgrade", "rollback", "uninstall"];
@@ -61,26 +61,8 @@ fn run_step(cluster: &Cluster, dir: &Path, static_bin: &Path, step: &str, script
     text
 }
 
-fn static_test_binary() -> PathBuf {
-    let out = Command::new(repo().join("hack/build-static.sh"))
-        .arg("static-test")
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "hack/build-static.sh static-test");
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-}
-
 fn server_pod(cluster: &Cluster) -> (String, String) {
-    let out = cluster.kubectl(&[
-        "get",
-        "pod",
-        "podset-apiserver-0",
-        "-n",
-        "podset-system",
-        "-o",
-        "jsonpath={.metadata.uid} {.spec.containers[0].image}",
-    ]);
+    let out = server_pod_field(cluster, "{.metadata.uid} {.spec.containers[0].image}").unwrap();
     let (uid, image) = out.split_once(' ').unwrap();
     (uid.to_owned(), image.to_owned())
 }
@@ -98,8 +80,8 @@ fn web(cluster: &Cluster) -> (String, String) {
 /// its own, the data volume is lost, restore.yaml's Job restores the newest backup into a new one, and the server
 /// comes back with the same PodSet and the same Pods.
 fn backup_by_cronjob_and_restore_by_job(cluster: &Cluster, before: &(String, String)) {
+    // The only free volume, so the backups' claim takes it (the spare one comes once the claim is bound).
     let backups = cluster.add_local_volume("backups");
-    cluster.add_local_volume("spare");
     // The image as installed; on 1.20 (no batch/v1 CronJob before 1.21) the CronJob as batch/v1beta1.
     let old_cluster = !cluster.kubectl(&["get", "--raw", "/apis/batch/v1"]).contains("\"cronjobs\"");
     let manifest = |file: &str| {
@@ -140,7 +122,8 @@ fn backup_by_cronjob_and_restore_by_job(cluster: &Cluster, before: &(String, Str
         serde_json::from_slice(&std::fs::read(backups.join("latest.json")).unwrap()).unwrap();
     assert_eq!(latest["items"][0]["metadata"]["uid"].as_str(), Some(before.0.as_str()));
 
-    // The data volume lost, with the server stopped.
+    // The data volume lost, with the server stopped; a new one for the restore's claim.
+    cluster.add_local_volume("spare");
     cluster.kubectl(&["-n", "podset-system", "scale", "statefulset/podset-apiserver", "--replicas=0"]);
     cluster.kubectl(&["-n", "podset-system", "wait", "--for=delete", "pod/podset-apiserver-0", "--timeout=120s"]);
     cluster.kubectl(&["-n", "podset-system", "delete", "pvc", "data-podset-apiserver-0", "--wait=true"]);
@@ -171,7 +154,7 @@ fn installed_upgraded_rolled_back_and_uninstalled_as_the_docs_say() {
         let doc = std::fs::read_to_string(repo().join("docs/install.md")).unwrap();
         let blocks = life_cycle_blocks(&doc);
         assert_eq!(blocks.iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>(), STEPS);
-        let static_bin = static_test_binary();
+        let static_bin = common::static_binary();
         let cluster = Cluster::start_node_only();
 
         // A checkout of our own: deploy/ copied (the steps write into it), hack/ as it is.

@@ -244,31 +244,14 @@ fn deployed_as_an_admin_does_it_serves_and_comes_back_with_its_podsets() {
         cluster.kubectl(&["apply", "-k", kustomize.to_str().unwrap()]);
 
         let server_ready = |c: &Cluster| {
-            c.kubectl_try(&[
-                "get",
-                "pod",
-                "podset-apiserver-0",
-                "-n",
-                "podset-system",
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-            ])
-            .is_ok_and(|s| s == "True")
+            cluster::server_pod_field(c, "{.status.conditions[?(@.type==\"Ready\")].status}").is_ok_and(|s| s == "True")
         };
         let available = |c: &Cluster| c.apiservice_available() && c.kubectl_try(&["get", "podsets", "-A"]).is_ok();
         cluster.wait_for("podset-apiserver-0 Ready by its probes", POD_WAIT, server_ready);
         cluster.wait_for("the APIService Available through the Service", POD_WAIT, available);
         let version = cluster.kubectl(&["get", "--raw", "/apis/demo.k8s.io/v1alpha1"]);
         assert!(version.contains("podsets"), "{version}");
-        let uid = cluster.kubectl(&[
-            "get",
-            "pod",
-            "podset-apiserver-0",
-            "-n",
-            "podset-system",
-            "-o",
-            "jsonpath={.metadata.uid}",
-        ]);
+        let uid = cluster::server_pod_field(&cluster, "{.metadata.uid}").unwrap();
 
         let ps = json!({"apiVersion": "demo.k8s.io/v1alpha1", "kind": "PodSet", "metadata": {"name": "web", "namespace": "default"},
                         "spec": {"replicas": 3, "template": template(cluster.demo_image(), "web", "Always")}});
@@ -292,17 +275,7 @@ fn deployed_as_an_admin_does_it_serves_and_comes_back_with_its_podsets() {
         // The server's Pod deleted: the StatefulSet makes it again on the same volume, and the PodSet is still there.
         cluster.kubectl(&["delete", "pod", "podset-apiserver-0", "-n", "podset-system", "--wait=true"]);
         cluster.wait_for("podset-apiserver-0 back and Ready", POD_WAIT, |c| {
-            server_ready(c)
-                && c.kubectl_try(&[
-                    "get",
-                    "pod",
-                    "podset-apiserver-0",
-                    "-n",
-                    "podset-system",
-                    "-o",
-                    "jsonpath={.metadata.uid}",
-                ])
-                .is_ok_and(|u| u != uid)
+            server_ready(c) && cluster::server_pod_field(c, "{.metadata.uid}").is_ok_and(|u| u != uid)
         });
         cluster.wait_for("the APIService Available again", POD_WAIT, available);
         assert_eq!(cluster.kubectl(&["get", "podsets", "web", "-o", "jsonpath={.metadata.uid}"]), podset_uid);

@@ -20,7 +20,7 @@ const UID: u32 = 65532;
 
 #[test]
 fn static_binary_starts_and_serves_in_an_empty_root_as_non_root() {
-    let bin = static_binary();
+    let bin = common::static_binary();
     assert_no_shared_libraries(&bin);
 
     let tmp = tempfile::tempdir().unwrap();
@@ -110,26 +110,6 @@ fn static_binary_starts_and_serves_in_an_empty_root_as_non_root() {
 /// `cmd` as found on this process's PATH (the chrooted command gets an empty environment).
 fn find_in_path(cmd: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join(cmd)).find(|p| p.is_file())
-}
-
-/// Builds the static binary with `hack/build-static.sh`, in this test run's target directory.
-fn static_binary() -> PathBuf {
-    if let Some(bin) = std::env::var_os("PODSET_STATIC_BIN") {
-        return bin.into();
-    }
-    // <target dir>/debug/podset-apiserver
-    let target_dir = Path::new(common::BIN).parent().and_then(Path::parent).expect("target directory");
-    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let started = std::time::Instant::now();
-    let out = Command::new(manifest_dir.join("hack/build-static.sh"))
-        .arg("static-test")
-        .env("CARGO_TARGET_DIR", target_dir)
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("running hack/build-static.sh");
-    assert!(out.status.success(), "hack/build-static.sh static-test failed ({:?}); its output is above", out.status);
-    eprintln!("static build: {:.0}s", started.elapsed().as_secs_f64());
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
 /// No program interpreter (ld.so) and no DT_NEEDED entries: the kernel runs it as it is.

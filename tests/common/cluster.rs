@@ -8,6 +8,12 @@ use podset_envtest::{inside_namespace, namespace_command, ServerCommand};
 
 use super::{assets_dir, BIN};
 
+/// A field of the deployed server's Pod (`podset-system/podset-apiserver-0`, as deploy/ names it), by JSONPath.
+#[allow(dead_code)] // not every test binary deploys the server
+pub fn server_pod_field(c: &Cluster, jsonpath: &str) -> Result<String, String> {
+    c.kubectl_try(&["get", "pod", "podset-apiserver-0", "-n", "podset-system", "-o", &format!("jsonpath={jsonpath}")])
+}
+
 /// Control planes running at once in one test binary: each is four processes, on a 2-core machine.
 const MAX_CLUSTERS: usize = 2;
 static RUNNING: Mutex<usize> = Mutex::new(0);

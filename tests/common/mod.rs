@@ -291,3 +291,24 @@ impl Drop for Tmpfs {
         let _ = std::process::Command::new("umount").arg("-l").arg(&self.path).status();
     }
 }
+
+/// Builds the static binary with `hack/build-static.sh`, in this test run's target directory.
+#[allow(dead_code)] // not every test binary packs or runs it
+pub fn static_binary() -> PathBuf {
+    if let Some(bin) = std::env::var_os("PODSET_STATIC_BIN") {
+        return bin.into();
+    }
+    // <target dir>/debug/podset-apiserver
+    let target_dir = Path::new(BIN).parent().and_then(Path::parent).expect("target directory");
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let started = std::time::Instant::now();
+    let out = Command::new(manifest_dir.join("hack/build-static.sh"))
+        .arg("static-test")
+        .env("CARGO_TARGET_DIR", target_dir)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("running hack/build-static.sh");
+    assert!(out.status.success(), "hack/build-static.sh static-test failed ({:?}); its output is above", out.status);
+    eprintln!("static build: {:.0}s", started.elapsed().as_secs_f64());
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
