@@ -3,12 +3,12 @@
 //! seed draws. Everything runs inside the envtest network namespace ([`podset_envtest::namespace_command`]). The
 //! run's [`History`] goes to [`crate::check`].
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::Api;
 use podset_apiserver::api::PodSet;
 use podset_envtest::{assets_dir, Cluster, ServerCommand, REPLICA_IPS};
@@ -17,11 +17,10 @@ use rand::SeedableRng;
 use tokio_util::sync::CancellationToken;
 
 use crate::failpoint::{etcd_route, inject, plan, sh, EtcdCluster, Fault};
-use crate::model::history::{Change, History, ReplicaStart, Settled, AGGREGATOR, NEVER};
-use crate::traffic::{census, key_of, replica_route, sampler, watcher, Client, Recorder, Route, MARKER, NAMESPACE};
-
-/// Where PodSets live in etcd (`--etcd-prefix` /registry).
-const ETCD_PREFIX: &str = "/registry/demo.k8s.io/podsets/";
+use crate::model::history::in_namespace;
+use crate::model::history::{History, ReplicaStart, Settled, Time, AGGREGATOR, NEVER};
+use crate::record::{compactor, EtcdRecord};
+use crate::traffic::{census, key_of, replica_route, sampler, watcher, Client, Informer, Recorder, Route, NAMESPACES};
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -40,6 +39,9 @@ pub struct Options {
     pub server: ServerCommand,
     /// A run that answers fewer calls fails: it did too little under its faults to show anything.
     pub min_answered: usize,
+    /// etcd is compacted this often during traffic (to the revision of one interval before), and now and then a
+    /// member defragmented.
+    pub compaction: Option<Duration>,
 }
 
 impl Options {
@@ -57,6 +59,7 @@ impl Options {
             fault_window: Duration::from_secs(108),
             server,
             min_answered: 200,
+            compaction: Some(Duration::from_secs(10)),
         }
     }
 
@@ -97,33 +100,34 @@ fn replica_client(c: &Cluster, i: usize, (cert, key): &(String, String)) -> kube
     kube::Client::try_from(config).expect("client")
 }
 
-/// Every change to PodSets, in order, from etcd's history (nothing is compacted during a run).
-async fn etcd_changes(endpoints: Vec<String>) -> Vec<Change> {
-    let mut client = etcd_client::Client::connect(endpoints, None).await.expect("etcd");
-    let head = client.get("/", None).await.expect("etcd revision").header().expect("header").revision();
-    let opts = etcd_client::WatchOptions::new().with_prefix().with_start_revision(1);
-    let mut stream = client.watch(ETCD_PREFIX, Some(opts)).await.expect("etcd watch");
-    let mut changes = Vec::new();
-    let mut last = 0;
-    while last < head {
-        // Every write of ours bumps the revision with a PodSet change, so the last one is at the head; a silence
-        // means there is no more.
-        let Ok(Ok(Some(resp))) = tokio::time::timeout(Duration::from_secs(5), stream.message()).await else { break };
-        for ev in resp.events() {
-            let Some(kv) = ev.kv() else { continue };
-            let key = String::from_utf8_lossy(kv.key()).trim_start_matches(ETCD_PREFIX).to_owned();
-            last = last.max(kv.mod_revision());
-            let marker = match ev.event_type() {
-                etcd_client::EventType::Delete => None,
-                etcd_client::EventType::Put => {
-                    let v: serde_json::Value = serde_json::from_slice(kv.value()).unwrap_or_default();
-                    Some(v["metadata"]["annotations"][MARKER].as_str().unwrap_or_default().to_owned())
-                }
-            };
-            changes.push(Change { resource_version: kv.mod_revision() as u64, key, marker });
+/// Watches each replica's cache floor (`podset_storage_compacted_revision`): when it moves on inside a process,
+/// the cache began again (it reloaded after etcd compacted past it), which the 410 judge must know.
+async fn floor_poller(route: Route, rec: Arc<Recorder>, stop: CancellationToken) {
+    let mut last: Option<(u64, Time)> = None;
+    while !stop.is_cancelled() {
+        let asked = rec.now();
+        let req = http::Request::get("/metrics").body(Vec::new()).expect("request");
+        let text = tokio::time::timeout(Duration::from_secs(5), route.client.request_text(req)).await;
+        let floor = text.ok().and_then(Result::ok).and_then(|t| {
+            t.lines().find_map(|l| l.strip_prefix("podset_storage_compacted_revision ")?.trim().parse::<u64>().ok())
+        });
+        if let Some(floor) = floor {
+            let now = rec.now();
+            if let Some((before, since)) = last.filter(|(before, _)| floor > *before) {
+                tracing_line(&format!("{}: cache floor moved from {before} to {floor}", route.name));
+                let start = ReplicaStart { route: route.name.clone(), at: since, answers_from: Some(now) };
+                rec.replica_starts.lock().unwrap().push(start);
+            }
+            last = Some((floor, asked));
         }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    changes
+}
+
+fn tracing_line(s: &str) {
+    if std::env::var_os("ROBUSTNESS_VERBOSE").is_some() {
+        eprintln!("{s}");
+    }
 }
 
 /// What one run did, beside its history.
@@ -141,6 +145,11 @@ pub fn run(opts: &Options) -> Run {
         sh(&format!("ip addr replace {}/32 dev lo", etcd_route(i)));
     }
     let mut etcd = EtcdCluster::start(&assets_dir().join("etcd"), dir.path(), 3);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    // etcd's record is read as it grows: compaction erases etcd's own history.
+    let record = Arc::new(EtcdRecord::default());
+    let record_stop = CancellationToken::new();
+    let record_task = rt.spawn(record.clone().follow(etcd.endpoints(), record_stop.clone()));
     let servers: Vec<String> = (0..opts.replicas)
         .map(|i| {
             (0..etcd.len())
@@ -150,8 +159,9 @@ pub fn run(opts: &Options) -> Run {
         })
         .collect();
     let mut server = opts.server.clone();
-    // No compaction: etcd's history is the record the checker reads back. Caches keep all of a run's history
-    // too, so each begins where its process read the store, and a watch from later must never be told 410.
+    // The harness compacts etcd, behind its record; the servers do not. Caches keep all of a run's history, so
+    // each begins where its process read the store (or where it reloaded after etcd compacted past it), and a
+    // watch from later must never be told 410.
     server.args.extend(
         ["--etcd-compaction-interval=0", "--watch-history-seconds=3600", "--watch-history-max-bytes=1073741824"]
             .map(Into::into),
@@ -159,7 +169,6 @@ pub fn run(opts: &Options) -> Run {
     let mut c = Cluster::start_replicated_on(server, opts.replicas, servers);
     c.wait_for("a controller leader", Duration::from_secs(60), |c| c.controller_leader().is_some());
 
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let admin = c.client_cert("ca", "robustness", Some("system:masters"));
     let (routes, main) = rt.block_on(async {
         let mut routes: Vec<Route> = (0..opts.replicas)
@@ -170,6 +179,11 @@ pub fn run(opts: &Options) -> Run {
         config.default_retry = false;
         let main = kube::Client::try_from(config).expect("client");
         routes.push(Route { name: AGGREGATOR.into(), client: main.clone() });
+        let namespaces: Api<Namespace> = Api::all(main.clone());
+        for ns in &NAMESPACES[1..] {
+            let body = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).unwrap();
+            namespaces.create(&Default::default(), &body).await.expect("a namespace for the clients");
+        }
         (Arc::new(routes), main)
     });
     let rec = Arc::new(Recorder {
@@ -180,8 +194,10 @@ pub fn run(opts: &Options) -> Run {
         replicas_sets: Mutex::default(),
         latest: AtomicU64::new(0),
         replica_starts: Mutex::new(
-            (0..opts.replicas).map(|i| ReplicaStart { route: replica_route(i), at: 0 }).collect(),
+            (0..opts.replicas).map(|i| ReplicaStart { route: replica_route(i), at: 0, answers_from: None }).collect(),
         ),
+        compactions: Mutex::default(),
+        defragmentations: Mutex::default(),
     });
     let stop = CancellationToken::new();
     let mut tasks = Vec::new();
@@ -205,8 +221,36 @@ pub fn run(opts: &Options) -> Run {
         let rng = StdRng::seed_from_u64(opts.seed ^ ((w as u64 + 100) << 32));
         tasks.push(rt.spawn(watcher(opts.clients + w, routes.clone(), rec.clone(), rng, stop.clone())));
     }
-    let podsets: Api<PodSet> = Api::namespaced(main.clone(), NAMESPACE);
-    let pods: Api<Pod> = Api::namespaced(main.clone(), NAMESPACE);
+    // An informer on every route, for the whole run: every namespace or one; through the aggregator metadata
+    // only, as kube-controller-manager's garbage collector and quota controller watch.
+    let informers_stop = CancellationToken::new();
+    let mut informers = Vec::new();
+    for (k, route) in routes.iter().enumerate() {
+        let aggregator = route.name == AGGREGATOR;
+        let namespace = if aggregator || k % 2 == 0 { "" } else { NAMESPACES[1] };
+        let reached = Arc::new(AtomicU64::new(0));
+        let informer = Informer {
+            id: k,
+            client: opts.clients + opts.watchers + k,
+            route: route.clone(),
+            namespace: namespace.into(),
+            metadata_only: aggregator,
+            reached: reached.clone(),
+        };
+        let rng = StdRng::seed_from_u64(opts.seed ^ ((k as u64 + 200) << 32));
+        let task = rt.spawn(informer.run(rec.clone(), rng, informers_stop.clone()));
+        informers.push((namespace, reached, task));
+    }
+    for route in routes.iter().filter(|r| r.name != AGGREGATOR) {
+        tasks.push(rt.spawn(floor_poller(route.clone(), rec.clone(), stop.clone())));
+    }
+    if let Some(interval) = opts.compaction {
+        let rng = StdRng::seed_from_u64(opts.seed ^ (300 << 32));
+        let endpoints = etcd.endpoints();
+        tasks.push(rt.spawn(compactor(record.clone(), endpoints, rec.clone(), interval, rng, stop.clone())));
+    }
+    let podsets: Api<PodSet> = Api::all(main.clone());
+    let pods: Api<Pod> = Api::all(main.clone());
     tasks.push(rt.spawn(sampler(podsets.clone(), pods.clone(), rec.clone(), stop.clone())));
 
     let mut faults = Vec::new();
@@ -249,7 +293,26 @@ pub fn run(opts: &Options) -> Run {
         }
         std::thread::sleep(Duration::from_secs(1));
     };
-    let changes = rt.block_on(etcd_changes(etcd.endpoints()));
+    let (changes, record_gap) = match rt.block_on(record.finish(etcd.endpoints())) {
+        Ok(changes) => (changes, None),
+        Err(gap) => (Vec::new(), Some(gap)),
+    };
+    record_stop.cancel();
+    let _ = rt.block_on(record_task);
+    // Every informer must get to etcd's last change in its scope; the checker says which did not.
+    let reach_deadline = Instant::now() + Duration::from_secs(60);
+    for (namespace, reached, _) in &informers {
+        let last = changes.iter().filter(|c| in_namespace(namespace, &c.key)).map(|c| c.resource_version).max();
+        while last.is_some_and(|l| reached.load(Ordering::Relaxed) < l) && Instant::now() < reach_deadline {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    informers_stop.cancel();
+    rt.block_on(async {
+        for (_, _, t) in informers {
+            let _ = t.await;
+        }
+    });
 
     let made: std::collections::HashSet<&str> = changes.iter().filter_map(|ch| ch.marker.as_deref()).collect();
     let replicas_sets = rec
@@ -257,7 +320,8 @@ pub fn run(opts: &Options) -> Run {
         .lock()
         .unwrap()
         .iter()
-        .filter(|(marker, s)| s.ret != NEVER || made.contains(marker.as_str()))
+        // A lost write of /scale cannot be told apart in etcd's record: kept as if it may have happened.
+        .filter(|(marker, s)| s.ret != NEVER || marker.as_deref().is_none_or(|m| made.contains(m)))
         .map(|(_, s)| s.clone())
         .collect();
     let history = History {
@@ -271,6 +335,9 @@ pub fn run(opts: &Options) -> Run {
         reconcile_grace: Duration::from_secs(30).as_nanos() as u64,
         settled,
         min_answered: opts.min_answered,
+        compactions: std::mem::take(&mut *rec.compactions.lock().unwrap()),
+        defragmentations: std::mem::take(&mut *rec.defragmentations.lock().unwrap()),
+        record_gap,
     };
     drop(c);
     drop(etcd);

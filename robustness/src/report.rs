@@ -19,6 +19,22 @@ pub struct Report {
     /// told where the answering cache began).
     pub told_410: usize,
     pub told_410_judged: usize,
+    /// Watches held, and of them: opened with the state (`resourceVersion` unset or 0, `sendInitialEvents`),
+    /// informers' resumes after a break and their lists again after 410, watches that never started, and
+    /// streams that broke (an error, or 15 s of silence).
+    pub watches: usize,
+    pub watches_with_state: usize,
+    pub resumes: usize,
+    pub relists: usize,
+    pub watches_not_started: usize,
+    pub watches_broken: usize,
+    /// Lists told 410 (an exact revision, or a continue token, older than the cache).
+    pub reads_told_410: usize,
+    /// etcd compactions and member defragmentations during traffic, and replica caches that began again after
+    /// etcd compacted past them.
+    pub compactions: usize,
+    pub defragmentations: usize,
+    pub cache_reloads: usize,
     /// Keys the search gave up on: a failure, since a bug could hide there.
     pub undecided: Vec<String>,
     /// (what, the smallest piece of history that shows it).
@@ -48,6 +64,22 @@ impl fmt::Display for Report {
             self.told_410,
             self.undecided.len(),
             self.violations.len()
+        )?;
+        writeln!(
+            f,
+            "  {} watches ({} opened with the state; informers resumed {} times, listed again {} times), {} never \
+             started, {} broke",
+            self.watches,
+            self.watches_with_state,
+            self.resumes,
+            self.relists,
+            self.watches_not_started,
+            self.watches_broken
+        )?;
+        writeln!(
+            f,
+            "  {} lists told 410; etcd compacted {} times, {} members defragmented, {} caches reloaded",
+            self.reads_told_410, self.compactions, self.defragmentations, self.cache_reloads
         )?;
         if !self.undecided.is_empty() {
             writeln!(

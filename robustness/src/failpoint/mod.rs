@@ -102,7 +102,11 @@ pub(crate) fn inject(
         Fault::KillReplica(i) => {
             c.kill_replica(i);
             std::thread::sleep(p.lasts);
-            rec.replica_starts.lock().unwrap().push(ReplicaStart { route: replica_route(i), at: rec.now() });
+            rec.replica_starts.lock().unwrap().push(ReplicaStart {
+                route: replica_route(i),
+                at: rec.now(),
+                answers_from: None,
+            });
             c.start_replica(i);
             format!("kill -9 replica {i}, started again after {:?}", p.lasts)
         }

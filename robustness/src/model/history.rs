@@ -29,6 +29,8 @@ pub enum ReadFrom {
     Any,
     /// `resourceVersion=N`: any revision not older than N.
     AtLeast(u64),
+    /// `resourceVersion=N&resourceVersionMatch=Exact` (lists): revision N itself.
+    Exact(u64),
 }
 
 /// What a client asked for. Every write carries a marker unique to it (an annotation), so a state read back says
@@ -63,11 +65,38 @@ pub enum Request {
         key: Key,
         from: ReadFrom,
     },
-    /// A namespace's list, all pages; the answer is one snapshot.
+    /// A namespace's list (`""`: every namespace), all pages; the answer is one snapshot. `group`: only the
+    /// PodSets of that [`group_of`] (a label selector).
     List {
         namespace: String,
         from: ReadFrom,
+        #[serde(default)]
+        group: Option<String>,
     },
+    /// A write of `/scale`: `spec.replicas` only. Its answer (a Scale) carries no marker; the object keeps its own.
+    Scale {
+        key: Key,
+        replicas: u32,
+        precondition: Option<u64>,
+    },
+    /// A write of `/status`: the object keeps its marker, and the answer shows it.
+    Status {
+        key: Key,
+        precondition: Option<u64>,
+    },
+}
+
+/// The label every PodSet of the run carries, and its value for a key: `even` or `odd` by the number its name
+/// ends in, so a label-selected list's expected items follow from etcd's record.
+pub const GROUP_LABEL: &str = "robustness.demo.k8s.io/group";
+
+pub fn group_of(key: &str) -> &'static str {
+    let n: u64 = key.rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(0);
+    if n.is_multiple_of(2) {
+        "even"
+    } else {
+        "odd"
+    }
 }
 
 impl Request {
@@ -78,6 +107,8 @@ impl Request {
             | Request::Patch { key, .. }
             | Request::Apply { key, .. }
             | Request::Delete { key, .. }
+            | Request::Scale { key, .. }
+            | Request::Status { key, .. }
             | Request::Get { key, .. } => Some(key),
             Request::List { .. } => None,
         }
@@ -95,6 +126,11 @@ impl Request {
 
     pub fn is_write(&self) -> bool {
         !matches!(self, Request::Get { .. } | Request::List { .. })
+    }
+
+    /// A write that leaves the object's marker as it was (a subresource's).
+    pub fn keeps_marker(&self) -> bool {
+        matches!(self, Request::Scale { .. } | Request::Status { .. })
     }
 }
 
@@ -125,6 +161,12 @@ pub enum Response {
     NotFound,
     AlreadyExists,
     Conflict,
+    /// 410 Gone: `revision` (asked for, or the revision of a list whose next page was asked for: `continued`) is
+    /// older than the server keeps.
+    Expired {
+        revision: u64,
+        continued: bool,
+    },
     /// No answer (timeout, connection cut, 5xx): a write may or may not have happened.
     Lost,
     /// Any other definite refusal (4xx): nothing changed.
@@ -215,15 +257,78 @@ impl WatchItem {
     }
 }
 
-/// One watch: `?watch=1&resourceVersion=<from>` on a namespace, with bookmarks.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// How a watch began.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum WatchStart {
+    /// `resourceVersion=<from>`: the changes after it.
+    #[default]
+    From,
+    /// `resourceVersion` unset: ADDED for every object at a revision no older than any write acknowledged before
+    /// the call, then the changes after it.
+    Latest,
+    /// `resourceVersion=0`: the same from any revision.
+    Any,
+    /// `sendInitialEvents=true&resourceVersionMatch=NotOlderThan`, `resourceVersion` unset (a WatchList): as
+    /// [`WatchStart::Latest`], with a bookmark at that revision after the initial events.
+    InitialEvents,
+}
+
+/// Why a watch ended.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum WatchEnd {
+    /// Not recorded (histories from before).
+    #[default]
+    Unknown,
+    /// The run stopped it.
+    Stopped,
+    /// The server ended the stream (its timeout, or a connection closed cleanly).
+    Closed,
+    /// Told 410 Gone (see [`WatchItem::Expired`]).
+    Expired,
+    /// Nothing came for 15 s.
+    Silent,
+    /// The stream failed: a connection error or an event that could not be read.
+    Failed(String),
+    /// The watch never started: the error it got instead.
+    NotStarted(String),
+}
+
+/// One watch: `?watch=1` on a namespace (`""`: every namespace), with bookmarks.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Watch {
     pub client: usize,
     pub route: String,
     pub namespace: String,
+    /// The `resourceVersion` it started from ([`WatchStart::From`]); 0 otherwise.
     pub from: u64,
     pub call: Time,
     pub items: Vec<WatchItem>,
+    #[serde(default)]
+    pub start: WatchStart,
+    #[serde(default)]
+    pub end: WatchEnd,
+    /// The informer this watch belongs to: it lists, watches from the list's revision, and resumes from the last
+    /// revision it was told after every break, for the whole run.
+    #[serde(default)]
+    pub informer: Option<usize>,
+    /// `from` is the revision of a list the informer made just before (a start or a relist after 410), not a resume.
+    #[serde(default)]
+    pub after_list: bool,
+    /// Asked for `PartialObjectMetadata` only.
+    #[serde(default)]
+    pub metadata_only: bool,
+}
+
+impl Watch {
+    /// Whether a key is in the watch's namespace.
+    pub fn covers(&self, key: &str) -> bool {
+        in_namespace(&self.namespace, key)
+    }
+}
+
+/// Whether `key` is in `namespace` (`""`: every namespace).
+pub fn in_namespace(namespace: &str, key: &str) -> bool {
+    namespace.is_empty() || key.split_once('/').is_some_and(|(ns, _)| ns == namespace)
 }
 
 /// One change in the store, as etcd recorded it (ground truth for watches and reads).
@@ -266,6 +371,24 @@ pub struct ReplicaStart {
     /// The route its clients use (`replica <i>`).
     pub route: String,
     pub at: Time,
+    /// A cache that began again inside a running process (it reloaded after etcd compacted past it): it began
+    /// after `at`, and answers every call made from this time on.
+    #[serde(default)]
+    pub answers_from: Option<Time>,
+}
+
+/// etcd compacted to a revision during the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compaction {
+    pub at: Time,
+    pub revision: u64,
+}
+
+/// An etcd member defragmented during the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Defragmentation {
+    pub at: Time,
+    pub member: usize,
 }
 
 /// Everything one run recorded.
@@ -288,6 +411,13 @@ pub struct History {
     /// Answered calls below this mean the run did too little to show anything (0 in histories from before).
     #[serde(default)]
     pub min_answered: usize,
+    #[serde(default)]
+    pub compactions: Vec<Compaction>,
+    #[serde(default)]
+    pub defragmentations: Vec<Defragmentation>,
+    /// Set when etcd's record of the run has a hole (etcd compacted what it had not read): nothing can be checked.
+    #[serde(default)]
+    pub record_gap: Option<String>,
 }
 
 /// A PodSet once the faults were over and the system had time to settle.

@@ -5,25 +5,29 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, DeleteParams, GetParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{
+    Api, DeleteParams, GetParams, ListParams, Patch, PatchParams, PostParams, Preconditions, VersionMatch,
+};
 use podset_apiserver::api::PodSet;
 use rand::rngs::StdRng;
 use rand::Rng;
 use serde_json::json;
 
 use crate::model::history::{
-    Operation, PodCount, ReadFrom, ReplicaStart, ReplicasSet, Request, Response, Seen, Watch, ANSWER_WITHIN, NEVER,
+    group_of, Compaction, Defragmentation, Operation, PodCount, ReadFrom, ReplicaStart, ReplicasSet, Request, Response,
+    Seen, Watch, ANSWER_WITHIN, GROUP_LABEL, NEVER,
 };
 
 mod census;
 mod watch;
 
 pub(crate) use census::{census, sampler};
-pub(crate) use watch::watcher;
+pub(crate) use watch::{watcher, Informer};
 
 /// The annotation each client write sets to a value of its own.
 pub const MARKER: &str = "robustness.demo.k8s.io/marker";
-pub(crate) const NAMESPACE: &str = "default";
+/// The namespaces the clients write in; the first also holds the Pods' census... of every namespace.
+pub(crate) const NAMESPACES: [&str; 2] = ["default", "robustness"];
 /// A request without an answer by then is lost.
 pub(crate) const CALL_TIMEOUT: Duration = Duration::from_nanos(ANSWER_WITHIN);
 
@@ -37,12 +41,14 @@ pub(crate) struct Recorder {
     pub(crate) operations: Mutex<Vec<Operation>>,
     pub(crate) watches: Mutex<Vec<Watch>>,
     pub(crate) pod_counts: Mutex<Vec<PodCount>>,
-    /// (marker, the write) for every write of spec.replicas, answered or lost.
-    pub(crate) replicas_sets: Mutex<Vec<(String, ReplicasSet)>>,
+    /// (marker, the write) for every write of spec.replicas, answered or lost; `/scale` writes have no marker.
+    pub(crate) replicas_sets: Mutex<Vec<(Option<String>, ReplicasSet)>>,
     /// The newest revision a client saw, for watches to start near.
     pub(crate) latest: AtomicU64,
-    /// Each replica process's start, for where its cache begins.
+    /// Each replica process's start (or its cache's reload), for where its cache begins.
     pub(crate) replica_starts: Mutex<Vec<ReplicaStart>>,
+    pub(crate) compactions: Mutex<Vec<Compaction>>,
+    pub(crate) defragmentations: Mutex<Vec<Defragmentation>>,
 }
 
 impl Recorder {
@@ -63,13 +69,17 @@ pub(crate) struct Route {
 }
 
 pub(crate) fn seen(ps: &PodSet) -> Option<Seen> {
-    let resource_version = ps.metadata.resource_version.as_deref()?.parse().ok()?;
-    let marker = ps.metadata.annotations.as_ref().and_then(|a| a.get(MARKER)).cloned().unwrap_or_default();
+    seen_meta(&ps.metadata)
+}
+
+pub(crate) fn seen_meta(meta: &kube::core::ObjectMeta) -> Option<Seen> {
+    let resource_version = meta.resource_version.as_deref()?.parse().ok()?;
+    let marker = meta.annotations.as_ref().and_then(|a| a.get(MARKER)).cloned().unwrap_or_default();
     Some(Seen { resource_version, marker })
 }
 
 pub(crate) fn key_of(ps: &PodSet) -> String {
-    format!("{}/{}", ps.metadata.namespace.as_deref().unwrap_or(NAMESPACE), ps.metadata.name.as_deref().unwrap_or(""))
+    format!("{}/{}", ps.metadata.namespace.as_deref().unwrap_or(""), ps.metadata.name.as_deref().unwrap_or(""))
 }
 
 /// What an error says happened; anything but a definite answer from our server is a lost answer.
@@ -92,11 +102,16 @@ pub(crate) fn object(r: Result<PodSet, kube::Error>) -> Response {
     }
 }
 
-pub(crate) fn podset(name: &str, marker: &str, replicas: u32) -> serde_json::Value {
+pub(crate) fn podset(namespace: &str, name: &str, marker: &str, replicas: u32) -> serde_json::Value {
     json!({
         "apiVersion": "demo.k8s.io/v1alpha1",
         "kind": "PodSet",
-        "metadata": {"name": name, "namespace": NAMESPACE, "annotations": {MARKER: marker}},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "annotations": {MARKER: marker},
+            "labels": {GROUP_LABEL: group_of(name)},
+        },
         "spec": {
             "replicas": replicas,
             "template": {
@@ -116,54 +131,65 @@ pub(crate) struct Client {
     pub(crate) seq: u64,
 }
 
+/// Times `call`, records it as client `client`'s through `route`, and returns its answer.
+pub(crate) async fn record<F>(rec: &Recorder, client: usize, route: &str, request: Request, call: F) -> Response
+where
+    F: std::future::Future<Output = Response>,
+{
+    let start = rec.now();
+    let response = tokio::time::timeout(CALL_TIMEOUT, call).await.unwrap_or(Response::Lost);
+    let ret = if response == Response::Lost { NEVER } else { rec.now() };
+    match &response {
+        Response::Object(s) => rec.saw(s.resource_version),
+        Response::List { resource_version, .. } => rec.saw(*resource_version),
+        _ => {}
+    }
+    if let (Some(key), Some(replicas)) = (request.key(), replicas_of(&request)) {
+        if matches!(response, Response::Object(_) | Response::Lost) {
+            let set = ReplicasSet { key: key.to_owned(), call: start, ret, replicas };
+            rec.replicas_sets.lock().unwrap().push((request.marker().map(str::to_owned), set));
+        }
+    }
+    let answer = response.clone();
+    let op = Operation { client, route: route.to_owned(), call: start, ret, request, response };
+    rec.operations.lock().unwrap().push(op);
+    answer
+}
+
+/// The replicas a write sets: `/scale` says so, other writes' markers do (`c<client>-<seq>-r<replicas>`).
+fn replicas_of(request: &Request) -> Option<u32> {
+    match request {
+        Request::Scale { replicas, .. } => Some(*replicas),
+        r => r.marker()?.rsplit_once("-r")?.1.parse().ok(),
+    }
+}
+
 impl Client {
-    /// Times `call`, records it, and returns its answer.
     async fn call<F>(&self, route: &Route, request: Request, call: F) -> Response
     where
         F: std::future::Future<Output = Response>,
     {
-        let start = self.rec.now();
-        let response = tokio::time::timeout(CALL_TIMEOUT, call).await.unwrap_or(Response::Lost);
-        let ret = if response == Response::Lost { NEVER } else { self.rec.now() };
-        match &response {
-            Response::Object(s) => self.rec.saw(s.resource_version),
-            Response::List { resource_version, .. } => self.rec.saw(*resource_version),
-            _ => {}
-        }
-        if let (Some(key), Some(marker), Some(replicas)) = (request.key(), request.marker(), self.replicas_of(&request))
-        {
-            if matches!(response, Response::Object(_) | Response::Lost) {
-                let set = ReplicasSet { key: key.to_owned(), call: start, ret, replicas };
-                self.rec.replicas_sets.lock().unwrap().push((marker.to_owned(), set));
-            }
-        }
-        let answer = response.clone();
-        let op = Operation { client: self.id, route: route.name.clone(), call: start, ret, request, response };
-        self.rec.operations.lock().unwrap().push(op);
-        answer
-    }
-
-    /// The replicas a write sets: its marker says (`c<client>-<seq>-r<replicas>`).
-    fn replicas_of(&self, request: &Request) -> Option<u32> {
-        request.marker()?.rsplit_once("-r")?.1.parse().ok()
+        record(&self.rec, self.id, &route.name, request, call).await
     }
 
     pub(crate) async fn step(&mut self) {
         let route = self.routes[self.rng.random_range(0..self.routes.len())].clone();
-        let api: Api<PodSet> = Api::namespaced(route.client.clone(), NAMESPACE);
-        let name = format!("ps-{}", self.rng.random_range(0..self.keys));
-        let key = format!("{NAMESPACE}/{name}");
+        let i = self.rng.random_range(0..self.keys);
+        let namespace = NAMESPACES[i * NAMESPACES.len() / self.keys];
+        let api: Api<PodSet> = Api::namespaced(route.client.clone(), namespace);
+        let name = format!("ps-{i}");
+        let key = format!("{namespace}/{name}");
         self.seq += 1;
         let replicas = self.rng.random_range(0..=3u32);
         let marker = format!("c{}-{}-r{replicas}", self.id, self.seq);
         let latest = self.rec.latest.load(Ordering::Relaxed);
         match self.rng.random_range(0..100) {
-            0..10 => {
-                let ps: PodSet = serde_json::from_value(podset(&name, &marker, replicas)).unwrap();
+            0..9 => {
+                let ps: PodSet = serde_json::from_value(podset(namespace, &name, &marker, replicas)).unwrap();
                 let req = Request::Create { key, marker };
                 self.call(&route, req, async { object(api.create(&PostParams::default(), &ps).await) }).await;
             }
-            10..40 => {
+            9..33 => {
                 let (from, rv) = match self.rng.random_range(0..6) {
                     0 => (ReadFrom::Any, Some("0".to_owned())),
                     1 if latest > 0 => (ReadFrom::AtLeast(latest), Some(latest.to_string())),
@@ -172,14 +198,26 @@ impl Client {
                 let gp = GetParams { resource_version: rv };
                 self.call(&route, Request::Get { key, from }, async { object(api.get_with(&name, &gp).await) }).await;
             }
-            40..50 => {
-                let any = self.rng.random_range(0..4) == 0;
+            33..41 => {
                 let limit = self.rng.random_range(1..4);
-                let from = if any { ReadFrom::Any } else { ReadFrom::Latest };
-                let req = Request::List { namespace: NAMESPACE.into(), from };
-                self.call(&route, req, list(&api, any, limit)).await;
+                // Unset (consistent), 0 (any), N (not older), or exactly N: from the cache's history, or 410.
+                let from = match self.rng.random_range(0..8) {
+                    0 | 1 => ReadFrom::Any,
+                    2 if latest > 0 => ReadFrom::AtLeast(latest),
+                    3 | 4 if latest > 0 => ReadFrom::Exact(latest.saturating_sub(self.rng.random_range(0..200)).max(1)),
+                    _ => ReadFrom::Latest,
+                };
+                // This namespace, every namespace, or one group by label.
+                let (api, namespace) = match self.rng.random_range(0..3) {
+                    0 => (Api::all(route.client.clone()), ""),
+                    _ => (api, namespace),
+                };
+                let group = self.rng.random_bool(0.3).then(|| group_of(&name).to_owned());
+                let req = Request::List { namespace: namespace.into(), from, group: group.clone() };
+                let selector = group.map(|g| format!("{GROUP_LABEL}={g}"));
+                self.call(&route, req, list(&api, from, limit, selector)).await;
             }
-            50..70 => {
+            41..57 => {
                 // Read, then write back with the resourceVersion read as the precondition.
                 let got = Mutex::new(None);
                 let req = Request::Get { key: key.clone(), from: ReadFrom::Latest };
@@ -196,17 +234,70 @@ impl Client {
                 let req = Request::Update { key, marker, precondition: Some(s.resource_version) };
                 self.call(&route, req, async { object(api.replace(&name, &PostParams::default(), &ps).await) }).await;
             }
-            70..80 => {
+            57..63 => {
                 let patch = json!({"metadata": {"annotations": {MARKER: marker}}, "spec": {"replicas": replicas}});
                 let req = Request::Patch { key, marker };
                 let pp = PatchParams::default();
                 self.call(&route, req, async { object(api.patch(&name, &pp, &Patch::Merge(&patch)).await) }).await;
             }
-            80..90 => {
-                let body = podset(&name, &marker, replicas);
+            63..67 => {
+                let patch: json_patch::Patch = serde_json::from_value(json!([
+                    {"op": "replace", "path": format!("/metadata/annotations/{}", MARKER.replace('/', "~1")), "value": marker},
+                    {"op": "replace", "path": "/spec/replicas", "value": replicas},
+                ]))
+                .unwrap();
+                let req = Request::Patch { key, marker };
+                let pp = PatchParams::default();
+                self.call(&route, req, async { object(api.patch(&name, &pp, &Patch::<()>::Json(patch)).await) }).await;
+            }
+            67..75 => {
+                let body = podset(namespace, &name, &marker, replicas);
                 let req = Request::Apply { key, marker };
                 let pp = PatchParams::apply("robustness").force();
                 self.call(&route, req, async { object(api.patch(&name, &pp, &Patch::Apply(&body)).await) }).await;
+            }
+            75..80 => {
+                // `/scale` as the HorizontalPodAutoscaler writes it: read, then a new count at that revision.
+                let Ok(Ok(mut scale)) = tokio::time::timeout(CALL_TIMEOUT, api.get_scale(&name)).await else { return };
+                let Some(rv) = scale.metadata.resource_version.as_deref().and_then(|r| r.parse::<u64>().ok()) else {
+                    return;
+                };
+                let current = scale.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0) as u32;
+                // A count it already has would change nothing and make no revision.
+                let replicas = (current + self.rng.random_range(1..=3)) % 4;
+                scale.spec.get_or_insert_with(Default::default).replicas = Some(replicas as i32);
+                let req = Request::Scale { key, replicas, precondition: Some(rv) };
+                self.call(&route, req, async {
+                    match api.replace_scale(&name, &PostParams::default(), &scale).await {
+                        Ok(s) => match s.metadata.resource_version.and_then(|r| r.parse().ok()) {
+                            Some(resource_version) => {
+                                Response::Object(Seen { resource_version, marker: String::new() })
+                            }
+                            None => Response::Refused("a Scale without a resourceVersion".into()),
+                        },
+                        Err(e) => failure(&e),
+                    }
+                })
+                .await;
+            }
+            80..84 => {
+                // `/status` at a revision read, with a condition of its own so that it changes something.
+                let req = Request::Get { key: key.clone(), from: ReadFrom::Latest };
+                let Response::Object(s) = self.call(&route, req, async { object(api.get(&name).await) }).await else {
+                    return;
+                };
+                let condition = json!({
+                    "type": "RobustnessProbe", "status": "True", "reason": "Probe", "message": marker,
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                });
+                let patch = json!({
+                    "metadata": {"resourceVersion": s.resource_version.to_string()},
+                    "status": {"conditions": [condition]},
+                });
+                let req = Request::Status { key, precondition: Some(s.resource_version) };
+                let pp = PatchParams::default();
+                self.call(&route, req, async { object(api.patch_status(&name, &pp, &Patch::Merge(&patch)).await) })
+                    .await;
             }
             _ => {
                 let precondition = if self.rng.random_bool(0.5) {
@@ -241,14 +332,29 @@ impl Client {
     }
 }
 
-/// A namespace's list, page by page (`any`: `resourceVersion=0`, one page).
-async fn list(api: &Api<PodSet>, any: bool, limit: u32) -> Response {
+/// A list, page by page (`resourceVersion=0`: one page), with a label selector if given.
+async fn list(api: &Api<PodSet>, from: ReadFrom, limit: u32, selector: Option<String>) -> Response {
     let mut items = Vec::new();
-    let mut lp = if any { ListParams::default().match_any() } else { ListParams::default().limit(limit) };
+    let select = |lp: ListParams| match &selector {
+        Some(s) => lp.labels(s),
+        None => lp,
+    };
+    let mut lp = select(match from {
+        ReadFrom::Any => ListParams::default().match_any(),
+        ReadFrom::Latest => ListParams::default().limit(limit),
+        ReadFrom::AtLeast(n) => {
+            ListParams::default().limit(limit).at(&n.to_string()).matching(VersionMatch::NotOlderThan)
+        }
+        ReadFrom::Exact(n) => ListParams::default().limit(limit).at(&n.to_string()).matching(VersionMatch::Exact),
+    });
     let mut at = None;
     loop {
         let page = match api.list(&lp).await {
             Ok(p) => p,
+            Err(kube::Error::Api(s)) if s.code == 410 => {
+                let asked = if let ReadFrom::Exact(n) = from { n } else { 0 };
+                return Response::Expired { revision: at.unwrap_or(asked), continued: at.is_some() };
+            }
             Err(e) => return failure(&e),
         };
         let rv = page.metadata.resource_version.as_deref().and_then(|r| r.parse::<u64>().ok());
@@ -260,7 +366,7 @@ async fn list(api: &Api<PodSet>, any: bool, limit: u32) -> Response {
             }
         }
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(c) => lp = ListParams::default().limit(limit).continue_token(&c),
+            Some(c) => lp = select(ListParams::default().limit(limit).continue_token(&c)),
             None => break,
         }
     }

@@ -7,7 +7,12 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use crate::model::history::{Change, History, Key, ReadFrom, Request, Response, Seen, Time, NEVER};
+use crate::model::history::{
+    group_of, in_namespace, Change, History, Key, ReadFrom, Request, Response, Seen, Time, NEVER,
+};
+
+/// The marker of an answer that does not show one (a Scale): any marker the key has.
+const ANY_MARKER: u32 = u32::MAX;
 
 /// Where a checked operation came from: a client's call (its index) or a change in etcd.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +69,11 @@ enum Step {
         precondition: Option<u64>,
         out: Out,
     },
+    /// A write of `/scale` or `/status`: a new revision, the marker kept.
+    Touch {
+        precondition: Option<u64>,
+        out: Out,
+    },
     Read {
         out: Out,
     },
@@ -96,6 +106,7 @@ impl KeyOp {
                     | Step::Patch { out: Out::Lost, .. }
                     | Step::Apply { out: Out::Lost, .. }
                     | Step::Delete { out: Out::Lost, .. }
+                    | Step::Touch { out: Out::Lost, .. }
             )
     }
 
@@ -108,7 +119,8 @@ impl KeyOp {
             | Step::Update { out, .. }
             | Step::Patch { out, .. }
             | Step::Apply { out, .. }
-            | Step::Delete { out, .. } => matches!(out, Out::NotFound | Out::AlreadyExists | Out::Conflict),
+            | Step::Delete { out, .. }
+            | Step::Touch { out, .. } => matches!(out, Out::NotFound | Out::AlreadyExists | Out::Conflict),
         }
     }
 }
@@ -169,6 +181,17 @@ fn apply(state: State, step: Step) -> Option<State> {
         (Step::Delete { precondition: Some(p), out: Out::Conflict }, Present { rv, .. }) if rv == 0 || rv != p => {
             Some(state)
         }
+        (Step::Touch { precondition, out: Out::Seen { rv, marker } }, Present { rv: cur, marker: m })
+            if matches_pre(cur, precondition) && newer(cur, rv) && (marker == ANY_MARKER || marker == m) =>
+        {
+            seen(rv, m)
+        }
+        (Step::Touch { precondition, out: Out::Lost }, Present { rv, marker }) if matches_pre(rv, precondition) => {
+            seen(0, marker)
+        }
+        (Step::Touch { precondition: Some(p), out: Out::Conflict }, Present { rv, .. }) if rv == 0 || rv != p => {
+            Some(state)
+        }
         (Step::Read { out: Out::Seen { rv, marker } }, Present { rv: cur, marker: m })
             if m == marker && (cur == 0 || cur == rv) =>
         {
@@ -178,6 +201,7 @@ fn apply(state: State, step: Step) -> Option<State> {
         (Step::Update { out: Out::NotFound, .. }, Absent)
         | (Step::Patch { out: Out::NotFound, .. }, Absent)
         | (Step::Delete { out: Out::NotFound, .. }, Absent)
+        | (Step::Touch { out: Out::NotFound, .. }, Absent)
         | (Step::Read { out: Out::NotFound }, Absent) => Some(Absent),
 
         (Step::External { rv, prev: None, marker: Some(m) }, Absent) => seen(rv, m),
@@ -296,6 +320,7 @@ impl KeyHistory {
                     Step::Patch { marker, .. } => lost(Step::Patch { marker, out: Out::Lost }),
                     Step::Apply { marker, .. } => lost(Step::Apply { marker, out: Out::Lost }),
                     Step::Delete { precondition, .. } => lost(Step::Delete { precondition, out: Out::Lost }),
+                    Step::Touch { precondition, .. } => lost(Step::Touch { precondition, out: Out::Lost }),
                     Step::External { .. } => Some(KeyOp { ret: NEVER, pending: true, ..*o }),
                 }
             })
@@ -385,7 +410,9 @@ fn resolve(history: &History) -> (Vec<Option<Response>>, Vec<usize>) {
         }
     }
     for (i, o) in history.operations.iter().enumerate() {
-        if o.lost() && o.request.marker().is_some() && !claimed.contains(&i) {
+        // A lost write of a subresource that happened is in the record as a change that keeps the marker, placed
+        // as the controller's are.
+        if o.lost() && (o.request.marker().is_some() && !claimed.contains(&i) || o.request.keeps_marker()) {
             answers[i] = None;
         }
     }
@@ -459,7 +486,7 @@ fn split_by_key(history: &History) -> BTreeMap<Key, KeyHistory> {
                 Response::AlreadyExists => Out::AlreadyExists,
                 Response::Conflict => Out::Conflict,
                 Response::Lost => Out::Lost,
-                Response::Refused(_) | Response::List { .. } => return None,
+                Response::Refused(_) | Response::List { .. } | Response::Expired { .. } => return None,
             })
         };
         let key_op = |step| KeyOp { origin: Origin::Call(i), call: op.call, ret: op.ret, step, pending: false };
@@ -473,16 +500,26 @@ fn split_by_key(history: &History) -> BTreeMap<Key, KeyHistory> {
             Request::Delete { precondition, .. } => {
                 out_of(response).map(|out| Step::Delete { precondition: *precondition, out })
             }
+            Request::Status { precondition, .. } => {
+                out_of(response).map(|out| Step::Touch { precondition: *precondition, out })
+            }
+            Request::Scale { precondition, .. } => out_of(response).map(|out| match out {
+                Out::Seen { rv, .. } => {
+                    Step::Touch { precondition: *precondition, out: Out::Seen { rv, marker: ANY_MARKER } }
+                }
+                out => Step::Touch { precondition: *precondition, out },
+            }),
             Request::Get { from: ReadFrom::Latest, .. } => match out_of(response) {
                 Some(Out::Lost) | None => None,
                 Some(out) => Some(Step::Read { out }),
             },
             Request::Get { .. } => None,
-            Request::List { namespace, from: ReadFrom::Latest } => {
-                // A list reads every key of its namespace at once: absent keys are reads of absence.
+            Request::List { namespace, from: ReadFrom::Latest, group } => {
+                // A list reads every key it selects at once: absent keys are reads of absence.
                 if let Response::List { items, .. } = response {
-                    let prefix = format!("{namespace}/");
-                    for key in keys.iter().filter(|k| k.starts_with(&prefix)) {
+                    let selects =
+                        |k: &str| in_namespace(namespace, k) && group.as_deref().is_none_or(|g| group_of(k) == g);
+                    for key in keys.iter().filter(|k| selects(k)) {
                         let out = match items.iter().find(|(k, _)| k == key) {
                             Some((_, s)) => Out::Seen { rv: s.resource_version, marker: intern(&s.marker) },
                             None => Out::NotFound,
@@ -750,7 +787,7 @@ mod tests {
     #[test]
     fn a_list_is_a_read_of_every_key_in_its_namespace() {
         let list = |items: Vec<(Key, Seen)>| Response::List { resource_version: 9, items };
-        let ns_list = Request::List { namespace: "ns".into(), from: ReadFrom::Latest };
+        let ns_list = Request::List { namespace: "ns".into(), from: ReadFrom::Latest, group: None };
         let b = Request::Create { key: "ns/b".into(), marker: "b".into() };
         let ops = vec![
             op(0, 0, 10, create("c"), seen(5, "c")),
@@ -761,5 +798,57 @@ mod tests {
         let v = verdicts(ops);
         assert_eq!(v.len(), 1);
         assert_eq!(v[0].0, "ns/b");
+    }
+
+    #[test]
+    fn a_write_of_a_subresource_keeps_the_marker_and_takes_a_new_revision() {
+        let scale = |pre| Request::Scale { key: "ns/a".into(), replicas: 2, precondition: Some(pre) };
+        let status = |pre| Request::Status { key: "ns/a".into(), precondition: Some(pre) };
+        let ops = vec![
+            op(0, 0, 10, create("c"), seen(5, "c")),
+            // A Scale's answer shows no marker.
+            op(1, 20, 30, scale(5), seen(7, "")),
+            op(2, 40, 50, get(), seen(7, "c")),
+            op(3, 60, 70, status(7), seen(8, "c")),
+            op(1, 71, 72, scale(7), Response::Conflict),
+            op(2, 80, 90, get(), seen(8, "c")),
+        ];
+        assert_eq!(verdicts(ops), vec![]);
+        // A status write that answers with another marker than the object had, or a read of the old revision
+        // after the scale was acknowledged.
+        let ops = vec![op(0, 0, 10, create("c"), seen(5, "c")), op(3, 20, 30, status(5), seen(8, "x"))];
+        assert!(matches!(verdicts(ops)[0].1, Verdict::Violation { .. }));
+        let ops = vec![
+            op(0, 0, 10, create("c"), seen(5, "c")),
+            op(1, 20, 30, scale(5), seen(7, "")),
+            op(2, 40, 50, get(), seen(5, "c")),
+        ];
+        assert!(matches!(verdicts(ops)[0].1, Verdict::Violation { .. }));
+        // A conflict although the precondition held.
+        let ops = vec![op(0, 0, 10, create("c"), seen(5, "c")), op(1, 20, 30, scale(5), Response::Conflict)];
+        assert!(matches!(verdicts(ops)[0].1, Verdict::Violation { .. }));
+    }
+
+    #[test]
+    fn a_list_by_label_or_of_every_namespace_reads_the_keys_it_selects() {
+        let list = |namespace: &str, group: Option<&str>, items: Vec<(Key, Seen)>| {
+            let req =
+                Request::List { namespace: namespace.into(), from: ReadFrom::Latest, group: group.map(Into::into) };
+            (req, Response::List { resource_version: 9, items })
+        };
+        let create = |key: &str| Request::Create { key: key.into(), marker: key.into() };
+        let s = |key: &str, rv| (key.to_owned(), Seen { resource_version: rv, marker: key.into() });
+        let base = vec![
+            op(0, 0, 10, create("ns/ps-1"), seen(5, "ns/ps-1")),
+            op(0, 11, 12, create("x/ps-2"), seen(6, "x/ps-2")),
+        ];
+        let with = |(req, resp): (Request, Response)| [base.clone(), vec![op(1, 20, 30, req, resp)]].concat();
+        // Every namespace: both; the odd group: ps-1 only.
+        assert_eq!(verdicts(with(list("", None, vec![s("ns/ps-1", 5), s("x/ps-2", 6)]))), vec![]);
+        assert_eq!(verdicts(with(list("", Some("odd"), vec![s("ns/ps-1", 5)]))), vec![]);
+        let v = verdicts(with(list("", None, vec![s("ns/ps-1", 5)])));
+        assert_eq!(v.iter().map(|v| v.0.as_str()).collect::<Vec<_>>(), ["x/ps-2"]);
+        let v = verdicts(with(list("", Some("even"), Vec::new())));
+        assert_eq!(v.iter().map(|v| v.0.as_str()).collect::<Vec<_>>(), ["x/ps-2"]);
     }
 }

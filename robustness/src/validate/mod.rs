@@ -6,7 +6,7 @@ pub mod linearizability;
 pub mod truth;
 pub mod watch;
 
-use crate::model::history::{History, Response};
+use crate::model::history::{History, Response, WatchEnd, WatchStart};
 use crate::report::Report;
 use truth::Finding;
 
@@ -36,7 +36,22 @@ pub fn check(history: &History) -> Report {
     };
     let bounds = truth::Bounds::new(&history.operations);
     let kept: Vec<Option<u64>> = history.watches.iter().map(|w| watch::kept_from(history, &bounds, w)).collect();
-    report.told_410 = history.watches.iter().filter(|w| watch::told_410(w)).count();
+    report.told_410 = history.watches.iter().filter(|w| watch::any_410(w)).count();
+    report.reads_told_410 =
+        history.operations.iter().filter(|o| matches!(o.response, Response::Expired { .. })).count();
+    report.compactions = history.compactions.len();
+    report.defragmentations = history.defragmentations.len();
+    report.cache_reloads = history.replica_starts.iter().filter(|s| s.answers_from.is_some()).count();
+    let watches = &history.watches;
+    report.watches = watches.len();
+    report.watches_with_state = watches.iter().filter(|w| w.start != WatchStart::From).count();
+    report.resumes = watches.iter().filter(|w| w.informer.is_some() && !w.after_list).count();
+    // Each informer's first list is not a relist.
+    let informers: std::collections::HashSet<usize> = watches.iter().filter_map(|w| w.informer).collect();
+    report.relists =
+        watches.iter().filter(|w| w.informer.is_some() && w.after_list).count().saturating_sub(informers.len());
+    report.watches_not_started = watches.iter().filter(|w| matches!(w.end, WatchEnd::NotStarted(_))).count();
+    report.watches_broken = watches.iter().filter(|w| matches!(w.end, WatchEnd::Silent | WatchEnd::Failed(_))).count();
     report.told_410_judged = kept.iter().flatten().count();
     for (key, verdict) in linearizability::check(history) {
         match verdict {
@@ -62,7 +77,10 @@ pub fn check(history: &History) -> Report {
         report.violations.extend(truth::check_changes_explained(history));
         report.violations.extend(census_covers_the_record(history));
         report.violations.extend(truth::check_reads(history, &timeline, &bounds));
-        report.violations.extend(watch::check(history, &kept));
+        report
+            .violations
+            .extend(truth::check_expired_reads(history, |op| watch::kept_at(history, &bounds, &op.route, op.call)));
+        report.violations.extend(watch::check(history, &bounds, &kept));
     }
     report.violations.extend(controller::check(history));
     report
@@ -78,6 +96,9 @@ fn progress(history: &History) -> Vec<Finding> {
             "too little progress".into(),
             vec![format!("{answered} calls answered, at least {} expected", history.min_answered)],
         ));
+    }
+    if let Some(gap) = &history.record_gap {
+        out.push(("etcd's record of the run has a hole".into(), vec![gap.clone()]));
     }
     let acknowledged = history.operations.iter().filter(|o| o.written_revision().is_some()).count();
     if history.changes.is_empty() && acknowledged > 0 {
@@ -148,6 +169,10 @@ mod tests {
         };
         let history = History { settled: vec![settled], ..history };
         assert!(check(&history).ok(), "{}", check(&history));
+        // A record with a hole (etcd compacted what it had not read) proves nothing.
+        let history = History { record_gap: Some("compacted to 9 before 5 was read".into()), ..history };
+        let found: Vec<String> = check(&history).violations.into_iter().map(|v| v.0).collect();
+        assert_eq!(found, ["etcd's record of the run has a hole"]);
     }
 
     #[test]

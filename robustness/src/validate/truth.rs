@@ -5,7 +5,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::model::history::{Change, History, Key, Operation, ReadFrom, Request, Response, Seen, Time, WatchItem};
+use crate::model::history::{
+    group_of, in_namespace, Change, History, Key, Operation, ReadFrom, Request, Response, Seen, Time, WatchItem,
+};
 
 /// Each key's states in revision order: (revision, marker, or None once deleted).
 pub struct Timeline<'h> {
@@ -54,12 +56,11 @@ impl<'h> Timeline<'h> {
         }
     }
 
-    /// The snapshot of a namespace at `at`.
-    fn snapshot(&self, namespace: &str, at: u64) -> BTreeMap<&'h str, (u64, &'h str)> {
-        let prefix = format!("{namespace}/");
+    /// The snapshot of a namespace (`""`: all), or of one group of it, at `at`.
+    fn snapshot(&self, namespace: &str, group: Option<&str>, at: u64) -> BTreeMap<&'h str, (u64, &'h str)> {
         let mut out = BTreeMap::new();
         for (key, states) in &self.keys {
-            if !key.starts_with(&prefix) {
+            if !in_namespace(namespace, key) || group.is_some_and(|g| group_of(key) != g) {
                 continue;
             }
             let i = states.partition_point(|(rv, _)| *rv <= at);
@@ -96,7 +97,7 @@ impl Bounds {
     }
 
     /// Every write acknowledged before `t` has a revision at or below this.
-    fn acknowledged_before(&self, t: Time) -> u64 {
+    pub fn acknowledged_before(&self, t: Time) -> u64 {
         let i = self.acked.partition_point(|(ret, _)| *ret < t);
         i.checked_sub(1).map_or(0, |i| self.acked[i].1)
     }
@@ -129,6 +130,8 @@ pub fn check_resource_versions(history: &History) -> Vec<Finding> {
     for op in &history.operations {
         let key = op.request.key().unwrap_or_default();
         match &op.response {
+            // A Scale shows no marker.
+            Response::Object(_) if matches!(op.request, Request::Scale { .. }) => {}
             Response::Object(s) => see(s.resource_version, key, Some(&s.marker), op.to_string()),
             Response::Deleted { resource_version } => see(*resource_version, key, None, op.to_string()),
             Response::List { items, .. } => {
@@ -159,13 +162,20 @@ pub fn check_acknowledged_writes(history: &History, timeline: &Timeline<'_>) -> 
     let mut out = Vec::new();
     for op in &history.operations {
         let Some(key) = op.request.key() else { continue };
+        // The marker etcd must have at the revision; a Scale's answer does not say, only that the object is there.
         let (rv, want) = match (&op.request, &op.response) {
-            (r, Response::Object(s)) if r.is_write() => (s.resource_version, Some(s.marker.as_str())),
-            (Request::Delete { .. }, Response::Deleted { resource_version }) => (*resource_version, None),
+            (Request::Scale { .. }, Response::Object(s)) => (s.resource_version, None),
+            (r, Response::Object(s)) if r.is_write() => (s.resource_version, Some(Some(s.marker.as_str()))),
+            (Request::Delete { .. }, Response::Deleted { resource_version }) => (*resource_version, Some(None)),
             _ => continue,
         };
         let there = timeline.keys.get(key).and_then(|s| s.iter().find(|(r, _)| *r == rv));
-        if there.map(|(_, m)| *m) != Some(want) {
+        let right = match (there, want) {
+            (Some((_, m)), Some(want)) => *m == want,
+            (Some((_, m)), None) => m.is_some(),
+            (None, _) => false,
+        };
+        if !right {
             let found = match there {
                 Some((_, m)) => format!("etcd has {m:?} at revision {rv}"),
                 None => format!("etcd has no change of {key} at revision {rv}"),
@@ -262,7 +272,7 @@ pub fn check_reads(history: &History, timeline: &Timeline<'_>, bounds: &Bounds) 
         // The oldest revision the read may show, and the first it may not.
         let (lo, why) = match from {
             ReadFrom::Latest => (bounds.acknowledged_before(op.call), "acknowledged before the read started"),
-            ReadFrom::AtLeast(n) => (n, "asked for as resourceVersion"),
+            ReadFrom::AtLeast(n) | ReadFrom::Exact(n) => (n, "asked for as resourceVersion"),
             ReadFrom::Any => (0, ""),
         };
         let hi = bounds.started_after(op.ret);
@@ -281,11 +291,13 @@ pub fn check_reads(history: &History, timeline: &Timeline<'_>, bounds: &Bounds) 
                     out.push((what.into(), vec![op.to_string(), detail]));
                 }
             }
-            (Request::List { namespace, .. }, Response::List { resource_version: at, items }) => {
-                let want = timeline.snapshot(namespace, *at);
+            (Request::List { namespace, group, .. }, Response::List { resource_version: at, items }) => {
+                let want = timeline.snapshot(namespace, group.as_deref(), *at);
                 let got: BTreeMap<&str, (u64, &str)> =
                     items.iter().map(|(k, s)| (k.as_str(), (s.resource_version, s.marker.as_str()))).collect();
-                if want != got {
+                if matches!(from, ReadFrom::Exact(n) if n != *at) {
+                    out.push(("list not at the exact revision asked for".into(), vec![op.to_string()]));
+                } else if want != got {
                     let differ: Vec<String> = want
                         .keys()
                         .chain(got.keys())
@@ -302,6 +314,25 @@ pub fn check_reads(history: &History, timeline: &Timeline<'_>, bounds: &Bounds) 
                 }
             }
             _ => {}
+        }
+    }
+    out
+}
+
+/// Every 410 a read was told: only for a revision asked for exactly (or a continue token's), older than the
+/// answering cache's floor; `kept` is [`super::watch::kept_at`].
+pub fn check_expired_reads(history: &History, kept: impl Fn(&Operation) -> Option<u64>) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for op in &history.operations {
+        let Response::Expired { revision, continued } = op.response else { continue };
+        let exact = matches!(&op.request, Request::List { from: ReadFrom::Exact(_), .. });
+        if !continued && !exact {
+            out.push(("410 Gone for a read that may take any newer revision".into(), vec![op.to_string()]));
+        } else if let Some(k) = kept(op).filter(|&k| revision >= k) {
+            out.push((
+                "410 Gone for a revision still kept".into(),
+                vec![op.to_string(), format!("revision {revision}, kept from revision {k}")],
+            ));
         }
     }
     out
@@ -368,7 +399,7 @@ mod tests {
                 op(
                     51,
                     60,
-                    Request::List { namespace: "ns".into(), from: ReadFrom::Latest },
+                    Request::List { namespace: "ns".into(), from: ReadFrom::Latest, group: None },
                     Response::List { resource_version: 7, items: vec![("ns/b".into(), seen(3, "b1"))] },
                 ),
             ],
@@ -395,7 +426,7 @@ mod tests {
                 op(
                     31,
                     40,
-                    Request::List { namespace: "ns".into(), from: ReadFrom::Latest },
+                    Request::List { namespace: "ns".into(), from: ReadFrom::Latest, group: None },
                     Response::List {
                         resource_version: 3,
                         items: vec![("ns/a".into(), seen(2, "a1")), ("ns/b".into(), seen(3, "b1"))],
@@ -421,7 +452,7 @@ mod tests {
                 op(
                     10,
                     20,
-                    Request::List { namespace: "ns".into(), from: ReadFrom::Any },
+                    Request::List { namespace: "ns".into(), from: ReadFrom::Any, group: None },
                     Response::List { resource_version: 5, items: vec![("ns/a".into(), seen(5, "a2"))] },
                 ),
                 get("ns/b", ReadFrom::Any, 0, NEVER, Response::Object(seen(4, "b1"))),
@@ -530,5 +561,67 @@ mod tests {
         };
         let found: Vec<String> = check_resource_versions(&history).into_iter().map(|f| f.0).collect();
         assert_eq!(found, ["resourceVersion 2 names two states"]);
+    }
+
+    #[test]
+    fn a_write_of_scale_must_be_in_the_record_whatever_its_marker() {
+        let changes = changes();
+        let t = Timeline::new(&changes);
+        let scale = |rv| {
+            let request = Request::Scale { key: "ns/a".into(), replicas: 1, precondition: None };
+            op(0, 10, request, Response::Object(seen(rv, "")))
+        };
+        // ns/a has a state at revision 2 (whatever its marker); nothing at 3 (ns/b's) or 9.
+        let history = History { operations: vec![scale(2), scale(3), scale(9)], ..Default::default() };
+        let found: Vec<String> = check_acknowledged_writes(&history, &t).into_iter().map(|f| f.0).collect();
+        assert_eq!(found, ["acknowledged write lost", "acknowledged write lost"]);
+        // Its empty marker names no state.
+        assert_eq!(check_resource_versions(&history), Vec::new());
+    }
+
+    #[test]
+    fn a_410_is_only_for_a_revision_asked_for_exactly_that_the_cache_no_longer_keeps() {
+        let list = |from, response| op(0, 10, Request::List { namespace: "ns".into(), from, group: None }, response);
+        let expired = |revision, continued| Response::Expired { revision, continued };
+        let history = History {
+            operations: vec![
+                list(ReadFrom::Exact(3), expired(3, false)),
+                list(ReadFrom::Exact(5), expired(5, false)),
+                list(ReadFrom::Latest, expired(4, true)),
+                list(ReadFrom::AtLeast(2), expired(2, false)),
+                list(ReadFrom::Latest, expired(0, false)),
+            ],
+            ..Default::default()
+        };
+        // The cache kept everything from revision 4 on.
+        let found: Vec<String> = check_expired_reads(&history, |_| Some(4)).into_iter().map(|f| f.0).collect();
+        assert_eq!(
+            found,
+            [
+                "410 Gone for a revision still kept",
+                "410 Gone for a revision still kept",
+                "410 Gone for a read that may take any newer revision",
+                "410 Gone for a read that may take any newer revision"
+            ]
+        );
+        // Where the cache began is not known: only the reads that may never be told 410.
+        assert_eq!(check_expired_reads(&history, |_| None).len(), 2);
+    }
+
+    #[test]
+    fn an_exact_list_is_the_snapshot_of_that_revision() {
+        let changes = changes();
+        let t = Timeline::new(&changes);
+        let b = Bounds::new(&[]);
+        let exact = |n, at, items| {
+            let request = Request::List { namespace: "ns".into(), from: ReadFrom::Exact(n), group: None };
+            op(0, 10, request, Response::List { resource_version: at, items })
+        };
+        let at_3 = || vec![("ns/a".to_owned(), seen(2, "a1")), ("ns/b".to_owned(), seen(3, "b1"))];
+        let history = History { operations: vec![exact(3, 3, at_3())], ..Default::default() };
+        assert_eq!(check_reads(&history, &t, &b), Vec::new());
+        let history = History { operations: vec![exact(2, 3, at_3())], ..Default::default() };
+        let found: Vec<String> = check_reads(&history, &t, &b).into_iter().map(|f| f.0).collect();
+        assert_eq!(found, ["list not at the exact revision asked for"]);
     }
 }

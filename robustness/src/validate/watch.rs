@@ -2,20 +2,30 @@
 //! back), unique (no change twice), atomic (all changes of a revision before any later one), reliable (every change
 //! after the start revision up to the last one delivered or bookmarked, none missing, none invented, each with its
 //! content and type), bookmarkable (bookmarks never go back, never behind a delivered event) and resumable (a start
-//! revision still kept is never told 410).
+//! revision still kept is never told 410). A watch that opens with the state (`resourceVersion` unset or `0`, or
+//! `sendInitialEvents`) must open with exactly the snapshot of one revision etcd had, no older than a consistent
+//! read may be. Informers (list, watch, resume) must resume where they left off and reach etcd's last change.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::truth::{Bounds, Finding};
-use crate::model::history::{Change, History, Time, Watch, WatchItem, AGGREGATOR, ANSWER_WITHIN, NEVER};
+use crate::model::history::{
+    Change, History, Time, Watch, WatchEnd, WatchItem, WatchStart, AGGREGATOR, ANSWER_WITHIN, NEVER,
+};
 
 fn describe(w: &Watch) -> String {
+    let scope = if w.namespace.is_empty() { "every namespace" } else { w.namespace.as_str() };
+    let start = match w.start {
+        WatchStart::From => format!("from {}", w.from),
+        WatchStart::Latest => "from resourceVersion unset".into(),
+        WatchStart::Any => "from resourceVersion 0".into(),
+        WatchStart::InitialEvents => "with sendInitialEvents".into(),
+    };
+    let informer = w.informer.map(|i| format!(" (informer {i})")).unwrap_or_default();
     format!(
-        "watch of client {} via {} on {} from {} (started at {:.3}s)",
+        "watch of client {} via {}{informer} on {scope} {start} (started at {:.3}s)",
         w.client,
         w.route,
-        w.namespace,
-        w.from,
         w.call as f64 / 1e9
     )
 }
@@ -24,15 +34,46 @@ fn item_line(i: usize, item: &WatchItem) -> String {
     format!("  #{i}: {item:?}")
 }
 
-/// Checks one watch; `changes` is etcd's record (every change, in revision order).
-pub fn check_watch(w: &Watch, changes: &[Change], kept_from: Option<u64>) -> Vec<Finding> {
+/// Checks one watch; `changes` is etcd's record (every change, in revision order); `kept_from` where the cache
+/// that answered certainly kept every change (for a 410); `consistent_from` the revision a consistent read made
+/// when it started must show at least (for a watch from `resourceVersion` unset).
+pub fn check_watch(w: &Watch, changes: &[Change], kept_from: Option<u64>, consistent_from: u64) -> Vec<Finding> {
+    if matches!(w.end, WatchEnd::NotStarted(_)) {
+        return Vec::new();
+    }
+    match w.start {
+        WatchStart::From => check_from(w, changes, kept_from),
+        WatchStart::Latest | WatchStart::InitialEvents => check_initial(w, changes, consistent_from),
+        WatchStart::Any => check_initial(w, changes, 0),
+    }
+}
+
+/// The revision a watch from a revision had reached when told 410, if it was.
+pub fn expired_at(w: &Watch) -> Option<u64> {
+    let i = w.items.iter().position(|i| *i == WatchItem::Expired)?;
+    (w.start == WatchStart::From).then(|| position(w.from, &w.items[..i]))
+}
+
+/// Where a watch stands after `items`: the newest revision delivered or bookmarked, or where it started.
+fn position(from: u64, items: &[WatchItem]) -> u64 {
+    items
+        .iter()
+        .filter_map(|i| match i {
+            WatchItem::Bookmark { resource_version } => Some(*resource_version),
+            i => i.event().map(|(_, rv)| rv),
+        })
+        .fold(from, u64::max)
+}
+
+fn check_from(w: &Watch, changes: &[Change], kept_from: Option<u64>) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut fail = |what: &str, lines: Vec<String>| out.push((what.to_owned(), [vec![describe(w)], lines].concat()));
-    let prefix = format!("{}/", w.namespace);
-    if told_410(w) {
-        if let Some(k) = kept_from.filter(|&k| w.from >= k) {
-            fail("410 Gone for a revision still kept", vec![format!("kept from revision {k}")]);
+    if let (Some(at), Some(k)) = (expired_at(w), kept_from) {
+        if at >= k {
+            fail("410 Gone for a revision still kept", vec![format!("at revision {at}, kept from revision {k}")]);
         }
+    }
+    if told_410(w) {
         return out;
     }
     // Ordering, uniqueness and bookmarks, on the items as delivered.
@@ -56,7 +97,7 @@ pub fn check_watch(w: &Watch, changes: &[Change], kept_from: Option<u64>) -> Vec
             WatchItem::Expired => break,
             _ => {
                 let (key, rv) = item.event().expect("an event");
-                if !key.starts_with(&prefix) {
+                if !w.covers(key) {
                     fail("event from another namespace", vec![item_line(i, item)]);
                 }
                 if rv <= w.from {
@@ -82,11 +123,11 @@ pub fn check_watch(w: &Watch, changes: &[Change], kept_from: Option<u64>) -> Vec
         let existed = exists.insert(&c.key, c.marker.is_some()).unwrap_or(false);
         by_rv.insert((c.key.as_str(), c.resource_version), (c, existed));
     }
-    // Reliability: exactly etcd's changes of this namespace from the start up to what was promised delivered.
+    // Reliability: exactly etcd's changes in the watch's scope from the start up to what was promised delivered.
     let upto = last_event.max(last_bookmark);
     let expected: Vec<&Change> = changes
         .iter()
-        .filter(|c| c.resource_version > w.from && c.resource_version <= upto && c.key.starts_with(&prefix))
+        .filter(|c| c.resource_version > w.from && c.resource_version <= upto && w.covers(&c.key))
         .collect();
     let got: HashSet<(&str, u64)> = delivered.iter().map(|&(_, k, rv)| (k, rv)).collect();
     for c in &expected {
@@ -119,9 +160,163 @@ pub fn check_watch(w: &Watch, changes: &[Change], kept_from: Option<u64>) -> Vec
     out
 }
 
+/// A watch that opens with the state: its first items must be ADDED for exactly the objects of one revision R
+/// (the initial-events-end bookmark's, with `sendInitialEvents`), R no older than `not_before`, and the rest
+/// a watch from R.
+fn check_initial(w: &Watch, changes: &[Change], not_before: u64) -> Vec<Finding> {
+    let fail = |what: &str, lines: Vec<String>| vec![(what.to_owned(), [vec![describe(w)], lines].concat())];
+    let mut scoped: Vec<&Change> = changes.iter().filter(|c| w.covers(&c.key)).collect();
+    scoped.sort_by_key(|c| c.resource_version);
+    let items = &w.items;
+    if items.first() == Some(&WatchItem::Expired) {
+        return fail("410 Gone for a watch that asked for no revision", Vec::new());
+    }
+    // With sendInitialEvents the end of the initial events is marked; a watch cut before it proves little.
+    let marked = match w.start {
+        WatchStart::InitialEvents => match items.iter().position(|i| matches!(i, WatchItem::Bookmark { .. })) {
+            Some(k) => Some(k),
+            None => return Vec::new(),
+        },
+        _ => None,
+    };
+    // Each span of revisions [lo, hi) over which the scope's snapshot stays the same, with that snapshot.
+    let mut snapshot = Snapshot::new();
+    let mut spans: Vec<(u64, u64, Snapshot)> = Vec::new();
+    let mut lo = 0;
+    let mut i = 0;
+    while i <= scoped.len() {
+        let hi = scoped.get(i).map_or(u64::MAX, |c| c.resource_version);
+        if hi > lo || i == scoped.len() {
+            spans.push((lo, hi, snapshot.clone()));
+        }
+        let Some(c) = scoped.get(i) else { break };
+        match c.marker.as_deref() {
+            Some(m) => snapshot.insert(&c.key, (c.resource_version, m)),
+            None => snapshot.remove(c.key.as_str()),
+        };
+        lo = c.resource_version;
+        i += 1;
+    }
+    let mut stale = None;
+    let mut last_findings = None;
+    for (lo, hi, snap) in &spans {
+        let n = snap.len();
+        if marked.is_some_and(|k| k != n) {
+            continue;
+        }
+        let take = n.min(items.len());
+        let first: Option<BTreeMap<&str, (u64, &str)>> = items[..take].iter().map(added).collect();
+        let Some(first) = first.filter(|f| f.len() == take) else { continue };
+        let whole = take == n;
+        if !(if whole { first == *snap } else { first.iter().all(|(k, v)| snap.get(k) == Some(v)) }) {
+            continue;
+        }
+        let r = match marked.map(|k| &items[k]) {
+            Some(WatchItem::Bookmark { resource_version }) if (*lo..*hi).contains(resource_version) => {
+                *resource_version
+            }
+            Some(_) => continue,
+            None => (*lo).max(not_before),
+        };
+        if r < not_before || r >= *hi {
+            stale = Some(format!(
+                "the initial events are etcd's snapshot at revisions {lo}..{hi}; a consistent start must be at \
+                 {not_before} or later"
+            ));
+            continue;
+        }
+        if !whole {
+            return Vec::new();
+        }
+        let rest = Watch { from: r, items: items[n..].to_vec(), start: WatchStart::From, ..w.clone() };
+        let findings = check_from(&rest, changes, None);
+        if findings.is_empty() {
+            return findings;
+        }
+        // An empty snapshot fits any watch; what the others found says more.
+        if n > 0 || items.first().and_then(added).is_none() {
+            last_findings = Some(findings);
+        }
+    }
+    if let Some(f) = last_findings {
+        return f;
+    }
+    if let Some(s) = stale {
+        return fail("stale initial state", vec![s]);
+    }
+    let shown = items.iter().take(8).enumerate().map(|(i, item)| item_line(i, item)).collect();
+    fail("initial events are not a snapshot etcd had", shown)
+}
+
+/// Key to (revision, marker).
+type Snapshot<'h> = BTreeMap<&'h str, (u64, &'h str)>;
+
+fn added(i: &WatchItem) -> Option<(&str, (u64, &str))> {
+    match i {
+        WatchItem::Added { key, seen } => Some((key.as_str(), (seen.resource_version, seen.marker.as_str()))),
+        _ => None,
+    }
+}
+
+/// Every informer resumes where it left off (or after a list), and ends at etcd's last change in its scope.
+pub fn check_informers(history: &History) -> Vec<Finding> {
+    let mut informers: BTreeMap<usize, Vec<&Watch>> = BTreeMap::new();
+    for w in &history.watches {
+        if let Some(i) = w.informer {
+            informers.entry(i).or_default().push(w);
+        }
+    }
+    let mut out = Vec::new();
+    for (id, mut segments) in informers {
+        segments.sort_by_key(|w| w.call);
+        let mut at: Option<u64> = None;
+        let mut lines = Vec::new();
+        for w in &segments {
+            match (at, w.after_list) {
+                (Some(p), false) if w.from != p => out.push((
+                    "informer did not resume where it left off".into(),
+                    vec![describe(w), format!("the watch before it had reached revision {p}")],
+                )),
+                _ => {}
+            }
+            if at.is_none() && !w.after_list {
+                out.push(("informer watched without a list first".into(), vec![describe(w)]));
+            }
+            let marked = w.items.iter().any(|i| matches!(i, WatchItem::Bookmark { .. }));
+            at = match &w.end {
+                // A resume that did not start is tried again from the same revision; a WatchList starts over.
+                WatchEnd::NotStarted(_) if w.start == WatchStart::From => Some(w.from),
+                WatchEnd::NotStarted(_) => None,
+                WatchEnd::Expired => None,
+                _ if w.start == WatchStart::InitialEvents && !marked => None,
+                _ => Some(position(w.from, &w.items)),
+            };
+            lines.push(format!("{} ended {:?}", describe(w), w.end));
+        }
+        let scope = &segments[0].namespace;
+        let last = history.changes.iter().filter(|c| segments[0].covers(&c.key)).map(|c| c.resource_version).max();
+        if let Some(last) = last.filter(|&l| at.is_none_or(|a| a < l)) {
+            let tail = lines.len().saturating_sub(3);
+            out.push((
+                format!("informer {id} did not reach etcd's last change"),
+                [vec![format!("on {scope:?}: reached {at:?}, etcd's last change at {last}")], lines.split_off(tail)]
+                    .concat(),
+            ));
+        }
+    }
+    out
+}
+
 /// Every watch of the run; `kept` is [`kept_from`] of each.
-pub fn check(history: &History, kept: &[Option<u64>]) -> Vec<Finding> {
-    history.watches.iter().zip(kept).flat_map(|(w, &k)| check_watch(w, &history.changes, k)).collect()
+pub fn check(history: &History, bounds: &Bounds, kept: &[Option<u64>]) -> Vec<Finding> {
+    let mut out: Vec<Finding> = history
+        .watches
+        .iter()
+        .zip(kept)
+        .flat_map(|(w, &k)| check_watch(w, &history.changes, k, bounds.acknowledged_before(w.call)))
+        .collect();
+    out.extend(check_informers(history));
+    out
 }
 
 /// The watch was refused with 410 Gone at its start.
@@ -129,42 +324,56 @@ pub fn told_410(w: &Watch) -> bool {
     w.items.first() == Some(&WatchItem::Expired)
 }
 
+/// The watch was told 410 Gone, at its start or later.
+pub fn any_410(w: &Watch) -> bool {
+    w.items.contains(&WatchItem::Expired)
+}
+
 /// For a watch told 410: a revision from which the cache that answered certainly still kept every change, when the
-/// history tells. A replica's cache begins at the revision its process read the store at, before its first answer,
-/// so any write that started after that answer has a later revision. Through the aggregator any replica may
-/// answer: the newest of their floors.
+/// history tells.
 pub fn kept_from(history: &History, bounds: &Bounds, w: &Watch) -> Option<u64> {
-    if !told_410(w) {
-        return None;
-    }
+    expired_at(w)?;
+    kept_at(history, bounds, &w.route, w.call)
+}
+
+/// A revision from which the cache answering a call of `route` made at `at` certainly kept every change. A
+/// replica's cache begins at the revision its process read the store at, before its first answer, so any write
+/// that started after that answer has a later revision. Through the aggregator any replica may answer: the newest
+/// of their floors.
+pub fn kept_at(history: &History, bounds: &Bounds, route: &str, at: Time) -> Option<u64> {
     let mut routes: Vec<&str> = history.replica_starts.iter().map(|s| s.route.as_str()).collect();
     routes.sort_unstable();
     routes.dedup();
-    if routes.contains(&w.route.as_str()) {
-        routes = vec![w.route.as_str()];
-    } else if w.route != AGGREGATOR {
+    if routes.contains(&route) {
+        routes = vec![route];
+    } else if route != AGGREGATOR {
         return None;
     }
-    let floors: Option<Vec<u64>> = routes.into_iter().map(|r| cache_floor(history, bounds, r, w.call)).collect();
+    let floors: Option<Vec<u64>> = routes.into_iter().map(|r| cache_floor(history, bounds, r, at)).collect();
     floors?.into_iter().max()
 }
 
 /// An upper bound on where the cache that answered a call of `route` made at `at` begins: the newest floor of the
-/// processes that ran while the answer could come.
+/// caches that served while the answer could come.
 fn cache_floor(history: &History, bounds: &Bounds, route: &str, at: Time) -> Option<u64> {
-    let mut starts: Vec<Time> = history.replica_starts.iter().filter(|s| s.route == route).map(|s| s.at).collect();
+    let mut starts: Vec<(Time, Time)> = history
+        .replica_starts
+        .iter()
+        .filter(|s| s.route == route)
+        .map(|s| (s.at, s.answers_from.unwrap_or(s.at)))
+        .collect();
     starts.sort_unstable();
-    starts.push(NEVER);
+    starts.push((NEVER, NEVER));
     let floors: Option<Vec<u64>> = starts
         .windows(2)
-        .filter(|life| life[0] <= at.saturating_add(ANSWER_WITHIN) && life[1] > at)
-        .map(|life| process_floor(history, bounds, route, life[0]..life[1]))
+        .filter(|life| life[0].0 <= at.saturating_add(ANSWER_WITHIN) && life[1].0 > at)
+        .map(|life| process_floor(history, bounds, route, life[0].1..life[1].0))
         .collect();
     floors?.into_iter().max()
 }
 
-/// Where the cache of the process that ran during `life` begins, at the latest: the oldest write started after its
-/// first answer.
+/// Where the cache that served from `life.start` (until `life.end`) begins, at the latest: the oldest write
+/// started after its first answer.
 fn process_floor(history: &History, bounds: &Bounds, route: &str, life: std::ops::Range<Time>) -> Option<u64> {
     let first_answer = history
         .operations
@@ -205,10 +414,10 @@ mod tests {
         WatchItem::Bookmark { resource_version: rv }
     }
     fn watch(from: u64, items: Vec<WatchItem>) -> Watch {
-        Watch { client: 0, route: "r".into(), namespace: "ns".into(), from, call: 0, items }
+        Watch { client: 0, route: "r".into(), namespace: "ns".into(), from, call: 0, items, ..Default::default() }
     }
     fn found(w: Watch) -> Vec<String> {
-        check_watch(&w, &changes(), Some(2)).into_iter().map(|f| f.0).collect()
+        check_watch(&w, &changes(), Some(2), 0).into_iter().map(|f| f.0).collect()
     }
 
     #[test]
@@ -272,7 +481,7 @@ mod tests {
     fn a_revision_delivered_in_part_is_found() {
         let changes = vec![change(2, "ns/a", Some("a1")), change(2, "ns/b", Some("b1")), change(3, "ns/a", Some("a2"))];
         let w = watch(1, vec![added("ns/a", 2, "a1"), modified("ns/a", 3, "a2")]);
-        let found: Vec<String> = check_watch(&w, &changes, None).into_iter().map(|f| f.0).collect();
+        let found: Vec<String> = check_watch(&w, &changes, None, 0).into_iter().map(|f| f.0).collect();
         assert_eq!(found, ["revision delivered in part (not atomic)"]);
     }
 
@@ -287,7 +496,7 @@ mod tests {
         op(route, call, call + 1, Request::Get { key: "ns/a".into(), from: ReadFrom::Latest }, response)
     }
     fn start(route: &str, at: u64) -> ReplicaStart {
-        ReplicaStart { route: route.into(), at }
+        ReplicaStart { route: route.into(), at, answers_from: None }
     }
     fn watch_at(route: &str, call: u64, from: u64) -> Watch {
         Watch { route: route.into(), call, ..watch(from, vec![WatchItem::Expired]) }
@@ -305,7 +514,7 @@ mod tests {
         let kept = |h: &History, w: &Watch| kept_from(h, &Bounds::new(&h.operations), w);
         // Replica 0 answered just after 5 s, so its cache began before revision 7.
         assert_eq!(kept(&h, &watch_at(r0, 30 * S, 8)), Some(7));
-        let findings = |h: &History, w: Watch| check_watch(&w, &[], kept(h, &w)).len();
+        let findings = |h: &History, w: Watch| check_watch(&w, &[], kept(h, &w), 0).len();
         assert_eq!(findings(&h, watch_at(r0, 30 * S, 8)), 1);
         assert_eq!(findings(&h, watch_at(r0, 30 * S, 5)), 0);
         // Nothing says where replica 1's cache began, so neither that replica's nor the aggregator's 410 is judged.
@@ -330,7 +539,93 @@ mod tests {
         assert_eq!(kept(&h, &watch_at(AGGREGATOR, 90 * S, 8)), Some(25));
         // A watch that was not told 410 has nothing to judge.
         assert_eq!(kept(&h, &Watch { items: Vec::new(), ..watch_at(r0, 90 * S, 8) }), None);
+        // The cache of replica 1 reloaded between 92 s and 95 s (etcd compacted past it): it may begin anywhere until
+        // its first answer to a call made from 95 s, after which revision 30 was written.
+        h.replica_starts.push(ReplicaStart { route: "replica 1".into(), at: 92 * S, answers_from: Some(95 * S) });
+        h.operations
+            .extend([get("replica 1", 93 * S, Response::NotFound), get("replica 1", 96 * S, Response::NotFound)]);
+        h.operations.push(write(r0, 98 * S, 30));
+        assert_eq!(kept(&h, &watch_at("replica 1", 90 * S, 8)), Some(30), "a call at 90 s may be answered after 92 s");
+        assert_eq!(kept(&h, &watch_at("replica 1", 80 * S, 8)), Some(20));
+        assert_eq!(kept(&h, &watch_at("replica 1", 100 * S, 8)), Some(30));
         // A route the run did not start replicas for is not judged.
         assert_eq!(kept(&h, &watch_at("elsewhere", 90 * S, 8)), None);
+    }
+
+    fn opening(start: WatchStart, items: Vec<WatchItem>) -> Watch {
+        Watch { start, ..watch(0, items) }
+    }
+    fn found_from(w: Watch, consistent_from: u64) -> Vec<String> {
+        check_watch(&w, &changes(), None, consistent_from).into_iter().map(|f| f.0).collect()
+    }
+
+    #[test]
+    fn a_watch_that_opens_with_the_state_opens_with_one_snapshot_etcd_had() {
+        let state = || vec![added("ns/a", 2, "a1"), added("ns/b", 3, "b1")];
+        let none: Vec<String> = Vec::new();
+        // Unset and 0: the snapshot at 3 (or 4, which changed only another namespace), then what followed.
+        for start in [WatchStart::Latest, WatchStart::Any] {
+            let w = opening(start, [state(), vec![modified("ns/a", 5, "a2"), deleted("ns/a", 6)]].concat());
+            assert_eq!(found_from(w, 3), none);
+        }
+        // Cut off during the initial events: a part of one snapshot is fine.
+        assert_eq!(found_from(opening(WatchStart::Latest, vec![added("ns/b", 3, "b1")]), 3), none);
+        // WatchList: the bookmark says at which revision.
+        let marked =
+            |rv| opening(WatchStart::InitialEvents, [state(), vec![bookmark(rv), modified("ns/a", 5, "a2")]].concat());
+        assert_eq!(found_from(marked(4), 3), none);
+        assert_eq!(found_from(marked(5), 3), ["initial events are not a snapshot etcd had"]);
+        // A state no revision had, one with another content, one missing a key.
+        let mixed = vec![added("ns/a", 5, "a2"), added("ns/a", 2, "a1"), added("ns/b", 3, "b1")];
+        assert_eq!(found_from(opening(WatchStart::Any, mixed), 0), ["initial events are not a snapshot etcd had"]);
+        // The snapshot at 5, then an older change.
+        let late = vec![added("ns/a", 5, "a2"), added("ns/b", 3, "b1"), added("ns/a", 2, "a1")];
+        assert_eq!(found_from(opening(WatchStart::Any, late), 0), ["event not after the start revision"]);
+        let wrong = vec![added("ns/a", 2, "zz"), added("ns/b", 3, "b1"), bookmark(5)];
+        assert_eq!(found_from(opening(WatchStart::Any, wrong), 0), ["initial events are not a snapshot etcd had"]);
+        let missing = vec![added("ns/a", 2, "a1"), modified("ns/a", 5, "a2")];
+        assert_eq!(found_from(opening(WatchStart::Any, missing), 0), ["gap: a change never delivered"]);
+        // Unset must be a consistent read: not older than a write acknowledged before the call.
+        let w = opening(WatchStart::Latest, [state(), vec![modified("ns/a", 5, "a2")]].concat());
+        assert_eq!(found_from(w.clone(), 5), ["stale initial state"]);
+        assert_eq!(found_from(Watch { start: WatchStart::Any, ..w }, 5), none);
+        // A watch that never started is not judged.
+        let w = Watch { end: WatchEnd::NotStarted("refused".into()), ..opening(WatchStart::Latest, Vec::new()) };
+        assert_eq!(found_from(w, 5), none);
+    }
+
+    #[test]
+    fn a_410_in_the_middle_of_a_stream_is_judged_at_the_revision_reached() {
+        let w = watch(1, vec![added("ns/a", 2, "a1"), WatchItem::Expired]);
+        assert_eq!(expired_at(&w), Some(2));
+        let found = |kept| check_watch(&w, &changes(), Some(kept), 0).into_iter().map(|f| f.0).collect::<Vec<_>>();
+        assert_eq!(found(3), Vec::<String>::new());
+        assert_eq!(found(2), ["410 Gone for a revision still kept"]);
+    }
+
+    #[test]
+    fn informers_resume_where_they_left_off_and_reach_the_last_change() {
+        let segment = |from, after_list, items, end| Watch {
+            informer: Some(0),
+            after_list,
+            end,
+            call: from,
+            ..watch(from, items)
+        };
+        let history = |segments: Vec<Watch>| History { watches: segments, changes: changes(), ..Default::default() };
+        let found = |segments| check_informers(&history(segments)).into_iter().map(|f| f.0).collect::<Vec<_>>();
+        let first = || segment(1, true, vec![added("ns/a", 2, "a1"), bookmark(4)], WatchEnd::Closed);
+        let rest = |from| segment(from, false, vec![modified("ns/a", 5, "a2"), deleted("ns/a", 6)], WatchEnd::Stopped);
+        assert_eq!(found(vec![first(), rest(4)]), Vec::<String>::new());
+        assert_eq!(found(vec![first(), rest(3)]), ["informer did not resume where it left off"]);
+        let short = segment(4, false, vec![modified("ns/a", 5, "a2")], WatchEnd::Stopped);
+        assert_eq!(found(vec![first(), short]), ["informer 0 did not reach etcd's last change"]);
+        // After 410 it must list again.
+        let expired = segment(1, true, vec![added("ns/a", 2, "a1"), WatchItem::Expired], WatchEnd::Expired);
+        assert_eq!(found(vec![expired.clone(), rest(2)]), ["informer watched without a list first"]);
+        assert_eq!(found(vec![expired, Watch { after_list: true, ..rest(4) }]), Vec::<String>::new());
+        // A resume that did not start is tried again from where it stood.
+        let failed = segment(4, false, Vec::new(), WatchEnd::NotStarted("no answer".into()));
+        assert_eq!(found(vec![first(), failed, rest(4)]), Vec::<String>::new());
     }
 }
