@@ -15,6 +15,9 @@ pub enum Bug {
     DropWatchEvent,
     /// Lists without a resourceVersion are served from the cache one revision behind, without catching up.
     StaleList,
+    /// The controller's leader never stops: not when its Lease may have lapsed (a pause), not when another replica
+    /// holds it. A paused leader wakes and writes beside its successor.
+    StaleLeader,
 }
 
 static PLANTED: OnceLock<Bug> = OnceLock::new();

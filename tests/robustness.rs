@@ -31,7 +31,8 @@ fn short_form_under_faults_keeps_every_guarantee() {
 }
 
 /// Bugs planted in the server on purpose (src/planted.rs): each must be caught, and named, by the same checker
-/// that passes the runs above. One cluster per bug, no faults; about a minute each.
+/// that passes the runs above. One cluster per bug, no faults (but a paused leader for a leader that outlives its
+/// Lease); about a minute each.
 fn planted_bug_is_caught(test: &str, bug: &str, named: &[&str]) {
     in_namespace(test, || {
         let opts = harness::Options::planted(1, ServerCommand { program: common::BIN.into(), args: Vec::new() }, bug);
@@ -72,4 +73,17 @@ fn planted_dropped_watch_event_is_caught() {
 #[test]
 fn planted_stale_list_is_caught() {
     planted_bug_is_caught("planted_stale_list_is_caught", "stale-list", &["stale list"]);
+}
+
+#[test]
+fn planted_stale_leader_is_caught() {
+    planted_bug_is_caught(
+        "planted_stale_leader_is_caught",
+        "stale-leader",
+        &[
+            "twice the Pods asked for",
+            "more Pods than a spec the controller reported done",
+            "more Pods than spec.replicas",
+        ],
+    );
 }

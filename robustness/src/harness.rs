@@ -67,7 +67,12 @@ impl Options {
     /// without faults, long enough for the bug to strike many times; the checker must name what it broke.
     pub fn planted(seed: u64, mut server: ServerCommand, bug: &str) -> Self {
         server.args.push(format!("--planted-bug={bug}").into());
-        Self { faults: 0, fixed: Vec::new(), fault_window: Duration::from_secs(30), ..Self::short(seed, server) }
+        let (fixed, fault_window) = match bug {
+            // A leader that outlives its Lease needs a pause to show it.
+            "stale-leader" => (vec![Fault::PauseLeader], Duration::from_secs(60)),
+            _ => (Vec::new(), Duration::from_secs(30)),
+        };
+        Self { faults: fixed.len(), fixed, fault_window, ..Self::short(seed, server) }
     }
 
     /// More of everything, for the long form.

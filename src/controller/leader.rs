@@ -66,6 +66,10 @@ impl Leadership {
 
     /// True while the Lease is surely still ours.
     pub fn is_held(&self) -> bool {
+        #[cfg(feature = "planted-bugs")]
+        if crate::planted::planted(crate::planted::Bug::StaleLeader) {
+            return true;
+        }
         tokio::time::Instant::now() < *self.valid_until.lock()
     }
 }
@@ -170,6 +174,10 @@ where
             match try_acquire_or_renew(&api, &cfg).await {
                 Ok(true) => held.extend(attempt + cfg.renew_deadline),
                 Ok(false) => {
+                    #[cfg(feature = "planted-bugs")]
+                    if crate::planted::planted(crate::planted::Bug::StaleLeader) {
+                        continue;
+                    }
                     tracing::warn!("leader election: another replica holds the Lease");
                     break;
                 }
