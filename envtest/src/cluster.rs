@@ -295,6 +295,11 @@ impl Cluster {
             format!("--proxy-client-key-file={}", p("front-proxy-client.key")),
             "--enable-aggregator-routing=true".into(),
         ];
+        if self.replicas > 1 {
+            // Each replica dials it at an address of its own (APISERVER_ROUTES).
+            self.apiserver_args.retain(|a| !a.starts_with("--bind-address="));
+            self.apiserver_args.push("--bind-address=0.0.0.0".into());
+        }
         if with_node {
             // Pods reach it at the `kubernetes` Service (NODE_IP, through kube-proxy), and the kubelet's identity
             // is for the Node authorizer; it reaches the kubelet (logs, exec) with the admin's certificate, at the
@@ -439,13 +444,18 @@ impl Cluster {
 
     /// A kubeconfig for kube-apiserver with the client certificate `<user>.crt`.
     fn kubeconfig_for(&self, user: &str) -> String {
+        self.kubeconfig_at(user, &self.apiserver_url)
+    }
+
+    /// The same, reaching kube-apiserver at `server`.
+    pub(crate) fn kubeconfig_at(&self, user: &str, server: &str) -> String {
         let mut kubeconfig = String::new();
         write!(
             kubeconfig,
             "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {}\n    certificate-authority-data: {}\n\
              contexts:\n- name: e2e\n  context:\n    cluster: e2e\n    user: {user}\n    namespace: default\ncurrent-context: e2e\n\
              users:\n- name: {user}\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n",
-            self.apiserver_url,
+            server,
             self.pki.b64("ca.crt"),
             self.pki.b64(&format!("{user}.crt")),
             self.pki.b64(&format!("{user}.key"))

@@ -27,6 +27,9 @@ pub const NODE_IP: &str = "10.250.0.10";
 /// [`NODE_IP`].
 pub const REPLICA_IPS: [&str; 3] = [NODE_IP, "10.250.0.11", "10.250.0.12"];
 const REPLICA_NAMES: [&str; 3] = ["podset-apiserver", "podset-apiserver-2", "podset-apiserver-3"];
+/// Where each replica reaches kube-apiserver when several run: an address of its own, so a test can cut one
+/// replica from the main API server alone (iptables on the destination).
+pub const APISERVER_ROUTES: [&str; 3] = ["10.250.3.1", "10.250.3.2", "10.250.3.3"];
 
 const NAMESPACE_YAML: &str = include_str!("../../deploy/base/namespace.yaml");
 const APISERVICE_YAML: &str = include_str!("../../deploy/base/apiservice.yaml");

@@ -10,7 +10,7 @@ use rcgen::{
     PKCS_ECDSA_P256_SHA256,
 };
 
-use crate::{node, CONTROLLER_USER, NODE_IP, REPLICA_IPS};
+use crate::{node, APISERVER_ROUTES, CONTROLLER_USER, NODE_IP, REPLICA_IPS};
 
 pub(crate) struct Pki {
     pub(crate) dir: PathBuf,
@@ -52,6 +52,9 @@ impl Pki {
             &[
                 "127.0.0.1",
                 NODE_IP,
+                APISERVER_ROUTES[0],
+                APISERVER_ROUTES[1],
+                APISERVER_ROUTES[2],
                 "10.96.0.1",
                 "localhost",
                 "kubernetes",

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 
 use crate::process::Proc;
-use crate::{Cluster, Credential, REPLICA_IPS, REPLICA_NAMES};
+use crate::{Cluster, Credential, APISERVER_ROUTES, REPLICA_IPS, REPLICA_NAMES};
 
 impl Cluster {
     fn start_podset_apiserver(&mut self) {
@@ -25,9 +25,15 @@ impl Cluster {
         };
         let mut command = Command::new(&cmd.program);
         command.args(&cmd.args);
+        let mut kubeconfig = self.controller_kubeconfig();
         if self.replicas > 1 {
             let servers = self.replica_etcd.get(i).unwrap_or(&self.etcd_url);
             command.args(["--storage-backend=etcd", &format!("--etcd-servers={servers}")]);
+            // Its own way to kube-apiserver, to be cut off alone.
+            let port = self.apiserver_url.rsplit(':').next().expect("a port");
+            kubeconfig = self.dir.path().join(format!("controller-{i}.kubeconfig"));
+            let text = self.kubeconfig_at("controller", &format!("https://{}:{port}", APISERVER_ROUTES[i]));
+            std::fs::write(&kubeconfig, text).unwrap();
         }
         let server = Proc::spawn(
             REPLICA_NAMES[i],
@@ -41,7 +47,7 @@ impl Cluster {
                 // Also its identity for delegated authentication and authorization, which reads the trust
                 // anchors from kube-system/extension-apiserver-authentication as in a real cluster.
                 .arg("--kubeconfig")
-                .arg(self.controller_kubeconfig())
+                .arg(kubeconfig)
                 .env("RUST_LOG", "info"),
         );
         self.procs.push(server);

@@ -4,7 +4,7 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::REPLICA_IPS;
+use crate::{APISERVER_ROUTES, REPLICA_IPS};
 
 pub const INSIDE: &str = "PODSET_ENVTEST_INSIDE_NAMESPACE";
 
@@ -18,7 +18,8 @@ pub fn inside_namespace() -> bool {
 /// own, so children's /proc/<pid> can be read (a benchmark measures their memory) and /proc lists only the
 /// namespace's processes; mounts made in it (a node's) go with it.
 pub fn namespace_command(program: &Path, args: &[String]) -> Command {
-    let addrs: String = REPLICA_IPS.iter().map(|ip| format!(" && ip addr add {ip}/32 dev lo")).collect();
+    let addrs: String =
+        REPLICA_IPS.iter().chain(&APISERVER_ROUTES).map(|ip| format!(" && ip addr add {ip}/32 dev lo")).collect();
     let script = format!("ip link set lo up{addrs} && exec \"$@\"");
     let mut c = Command::new("unshare");
     c.args(["--net", "--pid", "--fork", "--kill-child", "--mount-proc"]);

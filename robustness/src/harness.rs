@@ -42,6 +42,8 @@ pub struct Options {
     /// etcd is compacted this often during traffic (to the revision of one interval before), and now and then a
     /// member defragmented.
     pub compaction: Option<Duration>,
+    /// Some of a replica's faults come with one of etcd's at the same time.
+    pub overlap: bool,
 }
 
 impl Options {
@@ -60,6 +62,7 @@ impl Options {
             server,
             min_answered: 200,
             compaction: Some(Duration::from_secs(10)),
+            overlap: false,
         }
     }
 
@@ -87,6 +90,7 @@ impl Options {
             fault_window: Duration::from_secs(180),
             // Three runs at a time on two cores answer about 13 000 each.
             min_answered: 2_000,
+            overlap: true,
             ..Self::short(seed, server)
         }
     }
@@ -138,7 +142,8 @@ fn tracing_line(s: &str) {
 /// What one run did, beside its history.
 pub struct Run {
     pub history: History,
-    pub faults: Vec<String>,
+    /// (kind, what happened when) of each fault.
+    pub faults: Vec<(&'static str, String)>,
     pub took: Duration,
 }
 
@@ -146,6 +151,8 @@ pub struct Run {
 pub fn run(opts: &Options) -> Run {
     let started = Instant::now();
     let dir = tempfile::tempdir().unwrap();
+    // etcd's members run as users of their own (to be cut from their peers alone): they must get to their data.
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o711)).unwrap();
     for i in 0..opts.replicas {
         sh(&format!("ip addr replace {}/32 dev lo", etcd_route(i)));
     }
@@ -263,8 +270,9 @@ pub fn run(opts: &Options) -> Run {
         let wait = p.at.saturating_sub(rec.start.elapsed());
         std::thread::sleep(wait);
         let at = rec.start.elapsed();
-        let what = inject(&mut c, &mut etcd, &rt, &rec, p);
-        faults.push(format!("{:>6.1}s: {what}", at.as_secs_f64()));
+        for done in inject(&mut c, &mut etcd, &rt, &rec, p) {
+            faults.push((done.kind, format!("{:>6.1}s: {}", at.as_secs_f64(), done.what)));
+        }
     }
     // Traffic on a healed system for a while, then quiet until it settles.
     std::thread::sleep((opts.fault_window + Duration::from_secs(10)).saturating_sub(rec.start.elapsed()));

@@ -40,6 +40,9 @@ struct Args {
     /// Check a saved history instead of running anything.
     #[arg(long)]
     check: Option<PathBuf>,
+    /// Print the faults each seed draws instead of running anything.
+    #[arg(long)]
+    plan: bool,
 }
 
 const SUMMARY: &str = "robustness-summary";
@@ -51,6 +54,17 @@ fn main() {
         let report = robustness::check(&history);
         print!("{report}");
         std::process::exit(if report.ok() { 0 } else { 1 });
+    }
+    if args.plan {
+        for seed in args.seed..args.seed + args.runs {
+            let command = ServerCommand { program: PathBuf::new(), args: Vec::new() };
+            let opts =
+                if args.short { harness::Options::short(seed, command) } else { harness::Options::long(seed, command) };
+            let faults: Vec<String> =
+                robustness::failpoint::plan(&opts).iter().map(|p| format!("{:?}@{:?}", p.fault, p.at)).collect();
+            println!("seed {seed}: {}", faults.join(", "));
+        }
+        return;
     }
     let server = args
         .server
@@ -81,40 +95,38 @@ fn main() {
             });
         }
     });
-    let Totals { sums: [calls, watch_items, told_410, judged, faults, violations], failed } =
-        totals.into_inner().unwrap();
+    let Totals { sums, failed } = totals.into_inner().unwrap();
+    let figures: Vec<String> = sums.iter().map(|(k, v)| format!("{k}={v}")).collect();
     println!(
-        "{} runs in {:.0} min: {calls} calls and {watch_items} watch items checked ({judged} of {told_410} 410s \
-         judged), {faults} faults injected, {violations} violations; failed seeds: {failed:?}",
+        "{} runs in {:.0} min; failed seeds: {failed:?}\ntotals: {}",
         args.runs,
-        started.elapsed().as_secs_f64() / 60.0
+        started.elapsed().as_secs_f64() / 60.0,
+        figures.join(" ")
     );
     if !failed.is_empty() {
         std::process::exit(1);
     }
 }
 
-/// The sums of the summary lines' figures, in their order.
+/// The sums of the summary lines' named figures.
 #[derive(Default)]
 struct Totals {
-    sums: [u64; 6],
+    sums: std::collections::BTreeMap<String, u64>,
     failed: Vec<u64>,
 }
 
 impl Totals {
     /// Adds one run's summary line; a run that failed or printed none is a failed seed.
     fn add(&mut self, seed: u64, output: &str, success: bool) {
-        let summary = output.lines().find_map(|l| l.strip_prefix(SUMMARY)).map(|s| {
-            s.split_whitespace().filter_map(|kv| kv.split_once('=')?.1.parse::<u64>().ok()).collect::<Vec<_>>()
-        });
-        match summary {
-            Some(figures) if figures.len() == self.sums.len() => {
-                self.sums.iter_mut().zip(figures).for_each(|(sum, n)| *sum += n);
-                if !success {
-                    self.failed.push(seed);
-                }
-            }
-            _ => self.failed.push(seed),
+        let Some(summary) = output.lines().find_map(|l| l.strip_prefix(SUMMARY)) else {
+            self.failed.push(seed);
+            return;
+        };
+        for (k, v) in summary.split_whitespace().filter_map(|kv| kv.split_once('=')) {
+            *self.sums.entry(k.to_owned()).or_default() += v.parse::<u64>().unwrap_or(0);
+        }
+        if !success {
+            self.failed.push(seed);
         }
     }
 }
@@ -151,19 +163,36 @@ fn one_run(args: &Args, server: PathBuf) {
     }
     let report = robustness::check(&run.history);
     println!("seed {} took {:.0} s; faults:", args.seed, run.took.as_secs_f64());
-    for f in &run.faults {
+    for (_, f) in &run.faults {
         println!("  {f}");
     }
     print!("{report}");
-    println!(
-        "{SUMMARY} calls={} watch_items={} told_410={} told_410_judged={} faults={} violations={}",
-        report.calls,
-        report.watch_events,
-        report.told_410,
-        report.told_410_judged,
-        run.faults.len(),
-        report.violations.len()
-    );
+    let r = &report;
+    let mut figures = vec![
+        ("calls", r.calls),
+        ("lost", r.calls_lost),
+        ("refused", r.calls_refused),
+        ("placed", r.calls_checked),
+        ("undecided", r.undecided.len()),
+        ("watch_items", r.watch_events),
+        ("watches", r.watches),
+        ("watches_with_state", r.watches_with_state),
+        ("resumes", r.resumes),
+        ("relists", r.relists),
+        ("told_410", r.told_410),
+        ("told_410_judged", r.told_410_judged),
+        ("lists_told_410", r.reads_told_410),
+        ("compactions", r.compactions),
+        ("defragmentations", r.defragmentations),
+        ("cache_reloads", r.cache_reloads),
+        ("faults", run.faults.len()),
+        ("violations", r.violations.len()),
+    ]
+    .into_iter()
+    .map(|(k, v)| format!("{k}={v}"))
+    .collect::<Vec<_>>();
+    figures.extend(run.faults.iter().map(|(kind, _)| format!("fault:{kind}=1")));
+    println!("{SUMMARY} {}", figures.join(" "));
     if !report.ok() {
         std::process::exit(1);
     }

@@ -1,5 +1,6 @@
 //! A three-member etcd cluster on the namespace's loopback, for the robustness harness: members killed (SIGKILL),
-//! stopped (SIGTERM) and started again on their data, and the leader found.
+//! stopped (SIGTERM) and started again on their data, cut from their peers, and the leader found. Each member runs
+//! as a user of its own, so iptables can tell its packets from its peers' on the one loopback.
 
 use std::fs::File;
 use std::net::{TcpListener, TcpStream};
@@ -66,12 +67,25 @@ impl EtcdCluster {
         self.members.iter().map(|m| format!("http://127.0.0.1:{}", m.client_port)).collect()
     }
 
+    /// The user member `i` runs as.
+    fn uid(i: usize) -> u32 {
+        20_000 + i as u32
+    }
+
     fn spawn(&mut self, i: usize) {
         let cluster: Vec<String> =
             self.members.iter().map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port)).collect();
         let m = &self.members[i];
         let log = File::options().create(true).append(true).open(self.dir.join(format!("{}.log", m.name))).unwrap();
-        let child = Command::new(&self.binary)
+        let data = self.dir.join(&m.name);
+        std::fs::create_dir_all(&data).unwrap();
+        let uid = Self::uid(i);
+        std::os::unix::fs::chown(&data, Some(uid), Some(uid)).expect("chown the member's data");
+        std::fs::set_permissions(&data, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+        let binary = std::fs::canonicalize(&self.binary).unwrap_or_else(|_| self.binary.clone());
+        let child = Command::new("setpriv")
+            .args(["--reuid", &uid.to_string(), "--regid", &uid.to_string(), "--clear-groups"])
+            .arg(binary)
             .arg(format!("--name={}", m.name))
             .arg(format!("--data-dir={}", self.dir.join(&m.name).display()))
             .arg(format!("--listen-client-urls=http://0.0.0.0:{}", m.client_port))
@@ -138,6 +152,20 @@ impl EtcdCluster {
 
     pub fn log(&self, i: usize) -> String {
         std::fs::read_to_string(self.dir.join(format!("{}.log", self.members[i].name))).unwrap_or_default()
+    }
+
+    /// iptables rules (for `-I`/`-D OUTPUT`) that cut member `i` from its peers, both ways: nothing reaches its peer
+    /// port, nothing it sends to theirs leaves; clients still reach it.
+    pub fn peer_partition_rules(&self, i: usize) -> Vec<String> {
+        let me = &self.members[i];
+        let mut rules = vec![
+            format!("-p tcp --dport {} -j DROP", me.peer_port),
+            format!("-p tcp --sport {} -j DROP", me.peer_port),
+        ];
+        for other in self.members.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, o)| o) {
+            rules.push(format!("-m owner --uid-owner {} -p tcp --dport {} -j DROP", Self::uid(i), other.peer_port));
+        }
+        rules
     }
 
     /// The member that leads now, as the members themselves say.

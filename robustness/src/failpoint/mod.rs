@@ -4,7 +4,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use podset_envtest::{Cluster, REPLICA_IPS};
+use podset_envtest::{Cluster, APISERVER_ROUTES, REPLICA_IPS};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -35,10 +35,19 @@ pub enum Fault {
     PartitionReplica(usize),
     /// Every packet to a replica, from etcd and from clients, through a 256 kbit/s link.
     SlowReplica(usize),
+    /// A fifth of the packets to a replica, from etcd and from clients, lost (netem is not in every kernel; the
+    /// loss is iptables' random match).
+    LossyReplica(usize),
     KillEtcdMember(usize),
     KillEtcdLeader,
     /// SIGTERM a member and start it again at once.
     RestartEtcdMember(usize),
+    /// Cut the controller's leader from everything: etcd, its clients and the main API server. It runs on while
+    /// its Lease lapses and another replica takes over: the split brain the Lease check before each write is for.
+    IsolateLeader,
+    /// Cut etcd's leader from its peers (its clients still reach it): the others elect a new leader, the old one
+    /// must stop answering as one.
+    PartitionEtcdLeader,
 }
 
 /// One fault in the schedule: when it starts (from the start of traffic), what, for how long.
@@ -47,6 +56,18 @@ pub struct Planned {
     pub at: Duration,
     pub fault: Fault,
     pub lasts: Duration,
+    /// A fault of etcd's at the same time, and how long it lasts.
+    pub with: Option<(Fault, Duration)>,
+}
+
+impl Fault {
+    /// A fault of etcd's members rather than of a replica or its links.
+    pub fn on_etcd(self) -> bool {
+        matches!(
+            self,
+            Fault::KillEtcdMember(_) | Fault::KillEtcdLeader | Fault::RestartEtcdMember(_) | Fault::PartitionEtcdLeader
+        )
+    }
 }
 
 /// The faults a seed gives: one per slot of the window, each ending within its slot.
@@ -66,22 +87,42 @@ pub fn plan(opts: &Options) -> Vec<Planned> {
                 Fault::KillEtcdMember(m),
                 Fault::KillEtcdLeader,
                 Fault::RestartEtcdMember(m),
-            ][rng.random_range(0..8)];
+                Fault::LossyReplica(r),
+                Fault::PartitionEtcdLeader,
+                Fault::IsolateLeader,
+            ][rng.random_range(0..11)];
             let fault = opts.fixed.get(n).copied().unwrap_or(drawn);
             let secs = |rng: &mut StdRng, lo, hi| Duration::from_secs(rng.random_range(lo..hi));
             let lasts = match fault {
                 Fault::KillReplica(_) => secs(&mut rng, 2, 8),
                 Fault::PauseLeader | Fault::PauseReplica(_) => PAUSE,
                 Fault::PartitionReplica(_) => secs(&mut rng, 5, 20),
-                Fault::SlowReplica(_) => secs(&mut rng, 5, 15),
+                Fault::SlowReplica(_) | Fault::LossyReplica(_) => secs(&mut rng, 5, 15),
+                Fault::PartitionEtcdLeader => secs(&mut rng, 5, 15),
+                // Longer than the Lease (15 s), so leadership moves while it still runs.
+                Fault::IsolateLeader => secs(&mut rng, 20, 34),
                 Fault::KillEtcdMember(_) | Fault::KillEtcdLeader => secs(&mut rng, 2, 10),
                 Fault::RestartEtcdMember(_) => Duration::ZERO,
             };
             let lasts = lasts.min(slot.saturating_sub(Duration::from_secs(2)));
+            // Faults overlap too: a third of a replica's come with one of etcd's, within them.
+            let with = (opts.overlap && !fault.on_etcd() && rng.random_range(0..3) == 0).then(|| {
+                let m = rng.random_range(0..3);
+                let e = [Fault::KillEtcdMember(m), Fault::KillEtcdLeader, Fault::PartitionEtcdLeader]
+                    [rng.random_range(0..3)];
+                (e, secs(&mut rng, 2, 10).min(lasts.max(Duration::from_secs(2))))
+            });
             let room = (slot - lasts).as_millis().max(1) as u64;
-            Planned { at: slot * n as u32 + Duration::from_millis(rng.random_range(0..room)), fault, lasts }
+            Planned { at: slot * n as u32 + Duration::from_millis(rng.random_range(0..room)), fault, lasts, with }
         })
         .collect()
+}
+
+/// Adds (`-I`) or removes (`-D`) OUTPUT rules.
+fn iptables(op: &str, rules: &[String]) {
+    for r in rules {
+        sh(&format!("iptables {op} OUTPUT {r}"));
+    }
 }
 
 pub(crate) fn sh(cmd: &str) {
@@ -89,16 +130,38 @@ pub(crate) fn sh(cmd: &str) {
     assert!(status.success(), "`{cmd}` failed: {status}");
 }
 
-/// A fault, done and undone; returns what happened, for the report.
+/// What a fault did: its kind (a leader fault only when the leader was known), and a line for the report.
+pub struct Injected {
+    pub kind: &'static str,
+    pub what: String,
+}
+
+/// A fault, done and undone, with the etcd fault that overlaps it if any; returns what happened, for the report.
 pub(crate) fn inject(
     c: &mut Cluster,
     etcd: &mut EtcdCluster,
     rt: &tokio::runtime::Runtime,
     rec: &Recorder,
     p: Planned,
-) -> String {
+) -> Vec<Injected> {
+    let Some((with, lasts)) = p.with else {
+        return vec![if p.fault.on_etcd() { inject_etcd(etcd, rt, p) } else { inject_replica(c, rec, p) }];
+    };
+    std::thread::scope(|s| {
+        let other = s.spawn(|| inject_etcd(etcd, rt, Planned { fault: with, lasts, with: None, ..p }));
+        let first = inject_replica(c, rec, p);
+        vec![first, other.join().expect("the overlapping fault")]
+    })
+}
+
+fn done(kind: &'static str, what: String) -> Injected {
+    Injected { kind, what }
+}
+
+/// A fault of a replica (or of its links).
+fn inject_replica(c: &mut Cluster, rec: &Recorder, p: Planned) -> Injected {
     let port = c.podset_addr.port();
-    let what = match p.fault {
+    match p.fault {
         Fault::KillReplica(i) => {
             c.kill_replica(i);
             std::thread::sleep(p.lasts);
@@ -108,19 +171,26 @@ pub(crate) fn inject(
                 answers_from: None,
             });
             c.start_replica(i);
-            format!("kill -9 replica {i}, started again after {:?}", p.lasts)
+            done("replica-killed", format!("kill -9 replica {i}, started again after {:?}", p.lasts))
         }
         Fault::PauseLeader | Fault::PauseReplica(_) => {
-            let i = match p.fault {
-                Fault::PauseReplica(i) => i,
-                _ => c.controller_leader().unwrap_or(0),
+            let (i, leader) = match p.fault {
+                Fault::PauseReplica(i) => (i, None),
+                _ => match c.controller_leader() {
+                    Some(i) => (i, Some(true)),
+                    None => (0, Some(false)),
+                },
             };
             let pid = c.replica_pid(i).expect("replica runs").to_string();
             sh(&format!("kill -STOP {pid}"));
             std::thread::sleep(p.lasts);
             sh(&format!("kill -CONT {pid}"));
-            let leader = if p.fault == Fault::PauseLeader { " (the controller's leader)" } else { "" };
-            format!("SIGSTOP replica {i}{leader} for {:?}, then SIGCONT", p.lasts)
+            let (kind, who) = match leader {
+                Some(true) => ("leader-paused", " (the controller's leader)"),
+                Some(false) => ("replica-paused", " (the controller's leader was not known)"),
+                None => ("replica-paused", ""),
+            };
+            done(kind, format!("SIGSTOP replica {i}{who} for {:?}, then SIGCONT", p.lasts))
         }
         Fault::PartitionReplica(i) => {
             let (ip, route) = (REPLICA_IPS[i], etcd_route(i));
@@ -131,7 +201,7 @@ pub(crate) fn inject(
             sh(&format!(
                 "iptables -D OUTPUT -d {ip} -p tcp --dport {port} -j DROP && iptables -D OUTPUT -d {route} -j DROP"
             ));
-            format!("cut replica {i} from etcd and its clients for {:?}", p.lasts)
+            done("replica-cut-off", format!("cut replica {i} from etcd and its clients for {:?}", p.lasts))
         }
         Fault::SlowReplica(i) => {
             let (ip, route) = (REPLICA_IPS[i], etcd_route(i));
@@ -145,27 +215,82 @@ pub(crate) fn inject(
             ));
             std::thread::sleep(p.lasts);
             sh("tc qdisc del dev lo root");
-            format!("replica {i}'s packets (from clients and etcd) throttled to 256 kbit/s for {:?}", p.lasts)
+            done(
+                "replica-throttled",
+                format!("replica {i}'s packets (from clients and etcd) throttled to 256 kbit/s for {:?}", p.lasts),
+            )
+        }
+        Fault::LossyReplica(i) => {
+            let (ip, route) = (REPLICA_IPS[i], etcd_route(i));
+            let rules = [
+                format!("-d {ip} -p tcp --dport {port} -m statistic --mode random --probability 0.2 -j DROP"),
+                format!("-d {route} -m statistic --mode random --probability 0.2 -j DROP"),
+            ];
+            iptables("-I", &rules);
+            std::thread::sleep(p.lasts);
+            iptables("-D", &rules);
+            done(
+                "replica-lossy",
+                format!("a fifth of replica {i}'s packets (from clients and etcd) lost for {:?}", p.lasts),
+            )
+        }
+        Fault::IsolateLeader => {
+            let (i, kind, who) = match c.controller_leader() {
+                Some(i) => (i, "leader-isolated", " (the controller's leader)"),
+                None => (0, "replica-isolated", " (the controller's leader was not known)"),
+            };
+            let rules = [
+                format!("-d {} -p tcp --dport {port} -j DROP", REPLICA_IPS[i]),
+                format!("-d {} -j DROP", etcd_route(i)),
+                format!("-d {} -j DROP", APISERVER_ROUTES[i]),
+            ];
+            iptables("-I", &rules);
+            std::thread::sleep(p.lasts);
+            iptables("-D", &rules);
+            done(kind, format!("cut replica {i}{who} from etcd, its clients and kube-apiserver for {:?}", p.lasts))
+        }
+        f => unreachable!("{f:?} is etcd's"),
+    }
+}
+
+/// A fault of etcd's members.
+fn inject_etcd(etcd: &mut EtcdCluster, rt: &tokio::runtime::Runtime, p: Planned) -> Injected {
+    match p.fault {
+        Fault::PartitionEtcdLeader => {
+            let Some(m) = rt.block_on(etcd.leader()) else {
+                return done("nothing", "no etcd leader to cut off: nothing done".into());
+            };
+            let rules = etcd.peer_partition_rules(m);
+            iptables("-I", &rules);
+            std::thread::sleep(p.lasts);
+            iptables("-D", &rules);
+            done(
+                "etcd-leader-cut-from-peers",
+                format!("cut etcd's leader (member {m}) from its peers for {:?}", p.lasts),
+            )
         }
         Fault::KillEtcdMember(_) | Fault::KillEtcdLeader => {
-            let (m, leader) = match p.fault {
-                Fault::KillEtcdMember(m) => (m, ""),
-                _ => (rt.block_on(etcd.leader()).unwrap_or(0), " (the leader)"),
+            let (m, kind, leader) = match p.fault {
+                Fault::KillEtcdMember(m) => (m, "etcd-member-killed", ""),
+                _ => match rt.block_on(etcd.leader()) {
+                    Some(m) => (m, "etcd-leader-killed", " (the leader)"),
+                    None => (0, "etcd-member-killed", " (the leader was not known)"),
+                },
             };
             etcd.kill(m);
             std::thread::sleep(p.lasts);
             etcd.start_member(m);
             etcd.wait_healthy(m);
-            format!("kill -9 etcd member {m}{leader}, started again after {:?}", p.lasts)
+            done(kind, format!("kill -9 etcd member {m}{leader}, started again after {:?}", p.lasts))
         }
         Fault::RestartEtcdMember(m) => {
             etcd.stop(m);
             etcd.start_member(m);
             etcd.wait_healthy(m);
-            format!("restart etcd member {m} (SIGTERM)")
+            done("etcd-member-restarted", format!("restart etcd member {m} (SIGTERM)"))
         }
-    };
-    what
+        f => unreachable!("{f:?} is a replica's"),
+    }
 }
 
 #[cfg(test)]
@@ -195,14 +320,25 @@ mod tests {
                     Fault::KillReplica(r)
                     | Fault::PauseReplica(r)
                     | Fault::PartitionReplica(r)
-                    | Fault::SlowReplica(r) => {
+                    | Fault::SlowReplica(r)
+                    | Fault::LossyReplica(r) => {
                         assert!(r < opts.replicas)
                     }
                     Fault::KillEtcdMember(m) | Fault::RestartEtcdMember(m) => assert!(m < 3),
-                    Fault::PauseLeader | Fault::KillEtcdLeader => {}
+                    Fault::PauseLeader | Fault::KillEtcdLeader | Fault::PartitionEtcdLeader | Fault::IsolateLeader => {}
                 }
             }
         }
         assert_ne!(format!("{:?}", plan(&options(1))), format!("{:?}", plan(&options(2))), "seeds differ");
+        // The long form overlaps some of a replica's faults with one of etcd's, inside them; the short form never.
+        let long = |seed| Options::long(seed, ServerCommand { program: "podset-apiserver".into(), args: Vec::new() });
+        let overlapping: Vec<Planned> =
+            (1..50).flat_map(|seed| plan(&long(seed))).filter(|p| p.with.is_some()).collect();
+        assert!(!overlapping.is_empty());
+        for p in &overlapping {
+            let (with, lasts) = p.with.unwrap();
+            assert!(with.on_etcd() && !p.fault.on_etcd() && lasts <= p.lasts.max(Duration::from_secs(2)), "{p:?}");
+        }
+        assert!((1..50).flat_map(|seed| plan(&options(seed))).all(|p| p.with.is_none()));
     }
 }

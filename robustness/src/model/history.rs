@@ -235,10 +235,13 @@ pub enum WatchItem {
         key: Key,
         seen: Seen,
     },
-    /// The last state, stamped with the deletion's revision.
+    /// The last state, stamped with the deletion's revision: its marker says which state it was.
     Deleted {
         key: Key,
         resource_version: u64,
+        /// `None` in histories from before it was recorded.
+        #[serde(default)]
+        marker: Option<String>,
     },
     Bookmark {
         resource_version: u64,
@@ -251,7 +254,7 @@ impl WatchItem {
     pub fn event(&self) -> Option<(&str, u64)> {
         match self {
             WatchItem::Added { key, seen } | WatchItem::Modified { key, seen } => Some((key, seen.resource_version)),
-            WatchItem::Deleted { key, resource_version } => Some((key, *resource_version)),
+            WatchItem::Deleted { key, resource_version, .. } => Some((key, *resource_version)),
             _ => None,
         }
     }

@@ -299,6 +299,7 @@ impl Client {
                 self.call(&route, req, async { object(api.patch_status(&name, &pp, &Patch::Merge(&patch)).await) })
                     .await;
             }
+            84..86 => self.delete_collection(&route, &api, namespace, group_of(&name)).await,
             _ => {
                 let precondition = if self.rng.random_bool(0.5) {
                     let req = Request::Get { key: key.clone(), from: ReadFrom::Latest };
@@ -329,6 +330,55 @@ impl Client {
                 .await;
             }
         }
+    }
+}
+
+impl Client {
+    /// deletecollection of one label's PodSets in a namespace: recorded as one delete per key, within the call's
+    /// interval; when the answer does not say what was deleted, a lost delete of every key it may have taken.
+    async fn delete_collection(&mut self, route: &Route, api: &Api<PodSet>, namespace: &str, group: &str) {
+        let lp = ListParams::default().labels(&format!("{GROUP_LABEL}={group}"));
+        let call = self.rec.now();
+        let answer = tokio::time::timeout(CALL_TIMEOUT, api.delete_collection(&DeleteParams::default(), &lp)).await;
+        let ret = self.rec.now();
+        let delete = |key: String, ret, response| Operation {
+            client: self.id,
+            route: route.name.clone(),
+            call,
+            ret,
+            request: Request::Delete { key, precondition: None },
+            response,
+        };
+        let ops: Vec<Operation> = match answer {
+            Ok(Ok(either)) if either.is_left() => {
+                let list = either.left().expect("a list");
+                list.items
+                    .iter()
+                    .map(|ps| match seen(ps) {
+                        Some(s) => delete(key_of(ps), ret, Response::Deleted { resource_version: s.resource_version }),
+                        None => delete(
+                            key_of(ps),
+                            ret,
+                            Response::Refused("a deleted object without a resourceVersion".into()),
+                        ),
+                    })
+                    .collect()
+            }
+            // A Status, an error (it may have deleted some before failing: kube-apiserver's is not atomic either),
+            // or no answer.
+            _ => (0..self.keys)
+                .filter(|i| NAMESPACES[i * NAMESPACES.len() / self.keys] == namespace)
+                .map(|i| format!("ps-{i}"))
+                .filter(|name| group_of(name) == group)
+                .map(|name| delete(format!("{namespace}/{name}"), NEVER, Response::Lost))
+                .collect(),
+        };
+        for op in &ops {
+            if let Response::Deleted { resource_version } = op.response {
+                self.rec.saw(resource_version);
+            }
+        }
+        self.rec.operations.lock().unwrap().extend(ops);
     }
 }
 

@@ -56,9 +56,11 @@ async fn follow<K: Resource>(
         let item = match &event {
             WatchEvent::Added(o) => object(o).map(|(key, seen)| WatchItem::Added { key, seen }),
             WatchEvent::Modified(o) => object(o).map(|(key, seen)| WatchItem::Modified { key, seen }),
-            WatchEvent::Deleted(o) => {
-                object(o).map(|(key, s)| WatchItem::Deleted { key, resource_version: s.resource_version })
-            }
+            WatchEvent::Deleted(o) => object(o).map(|(key, s)| WatchItem::Deleted {
+                key,
+                resource_version: s.resource_version,
+                marker: Some(s.marker),
+            }),
             WatchEvent::Bookmark(b) => {
                 b.metadata.resource_version.parse().ok().map(|rv| WatchItem::Bookmark { resource_version: rv })
             }

@@ -149,7 +149,7 @@ pub fn check_resource_versions(history: &History) -> Vec<Finding> {
                 WatchItem::Added { key, seen } | WatchItem::Modified { key, seen } => {
                     see(seen.resource_version, key, Some(&seen.marker), by.clone())
                 }
-                WatchItem::Deleted { key, resource_version } => see(*resource_version, key, None, by.clone()),
+                WatchItem::Deleted { key, resource_version, .. } => see(*resource_version, key, None, by.clone()),
                 _ => {}
             }
         }

@@ -116,12 +116,13 @@ fn check_from(w: &Watch, changes: &[Change], kept_from: Option<u64>) -> Vec<Find
             }
         }
     }
-    // Each change with whether its key existed just before (Added or Modified).
-    let mut exists: HashMap<&str, bool> = HashMap::new();
-    let mut by_rv: HashMap<(&str, u64), (&Change, bool)> = HashMap::new();
+    // Each change with the key's marker just before (None: it did not exist): Added or Modified, and what a
+    // DELETED event must show.
+    let mut before: HashMap<&str, Option<&str>> = HashMap::new();
+    let mut by_rv: HashMap<(&str, u64), (&Change, Option<&str>)> = HashMap::new();
     for c in changes {
-        let existed = exists.insert(&c.key, c.marker.is_some()).unwrap_or(false);
-        by_rv.insert((c.key.as_str(), c.resource_version), (c, existed));
+        let prev = before.insert(&c.key, c.marker.as_deref()).flatten();
+        by_rv.insert((c.key.as_str(), c.resource_version), (c, prev));
     }
     // Reliability: exactly etcd's changes in the watch's scope from the start up to what was promised delivered.
     let upto = last_event.max(last_bookmark);
@@ -143,14 +144,16 @@ fn check_from(w: &Watch, changes: &[Change], kept_from: Option<u64>) -> Vec<Find
         }
     }
     for &(i, key, rv) in &delivered {
-        let Some(&(c, existed)) = by_rv.get(&(key, rv)) else {
+        let Some(&(c, prev)) = by_rv.get(&(key, rv)) else {
             fail("event of a change etcd never had", vec![item_line(i, &w.items[i])]);
             continue;
         };
         let right = match &w.items[i] {
-            WatchItem::Added { seen, .. } => !existed && c.marker.as_deref() == Some(&seen.marker),
-            WatchItem::Modified { seen, .. } => existed && c.marker.as_deref() == Some(&seen.marker),
-            WatchItem::Deleted { .. } => c.marker.is_none(),
+            WatchItem::Added { seen, .. } => prev.is_none() && c.marker.as_deref() == Some(&seen.marker),
+            WatchItem::Modified { seen, .. } => prev.is_some() && c.marker.as_deref() == Some(&seen.marker),
+            WatchItem::Deleted { marker, .. } => {
+                c.marker.is_none() && marker.as_deref().is_none_or(|m| prev == Some(m))
+            }
             _ => true,
         };
         if !right {
@@ -408,7 +411,7 @@ mod tests {
         WatchItem::Modified { key: key.into(), seen: Seen { resource_version: rv, marker: m.into() } }
     }
     fn deleted(key: &str, rv: u64) -> WatchItem {
-        WatchItem::Deleted { key: key.into(), resource_version: rv }
+        WatchItem::Deleted { key: key.into(), resource_version: rv, marker: Some("a2".into()) }
     }
     fn bookmark(rv: u64) -> WatchItem {
         WatchItem::Bookmark { resource_version: rv }
@@ -470,6 +473,9 @@ mod tests {
         );
         assert_eq!(found(watch(4, vec![added("ns/a", 5, "a2")])), ["event does not match etcd's change"]);
         assert_eq!(found(watch(4, vec![modified("ns/a", 5, "zz")])), ["event does not match etcd's change"]);
+        // A DELETED event shows the last state: ns/a's was a2.
+        let wrong_last = WatchItem::Deleted { key: "ns/a".into(), resource_version: 6, marker: Some("a1".into()) };
+        assert_eq!(found(watch(5, vec![wrong_last])), ["event does not match etcd's change"]);
         assert_eq!(
             found(watch(4, vec![modified("ns/c", 5, "a2")])),
             ["gap: a change never delivered", "event of a change etcd never had"]
