@@ -60,8 +60,13 @@ fn main() {
             let command = ServerCommand { program: PathBuf::new(), args: Vec::new() };
             let opts =
                 if args.short { harness::Options::short(seed, command) } else { harness::Options::long(seed, command) };
-            let faults: Vec<String> =
-                robustness::failpoint::plan(&opts).iter().map(|p| format!("{:?}@{:?}", p.fault, p.at)).collect();
+            let faults: Vec<String> = robustness::failpoint::plan(&opts)
+                .iter()
+                .map(|p| match p.with {
+                    Some((with, _)) => format!("{:?} with {with:?}@{:?}", p.fault, p.at),
+                    None => format!("{:?}@{:?}", p.fault, p.at),
+                })
+                .collect();
             println!("seed {seed}: {}", faults.join(", "));
         }
         return;
@@ -159,7 +164,12 @@ fn one_run(args: &Args, server: PathBuf) {
     let run = harness::run(&opts);
     if let Some(dir) = &args.save {
         let file = dir.join(format!("seed-{}.json", args.seed));
-        std::fs::write(&file, serde_json::to_vec(&run.history).unwrap()).expect("saving the history");
+        // A history that cannot be kept must not cost the run's report.
+        if let Err(e) =
+            std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&file, serde_json::to_vec(&run.history).unwrap()))
+        {
+            eprintln!("seed {}: cannot keep the history in {}: {e}", args.seed, file.display());
+        }
     }
     let report = robustness::check(&run.history);
     println!("seed {} took {:.0} s; faults:", args.seed, run.took.as_secs_f64());
