@@ -633,5 +633,13 @@ mod tests {
         // A resume that did not start is tried again from where it stood.
         let failed = segment(4, false, Vec::new(), WatchEnd::NotStarted("no answer".into()));
         assert_eq!(found(vec![first(), failed, rest(4)]), Vec::<String>::new());
+        // A WatchList stands at its initial-events-end bookmark; cut before it, it must start over.
+        let watch_list =
+            |items, end| Watch { start: WatchStart::InitialEvents, from: 0, ..segment(0, true, items, end) };
+        let listed = watch_list(vec![added("ns/a", 2, "a1"), added("ns/b", 3, "b1"), bookmark(4)], WatchEnd::Closed);
+        assert_eq!(found(vec![listed.clone(), rest(4)]), Vec::<String>::new());
+        let cut = watch_list(vec![added("ns/a", 2, "a1")], WatchEnd::Silent);
+        assert_eq!(found(vec![cut.clone(), rest(2)]), ["informer watched without a list first"]);
+        assert_eq!(found(vec![cut, Watch { call: 5, ..listed }, Watch { call: 6, ..rest(4) }]), Vec::<String>::new());
     }
 }
