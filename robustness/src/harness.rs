@@ -120,6 +120,10 @@ async fn floor_poller(route: Route, rec: Arc<Recorder>, stop: CancellationToken)
         let floor = text.ok().and_then(Result::ok).and_then(|t| {
             t.lines().find_map(|l| l.strip_prefix("podset_storage_compacted_revision ")?.trim().parse::<u64>().ok())
         });
+        // A replica that does not answer may be restarting: its next process's floor is not a reload.
+        if floor.is_none() {
+            last = None;
+        }
         if let Some(floor) = floor {
             let now = rec.now();
             if let Some((before, since)) = last.filter(|(before, _)| floor > *before) {
@@ -253,9 +257,12 @@ pub fn run(opts: &Options) -> Run {
         let task = rt.spawn(informer.run(rec.clone(), rng, informers_stop.clone()));
         informers.push((namespace, reached, task));
     }
-    for route in routes.iter().filter(|r| r.name != AGGREGATOR) {
-        tasks.push(rt.spawn(floor_poller(route.clone(), rec.clone(), stop.clone())));
-    }
+    // Until the informers stop: a reload while they finish must be known too.
+    let pollers: Vec<_> = routes
+        .iter()
+        .filter(|r| r.name != AGGREGATOR)
+        .map(|route| rt.spawn(floor_poller(route.clone(), rec.clone(), informers_stop.clone())))
+        .collect();
     if let Some(interval) = opts.compaction {
         let rng = StdRng::seed_from_u64(opts.seed ^ (300 << 32));
         let endpoints = etcd.endpoints();
@@ -310,6 +317,7 @@ pub fn run(opts: &Options) -> Run {
         Ok(changes) => (changes, None),
         Err(gap) => (Vec::new(), Some(gap)),
     };
+    let record_until = changes.last().map(|c| c.resource_version);
     record_stop.cancel();
     let _ = rt.block_on(record_task);
     // Every informer must get to etcd's last change in its scope; the checker says which did not.
@@ -323,6 +331,9 @@ pub fn run(opts: &Options) -> Run {
     informers_stop.cancel();
     rt.block_on(async {
         for (_, _, t) in informers {
+            let _ = t.await;
+        }
+        for t in pollers {
             let _ = t.await;
         }
     });
@@ -351,6 +362,7 @@ pub fn run(opts: &Options) -> Run {
         compactions: std::mem::take(&mut *rec.compactions.lock().unwrap()),
         defragmentations: std::mem::take(&mut *rec.defragmentations.lock().unwrap()),
         record_gap,
+        record_until,
     };
     drop(c);
     drop(etcd);

@@ -14,6 +14,9 @@ fn free_ports(n: usize) -> Vec<u16> {
     held.iter().map(|l| l.local_addr().unwrap().port()).collect()
 }
 
+/// The conntrack mark of a cut-off member's connections to its peers.
+const PARTITION_MARK: &str = "0x2a";
+
 struct Member {
     name: String,
     client_port: u16,
@@ -154,18 +157,24 @@ impl EtcdCluster {
         std::fs::read_to_string(self.dir.join(format!("{}.log", self.members[i].name))).unwrap_or_default()
     }
 
-    /// iptables rules (for `-I`/`-D OUTPUT`) that cut member `i` from its peers, both ways: nothing reaches its peer
-    /// port, nothing it sends to theirs leaves; clients still reach it.
+    /// iptables rules (for `-I`/`-D OUTPUT`, in this order) that cut member `i` from its peers, both ways: on the
+    /// connections its peers opened to it (its peer port) and on those it opened to theirs (marked when it sends,
+    /// so their answers on them are dropped too); clients still reach it.
     pub fn peer_partition_rules(&self, i: usize) -> Vec<String> {
         let me = &self.members[i];
-        let mut rules = vec![
+        let theirs: Vec<String> =
+            self.members.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, o)| o.peer_port.to_string()).collect();
+        vec![
             format!("-p tcp --dport {} -j DROP", me.peer_port),
             format!("-p tcp --sport {} -j DROP", me.peer_port),
-        ];
-        for other in self.members.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, o)| o) {
-            rules.push(format!("-m owner --uid-owner {} -p tcp --dport {} -j DROP", Self::uid(i), other.peer_port));
-        }
-        rules
+            format!("-m connmark --mark {PARTITION_MARK} -j DROP"),
+            // Inserted last, so it comes first: the mark is set before the drop above looks for it.
+            format!(
+                "-m owner --uid-owner {} -p tcp -m multiport --dports {} -j CONNMARK --set-mark {PARTITION_MARK}",
+                Self::uid(i),
+                theirs.join(",")
+            ),
+        ]
     }
 
     /// The member that leads now, as the members themselves say.

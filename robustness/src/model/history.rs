@@ -421,6 +421,10 @@ pub struct History {
     /// Set when etcd's record of the run has a hole (etcd compacted what it had not read): nothing can be checked.
     #[serde(default)]
     pub record_gap: Option<String>,
+    /// The revision the record was read up to; watches went on a little longer, and what they saw after it is not
+    /// judged.
+    #[serde(default)]
+    pub record_until: Option<u64>,
 }
 
 /// A PodSet once the faults were over and the system had time to settle.

@@ -263,16 +263,20 @@ impl Informer {
             let mut lp = if any { ListParams::default().match_any() } else { ListParams::default().limit(limit) };
             let mut at = None;
             loop {
-                let (metadata, page): (_, Vec<kube::core::ObjectMeta>) = if metadata_only {
-                    match api.list_metadata(&lp).await {
-                        Ok(l) => (l.metadata, l.items.into_iter().map(|o| o.metadata).collect()),
-                        Err(e) => return failure(&e),
-                    }
+                let page = if metadata_only {
+                    api.list_metadata(&lp)
+                        .await
+                        .map(|l| (l.metadata, l.items.into_iter().map(|o| o.metadata).collect()))
                 } else {
-                    match api.list(&lp).await {
-                        Ok(l) => (l.metadata, l.items.into_iter().map(|o| o.metadata).collect()),
-                        Err(e) => return failure(&e),
+                    api.list(&lp).await.map(|l| (l.metadata, l.items.into_iter().map(|o| o.metadata).collect()))
+                };
+                let (metadata, page): (_, Vec<kube::core::ObjectMeta>) = match page {
+                    Ok(p) => p,
+                    // Judged as any list's 410 (only a continue token's may be one here).
+                    Err(kube::Error::Api(s)) if s.code == 410 => {
+                        return Response::Expired { revision: at.unwrap_or(0), continued: at.is_some() };
                     }
+                    Err(e) => return failure(&e),
                 };
                 at = at.or(metadata.resource_version.as_deref().and_then(|r| r.parse::<u64>().ok()));
                 for m in &page {

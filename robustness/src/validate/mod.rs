@@ -15,6 +15,20 @@ const SHOWN: usize = 30;
 
 /// Runs every check.
 pub fn check(history: &History) -> Report {
+    let original = history;
+    // Watches went on after etcd's record was read (informers must reach its end); what came later is not judged.
+    let trimmed;
+    let history = match history.record_until {
+        Some(until) => {
+            let mut h = history.clone();
+            for w in &mut h.watches {
+                w.items.retain(|i| i.event().is_none_or(|(_, rv)| rv <= until));
+            }
+            trimmed = h;
+            &trimmed
+        }
+        None => history,
+    };
     let mut report = Report {
         seed: history.seed,
         calls: history.operations.len(),
@@ -81,6 +95,8 @@ pub fn check(history: &History) -> Report {
             .violations
             .extend(truth::check_expired_reads(history, |op| watch::kept_at(history, &bounds, &op.route, op.call)));
         report.violations.extend(watch::check(history, &bounds, &kept));
+        // Resumes are judged on what the informers were told, all of it.
+        report.violations.extend(watch::check_informers(original));
     }
     report.violations.extend(controller::check(history));
     report
@@ -173,6 +189,19 @@ mod tests {
         let history = History { record_gap: Some("compacted to 9 before 5 was read".into()), ..history };
         let found: Vec<String> = check(&history).violations.into_iter().map(|v| v.0).collect();
         assert_eq!(found, ["etcd's record of the run has a hole"]);
+    }
+
+    #[test]
+    fn what_watches_saw_after_the_record_ends_is_not_judged() {
+        use crate::model::history::{Watch, WatchItem};
+        let change = Change { resource_version: 2, key: "ns/a".into(), marker: Some("m".into()) };
+        let later = WatchItem::Modified { key: "ns/a".into(), seen: Seen { resource_version: 3, marker: "n".into() } };
+        let watch = Watch { namespace: "ns".into(), from: 2, items: vec![later], ..Default::default() };
+        let history = History { changes: vec![change], watches: vec![watch], ..Default::default() };
+        let found = |h: &History| check(h).violations.into_iter().map(|v| v.0).collect::<Vec<_>>();
+        assert!(found(&history).contains(&"event of a change etcd never had".to_owned()));
+        let history = History { record_until: Some(2), ..history };
+        assert!(!found(&history).contains(&"event of a change etcd never had".to_owned()));
     }
 
     #[test]

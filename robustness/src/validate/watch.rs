@@ -310,16 +310,14 @@ pub fn check_informers(history: &History) -> Vec<Finding> {
     out
 }
 
-/// Every watch of the run; `kept` is [`kept_from`] of each.
+/// Every watch of the run on its own (`kept` is [`kept_from`] of each); informers are [`check_informers`].
 pub fn check(history: &History, bounds: &Bounds, kept: &[Option<u64>]) -> Vec<Finding> {
-    let mut out: Vec<Finding> = history
+    history
         .watches
         .iter()
         .zip(kept)
         .flat_map(|(w, &k)| check_watch(w, &history.changes, k, bounds.acknowledged_before(w.call)))
-        .collect();
-    out.extend(check_informers(history));
-    out
+        .collect()
 }
 
 /// The watch was refused with 410 Gone at its start.
@@ -336,6 +334,14 @@ pub fn any_410(w: &Watch) -> bool {
 /// history tells.
 pub fn kept_from(history: &History, bounds: &Bounds, w: &Watch) -> Option<u64> {
     expired_at(w)?;
+    // A 410 in the middle of a stream may come from a cache that began again after the watch started (every
+    // watcher of a reloading cache is told 410): not judged once any answering cache may have.
+    let mid_stream = !told_410(w);
+    let began_since =
+        history.replica_starts.iter().any(|s| (s.route == w.route || w.route == AGGREGATOR) && s.at >= w.call);
+    if mid_stream && began_since {
+        return None;
+    }
     kept_at(history, bounds, &w.route, w.call)
 }
 
@@ -554,6 +560,16 @@ mod tests {
         assert_eq!(kept(&h, &watch_at("replica 1", 90 * S, 8)), Some(30), "a call at 90 s may be answered after 92 s");
         assert_eq!(kept(&h, &watch_at("replica 1", 80 * S, 8)), Some(20));
         assert_eq!(kept(&h, &watch_at("replica 1", 100 * S, 8)), Some(30));
+        // A 410 in the middle of a stream opened before a cache began again is not judged: the reload tells every
+        // watcher 410.
+        let mid = |route: &str, call| Watch {
+            route: route.into(),
+            call,
+            ..watch(8, vec![modified("ns/a", 9, "m9"), WatchItem::Expired])
+        };
+        assert_eq!(kept(&h, &mid("replica 1", 91 * S)), None);
+        assert_eq!(kept(&h, &mid(AGGREGATOR, 91 * S)), None);
+        assert_eq!(kept(&h, &mid("replica 1", 100 * S)), Some(30));
         // A route the run did not start replicas for is not judged.
         assert_eq!(kept(&h, &watch_at("elsewhere", 90 * S, 8)), None);
     }
