@@ -120,10 +120,9 @@ async fn floor_poller(route: Route, rec: Arc<Recorder>, stop: CancellationToken)
         let floor = text.ok().and_then(Result::ok).and_then(|t| {
             t.lines().find_map(|l| l.strip_prefix("podset_storage_compacted_revision ")?.trim().parse::<u64>().ok())
         });
-        // A replica that does not answer may be restarting: its next process's floor is not a reload.
-        if floor.is_none() {
-            last = None;
-        }
+        // A replica that does not answer (paused, cut off, restarting) keeps its last floor: a cache that reloads
+        // meanwhile is seen when it answers again, and a restarted process's new floor only makes the judge more
+        // lenient around the restart.
         if let Some(floor) = floor {
             let now = rec.now();
             if let Some((before, since)) = last.filter(|(before, _)| floor > *before) {
