@@ -6,6 +6,9 @@
 use super::truth::Finding;
 use crate::model::history::{History, PodCount, ReplicasSet, Time};
 
+/// How long a create the controller sent may still be on its way after it wrote its status: a request's time.
+const IN_FLIGHT: Time = crate::model::history::ANSWER_WITHIN;
+
 /// The largest `spec.replicas` the key may have had at some moment in `[from, to]`: a value holds from its write's
 /// start until a later write (started after it was acknowledged) is acknowledged.
 fn most_wanted(sets: &[&ReplicasSet], from: Time, to: Time) -> Option<u32> {
@@ -50,13 +53,14 @@ pub fn check(history: &History) -> Vec<Finding> {
             out.push((what.to_owned(), [vec![line(p), format!("at most {allowed} allowed")], wants].concat()));
         }
     }
-    // Once the controller reported a spec done, Pods beyond it (and beyond any spec set while they were read)
-    // were made by someone acting on an older view: a second leader.
+    // Once the controller reported a spec done, Pods beyond it (and beyond any spec set while they were read, or
+    // shortly before: as kube's ReplicaSet controller, it reports the generation it saw while creates it sent for
+    // the spec before may still be on their way) were made by someone acting on an older view: a second leader.
     for p in history.pod_counts.iter().filter(|p| p.settled) {
         let meanwhile = history
             .replicas_sets
             .iter()
-            .filter(|s| s.key == p.key && s.call <= p.ret && s.ret >= p.call)
+            .filter(|s| s.key == p.key && s.call <= p.ret && s.ret >= p.call.saturating_sub(IN_FLIGHT))
             .map(|s| s.replicas)
             .max()
             .unwrap_or(0);
@@ -124,9 +128,15 @@ mod tests {
         // Scaled to 3 while the Pods were read: 3 is allowed.
         let sets = vec![set(0, S, 1), set(10 * S, 10 * S + S / 20, 3)];
         assert_eq!(found(sets.clone(), vec![done(2 * S, 1, 1), done(10 * S, 3, 1)]), Vec::<String>::new());
-        // Within a reconcile of a scale-down from 3, but the controller had reported 1 done.
+        // Within a reconcile of a scale-down from 3, but the controller had reported 1 done long after any create
+        // for 3 could still be on its way.
         let sets = vec![set(0, S, 3), set(2 * S, 2 * S + S / 20, 1)];
-        assert_eq!(found(sets, vec![done(5 * S, 2, 1)]), ["more Pods than a spec the controller reported done"]);
+        let f = found(sets, vec![done(15 * S, 2, 1)]);
+        assert!(f.contains(&"more Pods than a spec the controller reported done".to_owned()), "{f:?}");
+        // Scaled to 3 then at once to 0: the creates for 3 land after the controller reported 0 done, as kube's
+        // ReplicaSet controller does too; the deletes follow.
+        let sets = vec![set(10 * S, 10 * S + S / 20, 3), set(10 * S + S / 10, 10 * S + S / 5, 0)];
+        assert_eq!(found(sets, vec![done(10 * S + S / 2, 3, 0)]), Vec::<String>::new());
     }
 
     #[test]
