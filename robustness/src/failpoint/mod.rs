@@ -122,10 +122,14 @@ pub fn plan(opts: &Options) -> Vec<Planned> {
         .collect()
 }
 
-/// Adds (`-I`) or removes (`-D`) OUTPUT rules.
-fn iptables(op: &str, rules: &[String]) {
+/// Adds OUTPUT `rules` (each with `-I`, so the last comes first), holds them for `lasts`, and removes them.
+fn dropped_for(rules: &[String], lasts: Duration) {
     for r in rules {
-        sh(&format!("iptables {op} OUTPUT {r}"));
+        sh(&format!("iptables -I OUTPUT {r}"));
+    }
+    std::thread::sleep(lasts);
+    for r in rules {
+        sh(&format!("iptables -D OUTPUT {r}"));
     }
 }
 
@@ -198,13 +202,7 @@ fn inject_replica(c: &mut Cluster, rec: &Recorder, p: Planned) -> Injected {
         }
         Fault::PartitionReplica(i) => {
             let (ip, route) = (REPLICA_IPS[i], etcd_route(i));
-            sh(&format!(
-                "iptables -I OUTPUT -d {ip} -p tcp --dport {port} -j DROP && iptables -I OUTPUT -d {route} -j DROP"
-            ));
-            std::thread::sleep(p.lasts);
-            sh(&format!(
-                "iptables -D OUTPUT -d {ip} -p tcp --dport {port} -j DROP && iptables -D OUTPUT -d {route} -j DROP"
-            ));
+            dropped_for(&[format!("-d {ip} -p tcp --dport {port} -j DROP"), format!("-d {route} -j DROP")], p.lasts);
             done("replica-cut-off", format!("cut replica {i} from etcd and its clients for {:?}", p.lasts))
         }
         Fault::SlowReplica(i) => {
@@ -230,9 +228,7 @@ fn inject_replica(c: &mut Cluster, rec: &Recorder, p: Planned) -> Injected {
                 format!("-d {ip} -p tcp --dport {port} -m statistic --mode random --probability 0.2 -j DROP"),
                 format!("-d {route} -m statistic --mode random --probability 0.2 -j DROP"),
             ];
-            iptables("-I", &rules);
-            std::thread::sleep(p.lasts);
-            iptables("-D", &rules);
+            dropped_for(&rules, p.lasts);
             done(
                 "replica-lossy",
                 format!("a fifth of replica {i}'s packets (from clients and etcd) lost for {:?}", p.lasts),
@@ -248,9 +244,7 @@ fn inject_replica(c: &mut Cluster, rec: &Recorder, p: Planned) -> Injected {
                 format!("-d {} -j DROP", etcd_route(i)),
                 format!("-d {} -j DROP", APISERVER_ROUTES[i]),
             ];
-            iptables("-I", &rules);
-            std::thread::sleep(p.lasts);
-            iptables("-D", &rules);
+            dropped_for(&rules, p.lasts);
             done(kind, format!("cut replica {i}{who} from etcd, its clients and kube-apiserver for {:?}", p.lasts))
         }
         f => unreachable!("{f:?} is etcd's"),
@@ -265,9 +259,7 @@ fn inject_etcd(etcd: &mut EtcdCluster, rt: &tokio::runtime::Runtime, p: Planned)
                 return done("nothing", "no etcd leader to cut off: nothing done".into());
             };
             let rules = etcd.peer_partition_rules(m);
-            iptables("-I", &rules);
-            std::thread::sleep(p.lasts);
-            iptables("-D", &rules);
+            dropped_for(&rules, p.lasts);
             done(
                 "etcd-leader-cut-from-peers",
                 format!("cut etcd's leader (member {m}) from its peers for {:?}", p.lasts),

@@ -251,6 +251,14 @@ pub enum WatchItem {
 }
 
 impl WatchItem {
+    /// The revision it tells the watch has reached: an event's, or a bookmark's.
+    pub fn revision(&self) -> Option<u64> {
+        match self {
+            WatchItem::Bookmark { resource_version } => Some(*resource_version),
+            i => i.event().map(|(_, rv)| rv),
+        }
+    }
+
     pub fn event(&self) -> Option<(&str, u64)> {
         match self {
             WatchItem::Added { key, seen } | WatchItem::Modified { key, seen } => Some((key, seen.resource_version)),

@@ -230,7 +230,7 @@ impl Informer {
                 {
                     None
                 }
-                _ => Some(items.iter().filter_map(position_of).fold(rv, u64::max)),
+                _ => Some(items.iter().filter_map(WatchItem::revision).fold(rv, u64::max)),
             };
             rec.watches.lock().unwrap().push(Watch {
                 client: self.client,
@@ -300,12 +300,5 @@ impl Informer {
             Response::List { resource_version, .. } => Some(resource_version),
             _ => None,
         }
-    }
-}
-
-fn position_of(item: &WatchItem) -> Option<u64> {
-    match item {
-        WatchItem::Bookmark { resource_version } => Some(*resource_version),
-        i => i.event().map(|(_, rv)| rv),
     }
 }

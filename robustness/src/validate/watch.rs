@@ -56,13 +56,7 @@ pub fn expired_at(w: &Watch) -> Option<u64> {
 
 /// Where a watch stands after `items`: the newest revision delivered or bookmarked, or where it started.
 fn position(from: u64, items: &[WatchItem]) -> u64 {
-    items
-        .iter()
-        .filter_map(|i| match i {
-            WatchItem::Bookmark { resource_version } => Some(*resource_version),
-            i => i.event().map(|(_, rv)| rv),
-        })
-        .fold(from, u64::max)
+    items.iter().filter_map(WatchItem::revision).fold(from, u64::max)
 }
 
 fn check_from(w: &Watch, changes: &[Change], kept_from: Option<u64>) -> Vec<Finding> {
