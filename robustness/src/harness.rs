@@ -44,9 +44,6 @@ pub struct Options {
     pub compaction: Option<Duration>,
     /// Some of a replica's faults come with one of etcd's at the same time.
     pub overlap: bool,
-    /// The split brain ([`Fault::IsolateLeader`]) may be drawn. Off in the short form until the lost event it
-    /// finds is fixed (see `short_form_with_the_split_brain` in tests/robustness.rs).
-    pub split_brain: bool,
 }
 
 impl Options {
@@ -66,7 +63,6 @@ impl Options {
             min_answered: 200,
             compaction: Some(Duration::from_secs(10)),
             overlap: false,
-            split_brain: false,
         }
     }
 
@@ -95,7 +91,6 @@ impl Options {
             // Three runs at a time on two cores answer about 13 000 each.
             min_answered: 2_000,
             overlap: true,
-            split_brain: true,
             ..Self::short(seed, server)
         }
     }

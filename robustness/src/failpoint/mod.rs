@@ -91,10 +91,6 @@ pub fn plan(opts: &Options) -> Vec<Planned> {
                 Fault::PartitionEtcdLeader,
                 Fault::IsolateLeader,
             ][rng.random_range(0..11)];
-            let drawn = match drawn {
-                Fault::IsolateLeader if !opts.split_brain => Fault::PartitionReplica(r),
-                f => f,
-            };
             let fault = opts.fixed.get(n).copied().unwrap_or(drawn);
             let secs = |rng: &mut StdRng, lo, hi| Duration::from_secs(rng.random_range(lo..hi));
             let lasts = match fault {
