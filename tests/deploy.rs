@@ -34,8 +34,19 @@ fn overlays_render_in_any_namespace_and_meet_the_restricted_standard() {
         for binding in objects.iter().filter(|o| o["kind"] == "RoleBinding" || o["kind"] == "ClusterRoleBinding") {
             assert_eq!(binding["subjects"][0]["namespace"], NAMESPACE, "{overlay}: {binding}");
         }
+        for version in ["v1beta1", "v1alpha1"] {
+            let apiservice = find(&objects, "APIService", &format!("{version}.demo.k8s.io"));
+            assert_eq!(apiservice["spec"]["service"]["namespace"], NAMESPACE);
+            assert_eq!(apiservice["spec"]["version"], version);
+            match overlay {
+                "self-signed" => assert_eq!(apiservice["spec"]["insecureSkipTLSVerify"], true),
+                _ => assert_eq!(
+                    apiservice["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+                    format!("{NAMESPACE}/podset-apiserver-serving")
+                ),
+            }
+        }
         let apiservice = find(&objects, "APIService", "v1alpha1.demo.k8s.io");
-        assert_eq!(apiservice["spec"]["service"]["namespace"], NAMESPACE);
 
         let workload = workload_of(overlay, &objects);
         let pod = &workload["spec"]["template"]["spec"];

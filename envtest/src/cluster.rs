@@ -13,6 +13,8 @@ use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair,
 use crate::pki::Pki;
 use crate::process::Proc;
 use crate::sandbox::{assets_dir, free_port};
+use serde::Deserialize;
+
 use crate::{etcd, node, APISERVICE_YAML, NAMESPACE_YAML, NODE_IP, RBAC_YAML, REPLICA_IPS};
 
 /// What a client straight at podset-apiserver presents.
@@ -333,16 +335,18 @@ impl Cluster {
         self.procs.iter().find(|p| p.name == name).map(|p| p.child.id())
     }
 
-    /// Whether kube-apiserver reports our APIService `Available`.
+    /// Whether kube-apiserver reports our APIServices (one per version) `Available`.
     pub fn apiservice_available(&self) -> bool {
-        self.kubectl_try(&[
-            "get",
-            "apiservice",
-            "v1alpha1.demo.k8s.io",
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"Available\")].status}",
-        ])
-        .is_ok_and(|s| s == "True")
+        ["v1beta1.demo.k8s.io", "v1alpha1.demo.k8s.io"].iter().all(|name| {
+            self.kubectl_try(&[
+                "get",
+                "apiservice",
+                name,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Available\")].status}",
+            ])
+            .is_ok_and(|s| s == "True")
+        })
     }
 
     /// Kills the process called `name` with SIGKILL, waits for it, and hands it back (its log kept).
@@ -404,17 +408,22 @@ impl Cluster {
         );
         self.apply_text("service.yaml", &service);
         self.set_ready_replicas(&(0..self.replicas).collect::<Vec<_>>());
-        // deploy/base/apiservice.yaml with the caBundle an overlay would add.
-        let mut apiservice: serde_yaml::Value =
-            serde_yaml::from_str(APISERVICE_YAML).expect("deploy/base/apiservice.yaml");
-        apiservice["spec"]["caBundle"] = self.pki.b64("podset-ca.crt").into();
-        self.apply_text("apiservice.yaml", &serde_yaml::to_string(&apiservice).expect("YAML"));
-        self.wait_for("APIService v1alpha1.demo.k8s.io to be Available", Duration::from_secs(120), |c| {
+        // deploy/base/apiservice.yaml (one APIService per version) with the caBundle an overlay would add.
+        let mut docs = Vec::new();
+        for doc in serde_yaml::Deserializer::from_str(APISERVICE_YAML) {
+            let mut apiservice = serde_yaml::Value::deserialize(doc).expect("deploy/base/apiservice.yaml");
+            apiservice["spec"]["caBundle"] = self.pki.b64("podset-ca.crt").into();
+            docs.push(serde_yaml::to_string(&apiservice).expect("YAML"));
+        }
+        self.apply_text("apiservice.yaml", &docs.join("---\n"));
+        self.wait_for("the APIServices of demo.k8s.io to be Available", Duration::from_secs(120), |c| {
             c.apiservice_available()
         });
         // Available comes from one controller, the proxy route from another: wait until requests get through.
         self.wait_for("kube-apiserver to proxy demo.k8s.io", Duration::from_secs(60), |c| {
-            c.kubectl_try(&["get", "--raw", "/apis/demo.k8s.io/v1alpha1"]).is_ok()
+            ["v1beta1", "v1alpha1"]
+                .iter()
+                .all(|v| c.kubectl_try(&["get", "--raw", &format!("/apis/demo.k8s.io/{v}")]).is_ok())
         });
     }
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
-use super::{PodSet, DEFAULT_LABEL};
+use super::{PodSet, Version, DEFAULT_LABEL};
 
 /// The Pod a PodSet runs when it names none: busybox sleeping for an hour.
 pub fn default_pod_spec() -> PodSpec {
@@ -20,8 +20,9 @@ pub fn default_pod_spec() -> PodSpec {
     }
 }
 
-/// Fills `spec.replicas` (1), `spec.template` (busybox, labelled) and `spec.selector` (the template's labels).
-pub fn default_podset(ps: &mut PodSet) {
+/// Fills `spec.replicas` (1), `spec.template` (busybox, labelled) and, in `v1alpha1` only, `spec.selector` (the
+/// template's labels): `v1beta1` requires a selector, as `apps/v1` does.
+pub fn default_podset(ps: &mut PodSet, version: Version) {
     let name = ps.metadata.name.clone().unwrap_or_default();
     let spec = &mut ps.spec;
     spec.replicas.get_or_insert(1);
@@ -38,5 +39,7 @@ pub fn default_podset(ps: &mut PodSet) {
     }
     let labels = labels.clone();
     template.spec.get_or_insert_with(default_pod_spec);
-    spec.selector.get_or_insert(LabelSelector { match_labels: Some(labels), match_expressions: None });
+    if version == Version::V1alpha1 {
+        spec.selector.get_or_insert(LabelSelector { match_labels: Some(labels), match_expressions: None });
+    }
 }

@@ -1,5 +1,6 @@
 //! The `PodSet` resource: types, defaulting, validation, label selectors, OpenAPI schema and printer columns.
 
+pub mod conversion;
 pub mod defaults;
 pub mod duration;
 pub mod request;
@@ -8,9 +9,11 @@ pub mod selector;
 pub mod table;
 mod types;
 pub mod validation;
+mod version;
 
 pub use request::{Operation, Subresource, UserInfo};
 pub use types::{PodSet, PodSetList, PodSetSpec, PodSetStatus};
+pub use version::Version;
 
 pub const GROUP: &str = "demo.k8s.io";
 pub const VERSION: &str = "v1alpha1";

@@ -8,11 +8,64 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, Status, Watc
 use schemars::generate::SchemaSettings;
 use serde_json::{json, Map, Value};
 
-use super::{PodSet, PodSetList, GROUP, KIND, PLURAL, VERSION};
+use super::{PodSet, PodSetList, Version, GROUP, KIND, PLURAL};
 
-/// The name of the PodSet definition in the OpenAPI documents.
-pub const PODSET: &str = "io.k8s.demo.v1alpha1.PodSet";
+/// The documents are built for `v1alpha1` from the types (the hub), then retargeted per version ([`retarget`]).
+const VERSION: &str = "v1alpha1";
+const PODSET: &str = "io.k8s.demo.v1alpha1.PodSet";
 const PODSET_LIST: &str = "io.k8s.demo.v1alpha1.PodSetList";
+
+/// The name of the PodSet definition in `version`'s OpenAPI documents.
+pub fn podset_definition(version: Version) -> String {
+    format!("io.k8s.demo.{version}.PodSet")
+}
+
+/// Paths or definitions built for `v1alpha1` from the hub types, as `version` publishes them: its names, paths and
+/// operation ids, and only its fields (`v1alpha1` has no `spec.minReadySeconds`).
+fn retarget(doc: Value, version: Version) -> Value {
+    let mut doc = match version {
+        Version::V1alpha1 => doc,
+        v => {
+            let text = doc
+                .to_string()
+                .replace("io.k8s.demo.v1alpha1.", &format!("io.k8s.demo.{v}."))
+                .replace(&format!("/apis/{GROUP}/v1alpha1"), &format!("/apis/{GROUP}/{v}"))
+                .replace("DemoV1alpha1", &format!("Demo{}", capitalized(v.as_str())));
+            serde_json::from_str(&text).expect("a retargeted document is JSON")
+        }
+    };
+    retarget_gvks(&mut doc, version);
+    // Applied to a map of definitions: v1alpha1 keeps spec.minReadySeconds in an annotation.
+    if version == Version::V1alpha1 {
+        if let Some(spec) = doc.get_mut("io.k8s.demo.v1alpha1.PodSetSpec").and_then(|s| s.get_mut("properties")) {
+            if let Some(props) = spec.as_object_mut() {
+                props.remove("minReadySeconds");
+            }
+        }
+    }
+    doc
+}
+
+fn capitalized(s: &str) -> String {
+    let mut c = s.chars();
+    c.next().map(|f| f.to_uppercase().chain(c).collect()).unwrap_or_default()
+}
+
+/// Every `x-kubernetes-group-version-kind` of this group names `version`.
+fn retarget_gvks(v: &mut Value, version: Version) {
+    match v {
+        Value::Object(m) => {
+            if let Some(Value::Array(gvks)) = m.get_mut("x-kubernetes-group-version-kind") {
+                for g in gvks.iter_mut().filter(|g| g["group"] == GROUP) {
+                    g["version"] = json!(version.as_str());
+                }
+            }
+            m.values_mut().for_each(|x| retarget_gvks(x, version));
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| retarget_gvks(x, version)),
+        _ => {}
+    }
+}
 const SCALE: &str = "io.k8s.api.autoscaling.v1.Scale";
 const STATUS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Status";
 const DELETE_OPTIONS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions";
@@ -143,9 +196,12 @@ fn merge_semantics(defs: &mut Map<String, Value>) {
     }
 }
 
-/// The OpenAPI v3 component schemas, which server-side apply merges by.
-pub fn component_schemas() -> Map<String, Value> {
-    definitions(Flavor::V3)
+/// The OpenAPI v3 component schemas of `version`, which server-side apply merges by.
+pub fn component_schemas(version: Version) -> Map<String, Value> {
+    match retarget(Value::Object(definitions(Flavor::V3)), version) {
+        Value::Object(m) => m,
+        _ => unreachable!("definitions are an object"),
+    }
 }
 
 /// Rewrites schemars' output into the shapes kube-apiserver publishes: optional fields are plain (no
@@ -499,23 +555,33 @@ fn paths(flavor: Flavor) -> Map<String, Value> {
         .collect()
 }
 
-/// The Swagger 2.0 document served at `/openapi/v2`.
+/// The Swagger 2.0 document served at `/openapi/v2`: every version's paths and definitions.
 pub fn openapi_v2() -> Value {
+    let (mut paths_all, mut defs_all) = (Map::new(), Map::new());
+    let (paths, defs) = (Value::Object(paths(Flavor::V2)), Value::Object(definitions(Flavor::V2)));
+    for v in Version::ALL {
+        if let Value::Object(p) = retarget(paths.clone(), v) {
+            paths_all.extend(p);
+        }
+        if let Value::Object(d) = retarget(defs.clone(), v) {
+            defs_all.extend(d);
+        }
+    }
     json!({
         "swagger": "2.0",
-        "info": {"title": "podset-apiserver", "version": VERSION},
-        "paths": paths(Flavor::V2),
-        "definitions": definitions(Flavor::V2),
+        "info": {"title": "podset-apiserver", "version": Version::PREFERRED.as_str()},
+        "paths": paths_all,
+        "definitions": defs_all,
     })
 }
 
-/// The OpenAPI 3.0 document served at `/openapi/v3/apis/demo.k8s.io/v1alpha1`.
-pub fn openapi_v3() -> Value {
+/// The OpenAPI 3.0 document served at `/openapi/v3/apis/demo.k8s.io/<version>`.
+pub fn openapi_v3(version: Version) -> Value {
     json!({
         "openapi": "3.0.0",
-        "info": {"title": "podset-apiserver", "version": VERSION},
-        "paths": paths(Flavor::V3),
-        "components": {"schemas": definitions(Flavor::V3)},
+        "info": {"title": "podset-apiserver", "version": version.as_str()},
+        "paths": retarget(Value::Object(paths(Flavor::V3)), version),
+        "components": {"schemas": retarget(Value::Object(definitions(Flavor::V3)), version)},
     })
 }
 
@@ -525,15 +591,23 @@ mod tests {
 
     #[test]
     fn podset_schema_carries_its_gvk_and_field_docs() {
-        for (doc, defs) in [(openapi_v2(), "/definitions"), (openapi_v3(), "/components/schemas")] {
-            let ps = doc.pointer(&format!("{defs}/{PODSET}")).expect("PodSet definition");
+        for (doc, defs, v) in [
+            (openapi_v2(), "/definitions", Version::V1alpha1),
+            (openapi_v2(), "/definitions", Version::V1beta1),
+            (openapi_v3(Version::V1alpha1), "/components/schemas", Version::V1alpha1),
+            (openapi_v3(Version::V1beta1), "/components/schemas", Version::V1beta1),
+        ] {
+            let ps = doc.pointer(&format!("{defs}/{}", podset_definition(v))).expect("PodSet definition");
             assert_eq!(ps["x-kubernetes-group-version-kind"][0]["kind"], "PodSet");
+            assert_eq!(ps["x-kubernetes-group-version-kind"][0]["version"], v.as_str());
             let spec = &ps["properties"]["spec"];
             let spec_ref =
                 spec.pointer("/$ref").or(spec.pointer("/allOf/0/$ref")).and_then(Value::as_str).expect("spec ref");
             let spec_name = spec_ref.rsplit('/').next().unwrap();
             let replicas = doc.pointer(&format!("{defs}/{spec_name}/properties/replicas")).expect("replicas");
             assert!(replicas["description"].as_str().unwrap().contains("Defaults to 1"));
+            let min_ready = doc.pointer(&format!("{defs}/{spec_name}/properties/minReadySeconds"));
+            assert_eq!(min_ready.is_some(), v == Version::V1beta1, "{spec_name}: minReadySeconds in {v} only");
             assert!(doc.pointer(&format!("{defs}/io.k8s.api.core.v1.PodTemplateSpec")).is_some());
             let text = doc.to_string();
             assert!(!text.contains("strategic-merge-patch"));
@@ -549,8 +623,9 @@ mod tests {
 
     #[test]
     fn patch_operations_offer_merge_and_json_patch_with_write_params() {
-        let doc = openapi_v3();
-        let patch = &doc["paths"]["/apis/demo.k8s.io/v1alpha1/namespaces/{namespace}/podsets/{name}"]["patch"];
+        let doc = openapi_v3(Version::V1beta1);
+        let patch = &doc["paths"]["/apis/demo.k8s.io/v1beta1/namespaces/{namespace}/podsets/{name}"]["patch"];
+        assert_eq!(patch["operationId"], "patchDemoV1beta1NamespacedPodSet");
         let content = patch["requestBody"]["content"].as_object().unwrap();
         assert!(content.contains_key("application/merge-patch+json"));
         assert!(content.contains_key("application/json-patch+json"));

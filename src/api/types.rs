@@ -47,6 +47,15 @@ pub struct PodSetSpec {
     /// Defaults to a busybox container running `sleep 3600`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<PodTemplateSpec>,
+    /// MinReadySeconds is how long a new Pod must be ready, without any of its containers crashing, before it
+    /// counts as available. Defaults to 0 (available as soon as it is ready). New in v1beta1.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0))]
+    pub min_ready_seconds: i32,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 /// PodSetStatus is the most recently observed state of a PodSet.
@@ -60,7 +69,7 @@ pub struct PodSetStatus {
     /// ReadyReplicas is the number of those Pods with a Ready condition.
     #[serde(default)]
     pub ready_replicas: i32,
-    /// AvailableReplicas is the number of those Pods that are ready.
+    /// AvailableReplicas is the number of those Pods that have been ready for at least `spec.minReadySeconds`.
     #[serde(default)]
     pub available_replicas: i32,
     /// PodNames lists the counted Pods, sorted.

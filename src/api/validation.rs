@@ -5,6 +5,7 @@ use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use super::conversion::MIN_READY_SECONDS;
 use super::selector::Selector;
 use super::{PodSet, PodSetStatus};
 
@@ -274,6 +275,22 @@ pub fn validate(ps: &PodSet) -> Vec<FieldError> {
     if let Some(r) = spec.replicas.filter(|r| *r < 0) {
         errs.push(FieldError::invalid("spec.replicas", r, "must be greater than or equal to 0"));
     }
+    if spec.min_ready_seconds < 0 {
+        errs.push(FieldError::invalid(
+            "spec.minReadySeconds",
+            spec.min_ready_seconds,
+            "must be greater than or equal to 0",
+        ));
+    }
+    // Conversion from v1alpha1 took every value it could carry; what is left was never one.
+    if let Some(v) = ps.metadata.annotations.as_ref().and_then(|a| a.get(MIN_READY_SECONDS)) {
+        errs.push(FieldError::invalid(
+            format!("metadata.annotations[{MIN_READY_SECONDS}]"),
+            v,
+            "carries spec.minReadySeconds for v1alpha1 clients: a whole number of seconds above 0, written through \
+             v1alpha1 only (v1beta1 has spec.minReadySeconds)",
+        ));
+    }
     let selector = match &spec.selector {
         None => {
             errs.push(FieldError::required("spec.selector", ""));
@@ -347,11 +364,35 @@ pub fn validate_status_update(new: &PodSet) -> Vec<FieldError> {
 mod tests {
     use super::*;
     use crate::api::defaults::default_podset;
+    use crate::api::Version;
 
     fn podset(v: serde_json::Value) -> PodSet {
         let mut ps: PodSet = serde_json::from_value(v).unwrap();
-        default_podset(&mut ps);
+        default_podset(&mut ps, Version::V1alpha1);
         ps
+    }
+
+    #[test]
+    fn v1beta1_requires_a_selector_and_min_ready_seconds_of_0_or_more() {
+        let mut ps: PodSet = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "annotations": {MIN_READY_SECONDS: "05"}},
+            "spec": {"minReadySeconds": -1}
+        }))
+        .unwrap();
+        default_podset(&mut ps, Version::V1beta1);
+        let errs: Vec<String> = validate(&ps).iter().map(|e| e.to_string()).collect();
+        assert_eq!(
+            errs,
+            [
+                "spec.minReadySeconds: Invalid value: -1: must be greater than or equal to 0".to_owned(),
+                format!(
+                    "metadata.annotations[{MIN_READY_SECONDS}]: Invalid value: \"05\": carries spec.minReadySeconds \
+                     for v1alpha1 clients: a whole number of seconds above 0, written through v1alpha1 only (v1beta1 \
+                     has spec.minReadySeconds)"
+                ),
+                "spec.selector: Required value".to_owned(),
+            ]
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::api::schema::{openapi_v2, openapi_v3};
-use crate::api::{API_VERSION, CATEGORIES, GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION};
+use crate::api::{Version, CATEGORIES, GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR};
 
 /// A precomputed response body with its strong ETag.
 #[derive(Clone)]
@@ -43,11 +43,13 @@ fn hex(bytes: &[u8]) -> String {
 pub struct Discovery {
     pub group_list: Doc,
     pub group: Doc,
-    pub resource_list: Doc,
+    /// Each version's `APIResourceList`, by [`Version::index`].
+    pub resource_lists: Vec<Doc>,
     pub aggregated_v2: Doc,
     pub aggregated_v2beta1: Doc,
     pub openapi_v2: Doc,
-    pub openapi_v3: Doc,
+    /// Each version's OpenAPI v3 document, by [`Version::index`].
+    pub openapi_v3: Vec<Doc>,
     pub openapi_v3_root: Doc,
     pub version: Doc,
 }
@@ -59,20 +61,28 @@ fn strings(s: &[&str]) -> Vec<String> {
     s.iter().map(|v| v.to_string()).collect()
 }
 
-fn group_version() -> GroupVersionForDiscovery {
-    GroupVersionForDiscovery { group_version: API_VERSION.into(), version: VERSION.into() }
+fn group_version(v: Version) -> GroupVersionForDiscovery {
+    GroupVersionForDiscovery { group_version: v.api_version().into(), version: v.as_str().into() }
+}
+
+/// The versions in the order discovery lists them: the preferred first, then newest to oldest, as kube-apiserver
+/// orders a group's versions.
+fn by_priority() -> Vec<Version> {
+    let mut versions: Vec<Version> = Version::ALL.iter().rev().copied().collect();
+    versions.sort_by_key(|v| *v != Version::PREFERRED);
+    versions
 }
 
 fn api_group() -> APIGroup {
     APIGroup {
         name: GROUP.into(),
-        versions: vec![group_version()],
-        preferred_version: Some(group_version()),
+        versions: by_priority().into_iter().map(group_version).collect(),
+        preferred_version: Some(group_version(Version::PREFERRED)),
         server_address_by_client_cidrs: None,
     }
 }
 
-fn resource_list() -> APIResourceList {
+fn resource_list(version: Version) -> APIResourceList {
     let sub = |name: &str, group: Option<&str>, version: Option<&str>, kind: &str| APIResource {
         name: name.into(),
         singular_name: String::new(),
@@ -84,7 +94,7 @@ fn resource_list() -> APIResourceList {
         ..Default::default()
     };
     APIResourceList {
-        group_version: API_VERSION.into(),
+        group_version: version.api_version().into(),
         resources: vec![
             APIResource {
                 name: PLURAL.into(),
@@ -130,23 +140,26 @@ fn aggregated(version: &str) -> Doc {
                 name: Some(GROUP.into()),
                 ..Default::default()
             }),
-            versions: vec![APIVersionDiscovery {
-                version: Some(VERSION.into()),
-                resources: vec![APIResourceDiscovery {
-                    resource: Some(PLURAL.into()),
-                    response_kind: gvk(GROUP, VERSION, KIND),
-                    scope: Some("Namespaced".into()),
-                    singular_resource: Some(SINGULAR.into()),
-                    verbs: strings(VERBS),
-                    short_names: strings(SHORT_NAMES),
-                    categories: strings(CATEGORIES),
-                    subresources: vec![
-                        sub("status", gvk(GROUP, VERSION, KIND)),
-                        sub("scale", gvk("autoscaling", "v1", "Scale")),
-                    ],
-                }],
-                freshness: Some("Current".into()),
-            }],
+            versions: by_priority()
+                .into_iter()
+                .map(|v| APIVersionDiscovery {
+                    version: Some(v.as_str().into()),
+                    resources: vec![APIResourceDiscovery {
+                        resource: Some(PLURAL.into()),
+                        response_kind: gvk(GROUP, v.as_str(), KIND),
+                        scope: Some("Namespaced".into()),
+                        singular_resource: Some(SINGULAR.into()),
+                        verbs: strings(VERBS),
+                        short_names: strings(SHORT_NAMES),
+                        categories: strings(CATEGORIES),
+                        subresources: vec![
+                            sub("status", gvk(GROUP, v.as_str(), KIND)),
+                            sub("scale", gvk("autoscaling", "v1", "Scale")),
+                        ],
+                    }],
+                    freshness: Some("Current".into()),
+                })
+                .collect(),
         }],
     };
     Doc::new(&Typed {
@@ -158,16 +171,19 @@ fn aggregated(version: &str) -> Doc {
 
 impl Discovery {
     pub fn build() -> Self {
-        let openapi_v3 = Doc::new(&openapi_v3());
-        let root = json!({"paths": {
-            format!("apis/{GROUP}/{VERSION}"): {
-                "serverRelativeURL": format!("/openapi/v3/apis/{GROUP}/{VERSION}?hash={}", openapi_v3.hash())
-            }
-        }});
+        let openapi_v3: Vec<Doc> = Version::ALL.iter().map(|v| Doc::new(&openapi_v3(*v))).collect();
+        let paths: serde_json::Map<String, serde_json::Value> = Version::ALL
+            .iter()
+            .map(|v| {
+                let url = format!("/openapi/v3/apis/{GROUP}/{v}?hash={}", openapi_v3[v.index()].hash());
+                (format!("apis/{GROUP}/{v}"), json!({"serverRelativeURL": url}))
+            })
+            .collect();
+        let root = json!({ "paths": paths });
         Self {
             group_list: Doc::new(&APIGroupList { groups: vec![api_group()] }),
             group: Doc::new(&api_group()),
-            resource_list: Doc::new(&resource_list()),
+            resource_lists: Version::ALL.iter().map(|v| Doc::new(&resource_list(*v))).collect(),
             aggregated_v2: aggregated("v2"),
             aggregated_v2beta1: aggregated("v2beta1"),
             openapi_v2: Doc::new(&openapi_v2()),
@@ -185,7 +201,8 @@ mod tests {
     #[test]
     fn documents_carry_type_fields_and_response_kinds() {
         let d = Discovery::build();
-        let v: serde_json::Value = serde_json::from_slice(&d.resource_list.body).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&d.resource_lists[Version::V1beta1.index()].body).unwrap();
+        assert_eq!(v["groupVersion"], "demo.k8s.io/v1beta1");
         assert_eq!(v["kind"], "APIResourceList");
         assert_eq!(v["resources"][0]["shortNames"][0], "ps");
         assert_eq!(v["resources"][2]["name"], "podsets/scale");
@@ -193,6 +210,9 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&d.aggregated_v2.body).unwrap();
         assert_eq!(v["kind"], "APIGroupDiscoveryList");
         assert_eq!(v["apiVersion"], "apidiscovery.k8s.io/v2");
+        let versions: Vec<&str> =
+            v["items"][0]["versions"].as_array().unwrap().iter().map(|v| v["version"].as_str().unwrap()).collect();
+        assert_eq!(versions, ["v1beta1", "v1alpha1"], "the preferred version first");
         let res = &v["items"][0]["versions"][0]["resources"][0];
         assert_eq!(res["responseKind"]["kind"], "PodSet");
         for sub in res["subresources"].as_array().unwrap() {
@@ -200,6 +220,7 @@ mod tests {
         }
         let v: serde_json::Value = serde_json::from_slice(&d.group_list.body).unwrap();
         assert_eq!(v["kind"], "APIGroupList");
-        assert_eq!(v["groups"][0]["preferredVersion"]["groupVersion"], "demo.k8s.io/v1alpha1");
+        assert_eq!(v["groups"][0]["preferredVersion"]["groupVersion"], "demo.k8s.io/v1beta1");
+        assert_eq!(v["groups"][0]["versions"][1]["groupVersion"], "demo.k8s.io/v1alpha1");
     }
 }

@@ -195,12 +195,13 @@ async fn dispatch(app: &App, info: &RequestInfo, req: Request, user: UserInfo) -
             _ => doc_response(&d.group_list, JSON, headers),
         }),
         Target::Group => plain_doc(&d.group, headers),
-        Target::GroupVersion => plain_doc(&d.resource_list, headers),
+        Target::GroupVersion(v) => plain_doc(&d.resource_lists[v.index()], headers),
         Target::OpenApiV2 => plain_doc(&d.openapi_v2, headers),
         Target::OpenApiV3Root => plain_doc(&d.openapi_v3_root, headers),
-        Target::OpenApiV3GroupVersion => {
-            let mut resp = plain_doc(&d.openapi_v3, headers)?;
-            let hashed = req.uri().query().is_some_and(|q| q.contains(&format!("hash={}", d.openapi_v3.hash())));
+        Target::OpenApiV3GroupVersion(v) => {
+            let doc = &d.openapi_v3[v.index()];
+            let mut resp = plain_doc(doc, headers)?;
+            let hashed = req.uri().query().is_some_and(|q| q.contains(&format!("hash={}", doc.hash())));
             let cache = if hashed { "public, immutable" } else { "no-cache, private" };
             resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
             Ok(resp)
@@ -297,7 +298,7 @@ impl Call<'_> {
     }
 
     fn object(&self, code: StatusCode, written: &Written) -> ApiResult<Response> {
-        let resp = object_response(code, self.out, &written.object, self.q.include_object)?;
+        let resp = object_response(code, self.out, &written.object.to_version(self.r.version)?, self.q.include_object)?;
         Ok(with_admission(resp, &written.warnings, &written.audit_annotations))
     }
 
@@ -346,7 +347,14 @@ async fn watch(c: Call<'_>) -> ApiResult<Response> {
     }
     let (labels, fields) = selectors(c.q, c.r.name.as_deref())?;
     let output = if c.out == Output::Yaml { Output::Json } else { c.out };
-    let wr = WatchRequest { namespace: c.r.namespace.clone(), labels, fields, query: c.q.clone(), output };
+    let wr = WatchRequest {
+        namespace: c.r.namespace.clone(),
+        labels,
+        fields,
+        query: c.q.clone(),
+        output,
+        version: c.r.version,
+    };
     watch::serve(&c.app.registry, &c.app.watch, wr).await
 }
 
@@ -375,14 +383,17 @@ async fn list(c: Call<'_>) -> ApiResult<Response> {
             exact,
         })
         .await?;
-    list_response(c.out, &page, q.include_object)
+    list_response(c.out, &page, q.include_object, c.r.version)
 }
 
 async fn get(c: Call<'_>) -> ApiResult<Response> {
     let reg = &c.app.registry;
     match c.r.subresource {
         Subresource::Scale => scale_response(c.out, &reg.get_scale(&c.key(), c.q.revision()?).await?),
-        _ => object_response(StatusCode::OK, c.out, &reg.get(&c.key(), c.q.revision()?).await?, c.q.include_object),
+        _ => {
+            let obj = reg.get(&c.key(), c.q.revision()?).await?.to_version(c.r.version)?;
+            object_response(StatusCode::OK, c.out, &obj, c.q.include_object)
+        }
     }
 }
 
@@ -392,7 +403,7 @@ async fn create(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult<Response> 
         _ => return Err(c.not_allowed()),
     };
     let format = c.body_format()?;
-    let opts = write_options(c.q, &c.headers, Verb::Create, None, user)?;
+    let opts = write_options(c.q, &c.headers, Verb::Create, None, user, c.r.version)?;
     let body = read_body(body).await?;
     let reg = &c.app.registry;
     let written = match format {
@@ -404,7 +415,7 @@ async fn create(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult<Response> 
 
 async fn update(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult<Response> {
     let format = c.body_format()?;
-    let opts = write_options(c.q, &c.headers, Verb::Update, None, user)?;
+    let opts = write_options(c.q, &c.headers, Verb::Update, None, user, c.r.version)?;
     let body = parse_body(&read_body(body).await?, format)?;
     let (reg, key) = (&c.app.registry, c.key());
     match c.r.subresource {
@@ -415,7 +426,7 @@ async fn update(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult<Response> 
 
 async fn patch(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult<Response> {
     let patch_type = patch_type(c.content_type.as_deref())?;
-    let opts = write_options(c.q, &c.headers, Verb::Patch, Some(patch_type), user)?;
+    let opts = write_options(c.q, &c.headers, Verb::Patch, Some(patch_type), user, c.r.version)?;
     let (reg, key) = (&c.app.registry, c.key());
     match c.r.subresource {
         // No field management runs on a Scale, so it takes merge and JSON patches only.
@@ -440,7 +451,12 @@ async fn delete(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult<Response> 
     }
     let (key, q) = (c.key(), c.q);
     let delete = delete_options(q, &read_body(body).await?)?;
-    let opts = WriteOptions { user, dry_run: q.dry_run || delete.dry_run_all(), ..Default::default() };
+    let opts = WriteOptions {
+        user,
+        dry_run: q.dry_run || delete.dry_run_all(),
+        version: Some(c.r.version),
+        ..Default::default()
+    };
     let deleted = c.app.registry.delete(&key, &delete, &opts).await?;
     let resp = if deleted.gone {
         // As kube-apiserver: a Status once the object is gone, the object while finalizers hold it.
@@ -450,7 +466,7 @@ async fn delete(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult<Response> 
             "details": {"name": key.name, "group": crate::api::GROUP, "kind": crate::api::PLURAL, "uid": uid},
         }))?
     } else {
-        object_response(StatusCode::OK, c.out, &deleted.object, q.include_object)?
+        object_response(StatusCode::OK, c.out, &deleted.object.to_version(c.r.version)?, q.include_object)?
     };
     Ok(with_admission(resp, &deleted.warnings, &deleted.audit_annotations))
 }
@@ -462,13 +478,18 @@ async fn delete_collection(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult
     };
     let q = c.q;
     let delete = delete_options(q, &read_body(body).await?)?;
-    let opts = WriteOptions { user, dry_run: q.dry_run || delete.dry_run_all(), ..Default::default() };
+    let opts = WriteOptions {
+        user,
+        dry_run: q.dry_run || delete.dry_run_all(),
+        version: Some(c.r.version),
+        ..Default::default()
+    };
     let (labels, fields) = selectors(q, None)?;
     let req = ListRequest { namespace: Some(ns), labels, fields, ..Default::default() };
     let (items, revision) = c.app.registry.delete_collection(req, &delete, &opts).await?;
-    let items = items.iter().map(|o| o.to_value()).collect::<Result<Vec<_>, _>>()?;
+    let items = items.iter().map(|o| o.to_version(c.r.version)?.to_value()).collect::<Result<Vec<_>, _>>()?;
     c.plain(&serde_json::json!({
-        "apiVersion": crate::api::API_VERSION,
+        "apiVersion": c.r.version.api_version(),
         "kind": LIST_KIND,
         "metadata": {"resourceVersion": revision.to_string()},
         "items": items,

@@ -15,7 +15,7 @@ use prometheus_client::metrics::gauge::Gauge;
 
 use super::health::Endpoint;
 use super::request::{RequestInfo, Target, Verb};
-use crate::api::{GROUP, PLURAL, VERSION};
+use crate::api::{GROUP, PLURAL};
 use crate::metrics::{global, DurationLabels, LongRunningLabels, RequestLabels};
 
 const COMPONENT: &str = "apiserver";
@@ -84,7 +84,7 @@ impl RequestMetrics {
                 let verb = r.verb;
                 l.verb = verb.map_or("other", |v| verb_label(v, headers)).into();
                 l.group = GROUP.into();
-                l.version = VERSION.into();
+                l.version = r.version.as_str().into();
                 l.resource = PLURAL.into();
                 l.subresource = r.subresource.as_str().into();
                 l.scope = if r.name.is_some() || verb == Some(Verb::Create) {
@@ -99,10 +99,10 @@ impl RequestMetrics {
             }
             Ok(Target::Apis) => Some("/apis".to_owned()),
             Ok(Target::Group) => Some(format!("/apis/{GROUP}")),
-            Ok(Target::GroupVersion) => Some(format!("/apis/{GROUP}/{VERSION}")),
+            Ok(Target::GroupVersion(v)) => Some(format!("/apis/{GROUP}/{v}")),
             Ok(Target::OpenApiV2) => Some("/openapi/v2".to_owned()),
             Ok(Target::OpenApiV3Root) => Some("/openapi/v3".to_owned()),
-            Ok(Target::OpenApiV3GroupVersion) => Some(format!("/openapi/v3/apis/{GROUP}/{VERSION}")),
+            Ok(Target::OpenApiV3GroupVersion(v)) => Some(format!("/openapi/v3/apis/{GROUP}/{v}")),
             Ok(Target::Version) => Some("/version".to_owned()),
             Ok(Target::Metrics) => Some("/metrics".to_owned()),
             Ok(Target::Health(e, _)) => Some(

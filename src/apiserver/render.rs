@@ -16,7 +16,7 @@ use super::error::{ApiError, ApiResult};
 use super::negotiate::Output;
 use super::request::IncludeObject;
 use crate::api::table::{age, cells, columns, created, AGE_CELL};
-use crate::api::{API_VERSION, LIST_KIND};
+use crate::api::{Version, LIST_KIND};
 use crate::registry::{ListPage, Stored};
 
 pub const JSON: &str = "application/json";
@@ -210,27 +210,30 @@ fn list_meta(page: &ListPage) -> ListMeta {
     }
 }
 
-pub fn list_response(out: Output, page: &ListPage, include: IncludeObject) -> ApiResult<Response> {
+/// A list in `version`: each item converted to it (a copy of the stored one when it is stored in it).
+pub fn list_response(out: Output, page: &ListPage, include: IncludeObject, version: Version) -> ApiResult<Response> {
     let meta = list_meta(page);
+    let items = page.items.iter().map(|o| o.to_version(version)).collect::<Result<Vec<_>, _>>()?;
+    let api_version = version.api_version();
     match out {
         Output::Json | Output::Discovery(_) => {
-            let head = head(&json!({"apiVersion": API_VERSION, "kind": LIST_KIND, "metadata": meta}));
-            let body = splice_list(&head, "items", &page.items, |buf, obj| {
+            let head = head(&json!({"apiVersion": api_version, "kind": LIST_KIND, "metadata": meta}));
+            let body = splice_list(&head, "items", &items, |buf, obj| {
                 buf.put_slice(obj.bytes());
                 Ok(())
             })?;
             Ok(bytes_response(StatusCode::OK, JSON, body))
         }
         Output::Yaml => {
-            let items = page.items.iter().map(Stored::to_value).collect::<Result<Vec<_>, _>>()?;
-            let v = json!({"apiVersion": API_VERSION, "kind": LIST_KIND, "metadata": meta, "items": items});
+            let items = items.iter().map(Stored::to_value).collect::<Result<Vec<_>, _>>()?;
+            let v = json!({"apiVersion": api_version, "kind": LIST_KIND, "metadata": meta, "items": items});
             value_response(StatusCode::OK, out, &v)
         }
-        Output::Table => Ok(bytes_response(StatusCode::OK, JSON, table(meta, &page.items, include)?)),
+        Output::Table => Ok(bytes_response(StatusCode::OK, JSON, table(meta, &items, include)?)),
         Output::Metadata => {
             let head =
                 head(&json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta}));
-            let body = splice_list(&head, "items", &page.items, |buf, obj| {
+            let body = splice_list(&head, "items", &items, |buf, obj| {
                 put_partial_metadata(buf, obj, &*row(obj)?);
                 Ok(())
             })?;
@@ -262,6 +265,7 @@ pub fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::API_VERSION;
 
     fn podset() -> Stored {
         Stored::unstored(json!({

@@ -29,15 +29,21 @@ use super::negotiate::Output;
 use super::render::{bookmark_table, partial_metadata, single_row_table};
 use super::request::{IncludeObject, Query};
 use crate::api::selector::{FieldSelector, Selector};
-use crate::api::{API_VERSION, GROUP, KIND, PLURAL, VERSION};
+use crate::api::{Version, GROUP, KIND, PLURAL};
 use crate::metrics::GroupVersionResource;
 use crate::registry::{self, Event, EventType, Notification, Registry, Revision, WatchRequest as RegistryWatch};
 
-/// `apiserver_watch_events_total` for PodSets.
-static WATCH_EVENTS: std::sync::LazyLock<prometheus_client::metrics::counter::Counter> =
+/// `apiserver_watch_events_total` for PodSets, by version.
+static WATCH_EVENTS: std::sync::LazyLock<Vec<prometheus_client::metrics::counter::Counter>> =
     std::sync::LazyLock::new(|| {
-        let gvr = GroupVersionResource { group: GROUP.into(), version: VERSION.into(), resource: PLURAL.into() };
-        crate::metrics::global().watch_events.get_or_create(&gvr).clone()
+        Version::ALL
+            .iter()
+            .map(|v| {
+                let gvr =
+                    GroupVersionResource { group: GROUP.into(), version: v.as_str().into(), resource: PLURAL.into() };
+                crate::metrics::global().watch_events.get_or_create(&gvr).clone()
+            })
+            .collect()
     });
 
 /// Settings for every watch this server serves.
@@ -67,6 +73,8 @@ pub struct WatchRequest {
     pub fields: FieldSelector,
     pub query: Query,
     pub output: Output,
+    /// The version events are sent in.
+    pub version: Version,
 }
 
 /// The line forms a watch can send: JSON (as stored), PartialObjectMetadata, and Table with each `includeObject`.
@@ -74,10 +82,10 @@ const FORMS: usize = 5;
 /// A Table line carries an Age: shared only while it is this fresh, so a watcher never sends a stale one.
 const TABLE_FRESH: Duration = Duration::from_secs(1);
 
-/// One revision's encoded lines, by event type and form: encoded by the first watcher to send one, shared (as
-/// `Bytes`, not copied) by the others.
+/// One revision's encoded lines, by version, event type and form: encoded (and converted) by the first watcher to
+/// send one, shared (as `Bytes`, not copied) by the others.
 #[derive(Default)]
-struct Lines([[OnceLock<Line>; FORMS]; 3]);
+struct Lines([[[OnceLock<Line>; FORMS]; 3]; Version::ALL.len()]);
 
 struct Line {
     made: Instant,
@@ -87,6 +95,7 @@ struct Line {
 struct Encoder {
     output: Output,
     include: IncludeObject,
+    version: Version,
 }
 
 impl Encoder {
@@ -101,14 +110,15 @@ impl Encoder {
     }
 
     fn event(&self, ev: &Event) -> Bytes {
-        WATCH_EVENTS.inc();
+        WATCH_EVENTS[self.version.index()].inc();
         let Some(lines) = ev.memo(Lines::default) else { return self.encode(ev) };
         let kind = match ev.kind {
             EventType::Added => 0,
             EventType::Modified => 1,
             EventType::Deleted => 2,
         };
-        let line = lines.0[kind][self.form()].get_or_init(|| Line { made: Instant::now(), bytes: self.encode(ev) });
+        let line = lines.0[self.version.index()][kind][self.form()]
+            .get_or_init(|| Line { made: Instant::now(), bytes: self.encode(ev) });
         if self.output == Output::Table && line.made.elapsed() > TABLE_FRESH {
             return self.encode(ev);
         }
@@ -116,12 +126,11 @@ impl Encoder {
     }
 
     fn encode(&self, ev: &Event) -> Bytes {
-        let obj = &ev.object;
-        let rendered = match self.output {
-            Output::Table => single_row_table(obj, self.include),
-            Output::Metadata => partial_metadata(obj),
+        let rendered = ev.object.to_version(self.version).map_err(ApiError::from).and_then(|obj| match self.output {
+            Output::Table => single_row_table(&obj, self.include),
+            Output::Metadata => partial_metadata(&obj),
             _ => Ok(obj.bytes().clone()),
-        };
+        });
         match rendered {
             Ok(b) => frame(ev.kind.as_str(), &b),
             Err(e) => self.error(&e),
@@ -135,7 +144,7 @@ impl Encoder {
         }
         let types = match self.output {
             Output::Metadata => TypeMeta { api_version: "meta.k8s.io/v1".into(), kind: "PartialObjectMetadata".into() },
-            _ => TypeMeta { api_version: API_VERSION.into(), kind: KIND.into() },
+            _ => TypeMeta { api_version: self.version.api_version().into(), kind: KIND.into() },
         };
         let bookmark =
             Bookmark { types, metadata: BookmarkMeta { resource_version: revision.to_string(), annotations } };
@@ -378,7 +387,7 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
     let requested = q.revision()?;
     q.check_list_options(true)?;
 
-    let encoder = Encoder { output: req.output, include: q.include_object };
+    let encoder = Encoder { output: req.output, include: q.include_object, version: req.version };
     let watch = registry.watch(RegistryWatch {
         namespace: req.namespace,
         labels: req.labels,
@@ -417,7 +426,7 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{Subresource, UserInfo};
+    use crate::api::{Subresource, UserInfo, API_VERSION};
     use crate::registry::{PatchType, PodSetKey, Stored, WriteOptions};
     use http_body_util::BodyExt;
     use serde_json::json;
@@ -458,6 +467,7 @@ mod tests {
             fields: FieldSelector::default(),
             query,
             output,
+            version: reg.storage_version(),
         };
         serve(reg, &config(), req).await.unwrap().into_body()
     }
@@ -524,6 +534,46 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn each_version_gets_its_own_lines_converted_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = registry(dir.path()).await;
+        let rv = create(&reg, "a", "web").await.resource_version();
+        let cfg = config();
+        let in_version = |v: Version| {
+            let query = Query { resource_version: Some(rv.to_string()), ..Default::default() };
+            let req = WatchRequest {
+                namespace: Some("ns".into()),
+                labels: Selector::default(),
+                fields: FieldSelector::default(),
+                query,
+                output: Output::Json,
+                version: v,
+            };
+            serve(&reg, &cfg, req)
+        };
+        let mut alpha = Vec::new();
+        for _ in 0..3 {
+            alpha.push(in_version(Version::V1alpha1).await.unwrap().into_body());
+        }
+        let mut beta = in_version(Version::V1beta1).await.unwrap().into_body();
+        let changed = patch(&reg, "a", json!({"spec": {"minReadySeconds": 10}})).await;
+        let mut lines = Vec::new();
+        for body in &mut alpha {
+            lines.push(next_frame(body).await);
+        }
+        assert!(lines.iter().all(|l| l.as_ptr() == lines[0].as_ptr()), "converted once for every v1alpha1 watcher");
+        let ev: Value = serde_json::from_slice(&lines[0]).unwrap();
+        assert_eq!(ev["object"]["apiVersion"], "demo.k8s.io/v1alpha1");
+        assert_eq!(ev["object"]["metadata"]["annotations"]["demo.k8s.io/v1beta1-min-ready-seconds"], "10");
+        assert_eq!(ev["object"]["spec"].get("minReadySeconds"), None);
+        assert_eq!(
+            next_frame(&mut beta).await,
+            event_line("MODIFIED", changed.bytes()),
+            "stored in v1beta1, sent as is"
+        );
+    }
+
+    #[tokio::test]
     async fn a_selector_leaving_deleted_is_the_previous_state_restamped_made_once() {
         let dir = tempfile::tempdir().unwrap();
         let reg = registry(dir.path()).await;
@@ -557,7 +607,7 @@ mod tests {
         seen: Revision,
         shutdown: CancellationToken,
     ) -> WatchBody {
-        let encoder = Encoder { output: Output::Json, include: IncludeObject::Metadata };
+        let encoder = Encoder { output: Output::Json, include: IncludeObject::Metadata, version: Version::V1alpha1 };
         WatchBody::new(encoder, events, seen, Duration::from_secs(10), shutdown)
     }
 

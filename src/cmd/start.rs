@@ -92,7 +92,9 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
         audit,
     };
     crate::metrics::register_collector(Box::new(crate::metrics::ScrapeGauges(store_gauges(store.clone()))));
-    let registry = Registry::new(store.clone()).with_admission(Arc::new(admission));
+    let registry = Registry::new(store.clone())
+        .with_admission(Arc::new(admission))
+        .with_storage_version(opts.storage.storage_version);
     let addr = opts.serving.address();
     let server = Server::bind(addr, registry.clone(), cfg, shutdown.clone())
         .await
@@ -135,7 +137,9 @@ async fn refuse_if_pods_are_orphaned(client: &kube::Client, place: &str) -> anyh
         };
         let owned = page.items.iter().find(|p| {
             p.metadata.owner_references.iter().flatten().any(|r| {
-                r.controller == Some(true) && r.kind == crate::api::KIND && r.api_version == crate::api::API_VERSION
+                r.controller == Some(true)
+                    && r.kind == crate::api::KIND
+                    && crate::api::Version::of_api_version(&r.api_version).is_some()
             })
         });
         if let Some(p) = owned {

@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 pub use expectations::Expectations;
 pub use queue::Queue;
 
-use crate::api::{API_VERSION, KIND};
+use crate::api::{Version, KIND};
 use crate::registry::{ListRequest, Notification, PodSetKey, Registry, WatchRequest};
 
 /// Controller settings.
@@ -103,7 +103,9 @@ impl Context {
 /// The PodSet that controls `pod`, if one does.
 fn owner_key(pod: &Pod) -> Option<PodSetKey> {
     let r = pod.owner_references().iter().find(|r| r.controller == Some(true))?;
-    (r.api_version == API_VERSION && r.kind == KIND)
+    // Any version of the group: the owner reference names the version it was written in, as kube's controllers
+    // match their owners by group and kind.
+    (Version::of_api_version(&r.api_version).is_some() && r.kind == KIND)
         .then(|| PodSetKey::new(pod.namespace().unwrap_or_default(), &r.name))
 }
 

@@ -44,6 +44,25 @@ fn is_ready(pod: &Pod) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// kube's `IsPodAvailable`: ready, and for at least `min_ready_seconds` by its Ready condition's last transition.
+fn is_available(pod: &Pod, min_ready_seconds: i32, now: jiff::Timestamp) -> bool {
+    let Some(ready) = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready" && c.status == "True"))
+    else {
+        return false;
+    };
+    if min_ready_seconds <= 0 {
+        return true;
+    }
+    ready
+        .last_transition_time
+        .as_ref()
+        .is_some_and(|t| t.0.as_second() + i64::from(min_ready_seconds) <= now.as_second())
+}
+
 /// Which Pods to delete first: unscheduled, then Pending, then not ready, then the newest.
 fn deletion_rank(pod: &Pod) -> (bool, bool, bool, Reverse<i64>) {
     let scheduled = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
@@ -277,9 +296,10 @@ fn transition(old: &[Condition], mut condition: Condition) -> Condition {
     condition
 }
 
-fn status_of(ps: &PodSet, active: &[&Pod], failure: Option<&str>) -> PodSetStatus {
+fn status_of(ps: &PodSet, active: &[&Pod], failure: Option<&str>, at: jiff::Timestamp) -> PodSetStatus {
     let old = ps.status.clone().unwrap_or_default();
     let ready = active.iter().filter(|p| is_ready(p)).count() as i32;
+    let available = active.iter().filter(|p| is_available(p, ps.spec.min_ready_seconds, at)).count() as i32;
     let mut pod_names: Vec<String> = active.iter().map(|p| p.name_any()).collect();
     pod_names.sort();
     let desired = ps.spec.replicas.unwrap_or(1);
@@ -299,19 +319,19 @@ fn status_of(ps: &PodSet, active: &[&Pod], failure: Option<&str>) -> PodSetStatu
         last_transition_time: now(),
         observed_generation: ps.metadata.generation,
     };
-    let (ready_condition, reconciling) = match unsettled(desired, active.len() as i32, ready, ready, failure.is_some())
-    {
-        Some((reason, message)) => {
-            (condition("Ready", false, reason, message.clone()), condition("Reconciling", true, reason, message))
-        }
-        None => {
-            let message = format!("PodSet is available. Replicas: {}", active.len());
-            (
-                condition("Ready", true, "Available", message.clone()),
-                condition("Reconciling", false, "Available", message),
-            )
-        }
-    };
+    let (ready_condition, reconciling) =
+        match unsettled(desired, active.len() as i32, available, ready, failure.is_some()) {
+            Some((reason, message)) => {
+                (condition("Ready", false, reason, message.clone()), condition("Reconciling", true, reason, message))
+            }
+            None => {
+                let message = format!("PodSet is available. Replicas: {}", active.len());
+                (
+                    condition("Ready", true, "Available", message.clone()),
+                    condition("Reconciling", false, "Available", message),
+                )
+            }
+        };
     conditions.push(transition(&old.conditions, ready_condition));
     conditions.push(transition(&old.conditions, reconciling));
     if let Some(message) = failure {
@@ -329,7 +349,7 @@ fn status_of(ps: &PodSet, active: &[&Pod], failure: Option<&str>) -> PodSetStatu
     PodSetStatus {
         replicas: active.len() as i32,
         ready_replicas: ready,
-        available_replicas: ready,
+        available_replicas: available,
         pod_names,
         observed_generation: ps.metadata.generation,
         conditions,
@@ -361,7 +381,11 @@ async fn write_status(
     active: &[&Pod],
     failure: Option<&str>,
 ) -> Result<(), Error> {
-    let status = status_of(ps, active, failure);
+    let status = status_of(ps, active, failure, jiff::Timestamp::now());
+    // Ready Pods not yet available become so with time alone: look again then, as kube's ReplicaSet controller.
+    if ps.spec.min_ready_seconds > 0 && status.ready_replicas != status.available_replicas {
+        ctx.queue.add_after(key, std::time::Duration::from_secs(ps.spec.min_ready_seconds as u64));
+    }
     if ps.status.as_ref() == Some(&status) {
         return Ok(());
     }
@@ -418,7 +442,7 @@ mod tests {
     fn pods_carry_the_template_and_a_controller_reference() {
         let mut ps: PodSet =
             serde_json::from_value(json!({"metadata": {"name": "web", "namespace": "ns", "uid": "u1"}})).unwrap();
-        crate::api::defaults::default_podset(&mut ps);
+        crate::api::defaults::default_podset(&mut ps, crate::api::Version::V1alpha1);
         let p = pod_from_template(&ps);
         assert_eq!(p.metadata.generate_name.as_deref(), Some("web-"));
         assert_eq!(p.labels().get(crate::api::DEFAULT_LABEL).map(String::as_str), Some("web"));
@@ -446,26 +470,52 @@ mod tests {
             (c.status.clone(), c.reason.clone(), c.message.clone())
         };
         let (a, b) = (ready_pod("a"), ready_pod("b"));
-        let s = status_of(&ps, &[&a, &pending], None);
+        let s = status_of(&ps, &[&a, &pending], None, jiff::Timestamp::now());
         assert_eq!(cond(&s, "Ready"), ("False".into(), "LessAvailable".into(), "Available: 1/2".into()));
         assert_eq!(cond(&s, "Reconciling"), ("True".into(), "LessAvailable".into(), "Available: 1/2".into()));
         assert_eq!(s.conditions[0].observed_generation, Some(2));
 
         ps.status = Some(s.clone());
-        let settled = status_of(&ps, &[&a, &b], None);
+        let settled = status_of(&ps, &[&a, &b], None, jiff::Timestamp::now());
         assert_eq!(
             cond(&settled, "Ready"),
             ("True".into(), "Available".into(), "PodSet is available. Replicas: 2".into())
         );
         assert_eq!(cond(&settled, "Reconciling").0, "False");
         ps.status = Some(settled.clone());
-        assert_eq!(status_of(&ps, &[&a, &b], None), settled, "nothing changed: the same status, no write");
+        assert_eq!(
+            status_of(&ps, &[&a, &b], None, jiff::Timestamp::now()),
+            settled,
+            "nothing changed: the same status, no write"
+        );
 
         let extra = ready_pod("c");
-        let s = status_of(&ps, &[&a, &b, &extra], None);
+        let s = status_of(&ps, &[&a, &b, &extra], None, jiff::Timestamp::now());
         assert_eq!(cond(&s, "Reconciling"), ("True".into(), "ExtraPods".into(), "Pending termination: 1".into()));
-        let s = status_of(&ps, &[&a, &b], Some("quota exceeded"));
+        let s = status_of(&ps, &[&a, &b], Some("quota exceeded"), jiff::Timestamp::now());
         assert_eq!(cond(&s, "Ready").1, "ReplicaFailure");
         assert_eq!(cond(&s, "ReplicaFailure").0, "True");
+    }
+
+    #[test]
+    fn a_pod_is_available_once_ready_for_min_ready_seconds() {
+        let ready_since = |t: &str| {
+            pod(json!({"metadata": {"name": "a"}, "status": {"phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": t}]}}))
+        };
+        let now: jiff::Timestamp = "2026-01-01T00:01:00Z".parse().unwrap();
+        let (old, new) = (ready_since("2026-01-01T00:00:00Z"), ready_since("2026-01-01T00:00:50Z"));
+        assert!(is_available(&new, 0, now), "available as soon as ready without minReadySeconds");
+        assert!(is_available(&old, 60, now) && !is_available(&new, 60, now));
+        assert!(!is_available(&pod(json!({"metadata": {"name": "p"}, "status": {"phase": "Pending"}})), 0, now));
+        let mut ps: PodSet = serde_json::from_value(
+            json!({"metadata": {"name": "web"}, "spec": {"replicas": 2, "minReadySeconds": 30}}),
+        )
+        .unwrap();
+        ps.metadata.generation = Some(1);
+        let s = status_of(&ps, &[&old, &new], None, now);
+        assert_eq!((s.ready_replicas, s.available_replicas), (2, 1));
+        let ready = s.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!((ready.status.as_str(), ready.message.as_str()), ("False", "Available: 1/2"));
     }
 }

@@ -4,11 +4,12 @@
 
 use serde_json::Value;
 
+use super::decode::versioned_value;
 use super::error::Result;
 use super::key::PodSetKey;
 use super::view::View;
 use crate::admission::{Admission, Attributes, Outcome};
-use crate::api::PodSet;
+use crate::api::{conversion, PodSet, Version};
 
 /// One write's admission: its attributes (none when no plugin runs), and what the plugins said.
 pub(crate) struct Review<'r> {
@@ -17,6 +18,8 @@ pub(crate) struct Review<'r> {
     attrs: Option<Attributes>,
     /// Whether a plugin may read the objects; when not, none are built.
     reads: bool,
+    /// The request's version: the one admission sees PodSets in.
+    version: Version,
     pub said: Outcome,
 }
 
@@ -26,18 +29,26 @@ impl<'r> Review<'r> {
         view: &'static dyn View,
         attrs: impl FnOnce() -> Attributes,
         warnings: Vec<String>,
+        version: Version,
     ) -> Self {
         let attrs = admission.runs().then(attrs);
         let reads = attrs.as_ref().is_some_and(|a| admission.reads_objects(a.operation));
-        Self { admission, view, attrs, reads, said: Outcome { warnings, ..Default::default() } }
+        Self { admission, view, attrs, reads, version, said: Outcome { warnings, ..Default::default() } }
     }
 
-    /// The object admission reviews for `ps`: its view, else `json` (the PodSet as JSON, made only if needed).
+    /// The object admission reviews for `ps`: its view, else `json` (the PodSet as JSON in any version, made only
+    /// if needed) in the request's version.
     fn object(&self, ps: &PodSet, json: impl FnOnce() -> Result<Value>) -> Result<Value> {
         match self.view.review(ps)? {
             Some(v) => Ok(v),
-            None => json(),
+            None => Ok(self.in_request_version(json()?)),
         }
+    }
+
+    fn in_request_version(&self, mut v: Value) -> Value {
+        let from = conversion::version_of(&v).unwrap_or(Version::V1alpha1);
+        conversion::convert_value(&mut v, from, self.version);
+        v
     }
 
     /// The stored object `old` as admission sees it, when the plugins read it; `json` is `old` as JSON.
@@ -56,12 +67,12 @@ impl<'r> Review<'r> {
         if !self.reads {
             return Ok(Box::pin(self.admission.admit(a, None, None, &mut self.said)).await?);
         }
-        let mut object = self.object(proposed, || to_value(proposed))?;
+        let mut object = self.object(proposed, || versioned_value(proposed, self.version))?;
         let sent = object.clone();
         // Boxed: a webhook call's future is large, and held inline it would be copied with every write's.
         Box::pin(self.admission.admit(a, Some(&mut object), old, &mut self.said)).await?;
         if object != sent {
-            *proposed = self.view.admitted(std::mem::take(proposed), object, key)?;
+            *proposed = self.view.admitted(std::mem::take(proposed), object, key, self.version)?;
         }
         Ok(())
     }
@@ -86,14 +97,10 @@ impl<'r> Review<'r> {
     pub async fn delete(&mut self, old: impl FnOnce() -> Result<Value>) -> Result<()> {
         let Some(a) = &self.attrs else { return Ok(()) };
         let old = match self.reads {
-            true => Some(old()?),
+            true => Some(self.in_request_version(old()?)),
             false => None,
         };
         Box::pin(self.admission.admit(a, None, old.as_ref(), &mut self.said)).await?;
         Ok(Box::pin(self.admission.validate(a, None, old.as_ref(), &mut self.said)).await?)
     }
-}
-
-pub(crate) fn to_value(ps: &PodSet) -> Result<Value> {
-    serde_json::to_value(ps).map_err(|e| super::error::Error::internal(e.to_string()))
 }

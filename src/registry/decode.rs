@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::error::{Error, Result};
 use super::options::{FieldValidation, PatchType};
 use crate::api::validation::FieldError;
-use crate::api::{PodSet, API_VERSION, KIND};
+use crate::api::{conversion, PodSet, Version, KIND};
 
 fn object(value: Value) -> Result<Value> {
     if !value.is_object() {
@@ -25,45 +25,78 @@ pub fn yaml_object(body: &[u8]) -> Result<Value> {
     object(serde_yaml::from_slice(body).map_err(|e| Error::bad_request(format!("error parsing YAML body: {e}")))?)
 }
 
-/// Decodes a PodSet, checking its type fields and, per `fieldValidation`, its unknown fields. Returns the
-/// warnings `Warn` earns.
-pub(crate) fn decode_podset(value: Value, fv: FieldValidation) -> Result<(PodSet, Vec<String>)> {
-    check_type(&value, API_VERSION, KIND)?;
-    let mut unknown = Vec::new();
-    let ps: PodSet = serde_ignored::deserialize(value, |path| unknown.push(path.to_string())).map_err(|e| {
-        Error::bad_request(format!("PodSet in version \"v1alpha1\" cannot be handled as a PodSet: {e}"))
-    })?;
-    unknown_fields(unknown, fv, "PodSet").map(|w| (ps, w))
+/// The version a body is read in: the request's (its URL's), else the one the body names, else `v1alpha1`, the
+/// version of every body before there were two (in-process callers that name none).
+pub(crate) fn body_version(value: &Value, asked: Option<Version>) -> Version {
+    asked.or_else(|| conversion::version_of(value)).unwrap_or(Version::V1alpha1)
 }
+
+/// Decodes a PodSet sent in `asked` (see [`body_version`]) into the hub, checking its type fields and, per
+/// `fieldValidation`, its unknown fields (`spec.minReadySeconds` is one in `v1alpha1`). Returns the warnings
+/// `Warn` earns, and the version it was read in.
+pub(crate) fn decode_podset(mut value: Value, fv: FieldValidation, asked: Option<Version>) -> Result<Decoded> {
+    let version = body_version(&value, asked);
+    check_type(&value, version.api_version(), KIND)?;
+    let mut unknown = Vec::new();
+    if version == Version::V1alpha1 {
+        if let Some(spec) = value.get_mut("spec").and_then(Value::as_object_mut) {
+            if spec.remove("minReadySeconds").is_some() {
+                unknown.push("spec.minReadySeconds".to_owned());
+            }
+        }
+    }
+    let mut ps: PodSet = serde_ignored::deserialize(value, |path| unknown.push(path.to_string())).map_err(|e| {
+        Error::bad_request(format!("PodSet in version \"{version}\" cannot be handled as a PodSet: {e}"))
+    })?;
+    conversion::to_hub(&mut ps, version);
+    unknown_fields(unknown, fv, "PodSet", version).map(|w| (ps, w, version))
+}
+
+/// A decoded body: the PodSet as the hub holds it, the warnings it earned, the version it came in.
+pub(crate) type Decoded = (PodSet, Vec<String>, Version);
 
 /// [`decode_podset`] of a JSON body, read straight into the PodSet when it is a plain one (an object naming its
 /// type, nothing unknown in it), with no JSON tree in between; anything else goes the way of `decode_podset`, so
 /// errors and warnings read the same.
-pub(crate) fn decode_json_podset(body: &[u8], fv: FieldValidation) -> Result<(PodSet, Vec<String>)> {
+pub(crate) fn decode_json_podset(body: &[u8], fv: FieldValidation, asked: Option<Version>) -> Result<Decoded> {
     let is_object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    // v1alpha1 has no spec.minReadySeconds, which the hub would take: such a body goes the long way.
+    let plain = |v: Version| v != Version::V1alpha1 || !body.windows(17).any(|w| w == b"\"minReadySeconds\"");
     if is_object {
         let mut de = serde_json::Deserializer::from_slice(body);
         let mut unknown = false;
         let decoded: Result<PodSet, _> = serde_ignored::deserialize(&mut de, |_| unknown = true);
-        if let (Ok(ps), Ok(())) = (decoded, de.end()) {
-            if !unknown && ps.api_version == API_VERSION && ps.kind == KIND {
-                return Ok((ps, Vec::new()));
+        if let (Ok(mut ps), Ok(())) = (decoded, de.end()) {
+            let named = Version::of_api_version(&ps.api_version);
+            if let Some(v) = named.filter(|v| asked.is_none_or(|a| a == *v) && plain(*v)) {
+                if !unknown && ps.kind == KIND {
+                    conversion::to_hub(&mut ps, v);
+                    return Ok((ps, Vec::new(), v));
+                }
             }
         }
     }
-    decode_podset(json_object(body)?, fv)
+    decode_podset(json_object(body)?, fv, asked)
 }
 
-fn unknown_fields(unknown: Vec<String>, fv: FieldValidation, kind: &str) -> Result<Vec<String>> {
+fn unknown_fields(unknown: Vec<String>, fv: FieldValidation, kind: &str, version: Version) -> Result<Vec<String>> {
     let messages: Vec<String> = unknown.iter().map(|p| format!("unknown field \"{p}\"")).collect();
     match fv {
         FieldValidation::Strict if !messages.is_empty() => Err(Error::bad_request(format!(
-            "{kind} in version \"v1alpha1\" cannot be handled as a {kind}: strict decoding error: {}",
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
             messages.join(", ")
         ))),
         FieldValidation::Warn => Ok(messages),
         _ => Ok(Vec::new()),
     }
+}
+
+/// The hub object `ps` as JSON in `version`.
+pub(crate) fn versioned_value(ps: &PodSet, version: Version) -> Result<Value> {
+    let mut ps = ps.clone();
+    conversion::from_hub(&mut ps, version);
+    ps.kind = KIND.into();
+    serde_json::to_value(ps).map_err(|e| Error::internal(e.to_string()))
 }
 
 /// `apiVersion` and `kind`, when a body sets them, must be the ones the endpoint serves.
@@ -123,13 +156,13 @@ mod tests {
     #[test]
     fn strict_decoding_rejects_unknown_fields_and_warn_reports_them() {
         let v = serde_json::json!({"metadata": {"name": "a"}, "spec": {"replicas": 1, "bogus": true}});
-        let err = decode_podset(v.clone(), FieldValidation::Strict).unwrap_err();
+        let err = decode_podset(v.clone(), FieldValidation::Strict, None).unwrap_err();
         assert!(matches!(&err, Error::BadRequest(m) if m.contains("unknown field \"spec.bogus\"")), "{err}");
-        let (_, warnings) = decode_podset(v.clone(), FieldValidation::Warn).unwrap();
+        let (_, warnings, _) = decode_podset(v.clone(), FieldValidation::Warn, None).unwrap();
         assert_eq!(warnings, vec!["unknown field \"spec.bogus\"".to_owned()]);
-        assert!(decode_podset(v, FieldValidation::Ignore).unwrap().1.is_empty());
+        assert!(decode_podset(v, FieldValidation::Ignore, None).unwrap().1.is_empty());
         let wrong_kind = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}});
-        assert!(matches!(decode_podset(wrong_kind, FieldValidation::Warn), Err(Error::BadRequest(_))));
+        assert!(matches!(decode_podset(wrong_kind, FieldValidation::Warn, None), Err(Error::BadRequest(_))));
     }
 
     #[test]
@@ -148,23 +181,48 @@ mod tests {
             r#"{"apiVersion":"demo.k8s.io/v1alpha1","kind":"PodSet","apiVersion":null}"#,
             r#"["demo.k8s.io/v1alpha1","PodSet",{"name":"a"}]"#,
             r#"{"apiVersion":"demo.k8s.io/v1alpha1","kind":"PodSet"} trailing"#,
+            r#"{"apiVersion":"demo.k8s.io/v1alpha1","kind":"PodSet","spec":{"minReadySeconds":0}}"#,
+            r#"{"apiVersion":"demo.k8s.io/v1alpha1","kind":"PodSet","metadata":{"annotations":{"demo.k8s.io/v1beta1-min-ready-seconds":"7"}}}"#,
+            r#"{"apiVersion":"demo.k8s.io/v1beta1","kind":"PodSet","spec":{"minReadySeconds":5,"replicas":1}}"#,
+            r#"{"apiVersion":"demo.k8s.io/v1beta1","kind":"PodSet","spec":{"minReadySeconds":-5,"bogus":1}}"#,
             r#"{"apiVersion":"demo.k8s.io/v1alpha1","kind":"PodSet""#,
             "",
         ];
         for body in bodies {
             for fv in [FieldValidation::Strict, FieldValidation::Warn, FieldValidation::Ignore] {
-                let direct = decode_json_podset(body.as_bytes(), fv);
-                let via_tree = json_object(body.as_bytes()).and_then(|v| decode_podset(v, fv));
-                match (direct, via_tree) {
-                    (Ok(a), Ok(b)) => assert_eq!(a, b, "{body}"),
-                    (Err(a), Err(b)) => {
-                        assert_eq!(std::mem::discriminant(&a), std::mem::discriminant(&b), "{body}");
-                        assert_eq!(a.to_string(), b.to_string(), "{body}");
+                for asked in [None, Some(Version::V1alpha1), Some(Version::V1beta1)] {
+                    let direct = decode_json_podset(body.as_bytes(), fv, asked);
+                    let via_tree = json_object(body.as_bytes()).and_then(|v| decode_podset(v, fv, asked));
+                    match (direct, via_tree) {
+                        (Ok(a), Ok(b)) => assert_eq!(a, b, "{body}"),
+                        (Err(a), Err(b)) => {
+                            assert_eq!(std::mem::discriminant(&a), std::mem::discriminant(&b), "{body}");
+                            assert_eq!(a.to_string(), b.to_string(), "{body}");
+                        }
+                        (a, b) => panic!("{body}: {a:?} but through a tree {b:?}"),
                     }
-                    (a, b) => panic!("{body}: {a:?} but through a tree {b:?}"),
                 }
             }
         }
+    }
+
+    #[test]
+    fn v1alpha1_bodies_have_no_min_ready_seconds_but_its_annotation() {
+        let v = serde_json::json!({"apiVersion": "demo.k8s.io/v1alpha1", "spec": {"minReadySeconds": 5}});
+        let err = decode_podset(v.clone(), FieldValidation::Strict, None).unwrap_err();
+        assert!(err.to_string().contains("unknown field \"spec.minReadySeconds\""), "{err}");
+        let (ps, warnings, version) = decode_podset(v, FieldValidation::Warn, None).unwrap();
+        assert_eq!((ps.spec.min_ready_seconds, version), (0, Version::V1alpha1));
+        assert_eq!(warnings, ["unknown field \"spec.minReadySeconds\""]);
+        let v = serde_json::json!({"apiVersion": "demo.k8s.io/v1alpha1",
+                                   "metadata": {"annotations": {conversion::MIN_READY_SECONDS: "5"}}});
+        let (ps, _, _) = decode_podset(v, FieldValidation::Strict, None).unwrap();
+        assert_eq!((ps.spec.min_ready_seconds, ps.metadata.annotations), (5, None));
+        let v = serde_json::json!({"apiVersion": "demo.k8s.io/v1beta1", "spec": {"minReadySeconds": 5}});
+        let (ps, _, version) = decode_podset(v.clone(), FieldValidation::Strict, None).unwrap();
+        assert_eq!((ps.spec.min_ready_seconds, version), (5, Version::V1beta1));
+        let err = decode_podset(v, FieldValidation::Strict, Some(Version::V1alpha1)).unwrap_err();
+        assert!(err.to_string().contains("does not match the expected API version (demo.k8s.io/v1alpha1)"), "{err}");
     }
 
     #[test]

@@ -9,18 +9,18 @@ use super::error::Result;
 use super::fieldmanager::{FieldManager, Operation, Subresource};
 use super::options::WriteOptions;
 use super::strategy::now_text;
-use crate::api::schema::{component_schemas, PODSET};
-use crate::api::API_VERSION;
+use crate::api::schema::{component_schemas, podset_definition};
+use crate::api::Version;
 
-/// Field management for PodSets, merged by the schema the server publishes.
-pub fn podset_field_manager() -> &'static FieldManager {
-    static FM: OnceLock<FieldManager> = OnceLock::new();
-    FM.get_or_init(|| {
+/// Field management for PodSets in `version`, merged by the schema the server publishes for it.
+pub fn podset_field_manager(version: Version) -> &'static FieldManager {
+    static FM: [OnceLock<FieldManager>; Version::ALL.len()] = [const { OnceLock::new() }; Version::ALL.len()];
+    FM[version.index()].get_or_init(|| {
         // The parts of a PodSet that, like a Deployment's non-pointer structs, always exist: writes compared
         // against them never own them as nodes of their own.
         let skeleton = json!({"metadata": {}, "spec": {"template": {"metadata": {}, "spec": {"containers": null}}},
                               "status": {}});
-        FieldManager::new(&component_schemas(), PODSET, API_VERSION, skeleton)
+        FieldManager::new(&component_schemas(version), &podset_definition(version), version.api_version(), skeleton)
     })
 }
 
@@ -32,14 +32,16 @@ pub(crate) fn sent_managed_fields(new: &Value) -> bool {
 /// The managedFields of a create by `opts.field_manager` of `new`, sent without managedFields, as the JSON to
 /// store beside it: what `manage_fields` would record, written out directly. `None` when there is nothing to
 /// record, or (logged) when the schema cannot take the object, which then loses field tracking as there.
-pub(crate) fn created_managed_fields(new: &mut Value, opts: &WriteOptions) -> Option<String> {
-    podset_field_manager().created_managed_fields(new, &opts.field_manager, &now_text()).unwrap_or_else(|e| {
+pub(crate) fn created_managed_fields(new: &mut Value, opts: &WriteOptions, version: Version) -> Option<String> {
+    podset_field_manager(version).created_managed_fields(new, &opts.field_manager, &now_text()).unwrap_or_else(|e| {
         tracing::warn!(error = %e, "managedFields could not be updated; dropping them");
         None
     })
 }
 
-/// The managedFields of a write by `opts.field_manager` to `sub`, going from `live` (`None` on create) to `new`.
+/// The managedFields of a write by `opts.field_manager` to `sub`, going from `live` (`None` on create) to `new`,
+/// both in `version` (the storage version: every write's fields are recorded in it, whichever version it came in,
+/// so the fields of managers writing in either are compared where the object keeps them).
 ///
 /// - `Update` (create, update, merge or JSON patch): `new` is the object about to be stored; returns it with the
 ///   write recorded. An object the schema cannot take loses its field tracking rather than the write, as
@@ -52,8 +54,9 @@ pub(crate) fn manage_fields(
     opts: &WriteOptions,
     op: Operation,
     sub: Subresource,
+    version: Version,
 ) -> Result<Value> {
-    let fm = podset_field_manager();
+    let fm = podset_field_manager(version);
     match op {
         Operation::Apply => Ok(fm.apply(live, &new, &opts.field_manager, sub, opts.force, &now_text())?),
         Operation::Update => {
@@ -67,4 +70,28 @@ pub(crate) fn manage_fields(
             Ok(new)
         }
     }
+}
+
+/// `live`'s managedFields entries recorded in another version, as `version` names their fields.
+pub(crate) fn fields_in_version(live: &mut Value, version: Version) {
+    let Some(entries) = live.pointer_mut("/metadata/managedFields").and_then(Value::as_array_mut) else { return };
+    for e in entries {
+        let Some(from) = e.get("apiVersion").and_then(Value::as_str).and_then(Version::of_api_version) else {
+            continue;
+        };
+        if from == version {
+            continue;
+        }
+        if let Some(fields) = e.get_mut("fieldsV1") {
+            crate::api::conversion::convert_fields(fields, from, version);
+        }
+        e["apiVersion"] = Value::String(version.api_version().into());
+    }
+}
+
+/// The stored object as field management reads it: in `version`, every managedFields entry too.
+pub(crate) fn live_value(current: &super::Stored, version: Version) -> Result<Value> {
+    let mut live = current.to_version(version)?.to_value()?;
+    fields_in_version(&mut live, version);
+    Ok(live)
 }

@@ -40,13 +40,13 @@ pub use crate::api::{Operation, Subresource, UserInfo};
 pub use crate::storage::Revision;
 
 use self::decode::{apply_patch, decode_json_podset, decode_podset};
-use self::managed::manage_fields;
+use self::managed::{live_value, manage_fields};
 use self::strategy::check_identity;
 use self::view::PODSET;
 use self::write::{Change, Outcome, Write};
 use crate::admission::{Admission, Chain, WriteKind};
 use crate::api::validation::FieldError;
-use crate::api::{PodSet, PodSetStatus};
+use crate::api::{conversion, PodSet, PodSetStatus, Version};
 use crate::storage::{ListOptions, Object, StorageError, Store};
 
 /// How long a read "not older than" a revision this server has not reached waits for it before a 504.
@@ -73,11 +73,22 @@ pub struct Registry {
     admission: Arc<dyn Admission>,
     /// What the watchers of the newest revisions share.
     recent: Arc<watch::Recent>,
+    /// The version objects are written in (`--storage-version`); objects stored in another stay readable.
+    storage_version: Version,
 }
 
 impl Registry {
     pub fn new(store: Arc<dyn Store>) -> Self {
-        Self { store, admission: Arc::new(Chain::empty()), recent: Arc::default() }
+        Self { store, admission: Arc::new(Chain::empty()), recent: Arc::default(), storage_version: Version::PREFERRED }
+    }
+
+    /// The same registry writing objects in `version`.
+    pub fn with_storage_version(self, version: Version) -> Self {
+        Self { storage_version: version, ..self }
+    }
+
+    pub fn storage_version(&self) -> Version {
+        self.storage_version
     }
 
     /// A registry over sled in `dir` with the default history, for the tests of this layer and those above it
@@ -209,17 +220,24 @@ impl Registry {
 
     /// POST: creates a PodSet in `namespace` from a decoded body.
     pub async fn create(&self, namespace: &str, body: Value, opts: &WriteOptions) -> Result<Written> {
-        let (ps, warnings) = decode_podset(body, opts.field_validation)?;
-        self.insert(namespace, ps, warnings, opts).await
+        let (ps, warnings, version) = decode_podset(body, opts.field_validation, opts.version)?;
+        self.insert(namespace, ps, warnings, version, opts).await
     }
 
     /// POST with a JSON body: [`Registry::create`] of `json_object(body)`, usually decoded without the tree.
     pub async fn create_json(&self, namespace: &str, body: &[u8], opts: &WriteOptions) -> Result<Written> {
-        let (ps, warnings) = decode_json_podset(body, opts.field_validation)?;
-        self.insert(namespace, ps, warnings, opts).await
+        let (ps, warnings, version) = decode_json_podset(body, opts.field_validation, opts.version)?;
+        self.insert(namespace, ps, warnings, version, opts).await
     }
 
-    async fn insert(&self, namespace: &str, ps: PodSet, warnings: Vec<String>, opts: &WriteOptions) -> Result<Written> {
+    async fn insert(
+        &self,
+        namespace: &str,
+        ps: PodSet,
+        warnings: Vec<String>,
+        version: Version,
+        opts: &WriteOptions,
+    ) -> Result<Written> {
         let key = PodSetKey::new(namespace, "");
         let w = Write {
             op: Operation::Create,
@@ -228,6 +246,7 @@ impl Registry {
             opts,
             options: WriteKind::Create,
             view: &PODSET,
+            version,
         };
         self.write(&w, |_| Ok(Change::update(ps.clone(), warnings.clone()))).await.map(Written::from)
     }
@@ -240,9 +259,9 @@ impl Registry {
         sub: Subresource,
         opts: &WriteOptions,
     ) -> Result<Written> {
-        let (ps, warnings) = decode_podset(body, opts.field_validation)?;
+        let (ps, warnings, version) = decode_podset(body, opts.field_validation, opts.version)?;
         check_identity(&ps.metadata, key)?;
-        let w = Write { op: Operation::Update, sub, key, opts, options: WriteKind::Update, view: &PODSET };
+        let w = Write { op: Operation::Update, sub, key, opts, options: WriteKind::Update, view: &PODSET, version };
         self.write(&w, |current| match current {
             None => Err(Error::not_found(&key.name)),
             Some(_) => Ok(Change::update(ps.clone(), warnings.clone())),
@@ -263,12 +282,14 @@ impl Registry {
         if patch_type == PatchType::Apply {
             return self.apply(key, patch, sub, opts).await;
         }
-        let w = Write { op: Operation::Update, sub, key, opts, options: WriteKind::Patch, view: &PODSET };
+        // A patch applies to the object in the request's version.
+        let version = opts.version.unwrap_or(self.storage_version);
+        let w = Write { op: Operation::Update, sub, key, opts, options: WriteKind::Patch, view: &PODSET, version };
         self.write(&w, |current| {
             let Some((_, current)) = current else { return Err(Error::not_found(&key.name)) };
-            let mut doc = current.to_value()?;
+            let mut doc = current.to_version(version)?.to_value()?;
             apply_patch(&mut doc, patch, patch_type)?;
-            let (ps, warnings) = decode_podset(doc, opts.field_validation)?;
+            let (ps, warnings, _) = decode_podset(doc, opts.field_validation, Some(version))?;
             check_identity(&ps.metadata, key)?;
             Ok(Change::update(ps, warnings))
         })
@@ -288,18 +309,22 @@ impl Registry {
         }
         let mut config = yaml_object(patch)?;
         // Unknown fields per fieldValidation, and the type fields, as for any other write.
-        let (decoded, warnings) = decode_podset(config.clone(), opts.field_validation)?;
+        let (decoded, warnings, version) = decode_podset(config.clone(), opts.field_validation, opts.version)?;
         check_identity(&decoded.metadata, key)?;
-        fieldmanager::typed::prune_unknown(podset_field_manager().schema(), &mut config);
-        let w = Write { op: Operation::Update, sub, key, opts, options: WriteKind::Patch, view: &PODSET };
+        fieldmanager::typed::prune_unknown(podset_field_manager(version).schema(), &mut config);
+        // Merged and tracked where the object is kept: in the storage version.
+        let storage = self.storage_version;
+        conversion::convert_value(&mut config, version, storage);
+        let w = Write { op: Operation::Update, sub, key, opts, options: WriteKind::Patch, view: &PODSET, version };
         self.write(&w, |current| {
             let live = match current {
-                Some((_, current)) => Some(current.to_value()?),
+                Some((_, current)) => Some(live_value(current, storage)?),
                 None if sub == Subresource::Status => return Err(Error::not_found(&key.name)),
                 None => None,
             };
-            let merged = manage_fields(live.as_ref(), config.clone(), opts, fieldmanager::Operation::Apply, sub)?;
-            let (mut ps, _) = decode_podset(merged, FieldValidation::Ignore)?;
+            let merged =
+                manage_fields(live.as_ref(), config.clone(), opts, fieldmanager::Operation::Apply, sub, storage)?;
+            let (mut ps, _, _) = decode_podset(merged, FieldValidation::Ignore, Some(storage))?;
             if live.is_none() {
                 ps.metadata.name = Some(key.name.clone());
             }
@@ -325,6 +350,7 @@ impl Registry {
             opts,
             options: WriteKind::Update,
             view: &PODSET,
+            version: opts.version.unwrap_or(self.storage_version),
         };
         self.write(&w, |current| {
             let Some((old, _)) = current else { return Err(Error::not_found(&key.name)) };
@@ -343,7 +369,9 @@ impl Registry {
             ScaleChange::Replace(_) => WriteKind::Update,
             ScaleChange::Patch(..) => WriteKind::Patch,
         };
-        let w = Write { op: Operation::Update, sub: Subresource::Scale, key, opts, options, view: &scale::SCALE };
+        let version = opts.version.unwrap_or(self.storage_version);
+        let w =
+            Write { op: Operation::Update, sub: Subresource::Scale, key, opts, options, view: &scale::SCALE, version };
         let written = self
             .write(&w, |current| {
                 let Some((old, _)) = current else { return Err(Error::not_found(&key.name)) };
@@ -373,6 +401,7 @@ impl Registry {
             opts,
             options: WriteKind::Update,
             view: &PODSET,
+            version: opts.version.unwrap_or(self.storage_version),
         };
         match self.write(&w, |_| Ok(Change::Delete { options, collection })).await? {
             Outcome::Deleted { object, said, gone } => {

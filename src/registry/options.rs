@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::stored::Stored;
 use super::Revision;
 use crate::api::selector::{FieldSelector, Selector};
-use crate::api::UserInfo;
+use crate::api::{UserInfo, Version};
 
 /// `fieldValidation`: what a write does with fields the schema does not know.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -46,6 +46,9 @@ pub struct WriteOptions {
     pub field_manager_named: bool,
     /// `force=true`: an apply takes over fields other managers own.
     pub force: bool,
+    /// The version of the request (its URL's), which bodies must be in; `None` (in-process callers): the version
+    /// a body names, else `v1alpha1`.
+    pub version: Option<Version>,
 }
 
 impl WriteOptions {

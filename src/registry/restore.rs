@@ -26,7 +26,8 @@ impl Registry {
         if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.remove("resourceVersion");
         }
-        let (mut ps, _) = decode_podset(value.clone(), FieldValidation::Strict)?;
+        // In the version the backup names: it is stored in it, as objects stored before a storage version changed.
+        let (mut ps, _, version) = decode_podset(value.clone(), FieldValidation::Strict, None)?;
         let (namespace, name) = match (ps.metadata.namespace.as_deref(), ps.metadata.name.as_deref()) {
             (Some(ns), Some(n)) if !ns.is_empty() && !n.is_empty() => (ns.to_owned(), n.to_owned()),
             _ => return Err(Error::bad_request("a PodSet in a backup must have metadata.namespace and metadata.name")),
@@ -45,7 +46,7 @@ impl Registry {
         }
         // Validated as a create would be, but stored as it was: defaults a newer server adds come with its next
         // write, as for objects already stored.
-        strategy::validate_create(&mut ps)?;
+        strategy::validate_create(&mut ps, version)?;
         let key = PodSetKey::new(namespace, name);
         let draft = Draft::new(&value, &[]).map_err(|e| Error::storage(e, &key.name))?;
         self.store.create(&key.storage_key(), draft).await.map(Stored::new).map_err(|e| Error::storage(e, &key.name))

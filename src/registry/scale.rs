@@ -89,7 +89,7 @@ impl ObjectInterfaces for ScaleView {
 }
 
 impl View for ScaleView {
-    fn kind(&self) -> kube::core::GroupVersionKind {
+    fn kind(&self, _version: crate::api::Version) -> kube::core::GroupVersionKind {
         kube::core::GroupVersionKind::gvk("autoscaling", "v1", "Scale")
     }
 
@@ -98,7 +98,13 @@ impl View for ScaleView {
     }
 
     /// The Scale a mutating webhook left: its `spec.replicas` taken as a `/scale` write would take it.
-    fn admitted(&self, proposed: PodSet, object: serde_json::Value, key: &PodSetKey) -> Result<PodSet> {
+    fn admitted(
+        &self,
+        proposed: PodSet,
+        object: serde_json::Value,
+        key: &PodSetKey,
+        _version: crate::api::Version,
+    ) -> Result<PodSet> {
         scaled(&proposed, &ScaleChange::Replace(object), key)
     }
 }

@@ -10,7 +10,7 @@ use super::error::{Error, Result};
 use super::key::PodSetKey;
 use super::Revision;
 use crate::api::selector::{FieldSelector, Selector};
-use crate::api::PodSet;
+use crate::api::{conversion, PodSet, Version};
 use crate::storage::Object;
 
 /// A PodSet as stored at one revision (or as it would be stored, for a dry run).
@@ -68,8 +68,50 @@ impl Stored {
         self.0.parse().map_err(|e| unreadable(&self.0, e))
     }
 
+    /// The object as the hub holds it, whichever version it was stored in.
     pub fn decode(&self) -> Result<PodSet> {
-        serde_json::from_slice(&self.0.bytes).map_err(|e| unreadable(&self.0, e))
+        let mut ps: PodSet = serde_json::from_slice(&self.0.bytes).map_err(|e| unreadable(&self.0, e))?;
+        let version = Version::of_api_version(&ps.api_version).unwrap_or(Version::V1alpha1);
+        conversion::to_hub(&mut ps, version);
+        Ok(ps)
+    }
+
+    /// The version the object was stored in (`v1alpha1` for objects stored before there were two).
+    pub fn version(&self) -> Version {
+        // Stored objects are written by this server, apiVersion first; anything else is parsed to find it.
+        const HEAD: &[u8] = b"{\"apiVersion\":\"demo.k8s.io/";
+        let bytes = &self.0.bytes[..];
+        if let Some(rest) = bytes.strip_prefix(HEAD) {
+            if let Some(end) = rest.iter().position(|b| *b == b'"') {
+                if let Some(v) = std::str::from_utf8(&rest[..end]).ok().and_then(|v| v.parse().ok()) {
+                    return v;
+                }
+            }
+        }
+        #[derive(serde::Deserialize)]
+        struct Head {
+            #[serde(rename = "apiVersion", default)]
+            api_version: String,
+        }
+        serde_json::from_slice::<Head>(bytes)
+            .ok()
+            .and_then(|h| Version::of_api_version(&h.api_version))
+            .unwrap_or(Version::V1alpha1)
+    }
+
+    /// The object in `version`, as a client of that version reads it (its managedFields as recorded).
+    pub fn to_version(&self, version: Version) -> Result<Stored> {
+        let from = self.version();
+        if from == version {
+            return Ok(self.clone());
+        }
+        let mut value = self.to_value()?;
+        conversion::convert_value(&mut value, from, version);
+        if self.0.mod_revision == 0 {
+            return Ok(Self::unstored(value));
+        }
+        let obj = Object::new(&self.0.key, value, self.0.mod_revision).map_err(|e| unreadable(&self.0, e))?;
+        Ok(Self(Arc::new(obj)))
     }
 
     /// What `make` derives from this revision (a Table row, say), made once and kept as long as the revision is;
@@ -91,7 +133,11 @@ impl Stored {
     /// True when this differs from `prev` only in `status` (and so its resourceVersion and managedFields, which
     /// every status write touches): a status write, which changes nothing a controller acts on.
     pub fn only_status_differs(&self, prev: &Stored) -> bool {
-        let (Ok(now), Ok(before)) = (self.to_value(), prev.to_value()) else { return false };
+        // Compared in one version: a migration rewrites an object in another without changing it.
+        let (Ok(now), Ok(before)) = (self.to_value(), prev.to_version(self.version()).and_then(|p| p.to_value()))
+        else {
+            return false;
+        };
         let meta = |v: &Value| {
             let mut m = v.get("metadata").cloned().unwrap_or_default();
             if let Some(o) = m.as_object_mut() {

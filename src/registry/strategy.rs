@@ -9,7 +9,7 @@ use super::error::{Error, Result};
 use super::key::PodSetKey;
 use crate::api::defaults::default_podset;
 use crate::api::validation;
-use crate::api::{PodSet, Subresource, API_VERSION, KIND};
+use crate::api::{PodSet, Subresource, Version, KIND};
 
 /// Timestamps as Kubernetes keeps them: whole seconds.
 pub(crate) fn now() -> Time {
@@ -43,7 +43,6 @@ pub(crate) fn prepare_for_create(ps: &mut PodSet, namespace: &str) -> Result<Opt
     meta.deletion_grace_period_seconds = None;
     meta.self_link = None;
     ps.status = None;
-    ps.api_version = API_VERSION.into();
     ps.kind = KIND.into();
     Ok(generate)
 }
@@ -53,9 +52,9 @@ pub(crate) fn generated_name(prefix: &str) -> String {
     format!("{}{}", truncate_generate_name(prefix), random_suffix())
 }
 
-/// Defaults and validates a PodSet about to be created.
-pub(crate) fn validate_create(ps: &mut PodSet) -> Result<()> {
-    default_podset(ps);
+/// Defaults (as `version`, the one it was sent in, defaults) and validates a PodSet about to be created.
+pub(crate) fn validate_create(ps: &mut PodSet, version: Version) -> Result<()> {
+    default_podset(ps, version);
     let errors = validation::validate(ps);
     if !errors.is_empty() {
         return Err(Error::invalid(ps.metadata.name.as_deref().unwrap_or_default(), errors));
@@ -66,7 +65,13 @@ pub(crate) fn validate_create(ps: &mut PodSet) -> Result<()> {
 /// PrepareForUpdate and ValidateUpdate (after the write path checked preconditions): carries the server-owned fields over from `old`, keeps the part the write
 /// may not change (status on the main resource, everything but status on `/status`), bumps `generation` on a
 /// spec change, defaults and validates.
-pub(crate) fn prepare_for_update(mut new: PodSet, old: &PodSet, sub: Subresource, key: &PodSetKey) -> Result<PodSet> {
+pub(crate) fn prepare_for_update(
+    mut new: PodSet,
+    old: &PodSet,
+    sub: Subresource,
+    key: &PodSetKey,
+    version: Version,
+) -> Result<PodSet> {
     let name = key.name.as_str();
     let mut next = match sub {
         Subresource::Status => {
@@ -93,7 +98,7 @@ pub(crate) fn prepare_for_update(mut new: PodSet, old: &PodSet, sub: Subresource
             m.generate_name = m.generate_name.take().or_else(|| o.generate_name.clone());
             m.self_link = None;
             new.status = old.status.clone();
-            default_podset(&mut new);
+            default_podset(&mut new, version);
             let errors = validation::validate_update(&new, old);
             if !errors.is_empty() {
                 return Err(Error::invalid(name, errors));
@@ -103,7 +108,7 @@ pub(crate) fn prepare_for_update(mut new: PodSet, old: &PodSet, sub: Subresource
             new
         }
     };
-    next.api_version = API_VERSION.into();
+    next.api_version.clear();
     next.kind = KIND.into();
     next.metadata.resource_version = old.metadata.resource_version.clone();
     Ok(next)
@@ -166,20 +171,23 @@ mod tests {
             "spec": {"replicas": 1}, "status": {"replicas": 1}
         }))
         .unwrap();
-        default_podset(&mut old);
+        default_podset(&mut old, Version::V1alpha1);
         let mut new = old.clone();
         new.metadata.uid = None;
         new.status = None;
-        let same = prepare_for_update(new.clone(), &old, Subresource::Main, &key).unwrap();
+        let same = prepare_for_update(new.clone(), &old, Subresource::Main, &key, Version::V1alpha1).unwrap();
         assert_eq!(same.metadata.generation, Some(3));
         assert_eq!(same.metadata.uid.as_deref(), Some("u1"));
         assert_eq!(same.status, old.status, "the main resource does not write status");
         new.spec.replicas = Some(2);
         assert_eq!(
-            prepare_for_update(new.clone(), &old, Subresource::Main, &key).unwrap().metadata.generation,
+            prepare_for_update(new.clone(), &old, Subresource::Main, &key, Version::V1alpha1)
+                .unwrap()
+                .metadata
+                .generation,
             Some(4)
         );
-        let status_only = prepare_for_update(new.clone(), &old, Subresource::Status, &key).unwrap();
+        let status_only = prepare_for_update(new.clone(), &old, Subresource::Status, &key, Version::V1alpha1).unwrap();
         assert_eq!(status_only.spec.replicas, Some(1), "/status does not write spec");
         assert_eq!(status_only.status, None);
     }

@@ -10,19 +10,19 @@ use super::error::Result;
 use super::key::PodSetKey;
 use super::options::FieldValidation;
 use crate::admission::{Attributes, BoxError, ObjectInterfaces, RequestOptions};
-use crate::api::{Operation, PodSet, Subresource, UserInfo, GROUP, KIND, PLURAL, VERSION};
+use crate::api::{conversion, Operation, PodSet, Subresource, UserInfo, Version, GROUP, KIND, PLURAL};
 
 /// How admission sees the object of a write, and how what a mutating webhook made of it comes back.
 pub(crate) trait View: ObjectInterfaces {
-    /// The kind of the objects admission reviews.
-    fn kind(&self) -> GroupVersionKind;
+    /// The kind of the objects admission reviews, for a request in `version`.
+    fn kind(&self, version: Version) -> GroupVersionKind;
 
     /// The object admission reviews for `ps`; `None` when that is the PodSet itself, which the caller may have as
     /// JSON already.
     fn review(&self, ps: &PodSet) -> Result<Option<Value>>;
 
-    /// `proposed` with what mutating admission made of its review.
-    fn admitted(&self, proposed: PodSet, object: Value, key: &PodSetKey) -> Result<PodSet>;
+    /// `proposed` with what mutating admission made of its review (a PodSet in `version`).
+    fn admitted(&self, proposed: PodSet, object: Value, key: &PodSetKey, version: Version) -> Result<PodSet>;
 }
 
 /// The PodSet itself.
@@ -33,16 +33,19 @@ pub(crate) static PODSET: PodSetView = PodSetView;
 
 impl ObjectInterfaces for PodSetView {
     fn decode_and_default(&self, object: &mut Value) -> std::result::Result<(), BoxError> {
+        let version = conversion::version_of(object).unwrap_or(Version::V1alpha1);
         let mut ps: PodSet = serde_json::from_value(object.clone())?;
-        crate::api::defaults::default_podset(&mut ps);
+        conversion::to_hub(&mut ps, version);
+        crate::api::defaults::default_podset(&mut ps, version);
+        conversion::from_hub(&mut ps, version);
         *object = serde_json::to_value(ps)?;
         Ok(())
     }
 }
 
 impl View for PodSetView {
-    fn kind(&self) -> GroupVersionKind {
-        GroupVersionKind::gvk(GROUP, VERSION, KIND)
+    fn kind(&self, version: Version) -> GroupVersionKind {
+        GroupVersionKind::gvk(GROUP, version.as_str(), KIND)
     }
 
     fn review(&self, _ps: &PodSet) -> Result<Option<Value>> {
@@ -50,8 +53,8 @@ impl View for PodSetView {
     }
 
     /// Decoded again (unknown fields dropped, as a typed object would drop them); defaults and validation follow.
-    fn admitted(&self, _proposed: PodSet, object: Value, _key: &PodSetKey) -> Result<PodSet> {
-        let (ps, _) = decode_podset(object, FieldValidation::Ignore)?;
+    fn admitted(&self, _proposed: PodSet, object: Value, _key: &PodSetKey, version: Version) -> Result<PodSet> {
+        let (ps, _, _) = decode_podset(object, FieldValidation::Ignore, Some(version))?;
         Ok(ps)
     }
 }
@@ -60,6 +63,7 @@ impl View for PodSetView {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attributes(
     view: &'static dyn View,
+    version: Version,
     operation: Operation,
     subresource: Subresource,
     namespace: &str,
@@ -75,15 +79,15 @@ pub(crate) fn attributes(
         name: name.to_owned(),
         user,
         dry_run,
-        kind: view.kind(),
-        resource: GroupVersionResource::gvr(GROUP, VERSION, PLURAL),
+        kind: view.kind(version),
+        resource: GroupVersionResource::gvr(GROUP, version.as_str(), PLURAL),
         interfaces: view,
         options,
     }
 }
 
-/// A write to a PodSet or its `status` or `scale`, as this server describes it to admission: for callers that
-/// drive an admission chain themselves (tests comparing it with kube-apiserver's).
+/// A write to a PodSet or its `status` or `scale` in `v1alpha1`, as this server describes it to admission: for
+/// callers that drive an admission chain themselves (tests comparing it with kube-apiserver's).
 pub fn admission_attributes(
     operation: Operation,
     subresource: Subresource,
@@ -100,7 +104,7 @@ pub fn admission_attributes(
         RequestOptions::Write(o) => o.dry_run.is_some(),
         RequestOptions::Delete(o) => o.dry_run.is_some(),
     };
-    attributes(view, operation, subresource, namespace, name, user, dry_run, options)
+    attributes(view, Version::V1alpha1, operation, subresource, namespace, name, user, dry_run, options)
 }
 
 #[cfg(test)]

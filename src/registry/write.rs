@@ -7,11 +7,12 @@
 
 use serde_json::Value;
 
-use super::admit::{to_value, Review};
+use super::admit::Review;
+use super::decode::versioned_value;
 use super::error::{Error, Result};
 use super::fieldmanager;
 use super::key::PodSetKey;
-use super::managed::{created_managed_fields, manage_fields, sent_managed_fields};
+use super::managed::{created_managed_fields, fields_in_version, live_value, manage_fields, sent_managed_fields};
 use super::options::{DeleteOptions, Preconditions, WriteOptions};
 use super::stored::Stored;
 use super::strategy::{self, now};
@@ -39,6 +40,8 @@ pub(crate) struct Write<'a> {
     pub options: WriteKind,
     /// What admission reviews: the PodSet, or a view of it (`/scale`'s Scale).
     pub view: &'static dyn View,
+    /// The version the request was made in: what defaults apply, and what admission sees.
+    pub version: crate::api::Version,
 }
 
 /// What a write makes of the current object.
@@ -242,24 +245,25 @@ impl Registry {
         let options = || self.options(w, WriteKind::Create);
         let mut review = self.review(w, Operation::Create, &name, options, p.warnings);
         // Mutating admission sees the object as sent, before the server's own fields.
-        ps.api_version = crate::api::API_VERSION.into();
         ps.kind = crate::api::KIND.into();
         review.admit(&mut ps, None, w.key).await?;
         let prefix = strategy::prepare_for_create(&mut ps, &w.key.namespace)?;
         if let Some(prefix) = &prefix {
             ps.metadata.name = Some(strategy::generated_name(prefix));
         }
-        strategy::validate_create(&mut ps)?;
+        strategy::validate_create(&mut ps, w.version)?;
         let key = PodSetKey::new(&w.key.namespace, ps.metadata.name.clone().unwrap_or_default());
-        let mut value = to_value(&ps)?;
+        let storage = self.storage_version;
+        let mut value = versioned_value(&ps, storage)?;
         // A create's managedFields are written out as JSON and stored as such, never built as a tree; ones the
         // client sent go the general way.
         let managed_fields = match p.fields {
             fieldmanager::Operation::Update if sent_managed_fields(&value) => {
-                value = manage_fields(None, value, w.opts, fieldmanager::Operation::Update, w.sub)?;
+                fields_in_version(&mut value, storage);
+                value = manage_fields(None, value, w.opts, fieldmanager::Operation::Update, w.sub, storage)?;
                 None
             }
-            fieldmanager::Operation::Update => created_managed_fields(&mut value, w.opts),
+            fieldmanager::Operation::Update => created_managed_fields(&mut value, w.opts, storage),
             fieldmanager::Operation::Apply => None,
         };
         // Validating admission sees the object as it is to be stored.
@@ -294,19 +298,20 @@ impl Registry {
         }
         let mut review = self.review(w, Operation::Update, name, || self.options(w, w.options), p.warnings);
         let tracked = p.fields == fieldmanager::Operation::Update;
+        let storage = self.storage_version;
         // The stored object as JSON, parsed only for those who read it (an apply merged against it already).
         let live = match tracked {
-            true => Some(current.to_value()?),
+            true => Some(live_value(current, storage)?),
             false => None,
         };
         // Admission sees the stored object through the write's view.
         let old_view = review.old(&old, || live.clone().map_or_else(|| current.to_value(), Ok))?;
         let mut proposed = p.object;
         review.admit(&mut proposed, old_view.as_ref(), w.key).await?;
-        let mut new = strategy::prepare_for_update(proposed, &old, w.sub, w.key)?;
-        let mut value = to_value(&new)?;
+        let mut new = strategy::prepare_for_update(proposed, &old, w.sub, w.key, w.version)?;
+        let mut value = versioned_value(&new, storage)?;
         if tracked {
-            value = manage_fields(live.as_ref(), value, w.opts, fieldmanager::Operation::Update, w.sub)?;
+            value = manage_fields(live.as_ref(), value, w.opts, fieldmanager::Operation::Update, w.sub, storage)?;
         }
         new.metadata.managed_fields = value
             .pointer("/metadata/managedFields")
@@ -316,7 +321,8 @@ impl Registry {
         // Validating admission sees the object as it is to be stored, even when that changes nothing.
         review.validate(&new, || Ok(value.clone()), old_view.as_ref()).await?;
         let said = review.said;
-        if new == *old {
+        // Unchanged, and stored in the storage version (else it is rewritten in it: a storage migration).
+        if new == *old && current.version() == storage {
             let object = current.clone();
             return Ok(Step::Done(Outcome::Put { object, said, created: false }));
         }
@@ -369,7 +375,7 @@ impl Registry {
         if ps == old {
             return Ok(Step::Done(Outcome::Deleted { object: current.clone(), said, gone: false }));
         }
-        Ok(Step::Store(Plan::Mark { value: to_value(&ps)?, said }))
+        Ok(Step::Store(Plan::Mark { value: versioned_value(&ps, self.storage_version)?, said }))
     }
 
     /// The write's admission, as `op` on `name` (its attributes built only when a plugin runs).
@@ -383,9 +389,9 @@ impl Registry {
     ) -> Review<'_> {
         let attrs = || {
             let (user, dry_run) = (w.opts.user.clone(), w.opts.dry_run);
-            view::attributes(w.view, op, w.sub, &w.key.namespace, name, user, dry_run, options())
+            view::attributes(w.view, w.version, op, w.sub, &w.key.namespace, name, user, dry_run, options())
         };
-        Review::new(&*self.admission, w.view, attrs, warnings)
+        Review::new(&*self.admission, w.view, attrs, warnings, w.version)
     }
 
     /// The options admission is told of, as kube-apiserver fills them.

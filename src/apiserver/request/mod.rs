@@ -7,7 +7,7 @@ use super::error::{ApiError, ApiResult};
 use super::health::Endpoint;
 use crate::api::selector::FieldSelector;
 use crate::api::validation::dns1123_label_errors;
-use crate::api::{Subresource, GROUP, PLURAL, VERSION};
+use crate::api::{Subresource, Version, GROUP, PLURAL};
 
 mod options;
 mod query;
@@ -59,11 +59,11 @@ pub enum Target {
     Apis,
     /// `/apis/demo.k8s.io`
     Group,
-    /// `/apis/demo.k8s.io/v1alpha1`
-    GroupVersion,
+    /// `/apis/demo.k8s.io/<version>`
+    GroupVersion(Version),
     OpenApiV2,
     OpenApiV3Root,
-    OpenApiV3GroupVersion,
+    OpenApiV3GroupVersion(Version),
     Version,
     /// `/metrics`
     Metrics,
@@ -76,6 +76,8 @@ pub enum Target {
 /// A request for PodSets: a collection (no name) or one object, maybe a subresource of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceRequest {
+    /// The version in the path: the one bodies are read in and answers written in.
+    pub version: Version,
     pub namespace: Option<String>,
     pub name: Option<String>,
     pub subresource: Subresource,
@@ -156,15 +158,16 @@ impl RequestInfo {
         if path_name.is_empty() && verb == "delete" {
             verb = "deletecollection";
         }
-        let ours = group == GROUP && version == VERSION && resource == PLURAL && verb != "proxy";
-        let target = match (ours, Subresource::parse(subresource)) {
+        let served =
+            version.parse::<Version>().ok().filter(|_| group == GROUP && resource == PLURAL && verb != "proxy");
+        let target = match (served, Subresource::parse(subresource)) {
             // Nothing past the subresource, and a name only within a namespace (PodSets are namespaced).
-            (true, Some(sub))
+            (Some(v), Some(sub))
                 if parts.len() <= 3
                     && (path_name.is_empty() || !namespace.is_empty())
                     && (!path_name.is_empty() || sub == Subresource::Main) =>
             {
-                resource_target(method, verb, special, namespace, path_name, sub)
+                resource_target(method, verb, special, v, namespace, path_name, sub)
             }
             _ => Ok(Target::Unknown),
         };
@@ -191,6 +194,7 @@ fn resource_target(
     method: &Method,
     verb: &str,
     special: bool,
+    version: Version,
     namespace: &str,
     name: &str,
     sub: Subresource,
@@ -216,6 +220,7 @@ fn resource_target(
         _ => None,
     };
     Ok(Target::Resource(ResourceRequest {
+        version,
         namespace: (!namespace.is_empty()).then(|| namespace.to_owned()),
         name: named.then(|| name.to_owned()),
         subresource: sub,
@@ -232,10 +237,12 @@ fn non_resource_target(path: &str) -> Target {
     match parts.as_slice() {
         ["apis"] => Target::Apis,
         ["apis", g] if *g == GROUP => Target::Group,
-        ["apis", g, v] if *g == GROUP && *v == VERSION => Target::GroupVersion,
+        ["apis", g, v] if *g == GROUP => v.parse().map_or(Target::Unknown, Target::GroupVersion),
         ["openapi", "v2"] => Target::OpenApiV2,
         ["openapi", "v3"] => Target::OpenApiV3Root,
-        ["openapi", "v3", "apis", g, v] if *g == GROUP && *v == VERSION => Target::OpenApiV3GroupVersion,
+        ["openapi", "v3", "apis", g, v] if *g == GROUP => {
+            v.parse().map_or(Target::Unknown, Target::OpenApiV3GroupVersion)
+        }
         ["version"] => Target::Version,
         ["metrics"] => Target::Metrics,
         _ => Target::Unknown,

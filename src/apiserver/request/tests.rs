@@ -5,6 +5,7 @@ use crate::registry::FieldValidation;
 
 fn res(ns: Option<&str>, name: Option<&str>, sub: Subresource, verb: Verb) -> Target {
     Target::Resource(ResourceRequest {
+        version: Version::V1alpha1,
         namespace: ns.map(Into::into),
         name: name.map(Into::into),
         subresource: sub,
@@ -21,7 +22,10 @@ fn parses_paths() {
     let p = |s| target(Method::GET, s, None).unwrap();
     assert_eq!(p("/apis"), Target::Apis);
     assert_eq!(p("/apis/demo.k8s.io/"), Target::Group);
-    assert_eq!(p("/apis/demo.k8s.io/v1alpha1"), Target::GroupVersion);
+    assert_eq!(p("/apis/demo.k8s.io/v1alpha1"), Target::GroupVersion(Version::V1alpha1));
+    assert_eq!(p("/apis/demo.k8s.io/v1beta1"), Target::GroupVersion(Version::V1beta1));
+    assert_eq!(p("/apis/demo.k8s.io/v1"), Target::Unknown);
+    assert_eq!(p("/openapi/v3/apis/demo.k8s.io/v1beta1"), Target::OpenApiV3GroupVersion(Version::V1beta1));
     assert_eq!(p("/apis/demo.k8s.io/v1alpha1/podsets"), res(None, None, Subresource::Main, Verb::List));
     assert_eq!(
         p("/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets"),

@@ -50,6 +50,12 @@ pub struct StorageOptions {
     #[arg(long, default_value = "5m", value_parser = duration)]
     pub etcd_compaction_interval: Duration,
 
+    /// The version PodSets are written in (demo.k8s.io/v1alpha1 or v1beta1). Objects stored in the other stay
+    /// readable and are rewritten in this one by their next write. To roll back to a release that serves only
+    /// v1alpha1, run with v1alpha1 and rewrite every object first.
+    #[arg(long, default_value = "v1beta1", value_parser = clap::value_parser!(crate::api::Version))]
+    pub storage_version: crate::api::Version,
+
     /// Directory of the embedded database (sled) and self-signed certificates.
     #[arg(long, default_value = "podset-data", env = "PODSET_DATA_DIR")]
     pub data_dir: PathBuf,

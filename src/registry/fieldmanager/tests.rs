@@ -5,7 +5,8 @@
 use serde_json::{json, Value};
 
 use super::*;
-use crate::api::schema::{component_schemas, PODSET};
+use crate::api::schema::{component_schemas, podset_definition};
+use crate::api::Version;
 
 const V: &str = "demo.k8s.io/v1alpha1";
 const T1: &str = "2026-01-01T00:00:01Z";
@@ -13,8 +14,8 @@ const T2: &str = "2026-01-01T00:00:02Z";
 
 fn fm() -> FieldManager {
     FieldManager::new(
-        &component_schemas(),
-        PODSET,
+        &component_schemas(Version::V1alpha1),
+        &podset_definition(Version::V1alpha1),
         V,
         json!({"metadata": {}, "spec": {"template": {"metadata": {}, "spec": {"containers": null}}}, "status": {}}),
     )
@@ -54,7 +55,7 @@ fn main_container(image: &str) -> Value {
 
 #[test]
 fn every_list_type_names_a_real_field() {
-    let defs = component_schemas();
+    let defs = component_schemas(Version::V1alpha1);
     let text = serde_json::to_string(&defs).unwrap();
     assert!(text.contains("\"x-kubernetes-list-map-keys\":[\"containerPort\",\"protocol\"]"));
     let containers = &defs["io.k8s.api.core.v1.PodSpec"]["properties"]["containers"];

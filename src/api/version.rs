@@ -1,0 +1,80 @@
+//! The versions of `demo.k8s.io` this server serves. One storage holds them all: each object is kept in one
+//! version (the storage version) and converted through the hub, [`super::PodSet`], which has every field of every
+//! version.
+
+use std::fmt;
+use std::str::FromStr;
+
+use super::GROUP;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Version {
+    V1alpha1,
+    V1beta1,
+}
+
+impl Version {
+    /// Every served version, oldest first.
+    pub const ALL: [Version; 2] = [Version::V1alpha1, Version::V1beta1];
+    /// What discovery offers first, and what clients that name no version (`kubectl get podsets`) use.
+    pub const PREFERRED: Version = Version::V1beta1;
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Version::V1alpha1 => "v1alpha1",
+            Version::V1beta1 => "v1beta1",
+        }
+    }
+
+    /// `demo.k8s.io/<version>`.
+    pub const fn api_version(self) -> &'static str {
+        match self {
+            Version::V1alpha1 => "demo.k8s.io/v1alpha1",
+            Version::V1beta1 => "demo.k8s.io/v1beta1",
+        }
+    }
+
+    /// The version an `apiVersion` of this group names.
+    pub fn of_api_version(api_version: &str) -> Option<Self> {
+        api_version.strip_prefix(GROUP)?.strip_prefix('/')?.parse().ok()
+    }
+
+    /// A small index, for tables kept per version.
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Version {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Version::ALL.into_iter().find(|v| v.as_str() == s).ok_or_else(|| {
+            let served: Vec<&str> = Version::ALL.iter().map(|v| v.as_str()).collect();
+            format!("{s:?} is not a version of {GROUP} (served: {})", served.join(", "))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_api_versions() {
+        for v in Version::ALL {
+            assert_eq!(v.as_str().parse::<Version>().unwrap(), v);
+            assert_eq!(Version::of_api_version(v.api_version()), Some(v));
+            assert_eq!(Version::ALL[v.index()], v);
+        }
+        assert_eq!(Version::of_api_version("apps/v1beta1"), None);
+        assert_eq!(Version::of_api_version("demo.k8s.io/v1"), None);
+        assert!("v2".parse::<Version>().unwrap_err().contains("served: v1alpha1, v1beta1"));
+    }
+}
