@@ -474,3 +474,41 @@ async fn calls_and_refusals_are_counted_under_kube_apiservers_metric_names() {
 fn status_of(e: &Error) -> Status {
     *ApiError::from(e).status
 }
+
+/// A v1beta1 request reaches webhooks whose rules name only v1alpha1 under `matchPolicy: Equivalent` (v1's
+/// default), converted to v1alpha1 with `requestKind` and `requestResource` saying what was asked; a mutation
+/// comes back converted to v1beta1. `Exact` webhooks are not called.
+#[tokio::test]
+async fn an_equivalent_webhook_gets_the_request_in_the_version_its_rules_name() {
+    let s = WebhookServer::start(LOCALHOST).await;
+    let mut a = create("default");
+    a.kind.version = "v1beta1".into();
+    a.resource.version = "v1beta1".into();
+    let exact = hook(&s, "exact.test.io", "/allow", json!({"matchPolicy": "Exact"}));
+    let c = chain(
+        vec![mutating("label", vec![hook(&s, "label.test.io", "/label", json!({}))])],
+        vec![validating("check", vec![exact])],
+    );
+    let mut ps = json!({"apiVersion": "demo.k8s.io/v1beta1", "kind": "PodSet",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"replicas": 2, "minReadySeconds": 30, "selector": {"matchLabels": {"app": "web"}}}});
+    let (result, _) = admit(&c, &a, &mut ps).await;
+    result.unwrap();
+    assert!(s.received("/allow").is_empty(), "matchPolicy Exact: not called for v1beta1");
+
+    let got = s.received("/label");
+    let req = &got[0].review["request"];
+    assert_eq!(req["kind"], json!({"group": "demo.k8s.io", "version": "v1alpha1", "kind": "PodSet"}));
+    assert_eq!(req["resource"]["version"], "v1alpha1");
+    assert_eq!(req["requestKind"], json!({"group": "demo.k8s.io", "version": "v1beta1", "kind": "PodSet"}));
+    assert_eq!(req["requestResource"]["version"], "v1beta1");
+    assert_eq!(req["object"]["apiVersion"], "demo.k8s.io/v1alpha1");
+    assert_eq!(req["object"]["metadata"]["annotations"]["demo.k8s.io/v1beta1-min-ready-seconds"], "30");
+    assert_eq!(req["object"]["spec"].get("minReadySeconds"), None);
+
+    // The patch was to the v1alpha1 object; the request goes on in v1beta1 with it.
+    assert_eq!(ps["apiVersion"], "demo.k8s.io/v1beta1");
+    assert_eq!(ps["metadata"]["labels"]["mutated"], "yes");
+    assert_eq!(ps["spec"]["minReadySeconds"], 30);
+    assert!(ps["metadata"].get("annotations").is_none(), "{ps}");
+}

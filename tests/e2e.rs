@@ -36,7 +36,8 @@ fn kubectl_through_the_aggregator() {
         let line = out.lines().find(|l| l.starts_with("podsets")).unwrap_or_else(|| panic!("{out}"));
         assert_eq!(
             line.split_whitespace().collect::<Vec<_>>(),
-            vec!["podsets", "ps", "demo.k8s.io/v1alpha1", "true", "PodSet"]
+            vec!["podsets", "ps", "demo.k8s.io/v1beta1", "true", "PodSet"],
+            "the preferred version"
         );
 
         // A watch opened before the changes sees all of them.

@@ -56,6 +56,14 @@ pub enum Error {
         source: Box<dyn std::error::Error + Send + Sync>,
     },
 
+    /// The object could not be converted to the version a webhook's rules name (`matchPolicy: Equivalent`).
+    #[error("converting the object to {version} for an admission webhook: {source}")]
+    Conversion {
+        version: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
     /// A mutating webhook patched a request that has no object (a delete).
     #[error(
         "admission webhook \"{webhook}\" attempted to modify the object, which is not supported for this operation"

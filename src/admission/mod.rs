@@ -53,6 +53,18 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub trait ObjectInterfaces: Send + Sync + std::fmt::Debug {
     /// `object` decoded into its type and defaulted, written back as JSON.
     fn decode_and_default(&self, object: &mut Value) -> Result<(), BoxError>;
+
+    /// The versions of the reviewed resource's group that serve it: equivalent resources, for webhooks whose
+    /// rules name another one (`matchPolicy: Equivalent`).
+    fn versions(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// `object` converted to `version` of its group (a kind of another group, as `/scale`'s Scale, is the same in
+    /// every version of the resource and stays as it is).
+    fn convert(&self, _object: &mut Value, _version: &str) -> Result<(), BoxError> {
+        Ok(())
+    }
 }
 
 /// What a write is, as k8s.io/apiserver's `admission.Attributes`.

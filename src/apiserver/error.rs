@@ -131,6 +131,7 @@ impl From<&admission::Error> for ApiError {
             },
             E::Calling { .. }
             | E::PatchWithoutObject { .. }
+            | E::Conversion { .. }
             | E::Patch { .. }
             | E::Configuration { .. }
             | E::QuotaTimeout

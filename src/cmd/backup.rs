@@ -11,7 +11,7 @@ use clap::Args;
 use kube::api::{ApiResource, DynamicObject, ListParams, TypeMeta};
 use kube::Api;
 
-use crate::api::{GROUP, VERSION};
+use crate::api::GROUP;
 
 #[derive(Debug, Clone, Args)]
 pub struct BackupOptions {
@@ -41,10 +41,12 @@ pub async fn run(opts: BackupOptions) -> anyhow::Result<()> {
     let client = super::options::client_from(opts.kubeconfig.as_deref(), true)
         .await?
         .context("no --kubeconfig and not in a cluster: nothing to back up from")?;
+    // In the preferred version, as `kubectl get podsets -A -o json` writes them; restore reads either.
+    let version = crate::api::Version::PREFERRED;
     let resource = ApiResource {
         group: GROUP.into(),
-        version: VERSION.into(),
-        api_version: format!("{GROUP}/{VERSION}"),
+        version: version.as_str().into(),
+        api_version: version.api_version().into(),
         kind: "PodSet".into(),
         plural: "podsets".into(),
     };

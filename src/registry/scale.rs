@@ -86,6 +86,10 @@ impl ObjectInterfaces for ScaleView {
         *object = v;
         Ok(())
     }
+
+    fn versions(&self) -> &'static [&'static str] {
+        &super::view::VERSIONS
+    }
 }
 
 impl View for ScaleView {

@@ -41,7 +41,28 @@ impl ObjectInterfaces for PodSetView {
         *object = serde_json::to_value(ps)?;
         Ok(())
     }
+
+    fn versions(&self) -> &'static [&'static str] {
+        &VERSIONS
+    }
+
+    fn convert(&self, object: &mut Value, version: &str) -> std::result::Result<(), BoxError> {
+        let from = conversion::version_of(object).unwrap_or(Version::V1alpha1);
+        conversion::convert_value(object, from, version.parse()?);
+        Ok(())
+    }
 }
+
+/// Every served version's name, for admission's equivalent resources.
+pub(crate) static VERSIONS: [&str; Version::ALL.len()] = {
+    let mut names = [""; Version::ALL.len()];
+    let mut i = 0;
+    while i < Version::ALL.len() {
+        names[i] = Version::ALL[i].as_str();
+        i += 1;
+    }
+    names
+};
 
 impl View for PodSetView {
     fn kind(&self, version: Version) -> GroupVersionKind {

@@ -59,7 +59,7 @@ fn main() -> ExitCode {
             "ready, without podset-apiserver: deploy it as docs/install.md says (ctr reaches the node's containerd)"
         );
     } else {
-        eprintln!("ready: podset-apiserver is registered as v1alpha1.demo.k8s.io");
+        eprintln!("ready: podset-apiserver is registered as v1beta1.demo.k8s.io and v1alpha1.demo.k8s.io");
     }
     if !args.no_node {
         eprintln!(

@@ -42,6 +42,8 @@ pub(crate) struct Hook {
     configuration: String,
     name: String,
     rules: Vec<RuleWithOperations>,
+    /// `Exact`, or `Equivalent` (v1's default: also called for the same resource in another served version).
+    match_policy: Option<String>,
     namespace_selector: Result<Selector, String>,
     object_selector: Result<Selector, String>,
     ignore_failures: bool,
@@ -62,6 +64,7 @@ impl Hook {
 struct HookSpec<'a> {
     name: &'a str,
     rules: &'a Option<Vec<RuleWithOperations>>,
+    match_policy: &'a Option<String>,
     namespace_selector: &'a Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
     object_selector: &'a Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
     failure_policy: &'a Option<String>,
@@ -80,6 +83,7 @@ fn mutating_spec(h: &MutatingWebhook) -> HookSpec<'_> {
     HookSpec {
         name: &h.name,
         rules: &h.rules,
+        match_policy: &h.match_policy,
         namespace_selector: &h.namespace_selector,
         object_selector: &h.object_selector,
         failure_policy: &h.failure_policy,
@@ -95,6 +99,7 @@ fn validating_spec(h: &ValidatingWebhook) -> HookSpec<'_> {
     HookSpec {
         name: &h.name,
         rules: &h.rules,
+        match_policy: &h.match_policy,
         namespace_selector: &h.namespace_selector,
         object_selector: &h.object_selector,
         failure_policy: &h.failure_policy,
@@ -127,6 +132,7 @@ fn hooks_of<'a, C: 'a>(
                 configuration: name_of(c).to_owned(),
                 name: h.name.to_owned(),
                 rules: h.rules.clone().unwrap_or_default(),
+                match_policy: h.match_policy.clone(),
                 namespace_selector: selector(h.namespace_selector),
                 object_selector: selector(h.object_selector),
                 ignore_failures: h.failure_policy.as_deref() == Some("Ignore"),
@@ -281,14 +287,57 @@ struct PatchAnnotation<'a> {
     patch_type: &'a str,
 }
 
+/// What one webhook is sent: the request as it was, or converted to the version of the resource its rules name
+/// (`matchPolicy: Equivalent`), with the objects converted to it.
+struct Invocation<'a> {
+    attributes: std::borrow::Cow<'a, Attributes>,
+    object: std::borrow::Cow<'a, Option<Value>>,
+    old: std::borrow::Cow<'a, Option<Value>>,
+}
+
+impl<'a> Invocation<'a> {
+    fn new(a: &'a Attributes, version: &str, object: Option<&Value>, old: Option<&Value>) -> Result<Self, Error> {
+        if version == a.resource.version {
+            return Ok(Self {
+                attributes: std::borrow::Cow::Borrowed(a),
+                object: std::borrow::Cow::Owned(object.cloned()),
+                old: std::borrow::Cow::Owned(old.cloned()),
+            });
+        }
+        let mut converted = a.clone();
+        converted.resource.version = version.to_owned();
+        // A kind of the resource's own group changes version with it; another (`/scale`'s Scale) stays.
+        if converted.kind.group == converted.resource.group {
+            converted.kind.version = version.to_owned();
+        }
+        let convert = |v: Option<&Value>| -> Result<Option<Value>, Error> {
+            let Some(mut v) = v.cloned() else { return Ok(None) };
+            a.interfaces.convert(&mut v, version).map_err(|source| Error::Conversion { version: version.to_owned(), source })?;
+            Ok(Some(v))
+        };
+        Ok(Self {
+            object: std::borrow::Cow::Owned(convert(object)?),
+            old: std::borrow::Cow::Owned(convert(old)?),
+            attributes: std::borrow::Cow::Owned(converted),
+        })
+    }
+
+    fn object(&self) -> Option<&Value> {
+        self.object.as_ref().as_ref()
+    }
+
+    fn old(&self) -> Option<&Value> {
+        self.old.as_ref().as_ref()
+    }
+}
+
 /// Calls `hook` for `a` (after the dry-run check) and checks its answer. Warnings and audit annotations go to
 /// `out` whatever the verdict.
 async fn call(
     clients: &WebhookClients,
     hook: &Hook,
     a: &Attributes,
-    object: Option<&Value>,
-    old: Option<&Value>,
+    invocation: &Invocation<'_>,
     mutating: bool,
     out: &mut Outcome,
 ) -> Result<review::Answer, Error> {
@@ -302,7 +351,7 @@ async fn call(
     }
     let version = ReviewVersion::pick(&hook.review_versions).map_err(calling)?;
     let uid = uuid::Uuid::new_v4().to_string();
-    let request = review::request(version, &uid, a, object, old);
+    let request = review::request(version, &uid, &invocation.attributes, a, invocation.object(), invocation.old());
     let body = clients.post(&hook.client_config, &request, hook.timeout).await.map_err(calling)?;
     let answer = review::answer(version, &uid, mutating, &body).map_err(calling)?;
     for (k, v) in &answer.audit_annotations {
@@ -439,15 +488,15 @@ impl MutatingWebhooks {
     ) -> Result<(), Error> {
         let round = usize::from(r.is_reinvoke);
         for (i, hook) in hooks.iter().enumerate() {
-            if !rules::should_call(hook, a, object.as_deref(), old, &self.namespaces).await? {
+            let Some(version) = rules::should_call(hook, a, object.as_deref(), old, &self.namespaces).await? else {
                 continue;
-            }
+            };
             // A webhook skipped in the first round is not called for the first time in the second.
             if r.is_reinvoke && !r.to_reinvoke.contains(&hook.uid) {
                 continue;
             }
             let started = std::time::Instant::now();
-            let result = self.call_one(hook, a, object, old, out).await;
+            let result = self.call_one(hook, a, &version, object, old, out).await;
             observe(hook, "admit", a, started.elapsed(), result.as_ref().err());
             let changed = matches!(result, Ok((true, _)));
             let key = |what| format!("{what}.webhook.admission.k8s.io/round_{round}_index_{i}");
@@ -478,11 +527,13 @@ impl MutatingWebhooks {
         &self,
         hook: &Hook,
         a: &Attributes,
+        version: &str,
         object: &mut Option<&mut Value>,
         old: Option<&Value>,
         out: &mut Outcome,
     ) -> Result<(bool, Option<String>), Error> {
-        let answer = call(&self.clients, hook, a, object.as_deref(), old, true, out).await?;
+        let invocation = Invocation::new(a, version, object.as_deref(), old)?;
+        let answer = call(&self.clients, hook, a, &invocation, true, out).await?;
         if answer.patch.is_empty() {
             return Ok((false, None));
         }
@@ -496,7 +547,7 @@ impl MutatingWebhooks {
         if patch.0.is_empty() {
             return Ok((false, None));
         }
-        let Some(object) = object.as_deref_mut() else {
+        let (Some(object), Some(sent)) = (object.as_deref_mut(), invocation.object()) else {
             return Err(Error::PatchWithoutObject { webhook: hook.name.clone() });
         };
         if answer.patch_type != "JSONPatch" {
@@ -505,11 +556,17 @@ impl MutatingWebhooks {
                 source: CallError::UnsupportedPatchType(answer.patch_type),
             });
         }
-        let mut patched = object.clone();
+        // The patch is to the object as the webhook was sent it; what it makes goes back to the request's version.
+        let mut patched = sent.clone();
         json_patch::patch(&mut patched, &patch).map_err(|e| patch_error("does not apply", Box::new(e)))?;
         a.interfaces
             .decode_and_default(&mut patched)
             .map_err(|e| patch_error("makes an object that does not decode", e))?;
+        if version != a.resource.version {
+            a.interfaces
+                .convert(&mut patched, &a.resource.version)
+                .map_err(|e| patch_error("makes an object that does not convert back", e))?;
+        }
         let changed = patched != *object;
         *object = patched;
         let annotation = PatchAnnotation {
@@ -580,19 +637,22 @@ impl ValidatingWebhooks {
         let hooks = self.configurations.validating.get();
         let mut relevant = Vec::new();
         for hook in hooks.iter() {
-            if rules::should_call(hook, a, object, old, &self.namespaces).await? {
-                relevant.push(hook.clone());
+            if let Some(version) = rules::should_call(hook, a, object, old, &self.namespaces).await? {
+                relevant.push((hook.clone(), version));
             }
         }
-        let calls = relevant.iter().map(|hook| async move {
+        let calls = relevant.iter().map(|(hook, version)| async move {
             let mut own = Outcome::default();
             let started = std::time::Instant::now();
-            let result = call(&self.clients, hook, a, object, old, false, &mut own).await;
+            let result = match Invocation::new(a, version, object, old) {
+                Ok(invocation) => call(&self.clients, hook, a, &invocation, false, &mut own).await,
+                Err(e) => Err(e),
+            };
             observe(hook, "validating", a, started.elapsed(), result.as_ref().err());
             (own, result)
         });
         let mut first_error = None;
-        for ((own, result), hook) in futures::future::join_all(calls).await.into_iter().zip(&relevant) {
+        for ((own, result), (hook, _)) in futures::future::join_all(calls).await.into_iter().zip(&relevant) {
             out.warnings.extend(own.warnings);
             out.audit_annotations.extend(own.audit_annotations);
             match result {

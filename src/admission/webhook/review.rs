@@ -38,15 +38,20 @@ impl ReviewVersion {
 }
 
 /// The AdmissionReview for one call, as `CreateV1AdmissionReview` (v1beta1 has the same request fields).
+/// `a` is the request as the webhook is sent it (in an equivalent version under `matchPolicy: Equivalent`),
+/// `requested` as it was made.
 pub(crate) fn request(
     version: ReviewVersion,
     uid: &str,
     a: &Attributes,
+    requested: &Attributes,
     object: Option<&Value>,
     old: Option<&Value>,
 ) -> Value {
-    let kind = json!({"group": a.kind.group, "version": a.kind.version, "kind": a.kind.kind});
-    let resource = json!({"group": a.resource.group, "version": a.resource.version, "resource": a.resource.resource});
+    let kind_of = |a: &Attributes| json!({"group": a.kind.group, "version": a.kind.version, "kind": a.kind.kind});
+    let resource_of =
+        |a: &Attributes| json!({"group": a.resource.group, "version": a.resource.version, "resource": a.resource.resource});
+    let (kind, resource) = (kind_of(a), resource_of(a));
     let mut user = Map::new();
     let put = |m: &mut Map<String, Value>, k: &str, v: Value, empty: bool| {
         if !empty {
@@ -65,10 +70,9 @@ pub(crate) fn request(
     r.insert("resource".into(), resource.clone());
     let sub = a.subresource.as_str();
     put(&mut r, "subResource", json!(sub), sub.is_empty());
-    // The kind and resource the request was made for; the same as the above here, where there is no
-    // equivalent resource to convert to.
-    r.insert("requestKind".into(), kind);
-    r.insert("requestResource".into(), resource);
+    // The kind and resource the request was made for.
+    r.insert("requestKind".into(), kind_of(requested));
+    r.insert("requestResource".into(), resource_of(requested));
     put(&mut r, "requestSubResource", json!(sub), sub.is_empty());
     put(&mut r, "name", json!(a.name), a.name.is_empty());
     put(&mut r, "namespace", json!(a.namespace), a.namespace.is_empty());
@@ -213,7 +217,7 @@ mod tests {
         a.options = RequestOptions::write(WriteKind::Update, true, None);
         let new = json!({"kind": "Scale", "spec": {"replicas": 3}});
         let old = json!({"kind": "Scale", "spec": {"replicas": 1}});
-        let r = request(ReviewVersion::V1, "u-1", &a, Some(&new), Some(&old));
+        let r = request(ReviewVersion::V1, "u-1", &a, &a, Some(&new), Some(&old));
         assert_eq!(
             r,
             json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": {
@@ -231,7 +235,7 @@ mod tests {
         );
 
         let create = attrs(Operation::Create, Subresource::Main);
-        let r = request(ReviewVersion::V1beta1, "u-2", &create, Some(&new), None);
+        let r = request(ReviewVersion::V1beta1, "u-2", &create, &create, Some(&new), None);
         assert_eq!(r["apiVersion"], "admission.k8s.io/v1beta1");
         let req = r["request"].as_object().unwrap();
         assert!(!req.contains_key("subResource") && !req.contains_key("requestSubResource"));

@@ -14,9 +14,8 @@ fn exact_or_wildcard(items: Option<&Vec<String>>, requested: &str) -> bool {
     items.into_iter().flatten().any(|i| i == "*" || i == requested)
 }
 
-/// One rule against the request. `matchPolicy: Equivalent` would also try the same resource in other groups and
-/// versions; PodSets are served in one group and one version only, so Equivalent and Exact match the same requests.
-pub(crate) fn rule_matches(rule: &RuleWithOperations, a: &Attributes) -> bool {
+/// One rule against the request, its resource taken in `version`.
+pub(crate) fn rule_matches(rule: &RuleWithOperations, a: &Attributes, version: &str) -> bool {
     let namespaced = !a.namespace.is_empty();
     let scope = match rule.scope.as_deref() {
         None | Some("*") => true,
@@ -26,7 +25,7 @@ pub(crate) fn rule_matches(rule: &RuleWithOperations, a: &Attributes) -> bool {
     };
     let operation = exact_or_wildcard(rule.operations.as_ref(), a.operation.as_str());
     let group = exact_or_wildcard(rule.api_groups.as_ref(), &a.resource.group);
-    let version = exact_or_wildcard(rule.api_versions.as_ref(), &a.resource.version);
+    let version = exact_or_wildcard(rule.api_versions.as_ref(), version);
     let resource = rule.resources.iter().flatten().any(|r| {
         let (res, sub) = r.split_once('/').unwrap_or((r, ""));
         (res == "*" || res == a.resource.resource) && (sub == "*" || sub == a.subresource.as_str())
@@ -39,25 +38,39 @@ fn labels(object: Option<&Value>) -> Option<BTreeMap<String, String>> {
     Some(labels.and_then(|l| serde_json::from_value(l.clone()).ok()).unwrap_or_default())
 }
 
-/// Whether `hook` is called for this request. Errors (a namespace that does not exist, a selector that does not
-/// parse) count only for a webhook whose rules match, and not when the other selector already excludes it.
+/// The version of the resource `hook` is called with, as `ShouldCallHook` finds its invocation: the request's when
+/// a rule names it, else, under `matchPolicy: Equivalent` (the default), the first other served version of the same
+/// resource a rule names.
+fn invocation_version(hook: &Hook, a: &Attributes) -> Option<String> {
+    let requested = a.resource.version.as_str();
+    if hook.rules.iter().any(|r| rule_matches(r, a, requested)) {
+        return Some(requested.to_owned());
+    }
+    if hook.match_policy.as_deref() == Some("Exact") {
+        return None;
+    }
+    let others = a.interfaces.versions().iter().filter(|v| **v != requested);
+    others.into_iter().find(|v| hook.rules.iter().any(|r| rule_matches(r, a, v))).map(|v| v.to_string())
+}
+
+/// Whether `hook` is called for this request, and with which version of the resource (see
+/// [`invocation_version`]). Errors (a namespace that does not exist, a selector that does not parse) count only
+/// for a webhook whose rules match, and not when the other selector already excludes it.
 pub(crate) async fn should_call(
     hook: &Hook,
     a: &Attributes,
     object: Option<&Value>,
     old: Option<&Value>,
     namespaces: &Namespaces,
-) -> Result<bool, Error> {
-    if !hook.rules.iter().any(|r| rule_matches(r, a)) {
-        return Ok(false);
-    }
+) -> Result<Option<String>, Error> {
+    let Some(version) = invocation_version(hook, a) else { return Ok(None) };
     let by_object = match &hook.object_selector {
         Err(e) => Err(hook.configuration_error(e)),
         Ok(s) if s.is_empty() => Ok(true),
         Ok(s) => Ok([object, old].into_iter().any(|o| labels(o).is_some_and(|l| s.matches(&l)))),
     };
     if matches!(by_object, Ok(false)) {
-        return Ok(false);
+        return Ok(None);
     }
     let by_namespace = match &hook.namespace_selector {
         _ if a.namespace.is_empty() => Ok(true),
@@ -68,7 +81,7 @@ pub(crate) async fn should_call(
             s.matches(ns.metadata.labels.as_ref().unwrap_or(&empty))
         }),
     };
-    Ok(by_namespace? && by_object?)
+    Ok((by_namespace? && by_object?).then_some(version))
 }
 
 #[cfg(test)]
@@ -145,7 +158,7 @@ mod tests {
         ];
         for (r, want) in cases {
             let r = rule(r);
-            let got = [&create, &scale, &status].map(|a| rule_matches(&r, a));
+            let got = [&create, &scale, &status].map(|a| rule_matches(&r, a, &a.resource.version));
             assert_eq!(got, want, "{r:?}");
         }
         let mut cluster_wide = attrs(Operation::Create, Subresource::Main);
@@ -153,7 +166,7 @@ mod tests {
         let r = rule(
             json!({"apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"], "operations": ["*"], "scope": "Cluster"}),
         );
-        assert!(rule_matches(&r, &cluster_wide));
+        assert!(rule_matches(&r, &cluster_wide, "v1alpha1"));
     }
 
     fn namespace(name: &str, labels: Value) -> Namespace {
@@ -179,9 +192,9 @@ mod tests {
         let h = hook(
             json!({"name": "ns.example.com", "rules": all, "namespaceSelector": {"matchLabels": {"env": "prod"}}}),
         );
-        assert!(should_call(&h, &a, Some(&bare), None, &namespaces).await.unwrap());
+        assert!(should_call(&h, &a, Some(&bare), None, &namespaces).await.unwrap().is_some());
         a.namespace = "dev".into();
-        assert!(!should_call(&h, &a, Some(&bare), None, &namespaces).await.unwrap());
+        assert!(!should_call(&h, &a, Some(&bare), None, &namespaces).await.unwrap().is_some());
         a.namespace = "gone".into();
         let e = should_call(&h, &a, Some(&bare), None, &namespaces).await.unwrap_err();
         assert!(matches!(&e, Error::NamespaceNotFound { namespace } if namespace == "gone"), "{e:?}");
@@ -190,16 +203,16 @@ mod tests {
             json!({"name": "obj.example.com", "rules": all, "objectSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["web"]}]}}),
         );
         a.namespace = "default".into();
-        assert!(should_call(&h, &a, Some(&labelled), Some(&bare), &namespaces).await.unwrap());
-        assert!(should_call(&h, &a, Some(&bare), Some(&labelled), &namespaces).await.unwrap(), "oldObject counts");
-        assert!(!should_call(&h, &a, Some(&bare), Some(&bare), &namespaces).await.unwrap());
-        assert!(!should_call(&h, &a, None, None, &namespaces).await.unwrap());
+        assert!(should_call(&h, &a, Some(&labelled), Some(&bare), &namespaces).await.unwrap().is_some());
+        assert!(should_call(&h, &a, Some(&bare), Some(&labelled), &namespaces).await.unwrap().is_some(), "oldObject counts");
+        assert!(!should_call(&h, &a, Some(&bare), Some(&bare), &namespaces).await.unwrap().is_some());
+        assert!(!should_call(&h, &a, None, None, &namespaces).await.unwrap().is_some());
 
         // Both selectors: an object that does not match hides a missing namespace, as in kube-apiserver.
         let h = hook(json!({"name": "both.example.com", "rules": all,
             "namespaceSelector": {"matchLabels": {"env": "prod"}}, "objectSelector": {"matchLabels": {"app": "web"}}}));
         a.namespace = "gone".into();
-        assert!(!should_call(&h, &a, Some(&bare), None, &namespaces).await.unwrap());
+        assert!(!should_call(&h, &a, Some(&bare), None, &namespaces).await.unwrap().is_some());
         assert!(should_call(&h, &a, Some(&labelled), None, &namespaces).await.is_err());
 
         let h = hook(json!({"name": "bad.example.com", "rules": all,
@@ -210,6 +223,6 @@ mod tests {
             json!({"name": "other.example.com", "rules": [{"apiGroups": ["apps"], "apiVersions": ["*"], "resources": ["*"], "operations": ["*"]}],
             "objectSelector": {"matchExpressions": [{"key": "app", "operator": "Near"}]}}),
         );
-        assert!(!should_call(&h, &a, Some(&labelled), None, &namespaces).await.unwrap(), "rules first");
+        assert!(!should_call(&h, &a, Some(&labelled), None, &namespaces).await.unwrap().is_some(), "rules first");
     }
 }

@@ -1,0 +1,253 @@
+//! Two versions of one API: `v1beta1` beside `v1alpha1`, over one storage and one resourceVersion sequence. On
+//! the wire straight to the server (conversion of reads, writes, patches, applies, lists; the storage version and
+//! objects stored in the other), then through kube-apiserver's aggregator with kubectl 1.37 (the preferred
+//! version, `explain` per version) and the controller's `availableReplicas` under `minReadySeconds`.
+
+mod common;
+
+use common::cluster::{eventually, in_namespace, runtime};
+use common::*;
+use http::Request;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use serde_json::{json, Value};
+
+const ALPHA: &str = "/apis/demo.k8s.io/v1alpha1/namespaces/default/podsets";
+const BETA: &str = "/apis/demo.k8s.io/v1beta1/namespaces/default/podsets";
+const MIN_READY: &str = "demo.k8s.io/v1beta1-min-ready-seconds";
+
+fn beta(name: &str) -> Value {
+    json!({
+        "apiVersion": "demo.k8s.io/v1beta1",
+        "kind": "PodSet",
+        "metadata": {"name": name},
+        "spec": {"replicas": 1, "minReadySeconds": 30, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}
+    })
+}
+
+async fn send(client: &kube::Client, method: &str, path: &str, content_type: &str, body: Value) -> (u16, Value) {
+    let req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", content_type)
+        .body(serde_json::to_vec(&body).unwrap())
+        .unwrap();
+    let (status, _, body) = raw(client, req).await;
+    (status, json(&body))
+}
+
+async fn read(client: &kube::Client, path: &str) -> Value {
+    let (status, _, body) = raw(client, Request::get(path).body(vec![]).unwrap()).await;
+    assert_eq!(status, 200, "GET {path}: {}", String::from_utf8_lossy(&body));
+    json(&body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_version_reads_and_writes_the_same_objects() {
+    let server = TestServer::start(&[]);
+    let client = server.client();
+
+    // Written in v1beta1, read in both: v1alpha1 carries minReadySeconds in its annotation.
+    let (status, created) = send(&client, "POST", BETA, "application/json", beta("web")).await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["apiVersion"], "demo.k8s.io/v1beta1");
+    let alpha = read(&client, &format!("{ALPHA}/web")).await;
+    assert_eq!(alpha["apiVersion"], "demo.k8s.io/v1alpha1");
+    assert_eq!(alpha["metadata"]["annotations"][MIN_READY], "30");
+    assert_eq!(alpha["spec"].get("minReadySeconds"), None);
+    assert_eq!(alpha["metadata"]["resourceVersion"], created["metadata"]["resourceVersion"], "one object");
+
+    // A v1alpha1 client that writes back what it read keeps the value; one that changes the annotation changes it.
+    let (status, put) = send(&client, "PUT", &format!("{ALPHA}/web"), "application/json", alpha.clone()).await;
+    assert_eq!(status, 200, "{put}");
+    assert_eq!(put["metadata"]["resourceVersion"], alpha["metadata"]["resourceVersion"], "nothing changed");
+    let patch = json!({"metadata": {"annotations": {MIN_READY: "45"}}});
+    let (status, patched) =
+        send(&client, "PATCH", &format!("{ALPHA}/web"), "application/merge-patch+json", patch).await;
+    assert_eq!(status, 200, "{patched}");
+    assert_eq!(read(&client, &format!("{BETA}/web")).await["spec"]["minReadySeconds"], 45);
+
+    // What each version refuses.
+    let mut no_selector = beta("bare");
+    no_selector["spec"].as_object_mut().unwrap().remove("selector");
+    let (status, body) = send(&client, "POST", BETA, "application/json", no_selector.clone()).await;
+    assert_eq!((status, body["reason"].as_str()), (422, Some("Invalid")), "{body}");
+    assert_eq!(body["details"]["causes"][0]["field"], "spec.selector", "{body}");
+    assert_eq!(body["details"]["causes"][0]["reason"], "FieldValueRequired", "{body}");
+    // The same object in v1alpha1 gets its selector from the template's labels.
+    no_selector["apiVersion"] = json!("demo.k8s.io/v1alpha1");
+    no_selector["spec"].as_object_mut().unwrap().remove("minReadySeconds");
+    let (status, body) = send(&client, "POST", ALPHA, "application/json", no_selector).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["spec"]["selector"]["matchLabels"]["app"], "bare");
+
+    let mut unknown = beta("strict");
+    unknown["apiVersion"] = json!("demo.k8s.io/v1alpha1");
+    let (status, body) =
+        send(&client, "POST", &format!("{ALPHA}?fieldValidation=Strict"), "application/json", unknown).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("unknown field \"spec.minReadySeconds\""), "{body}");
+
+    let mut annotated = beta("annotated");
+    annotated["metadata"]["annotations"] = json!({MIN_READY: "5"});
+    let (status, body) = send(&client, "POST", BETA, "application/json", annotated).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["details"]["causes"][0]["field"], format!("metadata.annotations[{MIN_READY}]"), "{body}");
+
+    let (status, body) = send(
+        &client,
+        "POST",
+        BETA,
+        "application/json",
+        json!({"apiVersion": "demo.k8s.io/v1alpha1",
+        "kind": "PodSet", "metadata": {"name": "x"}}),
+    )
+    .await;
+    assert_eq!(status, 400, "a body must be in the URL's version: {body}");
+
+    // Server-side apply: fields are owned where the object keeps them, whichever version the applier used.
+    let apply = |v: &str, config: Value| {
+        let manager = config["m"].as_str().unwrap().to_owned();
+        let force = config.get("force").is_some();
+        let path = format!("/apis/demo.k8s.io/{v}/namespaces/default/podsets/web?fieldManager={manager}&force={force}");
+        let mut config = config;
+        config.as_object_mut().unwrap().remove("m");
+        config.as_object_mut().unwrap().remove("force");
+        let client = client.clone();
+        async move { send(&client, "PATCH", &path, "application/apply-patch+yaml", config).await }
+    };
+    // Taking the field over from the writes above (recorded for the manager with no name).
+    let mine = json!({"m": "beta-tool", "force": true, "apiVersion": "demo.k8s.io/v1beta1", "kind": "PodSet",
+                      "metadata": {"name": "web"}, "spec": {"minReadySeconds": 60}});
+    let (status, body) = apply("v1beta1", mine).await;
+    assert_eq!(status, 200, "{body}");
+    let theirs = json!({"m": "alpha-tool", "apiVersion": "demo.k8s.io/v1alpha1", "kind": "PodSet",
+                        "metadata": {"name": "web", "annotations": {MIN_READY: "90"}}});
+    let (status, body) = apply("v1alpha1", theirs).await;
+    assert_eq!(status, 409, "the same field, owned by beta-tool through v1beta1: {body}");
+    assert!(body["message"].as_str().unwrap().contains("conflict with \"beta-tool\""), "{body}");
+
+    // Lists and their kinds, per version.
+    for (path, version) in [(ALPHA, "v1alpha1"), (BETA, "v1beta1")] {
+        let list = read(&client, path).await;
+        assert_eq!(list["apiVersion"], format!("demo.k8s.io/{version}"));
+        assert!(list["items"].as_array().unwrap().iter().all(|i| i["apiVersion"] == format!("demo.k8s.io/{version}")));
+    }
+    let group = read(&client, "/apis/demo.k8s.io").await;
+    assert_eq!(group["preferredVersion"]["version"], "v1beta1");
+}
+
+/// Objects stored in v1alpha1 (by a server whose storage version was v1alpha1) stay readable after the storage
+/// version becomes v1beta1, keep their resourceVersion, and are rewritten in v1beta1 by their next write, even one
+/// that changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_stored_in_the_older_version_are_read_and_rewritten() {
+    let mut old = TestServer::start(&["--storage-version=v1alpha1"]);
+    let client = old.client();
+    let mut ps = beta("kept");
+    ps["spec"]["minReadySeconds"] = json!(12);
+    let (status, body) = send(&client, "POST", BETA, "application/json", ps).await;
+    assert_eq!(status, 201, "{body}");
+    let stored_rv = body["metadata"]["resourceVersion"].clone();
+    // Stored in v1alpha1: a v1alpha1 read is the stored bytes, annotation included.
+    let (_, _, stored) = raw(&client, Request::get(format!("{ALPHA}/kept")).body(vec![]).unwrap()).await;
+    assert_eq!(json(&stored)["metadata"]["annotations"][MIN_READY], "12");
+    let history = |server: &TestServer| {
+        let client = server.client();
+        async move {
+            let (_, _, metrics) = raw(&client, Request::get("/metrics").body(vec![]).unwrap()).await;
+            let metrics = String::from_utf8_lossy(&metrics).into_owned();
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix("podset_storage_history_bytes "))
+                .unwrap()
+                .parse::<f64>()
+                .unwrap()
+        }
+    };
+    assert_eq!(history(&old).await, stored.len() as f64, "kept as the v1alpha1 JSON served");
+    old.terminate();
+
+    let new = TestServer::start_in(old.data_dir.clone(), None, vec!["--insecure-allow-all".into()]);
+    let client = new.client();
+    let beta_read = read(&client, &format!("{BETA}/kept")).await;
+    assert_eq!(
+        (beta_read["spec"]["minReadySeconds"].clone(), beta_read["metadata"]["resourceVersion"].clone()),
+        (json!(12), stored_rv.clone())
+    );
+    let (status, put) = send(&client, "PUT", &format!("{BETA}/kept"), "application/json", beta_read.clone()).await;
+    assert_eq!(status, 200, "{put}");
+    assert_ne!(put["metadata"]["resourceVersion"], stored_rv, "rewritten in the storage version");
+    let (status, again) = send(&client, "PUT", &format!("{BETA}/kept"), "application/json", put.clone()).await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["metadata"]["resourceVersion"], put["metadata"]["resourceVersion"], "now a no-op");
+    assert_eq!(read(&client, &format!("{ALPHA}/kept")).await["metadata"]["annotations"][MIN_READY], "12");
+}
+
+#[test]
+fn through_the_aggregator_kubectl_prefers_v1beta1_and_the_controller_counts_available_pods() {
+    in_namespace("through_the_aggregator_kubectl_prefers_v1beta1_and_the_controller_counts_available_pods", || {
+        let c = common::cluster::start();
+        // A v1alpha1 manifest as users have them, applied as before.
+        let manifest = "apiVersion: demo.k8s.io/v1alpha1\nkind: PodSet\nmetadata:\n  name: web\n  namespace: default\n  annotations:\n    demo.k8s.io/v1beta1-min-ready-seconds: \"3600\"\nspec:\n  replicas: 1\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      automountServiceAccountToken: false\n      containers: [{name: main, image: busybox}]\n";
+        c.apply_text("web.yaml", manifest);
+        let preferred: Value = serde_json::from_str(&c.kubectl(&["get", "podsets", "web", "-o", "json"])).unwrap();
+        assert_eq!(preferred["apiVersion"], "demo.k8s.io/v1beta1");
+        assert_eq!(preferred["spec"]["minReadySeconds"], 3600);
+        let alpha: Value =
+            serde_json::from_str(&c.kubectl(&["get", "podsets.v1alpha1.demo.k8s.io", "web", "-o", "json"])).unwrap();
+        assert_eq!(alpha["apiVersion"], "demo.k8s.io/v1alpha1");
+        assert_eq!(alpha["metadata"]["annotations"][MIN_READY], "3600");
+
+        let explain = c.kubectl(&["explain", "podsets.spec.minReadySeconds", "--api-version=demo.k8s.io/v1beta1"]);
+        assert!(explain.contains("available"), "{explain}");
+        let missing = c.kubectl_try(&["explain", "podsets.spec.minReadySeconds", "--api-version=demo.k8s.io/v1alpha1"]);
+        assert!(missing.is_err(), "v1alpha1 has no spec.minReadySeconds: {missing:?}");
+
+        let watched = c.kubectl(&[
+            "get",
+            "--raw",
+            "/apis/demo.k8s.io/v1alpha1/namespaces/default/podsets?watch=1&timeoutSeconds=1",
+        ]);
+        let event: Value = serde_json::from_str(watched.lines().next().unwrap()).unwrap();
+        assert_eq!(
+            (event["type"].as_str(), event["object"]["apiVersion"].as_str()),
+            (Some("ADDED"), Some("demo.k8s.io/v1alpha1"))
+        );
+
+        runtime().block_on(async {
+            let client = c.client().await;
+            let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+            let podsets: Api<DynamicObject> = Api::namespaced_with(
+                client.clone(),
+                "default",
+                &kube::discovery::ApiResource {
+                    group: "demo.k8s.io".into(),
+                    version: "v1beta1".into(),
+                    api_version: "demo.k8s.io/v1beta1".into(),
+                    kind: "PodSet".into(),
+                    plural: "podsets".into(),
+                },
+            );
+            eventually("the Pod", || async { pods.list(&ListParams::default().labels("app=web")).await.unwrap().items.len() == 1 }).await;
+            let pod = pods.list(&ListParams::default().labels("app=web")).await.unwrap().items.remove(0);
+            let name = pod.metadata.name.clone().unwrap();
+            let now = jiff::Timestamp::now().to_string();
+            let status = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}]}});
+            pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(status)).await.unwrap();
+            let counts = || async {
+                let status = podsets.get("web").await.unwrap().data["status"].clone();
+                (status["readyReplicas"].as_i64().unwrap_or(0), status["availableReplicas"].as_i64().unwrap_or(0))
+            };
+            eventually("ready, not yet available (minReadySeconds 3600)", || async { counts().await == (1, 0) }).await;
+            let ps = podsets.get("web").await.unwrap().data;
+            let ready = ps["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap().clone();
+            assert_eq!((ready["status"].as_str(), ready["message"].as_str()), (Some("False"), Some("Available: 0/1")));
+            let patch = json!({"spec": {"minReadySeconds": 0}});
+            podsets.patch("web", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+            eventually("available at once with minReadySeconds 0", || async { counts().await == (1, 1) }).await;
+        });
+    });
+}
