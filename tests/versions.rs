@@ -140,10 +140,10 @@ async fn each_version_reads_and_writes_the_same_objects() {
 }
 
 /// Objects stored in v1alpha1 (by a server whose storage version was v1alpha1) stay readable after the storage
-/// version becomes v1beta1, keep their resourceVersion, and are rewritten in v1beta1 by their next write, even one
-/// that changes nothing.
+/// version becomes v1beta1, and the migration pass at start rewrites them in v1beta1 (progress in its metrics);
+/// after it, writing them back unchanged changes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn objects_stored_in_the_older_version_are_read_and_rewritten() {
+async fn objects_stored_in_the_older_version_are_migrated() {
     let mut old = TestServer::start(&["--storage-version=v1alpha1"]);
     let client = old.client();
     let mut ps = beta("kept");
@@ -151,38 +151,36 @@ async fn objects_stored_in_the_older_version_are_read_and_rewritten() {
     let (status, body) = send(&client, "POST", BETA, "application/json", ps).await;
     assert_eq!(status, 201, "{body}");
     let stored_rv = body["metadata"]["resourceVersion"].clone();
-    // Stored in v1alpha1: a v1alpha1 read is the stored bytes, annotation included.
-    let (_, _, stored) = raw(&client, Request::get(format!("{ALPHA}/kept")).body(vec![]).unwrap()).await;
-    assert_eq!(json(&stored)["metadata"]["annotations"][MIN_READY], "12");
-    let history = |server: &TestServer| {
+    let metric = |server: &TestServer, name: &'static str| {
         let client = server.client();
         async move {
             let (_, _, metrics) = raw(&client, Request::get("/metrics").body(vec![]).unwrap()).await;
             let metrics = String::from_utf8_lossy(&metrics).into_owned();
-            metrics
-                .lines()
-                .find_map(|l| l.strip_prefix("podset_storage_history_bytes "))
-                .unwrap()
-                .parse::<f64>()
-                .unwrap()
+            let line = metrics.lines().find_map(|l| l.strip_prefix(&format!("{name} ")).map(str::to_owned));
+            line.unwrap_or_else(|| panic!("{name} missing:\n{metrics}")).parse::<f64>().unwrap()
         }
     };
-    assert_eq!(history(&old).await, stored.len() as f64, "kept as the v1alpha1 JSON served");
+    // Stored in v1alpha1: a v1alpha1 read is the stored bytes, annotation included.
+    let (_, _, stored) = raw(&client, Request::get(format!("{ALPHA}/kept")).body(vec![]).unwrap()).await;
+    assert_eq!(json(&stored)["metadata"]["annotations"][MIN_READY], "12");
+    assert_eq!(metric(&old, "podset_storage_history_bytes").await, stored.len() as f64, "kept as v1alpha1 JSON");
     old.terminate();
 
     let new = TestServer::start_in(old.data_dir.clone(), None, vec!["--insecure-allow-all".into()]);
     let client = new.client();
-    let beta_read = read(&client, &format!("{BETA}/kept")).await;
-    assert_eq!(
-        (beta_read["spec"]["minReadySeconds"].clone(), beta_read["metadata"]["resourceVersion"].clone()),
-        (json!(12), stored_rv.clone())
-    );
-    let (status, put) = send(&client, "PUT", &format!("{BETA}/kept"), "application/json", beta_read.clone()).await;
-    assert_eq!(status, 200, "{put}");
-    assert_ne!(put["metadata"]["resourceVersion"], stored_rv, "rewritten in the storage version");
-    let (status, again) = send(&client, "PUT", &format!("{BETA}/kept"), "application/json", put.clone()).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while metric(&new, "podset_storage_migration_migrated_total").await < 1.0 {
+        assert!(std::time::Instant::now() < deadline, "not migrated:\n{}", new.logs());
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(metric(&new, "podset_storage_migration_remaining").await, 0.0);
+    assert!(new.log_contains("storage migration done"));
+    let migrated = read(&client, &format!("{BETA}/kept")).await;
+    assert_eq!(migrated["spec"]["minReadySeconds"], 12);
+    assert_ne!(migrated["metadata"]["resourceVersion"], stored_rv, "rewritten in the storage version");
+    let (status, again) = send(&client, "PUT", &format!("{BETA}/kept"), "application/json", migrated.clone()).await;
     assert_eq!(status, 200, "{again}");
-    assert_eq!(again["metadata"]["resourceVersion"], put["metadata"]["resourceVersion"], "now a no-op");
+    assert_eq!(again["metadata"]["resourceVersion"], migrated["metadata"]["resourceVersion"], "now a no-op");
     assert_eq!(read(&client, &format!("{ALPHA}/kept")).await["metadata"]["annotations"][MIN_READY], "12");
 }
 

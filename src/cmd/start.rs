@@ -99,7 +99,12 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     let server = Server::bind(addr, registry.clone(), cfg, shutdown.clone())
         .await
         .with_context(|| format!("listening on {addr}"))?;
-    tracing::info!(address = %server.local_addr()?, "serving demo.k8s.io/v1alpha1 over HTTPS");
+    tracing::info!(
+        address = %server.local_addr()?,
+        storage_version = %opts.storage.storage_version,
+        "serving demo.k8s.io (v1beta1, v1alpha1) over HTTPS"
+    );
+    tokio::spawn(migrate_storage(registry.clone(), shutdown.clone()));
 
     if let Some(client) = controller_client {
         opts.controller.spawn(registry, client, informers, opts.serving.namespace(), shutdown.clone());
@@ -119,6 +124,20 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     let _ = tokio::task::spawn_blocking(move || drop(store)).await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Rewrites PodSets stored in another version in the storage version, once; a pass that fails (admission not
+/// ready yet, the store unavailable) is tried again a minute later, resuming where the objects left off.
+async fn migrate_storage(registry: Registry, shutdown: CancellationToken) {
+    loop {
+        if registry.migrate_storage().await.is_ok() {
+            return;
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+        }
+    }
 }
 
 /// An empty store while Pods still name PodSets as their controller means the data is missing, not new: serving

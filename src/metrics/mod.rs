@@ -218,6 +218,10 @@ pub struct Metrics {
     pub storage_commit_duration: Histogram,
     /// Writes that shared one fsync.
     pub storage_commit_group_size: Histogram,
+    /// PodSets the storage migration has still to rewrite in the storage version.
+    pub storage_migration_remaining: Gauge,
+    /// PodSets the storage migration rewrote.
+    pub storage_migration_migrated: Counter,
 }
 
 impl Metrics {
@@ -249,10 +253,22 @@ impl Metrics {
             },
             storage_commit_duration: Histogram::new(exponential_buckets(0.0001, 2., 16)),
             storage_commit_group_size: Histogram::new(exponential_buckets(1., 2., 10)),
+            storage_migration_remaining: Gauge::default(),
+            storage_migration_migrated: Counter::default(),
         }
     }
 
     fn register(&self, r: &mut Registry) {
+        r.register(
+            "podset_storage_migration_remaining",
+            "PodSets stored in another version than --storage-version that the migration pass has yet to rewrite.",
+            self.storage_migration_remaining.clone(),
+        );
+        r.register(
+            "podset_storage_migration_migrated",
+            "PodSets the migration pass rewrote in the storage version.",
+            self.storage_migration_migrated.clone(),
+        );
         r.register(
             "podset_storage_commit_duration_seconds",
             "Time one group of writes took to become durable in the embedded store (batch and fsync).",

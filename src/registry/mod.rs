@@ -10,6 +10,7 @@ mod error;
 pub mod fieldmanager;
 mod key;
 mod managed;
+mod migrate;
 mod options;
 mod restore;
 mod scale;
@@ -29,6 +30,7 @@ pub use self::decode::{json_object, yaml_object};
 pub use self::error::{Error, Result};
 pub use self::key::PodSetKey;
 pub use self::managed::podset_field_manager;
+pub use self::migrate::{Migration, MIGRATOR};
 pub use self::options::{
     DeleteOptions, Deleted, FieldValidation, ListPage, ListRequest, PatchType, Preconditions, ScaleChange,
     WriteOptions, Written,

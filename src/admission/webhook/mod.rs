@@ -312,7 +312,9 @@ impl<'a> Invocation<'a> {
         }
         let convert = |v: Option<&Value>| -> Result<Option<Value>, Error> {
             let Some(mut v) = v.cloned() else { return Ok(None) };
-            a.interfaces.convert(&mut v, version).map_err(|source| Error::Conversion { version: version.to_owned(), source })?;
+            a.interfaces
+                .convert(&mut v, version)
+                .map_err(|source| Error::Conversion { version: version.to_owned(), source })?;
             Ok(Some(v))
         };
         Ok(Self {

@@ -49,8 +49,7 @@ pub(crate) fn request(
     old: Option<&Value>,
 ) -> Value {
     let kind_of = |a: &Attributes| json!({"group": a.kind.group, "version": a.kind.version, "kind": a.kind.kind});
-    let resource_of =
-        |a: &Attributes| json!({"group": a.resource.group, "version": a.resource.version, "resource": a.resource.resource});
+    let resource_of = |a: &Attributes| json!({"group": a.resource.group, "version": a.resource.version, "resource": a.resource.resource});
     let (kind, resource) = (kind_of(a), resource_of(a));
     let mut user = Map::new();
     let put = |m: &mut Map<String, Value>, k: &str, v: Value, empty: bool| {

@@ -51,8 +51,8 @@ pub struct StorageOptions {
     pub etcd_compaction_interval: Duration,
 
     /// The version PodSets are written in (demo.k8s.io/v1alpha1 or v1beta1). Objects stored in the other stay
-    /// readable and are rewritten in this one by their next write. To roll back to a release that serves only
-    /// v1alpha1, run with v1alpha1 and rewrite every object first.
+    /// readable and are rewritten in this one by a migration pass at start. To roll back to a release that serves
+    /// only v1alpha1, run with v1alpha1 until podset_storage_migration_remaining is 0.
     #[arg(long, default_value = "v1beta1", value_parser = clap::value_parser!(crate::api::Version))]
     pub storage_version: crate::api::Version,
 

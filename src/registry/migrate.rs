@@ -1,0 +1,87 @@
+//! Storage migration, as kube-storage-version-migrator does it through the API: every PodSet stored in another
+//! version than the storage version is written again, unchanged, which stores it in the storage version. A pass
+//! reads the list anew, so a pass cut short is resumed by the next one; progress is the
+//! `podset_storage_migration_remaining` metric and the log.
+
+use super::error::{Error, Result};
+use super::key::PodSetKey;
+use super::options::{ListRequest, WriteOptions};
+use super::view::PODSET;
+use super::write::{Change, Write};
+use super::Registry;
+use crate::admission::WriteKind;
+use crate::api::{Operation, Subresource, UserInfo};
+
+/// Who the migration's writes are made as (admission and the audit log see this user), and their field manager.
+pub const MIGRATOR: &str = "system:podset-storage-migrator";
+
+/// What one pass did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Migration {
+    /// Stored in another version when the pass listed them.
+    pub found: usize,
+    /// Written again in the storage version by this pass.
+    pub migrated: usize,
+    /// Gone, or rewritten by someone else, before the pass reached them.
+    pub skipped: usize,
+}
+
+impl Registry {
+    /// One pass of the storage migration; stops at the first error other than an object gone meanwhile.
+    pub async fn migrate_storage(&self) -> Result<Migration> {
+        let metrics = crate::metrics::global();
+        let page = self.list(ListRequest::default()).await?;
+        let stale: Vec<PodSetKey> =
+            page.items.iter().filter(|o| o.version() != self.storage_version).map(|o| o.key()).collect();
+        let mut done = Migration { found: stale.len(), ..Default::default() };
+        metrics.storage_migration_remaining.set(stale.len() as i64);
+        if stale.is_empty() {
+            return Ok(done);
+        }
+        tracing::info!(objects = stale.len(), storage_version = %self.storage_version, "storage migration started");
+        for (i, key) in stale.iter().enumerate() {
+            match self.migrate_one(key).await {
+                Ok(true) => {
+                    done.migrated += 1;
+                    metrics.storage_migration_migrated.inc();
+                }
+                Ok(false) | Err(Error::NotFound { .. }) => done.skipped += 1,
+                Err(e) => {
+                    tracing::warn!(podset = %key, error = %e, "storage migration stopped; the next pass resumes it");
+                    return Err(e);
+                }
+            }
+            metrics.storage_migration_remaining.set((stale.len() - i - 1) as i64);
+        }
+        tracing::info!(migrated = done.migrated, skipped = done.skipped, "storage migration done");
+        Ok(done)
+    }
+
+    /// Writes `key` again, unchanged, if it is stored in another version; `false` when it was not (any more).
+    async fn migrate_one(&self, key: &PodSetKey) -> Result<bool> {
+        let user = UserInfo::named(MIGRATOR, Vec::new()).authenticated();
+        let opts = WriteOptions { version: Some(self.storage_version), ..WriteOptions::manager(MIGRATOR, user) };
+        let w = Write {
+            op: Operation::Update,
+            sub: Subresource::Main,
+            key,
+            opts: &opts,
+            options: WriteKind::Update,
+            view: &PODSET,
+            version: self.storage_version,
+        };
+        let mut rewritten = false;
+        let storage = self.storage_version;
+        self.write(&w, |current| {
+            let Some((old, stored)) = current else { return Err(Error::not_found(&key.name)) };
+            // Unchanged: the write path stores it only because it is in another version.
+            rewritten = stored.version() != storage;
+            // Its managedFields as the write path reads them (converted to the storage version), not as sent.
+            let mut same = old.clone();
+            same.metadata.managed_fields = None;
+            Ok(Change::update(same, Vec::new()))
+        })
+        .await?;
+        Ok(rewritten)
+    }
+}
