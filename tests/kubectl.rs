@@ -80,12 +80,18 @@ fn api_resources_and_explain() {
     let out = k.ok(&["api-resources", "--api-group=demo.k8s.io"]);
     let line = out.lines().find(|l| l.starts_with("podsets")).unwrap_or_else(|| panic!("{out}"));
     let cols: Vec<&str> = line.split_whitespace().collect();
-    assert_eq!(cols, vec!["podsets", "ps", "demo.k8s.io/v1alpha1", "true", "PodSet"]);
+    assert_eq!(cols, vec!["podsets", "ps", "demo.k8s.io/v1beta1", "true", "PodSet"], "the preferred version");
     let out = k.ok(&["explain", "podsets.spec.replicas"]);
     assert!(out.contains("KIND:") && out.contains("PodSet"), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("VERSION:") && l.ends_with("v1beta1")), "the preferred version: {out}");
     assert!(out.contains("Defaults to 1"), "{out}");
     let out = k.ok(&["explain", "podsets.spec.template.spec.containers.image"]);
     assert!(out.contains("image"), "{out}");
+    let out = k.ok(&["explain", "podsets.spec.minReadySeconds"]);
+    assert!(out.contains("available"), "{out}");
+    let out = k.ok(&["explain", "podsets.spec", "--api-version=demo.k8s.io/v1alpha1"]);
+    assert!(out.lines().any(|l| l.starts_with("VERSION:") && l.ends_with("v1alpha1")), "{out}");
+    assert!(!out.contains("minReadySeconds"), "v1alpha1 has no spec.minReadySeconds: {out}");
 }
 
 #[test]

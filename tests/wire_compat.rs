@@ -49,8 +49,10 @@ async fn discovery_answers_the_aggregator_as_k8s_io_apiserver_does() {
         (v2["apiVersion"].as_str(), v2["kind"].as_str()),
         (Some("apidiscovery.k8s.io/v2"), Some("APIGroupDiscoveryList"))
     );
+    let versions: Vec<&str> =
+        v2["items"][0]["versions"].as_array().unwrap().iter().map(|v| v["version"].as_str().unwrap()).collect();
+    assert_eq!(versions, ["v1beta1", "v1alpha1"], "the preferred version first, as the aggregator orders them");
     let version = &v2["items"][0]["versions"][0];
-    assert_eq!(version["version"], "v1alpha1");
     assert_eq!(version["freshness"], "Current");
     let resource = &version["resources"][0];
     assert_eq!(resource["resource"], "podsets");

@@ -16,6 +16,6 @@ fn local_cluster_quick_start_runs_a_command() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.lines().any(|l| l.starts_with("podsets") && l.contains("demo.k8s.io/v1alpha1")), "{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("podsets") && l.contains("demo.k8s.io/v1beta1")), "{stdout}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("KUBECONFIG="));
 }

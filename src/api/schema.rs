@@ -55,10 +55,15 @@ fn capitalized(s: &str) -> String {
 fn retarget_gvks(v: &mut Value, version: Version) {
     match v {
         Value::Object(m) => {
-            if let Some(Value::Array(gvks)) = m.get_mut("x-kubernetes-group-version-kind") {
-                for g in gvks.iter_mut().filter(|g| g["group"] == GROUP) {
-                    g["version"] = json!(version.as_str());
+            // A list on definitions, one object on operations.
+            match m.get_mut("x-kubernetes-group-version-kind") {
+                Some(Value::Array(gvks)) => {
+                    for g in gvks.iter_mut().filter(|g| g["group"] == GROUP) {
+                        g["version"] = json!(version.as_str());
+                    }
                 }
+                Some(g @ Value::Object(_)) if g["group"] == GROUP => g["version"] = json!(version.as_str()),
+                _ => {}
             }
             m.values_mut().for_each(|x| retarget_gvks(x, version));
         }
@@ -626,6 +631,8 @@ mod tests {
         let doc = openapi_v3(Version::V1beta1);
         let patch = &doc["paths"]["/apis/demo.k8s.io/v1beta1/namespaces/{namespace}/podsets/{name}"]["patch"];
         assert_eq!(patch["operationId"], "patchDemoV1beta1NamespacedPodSet");
+        // kubectl explain finds the kind of a resource by its operations' GVK.
+        assert_eq!(patch["x-kubernetes-group-version-kind"]["version"], "v1beta1");
         let content = patch["requestBody"]["content"].as_object().unwrap();
         assert!(content.contains_key("application/merge-patch+json"));
         assert!(content.contains_key("application/json-patch+json"));

@@ -89,9 +89,87 @@ pub(crate) fn fields_in_version(live: &mut Value, version: Version) {
     }
 }
 
-/// The stored object as field management reads it: in `version`, every managedFields entry too.
-pub(crate) fn live_value(current: &super::Stored, version: Version) -> Result<Value> {
-    let mut live = current.to_version(version)?.to_value()?;
-    fields_in_version(&mut live, version);
-    Ok(live)
+/// Who an entry is: manager, operation, subresource.
+fn identity(e: &Value) -> (&str, &str, &str) {
+    let s = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("");
+    (s("manager"), s("operation"), s("subresource"))
+}
+
+type Identity = (String, String, String);
+
+/// The version each entry of `object` was recorded in.
+fn entry_versions(object: &Value) -> Vec<(Identity, Version)> {
+    let entries = object.pointer("/metadata/managedFields").and_then(Value::as_array);
+    entries
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let v = e.get("apiVersion").and_then(Value::as_str).and_then(Version::of_api_version)?;
+            let (m, o, sub) = identity(e);
+            Some(((m.to_owned(), o.to_owned(), sub.to_owned()), v))
+        })
+        .collect()
+}
+
+/// Field management of a write made in `version` to an object stored in `storage` (`current`, `None` on create),
+/// as kube-apiserver records it: every manager's fields in the version it last wrote with. `new` is the object
+/// (or an apply's configuration) in `version`; the result is in `storage`, the writer's entry in `version`, the
+/// others in their own.
+pub(crate) fn manage_fields_in(
+    current: Option<&super::Stored>,
+    mut new: Value,
+    opts: &WriteOptions,
+    op: Operation,
+    sub: Subresource,
+    version: Version,
+    storage: Version,
+) -> Result<Value> {
+    let (live, originals) = match current {
+        Some(c) => {
+            let mut live = c.to_version(version)?.to_value()?;
+            let versions = entry_versions(&live);
+            fields_in_version(&mut live, version);
+            // Each entry's version, and the entry as this write's field management reads it.
+            let read = live.pointer("/metadata/managedFields").and_then(Value::as_array).cloned().unwrap_or_default();
+            let originals: Vec<(Identity, Version, Value)> = versions
+                .into_iter()
+                .filter_map(|(id, v)| {
+                    let e = read.iter().find(|e| {
+                        let (m, o, s) = identity(e);
+                        (m, o, s) == (id.0.as_str(), id.1.as_str(), id.2.as_str())
+                    })?;
+                    Some((id, v, e.clone()))
+                })
+                .collect();
+            (Some(live), originals)
+        }
+        None => (None, Vec::new()),
+    };
+    // Sent managedFields are compared with the live ones, so they are read in the same version.
+    fields_in_version(&mut new, version);
+    let mut out = manage_fields(live.as_ref(), new, opts, op, sub, version)?;
+    let operation = match op {
+        Operation::Apply => "Apply",
+        Operation::Update => "Update",
+    };
+    let writer = (opts.field_manager.as_str(), operation, sub.as_str());
+    if let Some(entries) = out.pointer_mut("/metadata/managedFields").and_then(Value::as_array_mut) {
+        for e in entries.iter_mut() {
+            let (m, o, s) = identity(e);
+            let key = (m.to_owned(), o.to_owned(), s.to_owned());
+            let Some((_, was, read)) = originals.iter().find(|(k, _, _)| *k == key) else { continue };
+            // The writer's entry is in the request's version, unless this write left it as it was.
+            if identity(e) == writer && e != read {
+                continue;
+            }
+            if *was != version {
+                if let Some(fields) = e.get_mut("fieldsV1") {
+                    crate::api::conversion::convert_fields(fields, version, *was);
+                }
+                e["apiVersion"] = Value::String(was.api_version().into());
+            }
+        }
+    }
+    crate::api::conversion::convert_value(&mut out, version, storage);
+    Ok(out)
 }

@@ -42,13 +42,13 @@ pub use crate::api::{Operation, Subresource, UserInfo};
 pub use crate::storage::Revision;
 
 use self::decode::{apply_patch, decode_json_podset, decode_podset};
-use self::managed::{live_value, manage_fields};
+use self::managed::manage_fields_in;
 use self::strategy::check_identity;
 use self::view::PODSET;
 use self::write::{Change, Outcome, Write};
 use crate::admission::{Admission, Chain, WriteKind};
 use crate::api::validation::FieldError;
-use crate::api::{conversion, PodSet, PodSetStatus, Version};
+use crate::api::{PodSet, PodSetStatus, Version};
 use crate::storage::{ListOptions, Object, StorageError, Store};
 
 /// How long a read "not older than" a revision this server has not reached waits for it before a 504.
@@ -314,18 +314,17 @@ impl Registry {
         let (decoded, warnings, version) = decode_podset(config.clone(), opts.field_validation, opts.version)?;
         check_identity(&decoded.metadata, key)?;
         fieldmanager::typed::prune_unknown(podset_field_manager(version).schema(), &mut config);
-        // Merged and tracked where the object is kept: in the storage version.
         let storage = self.storage_version;
-        conversion::convert_value(&mut config, version, storage);
         let w = Write { op: Operation::Update, sub, key, opts, options: WriteKind::Patch, view: &PODSET, version };
         self.write(&w, |current| {
             let live = match current {
-                Some((_, current)) => Some(live_value(current, storage)?),
+                Some((_, current)) => Some(current),
                 None if sub == Subresource::Status => return Err(Error::not_found(&key.name)),
                 None => None,
             };
-            let merged =
-                manage_fields(live.as_ref(), config.clone(), opts, fieldmanager::Operation::Apply, sub, storage)?;
+            let op = fieldmanager::Operation::Apply;
+            // Merged in the request's version, returned in the storage version.
+            let merged = manage_fields_in(live, config.clone(), opts, op, sub, version, storage)?;
             let (mut ps, _, _) = decode_podset(merged, FieldValidation::Ignore, Some(storage))?;
             if live.is_none() {
                 ps.metadata.name = Some(key.name.clone());

@@ -12,7 +12,7 @@ use super::decode::versioned_value;
 use super::error::{Error, Result};
 use super::fieldmanager;
 use super::key::PodSetKey;
-use super::managed::{created_managed_fields, fields_in_version, live_value, manage_fields, sent_managed_fields};
+use super::managed::{created_managed_fields, manage_fields_in, sent_managed_fields};
 use super::options::{DeleteOptions, Preconditions, WriteOptions};
 use super::stored::Stored;
 use super::strategy::{self, now};
@@ -253,17 +253,22 @@ impl Registry {
         }
         strategy::validate_create(&mut ps, w.version)?;
         let key = PodSetKey::new(&w.key.namespace, ps.metadata.name.clone().unwrap_or_default());
-        let storage = self.storage_version;
+        let (storage, version) = (self.storage_version, w.version);
         let mut value = versioned_value(&ps, storage)?;
         // A create's managedFields are written out as JSON and stored as such, never built as a tree; ones the
-        // client sent go the general way.
+        // client sent go the general way. Either way the writer's fields are recorded in the request's version.
         let managed_fields = match p.fields {
             fieldmanager::Operation::Update if sent_managed_fields(&value) => {
-                fields_in_version(&mut value, storage);
-                value = manage_fields(None, value, w.opts, fieldmanager::Operation::Update, w.sub, storage)?;
+                let sent = versioned_value(&ps, version)?;
+                value = manage_fields_in(None, sent, w.opts, fieldmanager::Operation::Update, w.sub, version, storage)?;
                 None
             }
-            fieldmanager::Operation::Update => created_managed_fields(&mut value, w.opts, storage),
+            fieldmanager::Operation::Update if version == storage => {
+                created_managed_fields(&mut value, w.opts, storage)
+            }
+            fieldmanager::Operation::Update => {
+                created_managed_fields(&mut versioned_value(&ps, version)?, w.opts, version)
+            }
             fieldmanager::Operation::Apply => None,
         };
         // Validating admission sees the object as it is to be stored.
@@ -301,7 +306,7 @@ impl Registry {
         let storage = self.storage_version;
         // The stored object as JSON, parsed only for those who read it (an apply merged against it already).
         let live = match tracked {
-            true => Some(live_value(current, storage)?),
+            true => Some(current.to_value()?),
             false => None,
         };
         // Admission sees the stored object through the write's view.
@@ -309,10 +314,14 @@ impl Registry {
         let mut proposed = p.object;
         review.admit(&mut proposed, old_view.as_ref(), w.key).await?;
         let mut new = strategy::prepare_for_update(proposed, &old, w.sub, w.key, w.version)?;
-        let mut value = versioned_value(&new, storage)?;
-        if tracked {
-            value = manage_fields(live.as_ref(), value, w.opts, fieldmanager::Operation::Update, w.sub, storage)?;
-        }
+        let value = match tracked {
+            true => {
+                let sent = versioned_value(&new, w.version)?;
+                let op = fieldmanager::Operation::Update;
+                manage_fields_in(Some(current), sent, w.opts, op, w.sub, w.version, storage)?
+            }
+            false => versioned_value(&new, storage)?,
+        };
         new.metadata.managed_fields = value
             .pointer("/metadata/managedFields")
             .map(|m| serde_json::from_value(m.clone()))
