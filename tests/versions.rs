@@ -215,6 +215,52 @@ fn through_the_aggregator_kubectl_prefers_v1beta1_and_the_controller_counts_avai
             (Some("ADDED"), Some("demo.k8s.io/v1alpha1"))
         );
 
+        // The same round trip on kube-apiserver's own two-version type: autoscaling/v1 keeps v2beta2's metrics in an
+        // annotation, as v1alpha1 keeps minReadySeconds. Each is created in its newer version, read in the older
+        // (the annotation, not the field), written back from there, and read again in the newer: nothing lost.
+        let hpa = "apiVersion: autoscaling/v2beta2\nkind: HorizontalPodAutoscaler\nmetadata: {name: web, namespace: default}\nspec:\n  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}\n  minReplicas: 1\n  maxReplicas: 3\n  metrics:\n  - type: Resource\n    resource: {name: memory, target: {type: AverageValue, averageValue: 100Mi}}\n";
+        let ps = "apiVersion: demo.k8s.io/v1beta1\nkind: PodSet\nmetadata: {name: trip, namespace: default}\nspec:\n  replicas: 0\n  minReadySeconds: 45\n  selector: {matchLabels: {app: trip}}\n  template:\n    metadata: {labels: {app: trip}}\n    spec: {containers: [{name: main, image: busybox}]}\n";
+        let cases = [
+            (
+                "hpa",
+                hpa,
+                "horizontalpodautoscalers.v1.autoscaling/web",
+                "horizontalpodautoscalers.v2beta2.autoscaling/web",
+                "autoscaling.alpha.kubernetes.io/metrics",
+                "/spec/metrics/0/resource/name",
+            ),
+            (
+                "podset",
+                ps,
+                "podsets.v1alpha1.demo.k8s.io/trip",
+                "podsets.v1beta1.demo.k8s.io/trip",
+                MIN_READY,
+                "/spec/minReadySeconds",
+            ),
+        ];
+        for (name, newer, old_ref, new_ref, annotation, field) in cases {
+            c.apply_text(&format!("{name}.yaml"), newer);
+            let before: Value = serde_json::from_str(&c.kubectl(&["get", new_ref, "-o", "json"])).unwrap();
+            let old: Value = serde_json::from_str(&c.kubectl(&["get", old_ref, "-o", "json"])).unwrap();
+            assert!(
+                old["metadata"]["annotations"][annotation].is_string(),
+                "{name}: the older version's annotation: {old}"
+            );
+            assert!(old.pointer(field).is_none(), "{name}: not a field of the older version: {old}");
+            let file = std::env::temp_dir().join(format!("{name}-{}.json", std::process::id()));
+            std::fs::write(&file, old.to_string()).unwrap();
+            c.kubectl(&["replace", "-f", file.to_str().unwrap()]);
+            let after: Value = serde_json::from_str(&c.kubectl(&["get", new_ref, "-o", "json"])).unwrap();
+            assert!(before.pointer(field).is_some(), "{name}: {before}");
+            assert_eq!(
+                after.pointer(field),
+                before.pointer(field),
+                "{name}: kept through a write in the older version"
+            );
+            let kept = after["metadata"]["annotations"].get(annotation);
+            assert!(kept.is_none(), "{name}: the annotation is the older version's only: {after}");
+        }
+
         runtime().block_on(async {
             let client = c.client().await;
             let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
