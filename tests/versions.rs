@@ -79,9 +79,24 @@ async fn each_version_reads_and_writes_the_same_objects() {
     // The same object in v1alpha1 gets its selector from the template's labels.
     no_selector["apiVersion"] = json!("demo.k8s.io/v1alpha1");
     no_selector["spec"].as_object_mut().unwrap().remove("minReadySeconds");
-    let (status, body) = send(&client, "POST", ALPHA, "application/json", no_selector).await;
+    no_selector["metadata"]["annotations"] = json!({MIN_READY: "5"});
+    let (status, body) =
+        send(&client, "POST", &format!("{ALPHA}?fieldManager=alpha-client"), "application/json", no_selector).await;
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["spec"]["selector"]["matchLabels"]["app"], "bare");
+    // The creator's fields are recorded in the version it wrote, named as that version names them.
+    let entry = &body["metadata"]["managedFields"][0];
+    assert_eq!(
+        (entry["manager"].as_str(), entry["apiVersion"].as_str()),
+        (Some("alpha-client"), Some("demo.k8s.io/v1alpha1"))
+    );
+    assert!(entry["fieldsV1"]["f:metadata"]["f:annotations"].get(format!("f:{MIN_READY}")).is_some(), "{entry}");
+    assert!(entry["fieldsV1"]["f:spec"].get("f:minReadySeconds").is_none(), "{entry}");
+    let beta_read = read(&client, &format!("{BETA}/bare")).await;
+    assert_eq!(
+        beta_read["metadata"]["managedFields"], body["metadata"]["managedFields"],
+        "as recorded, in any version"
+    );
 
     let mut unknown = beta("strict");
     unknown["apiVersion"] = json!("demo.k8s.io/v1alpha1");

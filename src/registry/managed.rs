@@ -173,3 +173,24 @@ pub(crate) fn manage_fields_in(
     crate::api::conversion::convert_value(&mut out, version, storage);
     Ok(out)
 }
+
+/// A create's managedFields (as [`created_managed_fields`] writes them, for `from`) as a write in `to` records them:
+/// the same fields, named as `to` names them. Text, as they are stored; parsed only when a field differs.
+pub(crate) fn created_in_version(entries: String, from: Version, to: Version) -> String {
+    if from == to {
+        return entries;
+    }
+    let (old, new) =
+        (format!("\"apiVersion\":\"{}\"", from.api_version()), format!("\"apiVersion\":\"{}\"", to.api_version()));
+    if !entries.contains("minReadySeconds") && !entries.contains(crate::api::conversion::MIN_READY_SECONDS) {
+        return entries.replacen(&old, &new, 1);
+    }
+    let Ok(mut value) = serde_json::from_str::<Value>(&entries) else { return entries };
+    for e in value.as_array_mut().into_iter().flatten() {
+        if let Some(fields) = e.get_mut("fieldsV1") {
+            crate::api::conversion::convert_fields(fields, from, to);
+        }
+        e["apiVersion"] = Value::String(to.api_version().into());
+    }
+    value.to_string()
+}

@@ -105,6 +105,10 @@ impl Stored {
         if from == version {
             return Ok(self.clone());
         }
+        if let Some(bytes) = self.respliced(from, version) {
+            let obj = Object::from_parts(&self.0.key, self.0.meta.clone(), bytes, self.0.mod_revision);
+            return Ok(Self(Arc::new(obj)));
+        }
         let mut value = self.to_value()?;
         conversion::convert_value(&mut value, from, version);
         if self.0.mod_revision == 0 {
@@ -128,6 +132,23 @@ impl Stored {
     pub(crate) fn restamped(&self, revision: Revision) -> Result<Self> {
         let obj = Object::new(&self.0.key, self.to_value()?, revision).map_err(|e| unreadable(&self.0, e))?;
         Ok(Self(Arc::new(obj)))
+    }
+
+    /// The stored bytes as `to` has them when the versions differ only in `apiVersion` here (the object has neither
+    /// `minReadySeconds` nor its annotation, the one difference): spliced, nothing parsed, as most reads in the
+    /// other version are.
+    fn respliced(&self, from: Version, to: Version) -> Option<Bytes> {
+        let bytes = &self.0.bytes[..];
+        let head = format!("{{\"apiVersion\":\"{}\"", from.api_version());
+        let rest = bytes.strip_prefix(head.as_bytes())?;
+        let has = |needle: &[u8]| rest.windows(needle.len()).any(|w| w == needle);
+        if has(b"\"minReadySeconds\"") || has(conversion::MIN_READY_SECONDS.as_bytes()) {
+            return None;
+        }
+        let mut out = Vec::with_capacity(bytes.len() + 1);
+        out.extend_from_slice(format!("{{\"apiVersion\":\"{}\"", to.api_version()).as_bytes());
+        out.extend_from_slice(rest);
+        Some(Bytes::from(out))
     }
 
     /// True when this differs from `prev` only in `status` (and so its resourceVersion and managedFields, which
@@ -157,6 +178,29 @@ mod tests {
 
     fn stored(v: Value, revision: Revision) -> Stored {
         Stored::new(Arc::new(Object::new("/podsets/ns/a", v, revision).unwrap()))
+    }
+
+    #[test]
+    fn conversion_splices_the_api_version_when_nothing_else_differs_and_converts_otherwise() {
+        let plain = json!({"apiVersion": "demo.k8s.io/v1beta1", "kind": "PodSet",
+            "metadata": {"name": "a", "namespace": "ns", "labels": {"app": "x"}}, "spec": {"replicas": 2}});
+        let spliced = stored(plain.clone(), 7).to_version(Version::V1alpha1).unwrap();
+        assert!(spliced.bytes().starts_with(br#"{"apiVersion":"demo.k8s.io/v1alpha1","#));
+        let mut want = plain.clone();
+        want["apiVersion"] = json!("demo.k8s.io/v1alpha1");
+        want["metadata"]["resourceVersion"] = json!("7");
+        assert_eq!(spliced.to_value().unwrap(), want);
+        assert_eq!((spliced.resource_version(), spliced.name(), spliced.version()), (7, "a", Version::V1alpha1));
+        assert!(spliced.matches(&Selector::parse("app=x").unwrap(), &FieldSelector::default()), "indexes kept");
+        // With the field, the real conversion.
+        let mut with = plain.clone();
+        with["spec"]["minReadySeconds"] = json!(5);
+        let converted = stored(with, 7).to_version(Version::V1alpha1).unwrap().to_value().unwrap();
+        assert_eq!(converted["metadata"]["annotations"]["demo.k8s.io/v1beta1-min-ready-seconds"], "5");
+        assert_eq!(converted["spec"].get("minReadySeconds"), None);
+        let back = stored(converted, 7).to_version(Version::V1beta1).unwrap().to_value().unwrap();
+        assert_eq!(back["spec"]["minReadySeconds"], 5);
+        assert_eq!(back["metadata"].get("annotations"), None);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use super::decode::versioned_value;
 use super::error::{Error, Result};
 use super::fieldmanager;
 use super::key::PodSetKey;
-use super::managed::{created_managed_fields, manage_fields_in, sent_managed_fields};
+use super::managed::{created_in_version, created_managed_fields, manage_fields_in, sent_managed_fields};
 use super::options::{DeleteOptions, Preconditions, WriteOptions};
 use super::stored::Stored;
 use super::strategy::{self, now};
@@ -263,12 +263,8 @@ impl Registry {
                 value = manage_fields_in(None, sent, w.opts, fieldmanager::Operation::Update, w.sub, version, storage)?;
                 None
             }
-            fieldmanager::Operation::Update if version == storage => {
-                created_managed_fields(&mut value, w.opts, storage)
-            }
-            fieldmanager::Operation::Update => {
-                created_managed_fields(&mut versioned_value(&ps, version)?, w.opts, version)
-            }
+            fieldmanager::Operation::Update => created_managed_fields(&mut value, w.opts, storage)
+                .map(|entries| created_in_version(entries, storage, version)),
             fieldmanager::Operation::Apply => None,
         };
         // Validating admission sees the object as it is to be stored.
