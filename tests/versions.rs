@@ -144,11 +144,20 @@ async fn each_version_reads_and_writes_the_same_objects() {
     assert_eq!(status, 409, "the same field, owned by beta-tool through v1beta1: {body}");
     assert!(body["message"].as_str().unwrap().contains("conflict with \"beta-tool\""), "{body}");
 
-    // Lists and their kinds, per version.
+    // Lists and their kinds, per version; an object with nothing to convert but its apiVersion too.
+    let mut plain = beta("plain");
+    plain["spec"].as_object_mut().unwrap().remove("minReadySeconds");
+    assert_eq!(send(&client, "POST", BETA, "application/json", plain).await.0, 201);
+    let mut lists = Vec::new();
     for (path, version) in [(ALPHA, "v1alpha1"), (BETA, "v1beta1")] {
         let list = read(&client, path).await;
         assert_eq!(list["apiVersion"], format!("demo.k8s.io/{version}"));
         assert!(list["items"].as_array().unwrap().iter().all(|i| i["apiVersion"] == format!("demo.k8s.io/{version}")));
+        lists.push(list);
+    }
+    for (a, b) in lists[0]["items"].as_array().unwrap().iter().zip(lists[1]["items"].as_array().unwrap()) {
+        assert_eq!(a, &read(&client, &format!("{ALPHA}/{}", a["metadata"]["name"].as_str().unwrap())).await);
+        assert_eq!(b, &read(&client, &format!("{BETA}/{}", b["metadata"]["name"].as_str().unwrap())).await);
     }
     let group = read(&client, "/apis/demo.k8s.io").await;
     assert_eq!(group["preferredVersion"]["version"], "v1beta1");

@@ -213,27 +213,25 @@ fn list_meta(page: &ListPage) -> ListMeta {
 /// A list in `version`: each item converted to it (a copy of the stored one when it is stored in it).
 pub fn list_response(out: Output, page: &ListPage, include: IncludeObject, version: Version) -> ApiResult<Response> {
     let meta = list_meta(page);
-    let items = page.items.iter().map(|o| o.to_version(version)).collect::<Result<Vec<_>, _>>()?;
     let api_version = version.api_version();
+    let converted = || page.items.iter().map(|o| o.to_version(version)).collect::<Result<Vec<_>, _>>();
     match out {
         Output::Json | Output::Discovery(_) => {
+            // Each item written in the version straight from its stored bytes.
             let head = head(&json!({"apiVersion": api_version, "kind": LIST_KIND, "metadata": meta}));
-            let body = splice_list(&head, "items", &items, |buf, obj| {
-                buf.put_slice(obj.bytes());
-                Ok(())
-            })?;
+            let body = splice_list(&head, "items", &page.items, |buf, obj| Ok(obj.put_in_version(buf, version)?))?;
             Ok(bytes_response(StatusCode::OK, JSON, body))
         }
         Output::Yaml => {
-            let items = items.iter().map(Stored::to_value).collect::<Result<Vec<_>, _>>()?;
+            let items = converted()?.iter().map(Stored::to_value).collect::<Result<Vec<_>, _>>()?;
             let v = json!({"apiVersion": api_version, "kind": LIST_KIND, "metadata": meta, "items": items});
             value_response(StatusCode::OK, out, &v)
         }
-        Output::Table => Ok(bytes_response(StatusCode::OK, JSON, table(meta, &items, include)?)),
+        Output::Table => Ok(bytes_response(StatusCode::OK, JSON, table(meta, &converted()?, include)?)),
         Output::Metadata => {
             let head =
                 head(&json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta}));
-            let body = splice_list(&head, "items", &items, |buf, obj| {
+            let body = splice_list(&head, "items", &converted()?, |buf, obj| {
                 put_partial_metadata(buf, obj, &*row(obj)?);
                 Ok(())
             })?;

@@ -61,7 +61,7 @@ pub(crate) type Decoded = (PodSet, Vec<String>, Version);
 pub(crate) fn decode_json_podset(body: &[u8], fv: FieldValidation, asked: Option<Version>) -> Result<Decoded> {
     let is_object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
     // v1alpha1 has no spec.minReadySeconds, which the hub would take: such a body goes the long way.
-    let plain = |v: Version| v != Version::V1alpha1 || !body.windows(17).any(|w| w == b"\"minReadySeconds\"");
+    let plain = |v: Version| v != Version::V1alpha1 || memchr::memmem::find(body, b"\"minReadySeconds\"").is_none();
     if is_object {
         let mut de = serde_json::Deserializer::from_slice(body);
         let mut unknown = false;
