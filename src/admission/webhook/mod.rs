@@ -7,6 +7,7 @@ mod review;
 mod rules;
 mod verify;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -287,22 +288,19 @@ struct PatchAnnotation<'a> {
     patch_type: &'a str,
 }
 
-/// What one webhook is sent: the request as it was, or converted to the version of the resource its rules name
-/// (`matchPolicy: Equivalent`), with the objects converted to it.
+/// What one webhook is sent: the request as it was (borrowed), or converted to the version of the resource its
+/// rules name (`matchPolicy: Equivalent`), with the objects converted to it.
 struct Invocation<'a> {
-    attributes: std::borrow::Cow<'a, Attributes>,
-    object: std::borrow::Cow<'a, Option<Value>>,
-    old: std::borrow::Cow<'a, Option<Value>>,
+    attributes: Cow<'a, Attributes>,
+    object: Option<Cow<'a, Value>>,
+    old: Option<Cow<'a, Value>>,
 }
 
 impl<'a> Invocation<'a> {
-    fn new(a: &'a Attributes, version: &str, object: Option<&Value>, old: Option<&Value>) -> Result<Self, Error> {
+    fn new(a: &'a Attributes, version: &str, object: Option<&'a Value>, old: Option<&'a Value>) -> Result<Self, Error> {
         if version == a.resource.version {
-            return Ok(Self {
-                attributes: std::borrow::Cow::Borrowed(a),
-                object: std::borrow::Cow::Owned(object.cloned()),
-                old: std::borrow::Cow::Owned(old.cloned()),
-            });
+            let (object, old) = (object.map(Cow::Borrowed), old.map(Cow::Borrowed));
+            return Ok(Self { attributes: Cow::Borrowed(a), object, old });
         }
         let mut converted = a.clone();
         converted.resource.version = version.to_owned();
@@ -310,26 +308,22 @@ impl<'a> Invocation<'a> {
         if converted.kind.group == converted.resource.group {
             converted.kind.version = version.to_owned();
         }
-        let convert = |v: Option<&Value>| -> Result<Option<Value>, Error> {
+        let convert = |v: Option<&Value>| -> Result<Option<Cow<'a, Value>>, Error> {
             let Some(mut v) = v.cloned() else { return Ok(None) };
             a.interfaces
                 .convert(&mut v, version)
                 .map_err(|source| Error::Conversion { version: version.to_owned(), source })?;
-            Ok(Some(v))
+            Ok(Some(Cow::Owned(v)))
         };
-        Ok(Self {
-            object: std::borrow::Cow::Owned(convert(object)?),
-            old: std::borrow::Cow::Owned(convert(old)?),
-            attributes: std::borrow::Cow::Owned(converted),
-        })
+        Ok(Self { object: convert(object)?, old: convert(old)?, attributes: Cow::Owned(converted) })
     }
 
     fn object(&self) -> Option<&Value> {
-        self.object.as_ref().as_ref()
+        self.object.as_deref()
     }
 
     fn old(&self) -> Option<&Value> {
-        self.old.as_ref().as_ref()
+        self.old.as_deref()
     }
 }
 
@@ -549,7 +543,10 @@ impl MutatingWebhooks {
         if patch.0.is_empty() {
             return Ok((false, None));
         }
-        let (Some(object), Some(sent)) = (object.as_deref_mut(), invocation.object()) else {
+        // The patch is to the object as the webhook was sent it; what it makes goes back to the request's version.
+        let sent = invocation.object().cloned();
+        drop(invocation);
+        let (Some(object), Some(mut patched)) = (object.as_deref_mut(), sent) else {
             return Err(Error::PatchWithoutObject { webhook: hook.name.clone() });
         };
         if answer.patch_type != "JSONPatch" {
@@ -558,8 +555,6 @@ impl MutatingWebhooks {
                 source: CallError::UnsupportedPatchType(answer.patch_type),
             });
         }
-        // The patch is to the object as the webhook was sent it; what it makes goes back to the request's version.
-        let mut patched = sent.clone();
         json_patch::patch(&mut patched, &patch).map_err(|e| patch_error("does not apply", Box::new(e)))?;
         a.interfaces
             .decode_and_default(&mut patched)
