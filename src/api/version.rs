@@ -34,6 +34,14 @@ impl Version {
         }
     }
 
+    /// How JSON this server writes in this version begins: `{"apiVersion":"demo.k8s.io/<version>"`.
+    pub const fn json_head(self) -> &'static str {
+        match self {
+            Version::V1alpha1 => r#"{"apiVersion":"demo.k8s.io/v1alpha1""#,
+            Version::V1beta1 => r#"{"apiVersion":"demo.k8s.io/v1beta1""#,
+        }
+    }
+
     /// The version an `apiVersion` of this group names.
     pub fn of_api_version(api_version: &str) -> Option<Self> {
         api_version.strip_prefix(GROUP)?.strip_prefix('/')?.parse().ok()
@@ -72,6 +80,7 @@ mod tests {
             assert_eq!(v.as_str().parse::<Version>().unwrap(), v);
             assert_eq!(Version::of_api_version(v.api_version()), Some(v));
             assert_eq!(Version::ALL[v.index()], v);
+            assert_eq!(v.json_head(), format!("{{\"apiVersion\":\"{}\"", v.api_version()));
         }
         assert_eq!(Version::of_api_version("apps/v1beta1"), None);
         assert_eq!(Version::of_api_version("demo.k8s.io/v1"), None);

@@ -83,9 +83,13 @@ const FORMS: usize = 5;
 const TABLE_FRESH: Duration = Duration::from_secs(1);
 
 /// One revision's encoded lines, by version, event type and form: encoded (and converted) by the first watcher to
-/// send one, shared (as `Bytes`, not copied) by the others.
+/// send one, shared (as `Bytes`, not copied) by the others. A version's table is made when a watcher of it comes:
+/// most revisions are watched in one version only, and every revision watched keeps its lines.
 #[derive(Default)]
-struct Lines([[[OnceLock<Line>; FORMS]; 3]; Version::ALL.len()]);
+struct Lines([OnceLock<Box<VersionLines>>; Version::ALL.len()]);
+
+/// One version's lines, by event type and form.
+type VersionLines = [[OnceLock<Line>; FORMS]; 3];
 
 struct Line {
     made: Instant,
@@ -117,8 +121,8 @@ impl Encoder {
             EventType::Modified => 1,
             EventType::Deleted => 2,
         };
-        let line = lines.0[self.version.index()][kind][self.form()]
-            .get_or_init(|| Line { made: Instant::now(), bytes: self.encode(ev) });
+        let lines = lines.0[self.version.index()].get_or_init(Box::default);
+        let line = lines[kind][self.form()].get_or_init(|| Line { made: Instant::now(), bytes: self.encode(ev) });
         if self.output == Output::Table && line.made.elapsed() > TABLE_FRESH {
             return self.encode(ev);
         }
@@ -126,15 +130,15 @@ impl Encoder {
     }
 
     fn encode(&self, ev: &Event) -> Bytes {
-        let rendered = ev.object.to_version(self.version).map_err(ApiError::from).and_then(|obj| match self.output {
-            Output::Table => single_row_table(&obj, self.include),
-            Output::Metadata => partial_metadata(&obj),
-            _ => Ok(obj.bytes().clone()),
-        });
-        match rendered {
-            Ok(b) => frame(ev.kind.as_str(), &b),
-            Err(e) => self.error(&e),
-        }
+        let in_version = || ev.object.to_version(self.version).map_err(ApiError::from);
+        let kind = ev.kind.as_str();
+        let framed = match self.output {
+            Output::Table => in_version().and_then(|o| single_row_table(&o, self.include)).map(|b| frame(kind, &b)),
+            Output::Metadata => in_version().and_then(|o| partial_metadata(&o)).map(|b| frame(kind, &b)),
+            // The object written into the line in the version asked for, with no copy of it in between.
+            _ => frame_with(kind, ev.object.bytes().len(), |buf| Ok(ev.object.put_in_version(buf, self.version)?)),
+        };
+        framed.unwrap_or_else(|e| self.error(&e))
     }
 
     fn bookmark(&self, revision: Revision, initial_events_end: bool) -> Bytes {
@@ -169,13 +173,22 @@ impl Encoder {
 
 /// `{"type":"<kind>","object":<object>}` and a newline: one event, its object already serialized.
 fn frame(kind: &str, object: &[u8]) -> Bytes {
-    let mut buf = BytesMut::with_capacity(object.len() + 40);
+    let framed: ApiResult<Bytes> = frame_with(kind, object.len(), |buf| {
+        buf.put_slice(object);
+        Ok(())
+    });
+    framed.unwrap_or_default()
+}
+
+/// A watch event line whose object `put` writes (about `size` bytes).
+fn frame_with(kind: &str, size: usize, put: impl FnOnce(&mut BytesMut) -> ApiResult<()>) -> ApiResult<Bytes> {
+    let mut buf = BytesMut::with_capacity(size + 40);
     buf.put_slice(b"{\"type\":\"");
     buf.put_slice(kind.as_bytes());
     buf.put_slice(b"\",\"object\":");
-    buf.put_slice(object);
+    put(&mut buf)?;
     buf.put_slice(b"}\n");
-    buf.freeze()
+    Ok(buf.freeze())
 }
 
 fn line(v: &impl serde::Serialize) -> Bytes {
@@ -571,6 +584,11 @@ mod tests {
             event_line("MODIFIED", changed.bytes()),
             "stored in v1beta1, sent as is"
         );
+        // An object with nothing but its apiVersion to convert: the stored bytes behind v1alpha1's head.
+        let plain = create(&reg, "b", "web").await;
+        let line = next_frame(&mut alpha[0]).await;
+        let rest = plain.bytes().strip_prefix(Version::V1beta1.json_head().as_bytes()).unwrap();
+        assert_eq!(line, event_line("ADDED", &[Version::V1alpha1.json_head().as_bytes(), rest].concat()));
     }
 
     #[tokio::test]

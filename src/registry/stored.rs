@@ -79,14 +79,9 @@ impl Stored {
     /// The version the object was stored in (`v1alpha1` for objects stored before there were two).
     pub fn version(&self) -> Version {
         // Stored objects are written by this server, apiVersion first; anything else is parsed to find it.
-        const HEAD: &[u8] = b"{\"apiVersion\":\"demo.k8s.io/";
         let bytes = &self.0.bytes[..];
-        if let Some(rest) = bytes.strip_prefix(HEAD) {
-            if let Some(end) = rest.iter().position(|b| *b == b'"') {
-                if let Some(v) = std::str::from_utf8(&rest[..end]).ok().and_then(|v| v.parse().ok()) {
-                    return v;
-                }
-            }
+        if let Some(v) = Version::ALL.into_iter().find(|v| bytes.starts_with(v.json_head().as_bytes())) {
+            return v;
         }
         #[derive(serde::Deserialize)]
         struct Head {
@@ -105,8 +100,9 @@ impl Stored {
         if from == version {
             return Ok(self.clone());
         }
-        if let Some(bytes) = self.respliced(from, version) {
-            let obj = Object::from_parts(&self.0.key, self.0.meta.clone(), bytes, self.0.mod_revision);
+        if let Some(rest) = self.splice_rest(from) {
+            let bytes = [version.json_head().as_bytes(), rest].concat();
+            let obj = Object::from_parts(&self.0.key, self.0.meta.clone(), bytes.into(), self.0.mod_revision);
             return Ok(Self(Arc::new(obj)));
         }
         let mut value = self.to_value()?;
@@ -138,21 +134,12 @@ impl Stored {
     /// object has neither `minReadySeconds` nor its annotation, the one difference): most objects, converted by
     /// splicing, nothing parsed.
     fn splice_rest(&self, from: Version) -> Option<&[u8]> {
-        let head = format!("{{\"apiVersion\":\"{}\"", from.api_version());
-        let rest = self.0.bytes.strip_prefix(head.as_bytes())?;
+        let rest = self.0.bytes.strip_prefix(from.json_head().as_bytes())?;
         let has = |needle: &[u8]| memchr::memmem::find(rest, needle).is_some();
         if has(b"\"minReadySeconds\"") || has(conversion::MIN_READY_SECONDS.as_bytes()) {
             return None;
         }
         Some(rest)
-    }
-
-    fn respliced(&self, from: Version, to: Version) -> Option<Bytes> {
-        let rest = self.splice_rest(from)?;
-        let mut out = Vec::with_capacity(rest.len() + 40);
-        out.extend_from_slice(format!("{{\"apiVersion\":\"{}\"", to.api_version()).as_bytes());
-        out.extend_from_slice(rest);
-        Some(Bytes::from(out))
     }
 
     /// Appends the object as `version` has it to `buf` (a list's items): the stored bytes, spliced when they can be,
@@ -162,7 +149,7 @@ impl Stored {
         if from == version {
             buf.put_slice(&self.0.bytes);
         } else if let Some(rest) = self.splice_rest(from) {
-            buf.put_slice(format!("{{\"apiVersion\":\"{}\"", version.api_version()).as_bytes());
+            buf.put_slice(version.json_head().as_bytes());
             buf.put_slice(rest);
         } else {
             buf.put_slice(self.to_version(version)?.bytes());
