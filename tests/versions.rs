@@ -97,6 +97,20 @@ async fn each_version_reads_and_writes_the_same_objects() {
         beta_read["metadata"]["managedFields"], body["metadata"]["managedFields"],
         "as recorded, in any version"
     );
+    // Another manager writing through v1beta1 leaves the creator's entry in v1alpha1, fields named as it names them.
+    let patch = json!({"spec": {"replicas": 3}});
+    let path = format!("{BETA}/bare?fieldManager=beta-client");
+    let (status, patched) = send(&client, "PATCH", &path, "application/merge-patch+json", patch).await;
+    assert_eq!(status, 200, "{patched}");
+    let entry = |m: &str| {
+        patched["metadata"]["managedFields"].as_array().unwrap().iter().find(|e| e["manager"] == m).unwrap().clone()
+    };
+    assert_eq!(entry("beta-client")["apiVersion"], "demo.k8s.io/v1beta1");
+    assert_eq!(entry("beta-client")["fieldsV1"], json!({"f:spec": {"f:replicas": {}}}));
+    let creator = entry("alpha-client");
+    assert_eq!(creator["apiVersion"], "demo.k8s.io/v1alpha1");
+    assert!(creator["fieldsV1"]["f:metadata"]["f:annotations"].get(format!("f:{MIN_READY}")).is_some(), "{creator}");
+    assert!(creator["fieldsV1"]["f:spec"].get("f:replicas").is_none(), "taken over by beta-client: {creator}");
 
     let mut unknown = beta("strict");
     unknown["apiVersion"] = json!("demo.k8s.io/v1alpha1");

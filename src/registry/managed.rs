@@ -40,8 +40,7 @@ pub(crate) fn created_managed_fields(new: &mut Value, opts: &WriteOptions, versi
 }
 
 /// The managedFields of a write by `opts.field_manager` to `sub`, going from `live` (`None` on create) to `new`,
-/// both in `version` (the storage version: every write's fields are recorded in it, whichever version it came in,
-/// so the fields of managers writing in either are compared where the object keeps them).
+/// both in `version` with every entry's fields named as `version` names them ([`manage_fields_in`] gets them so).
 ///
 /// - `Update` (create, update, merge or JSON patch): `new` is the object about to be stored; returns it with the
 ///   write recorded. An object the schema cannot take loses its field tracking rather than the write, as
@@ -95,20 +94,8 @@ fn identity(e: &Value) -> (&str, &str, &str) {
     (s("manager"), s("operation"), s("subresource"))
 }
 
-type Identity = (String, String, String);
-
-/// The version each entry of `object` was recorded in.
-fn entry_versions(object: &Value) -> Vec<(Identity, Version)> {
-    let entries = object.pointer("/metadata/managedFields").and_then(Value::as_array);
-    entries
-        .into_iter()
-        .flatten()
-        .filter_map(|e| {
-            let v = e.get("apiVersion").and_then(Value::as_str).and_then(Version::of_api_version)?;
-            let (m, o, sub) = identity(e);
-            Some(((m.to_owned(), o.to_owned(), sub.to_owned()), v))
-        })
-        .collect()
+fn entries(object: &Value) -> &[Value] {
+    object.pointer("/metadata/managedFields").and_then(Value::as_array).map_or(&[], Vec::as_slice)
 }
 
 /// Field management of a write made in `version` to an object stored in `storage` (`current`, `None` on create),
@@ -124,23 +111,15 @@ pub(crate) fn manage_fields_in(
     version: Version,
     storage: Version,
 ) -> Result<Value> {
+    // Each entry's version, and the entry as this write's field management reads it (converted to `version`).
     let (live, originals) = match current {
         Some(c) => {
             let mut live = c.to_version(version)?.to_value()?;
-            let versions = entry_versions(&live);
+            let versions: Vec<Option<Version>> =
+                entries(&live).iter().map(|e| e["apiVersion"].as_str().and_then(Version::of_api_version)).collect();
             fields_in_version(&mut live, version);
-            // Each entry's version, and the entry as this write's field management reads it.
-            let read = live.pointer("/metadata/managedFields").and_then(Value::as_array).cloned().unwrap_or_default();
-            let originals: Vec<(Identity, Version, Value)> = versions
-                .into_iter()
-                .filter_map(|(id, v)| {
-                    let e = read.iter().find(|e| {
-                        let (m, o, s) = identity(e);
-                        (m, o, s) == (id.0.as_str(), id.1.as_str(), id.2.as_str())
-                    })?;
-                    Some((id, v, e.clone()))
-                })
-                .collect();
+            let originals: Vec<(Version, Value)> =
+                versions.into_iter().zip(entries(&live)).filter_map(|(was, read)| Some((was?, read.clone()))).collect();
             (Some(live), originals)
         }
         None => (None, Vec::new()),
@@ -148,16 +127,10 @@ pub(crate) fn manage_fields_in(
     // Sent managedFields are compared with the live ones, so they are read in the same version.
     fields_in_version(&mut new, version);
     let mut out = manage_fields(live.as_ref(), new, opts, op, sub, version)?;
-    let operation = match op {
-        Operation::Apply => "Apply",
-        Operation::Update => "Update",
-    };
-    let writer = (opts.field_manager.as_str(), operation, sub.as_str());
+    let writer = (opts.field_manager.as_str(), op.as_str(), sub.as_str());
     if let Some(entries) = out.pointer_mut("/metadata/managedFields").and_then(Value::as_array_mut) {
         for e in entries.iter_mut() {
-            let (m, o, s) = identity(e);
-            let key = (m.to_owned(), o.to_owned(), s.to_owned());
-            let Some((_, was, read)) = originals.iter().find(|(k, _, _)| *k == key) else { continue };
+            let Some((was, read)) = originals.iter().find(|(_, read)| identity(read) == identity(e)) else { continue };
             // The writer's entry is in the request's version, unless this write left it as it was.
             if identity(e) == writer && e != read {
                 continue;
