@@ -22,11 +22,11 @@ pub fn podset_definition(version: Version) -> String {
 
 /// Paths or definitions built for `v1alpha1` from the hub types, as `version` publishes them: its names, paths and
 /// operation ids, and only its fields (`v1alpha1` has no `spec.minReadySeconds`).
-fn retarget(doc: Value, version: Version) -> Value {
+fn retarget(doc: Map<String, Value>, version: Version) -> Map<String, Value> {
     let mut doc = match version {
         Version::V1alpha1 => doc,
         v => {
-            let text = doc
+            let text = Value::Object(doc)
                 .to_string()
                 .replace("io.k8s.demo.v1alpha1.", &format!("io.k8s.demo.{v}."))
                 .replace(&format!("/apis/{GROUP}/v1alpha1"), &format!("/apis/{GROUP}/{v}"))
@@ -34,13 +34,12 @@ fn retarget(doc: Value, version: Version) -> Value {
             serde_json::from_str(&text).expect("a retargeted document is JSON")
         }
     };
-    retarget_gvks(&mut doc, version);
+    doc.values_mut().for_each(|d| retarget_gvks(d, version));
     // Applied to a map of definitions: v1alpha1 keeps spec.minReadySeconds in an annotation.
     if version == Version::V1alpha1 {
-        if let Some(spec) = doc.get_mut("io.k8s.demo.v1alpha1.PodSetSpec").and_then(|s| s.get_mut("properties")) {
-            if let Some(props) = spec.as_object_mut() {
-                props.remove("minReadySeconds");
-            }
+        let spec = doc.get_mut("io.k8s.demo.v1alpha1.PodSetSpec").and_then(|s| s.get_mut("properties"));
+        if let Some(props) = spec.and_then(Value::as_object_mut) {
+            props.remove("minReadySeconds");
         }
     }
     doc
@@ -203,10 +202,7 @@ fn merge_semantics(defs: &mut Map<String, Value>) {
 
 /// The OpenAPI v3 component schemas of `version`, which server-side apply merges by.
 pub fn component_schemas(version: Version) -> Map<String, Value> {
-    match retarget(Value::Object(definitions(Flavor::V3)), version) {
-        Value::Object(m) => m,
-        _ => unreachable!("definitions are an object"),
-    }
+    retarget(definitions(Flavor::V3), version)
 }
 
 /// Rewrites schemars' output into the shapes kube-apiserver publishes: optional fields are plain (no
@@ -563,14 +559,10 @@ fn paths(flavor: Flavor) -> Map<String, Value> {
 /// The Swagger 2.0 document served at `/openapi/v2`: every version's paths and definitions.
 pub fn openapi_v2() -> Value {
     let (mut paths_all, mut defs_all) = (Map::new(), Map::new());
-    let (paths, defs) = (Value::Object(paths(Flavor::V2)), Value::Object(definitions(Flavor::V2)));
+    let (paths, defs) = (paths(Flavor::V2), definitions(Flavor::V2));
     for v in Version::ALL {
-        if let Value::Object(p) = retarget(paths.clone(), v) {
-            paths_all.extend(p);
-        }
-        if let Value::Object(d) = retarget(defs.clone(), v) {
-            defs_all.extend(d);
-        }
+        paths_all.extend(retarget(paths.clone(), v));
+        defs_all.extend(retarget(defs.clone(), v));
     }
     json!({
         "swagger": "2.0",
@@ -585,8 +577,8 @@ pub fn openapi_v3(version: Version) -> Value {
     json!({
         "openapi": "3.0.0",
         "info": {"title": "podset-apiserver", "version": version.as_str()},
-        "paths": retarget(Value::Object(paths(Flavor::V3)), version),
-        "components": {"schemas": retarget(Value::Object(definitions(Flavor::V3)), version)},
+        "paths": retarget(paths(Flavor::V3), version),
+        "components": {"schemas": retarget(definitions(Flavor::V3), version)},
     })
 }
 

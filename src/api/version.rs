@@ -16,6 +16,16 @@ pub enum Version {
 impl Version {
     /// Every served version, oldest first.
     pub const ALL: [Version; 2] = [Version::V1alpha1, Version::V1beta1];
+    /// Every served version's name, as [`Version::ALL`] orders them.
+    pub const NAMES: [&'static str; Version::ALL.len()] = {
+        let mut names = [""; Version::ALL.len()];
+        let mut i = 0;
+        while i < names.len() {
+            names[i] = Version::ALL[i].as_str();
+            i += 1;
+        }
+        names
+    };
     /// What discovery offers first, and what clients that name no version (`kubectl get podsets`) use.
     pub const PREFERRED: Version = Version::V1beta1;
 
@@ -63,10 +73,10 @@ impl FromStr for Version {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        Version::ALL.into_iter().find(|v| v.as_str() == s).ok_or_else(|| {
-            let served: Vec<&str> = Version::ALL.iter().map(|v| v.as_str()).collect();
-            format!("{s:?} is not a version of {GROUP} (served: {})", served.join(", "))
-        })
+        Version::ALL
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| format!("{s:?} is not a version of {GROUP} (served: {})", Version::NAMES.join(", ")))
     }
 }
 

@@ -5,7 +5,7 @@ use std::cmp::Reverse;
 use std::sync::Arc;
 
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event as KubeEvent, EventType};
@@ -37,23 +37,19 @@ fn is_active(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_none() && (phase == "Pending" || phase == "Running")
 }
 
+/// The Pod's Ready condition, when it is true.
+fn ready(pod: &Pod) -> Option<&PodCondition> {
+    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref())?;
+    conditions.iter().find(|c| c.type_ == "Ready" && c.status == "True")
+}
+
 fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    ready(pod).is_some()
 }
 
 /// kube's `IsPodAvailable`: ready, and for at least `min_ready_seconds` by its Ready condition's last transition.
 fn is_available(pod: &Pod, min_ready_seconds: i32, now: jiff::Timestamp) -> bool {
-    let Some(ready) = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready" && c.status == "True"))
-    else {
-        return false;
-    };
+    let Some(ready) = ready(pod) else { return false };
     if min_ready_seconds <= 0 {
         return true;
     }

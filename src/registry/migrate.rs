@@ -18,8 +18,6 @@ pub const MIGRATOR: &str = "system:podset-storage-migrator";
 /// What one pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Migration {
-    /// Stored in another version when the pass listed them.
-    pub found: usize,
     /// Written again in the storage version by this pass.
     pub migrated: usize,
     /// Gone, or rewritten by someone else, before the pass reached them.
@@ -33,7 +31,7 @@ impl Registry {
         let page = self.list(ListRequest::default()).await?;
         let stale: Vec<PodSetKey> =
             page.items.iter().filter(|o| o.version() != self.storage_version).map(|o| o.key()).collect();
-        let mut done = Migration { found: stale.len(), ..Default::default() };
+        let mut done = Migration::default();
         metrics.storage_migration_remaining.set(stale.len() as i64);
         if stale.is_empty() {
             return Ok(done);

@@ -88,7 +88,7 @@ impl ObjectInterfaces for ScaleView {
     }
 
     fn versions(&self) -> &'static [&'static str] {
-        &super::view::VERSIONS
+        &crate::api::Version::NAMES
     }
 }
 

@@ -43,7 +43,7 @@ impl ObjectInterfaces for PodSetView {
     }
 
     fn versions(&self) -> &'static [&'static str] {
-        &VERSIONS
+        &Version::NAMES
     }
 
     fn convert(&self, object: &mut Value, version: &str) -> std::result::Result<(), BoxError> {
@@ -52,17 +52,6 @@ impl ObjectInterfaces for PodSetView {
         Ok(())
     }
 }
-
-/// Every served version's name, for admission's equivalent resources.
-pub(crate) static VERSIONS: [&str; Version::ALL.len()] = {
-    let mut names = [""; Version::ALL.len()];
-    let mut i = 0;
-    while i < Version::ALL.len() {
-        names[i] = Version::ALL[i].as_str();
-        i += 1;
-    }
-    names
-};
 
 impl View for PodSetView {
     fn kind(&self, version: Version) -> GroupVersionKind {
