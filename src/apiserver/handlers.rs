@@ -298,7 +298,7 @@ impl Call<'_> {
     }
 
     fn object(&self, code: StatusCode, written: &Written) -> ApiResult<Response> {
-        let resp = object_response(code, self.out, &written.object.to_version(self.r.version)?, self.q.include_object)?;
+        let resp = object_response(code, self.out, &written.object, self.q.include_object, self.r.version)?;
         Ok(with_admission(resp, &written.warnings, &written.audit_annotations))
     }
 
@@ -391,8 +391,8 @@ async fn get(c: Call<'_>) -> ApiResult<Response> {
     match c.r.subresource {
         Subresource::Scale => scale_response(c.out, &reg.get_scale(&c.key(), c.q.revision()?).await?),
         _ => {
-            let obj = reg.get(&c.key(), c.q.revision()?).await?.to_version(c.r.version)?;
-            object_response(StatusCode::OK, c.out, &obj, c.q.include_object)
+            let obj = reg.get(&c.key(), c.q.revision()?).await?;
+            object_response(StatusCode::OK, c.out, &obj, c.q.include_object, c.r.version)
         }
     }
 }
@@ -466,7 +466,7 @@ async fn delete(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult<Response> 
             "details": {"name": key.name, "group": crate::api::GROUP, "kind": crate::api::PLURAL, "uid": uid},
         }))?
     } else {
-        object_response(StatusCode::OK, c.out, &deleted.object.to_version(c.r.version)?, q.include_object)?
+        object_response(StatusCode::OK, c.out, &deleted.object, q.include_object, c.r.version)?
     };
     Ok(with_admission(resp, &deleted.warnings, &deleted.audit_annotations))
 }

@@ -192,7 +192,15 @@ pub fn partial_metadata(obj: &Stored) -> ApiResult<Bytes> {
     Ok(buf.freeze())
 }
 
-pub fn object_response(status: StatusCode, out: Output, obj: &Stored, include: IncludeObject) -> ApiResult<Response> {
+/// One object in `version`, as the client negotiated it.
+pub fn object_response(
+    status: StatusCode,
+    out: Output,
+    obj: &Stored,
+    include: IncludeObject,
+    version: Version,
+) -> ApiResult<Response> {
+    let obj = &obj.to_version(version)?;
     match out {
         Output::Json | Output::Discovery(_) => Ok(bytes_response(status, JSON, obj.bytes().clone())),
         Output::Yaml => Ok(bytes_response(status, YAML, yaml(&obj.to_value()?)?)),
