@@ -24,6 +24,8 @@ const DEPLOYMENT: Kind =
     Kind { api_version: "apps/v1", kind: "Deployment", plural: "deployments", resource: "deployment" };
 const PODSET_KIND: Kind =
     Kind { api_version: "demo.k8s.io/v1alpha1", kind: "PodSet", plural: "podsets", resource: "podset" };
+const PODSET_BETA: Kind =
+    Kind { api_version: "demo.k8s.io/v1beta1", kind: "PodSet", plural: "podsets", resource: "podset" };
 
 /// The managers the sequences use; others (kube-controller-manager on the Deployment) are not compared.
 const MANAGERS: &[&str] =
@@ -151,9 +153,8 @@ fn outcome(k: &Kind, code: u16, body: Value) -> Value {
     normalize(k, json!({"code": code, "reason": body["reason"], "causes": causes}))
 }
 
-/// One sequence of writes by several managers; returns what each step answered and left behind.
-async fn sequence(client: &kube::Client, k: &Kind) -> Vec<Value> {
-    let name = "web";
+/// One sequence of writes by several managers on object `name`; returns what each step answered and left behind.
+async fn sequence(client: &kube::Client, k: &Kind, name: &str) -> Vec<Value> {
     let main = |image| Container { name: "main", image, ports: &[80] };
     let mut seen = Vec::new();
     let mut step =
@@ -212,7 +213,7 @@ fn compare(deployment: &[Value], podset: &[Value]) {
         assert_eq!(
             d,
             p,
-            "step {} differs\nkube-apiserver (Deployment):\n{}\npodset-apiserver (PodSet):\n{}",
+            "step {} differs\nkube-apiserver:\n{}\npodset-apiserver:\n{}",
             d["step"],
             serde_json::to_string_pretty(d).unwrap(),
             serde_json::to_string_pretty(p).unwrap()
@@ -227,15 +228,16 @@ fn apply_sequences_match_kube_apiserver() {
         let c = common::cluster::start();
         runtime().block_on(async {
             let client = c.client().await;
-            let d = sequence(&client, &DEPLOYMENT).await;
-            let p = sequence(&client, &PODSET_KIND).await;
-            compare(&d, &p);
+            let d = sequence(&client, &DEPLOYMENT, "web").await;
+            for (k, name) in [(&PODSET_KIND, "web"), (&PODSET_BETA, "web-beta")] {
+                compare(&d, &sequence(&client, k, name).await);
+            }
         });
     });
 }
 
 /// The same through kubectl: scale, client-side apply taken over by server-side apply, status apply, diff.
-fn kubectl_sequence(c: &Cluster, k: &Kind) -> Vec<Value> {
+fn kubectl_sequence(c: &Cluster, k: &Kind, name: &str) -> Vec<Value> {
     let dir = tempfile::tempdir().unwrap();
     let file = |name: &str, v: &Value| {
         let p = dir.path().join(name);
@@ -248,29 +250,29 @@ fn kubectl_sequence(c: &Cluster, k: &Kind) -> Vec<Value> {
     let mut seen = Vec::new();
     let main = Container { name: "main", image: "nginx", ports: &[] };
     // Client-side apply, then the same file with a change applied server-side by kubectl: taken over.
-    let v1 = config(k, "csa", Some(1), &[("team", "a")], &[main]);
+    let v1 = config(k, name, Some(1), &[("team", "a")], &[main]);
     c.kubectl(&["apply", "-f", &file("csa.json", &v1)]);
-    seen.push(json!({"step": "client-side apply", "state": observe("csa")}));
-    let v2 = config(k, "csa", Some(2), &[("team", "a")], &[Container { name: "main", image: "nginx", ports: &[] }]);
+    seen.push(json!({"step": "client-side apply", "state": observe(name)}));
+    let v2 = config(k, name, Some(2), &[("team", "a")], &[Container { name: "main", image: "nginx", ports: &[] }]);
     let out = c.kubectl_try(&["apply", "--server-side", "-f", &file("csa2.json", &v2)]);
-    seen.push(json!({"step": "server-side takeover", "ok": out.is_ok(), "state": observe("csa")}));
+    seen.push(json!({"step": "server-side takeover", "ok": out.is_ok(), "state": observe(name)}));
     // kubectl scale: kube-apiserver 1.20 did not yet record scale writes (1.22 added `subresource: scale`
     // entries, which podset-apiserver_scale_is_a_manager checks), so only the object is compared here.
-    c.kubectl(&["scale", k.resource, "csa", "--replicas=4"]);
-    let mut state = observe("csa");
+    c.kubectl(&["scale", k.resource, name, "--replicas=4"]);
+    let mut state = observe(name);
     state.as_object_mut().unwrap().remove("managedFields");
     seen.push(json!({"step": "scale", "state": state}));
     // An apply by someone else now conflicts with the scaler; --force-conflicts takes it.
-    let v3 = config(k, "csa", Some(1), &[], &[]);
+    let v3 = config(k, name, Some(1), &[], &[]);
     let f3 = file("v3.json", &v3);
     let conflict = c.kubectl_try(&["apply", "--server-side", "--validate=false", "--field-manager=alice", "-f", &f3]);
-    let mut state = observe("csa");
+    let mut state = observe(name);
     state.as_object_mut().unwrap().remove("managedFields");
     seen.push(json!({"step": "apply conflicts with scale", "ok": conflict.is_ok(), "state": state}));
     c.kubectl(&["apply", "--server-side", "--validate=false", "--field-manager=alice", "--force-conflicts", "-f", &f3]);
-    seen.push(json!({"step": "forced", "state": observe("csa")}));
+    seen.push(json!({"step": "forced", "state": observe(name)}));
     // diff --server-side shows the change and changes nothing.
-    let v4 = config(k, "csa", Some(7), &[], &[]);
+    let v4 = config(k, name, Some(7), &[], &[]);
     let diff = c
         .kubectl_command(&[
             "diff",
@@ -283,7 +285,7 @@ fn kubectl_sequence(c: &Cluster, k: &Kind) -> Vec<Value> {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&diff.stdout);
-    seen.push(json!({"step": "diff", "exit": diff.status.code(), "shows": text.contains("+  replicas: 7"), "state": observe("csa")}));
+    seen.push(json!({"step": "diff", "exit": diff.status.code(), "shows": text.contains("+  replicas: 7"), "state": observe(name)}));
     seen
 }
 
@@ -291,9 +293,9 @@ fn kubectl_sequence(c: &Cluster, k: &Kind) -> Vec<Value> {
 fn kubectl_server_side_apply_matches_kube_apiserver() {
     in_namespace("kubectl_server_side_apply_matches_kube_apiserver", || {
         let c = common::cluster::start();
-        let d = kubectl_sequence(&c, &DEPLOYMENT);
-        let p = kubectl_sequence(&c, &PODSET_KIND);
-        compare(&d, &p);
+        let d = kubectl_sequence(&c, &DEPLOYMENT, "csa");
+        compare(&d, &kubectl_sequence(&c, &PODSET_KIND, "csa"));
+        compare(&d, &kubectl_sequence(&c, &PODSET_BETA, "csa-beta"));
         // Newer than 1.20: kubectl scale is recorded on the scale subresource, and the forced apply took it over.
         c.kubectl(&["scale", "podset", "csa", "--replicas=6"]);
         let ps: Value =
@@ -394,6 +396,138 @@ fn kube_rs_apply_and_controller_status_are_managers() {
             )
             .await;
             assert_eq!((code, body["reason"].as_str()), (415, Some("UnsupportedMediaType")));
+        });
+    });
+}
+
+/// A kind served at two versions that differ in nothing these writes touch: PodSet, or a CRD whose versions share
+/// one schema with a conversion of `None` (kube-apiserver then records field ownership exactly as for a built-in
+/// type with two versions: the machinery is the same, only the conversion differs). The fields the versions name
+/// differently (`spec.minReadySeconds`) cannot be compared so: tests/versions.rs checks them.
+struct Twin {
+    group: &'static str,
+    plural: &'static str,
+    kind: &'static str,
+}
+
+const TWIN_CRD: Twin = Twin { group: "cmp.example.com", plural: "twins", kind: "Twin" };
+const TWIN_PODSET: Twin = Twin { group: "demo.k8s.io", plural: "podsets", kind: "PodSet" };
+
+const CRD: &str = "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: twins.cmp.example.com}
+spec:
+  group: cmp.example.com
+  names: {plural: twins, singular: twin, kind: Twin}
+  scope: Namespaced
+  conversion: {strategy: None}
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    schema: &schema
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              replicas: {type: integer}
+              selector: {type: object, x-kubernetes-preserve-unknown-fields: true}
+  - {name: v1beta1, served: true, storage: false, schema: *schema}
+";
+
+/// Four managers write one object through both versions: applies that conflict across versions and are forced,
+/// updates by one manager in each version (one entry per version, as kube keeps them), an applier moving to the
+/// other version. What each step answered and left in managedFields (the entries' versions included).
+async fn two_version_sequence(client: &kube::Client, k: &Twin) -> Vec<Value> {
+    let path = |v: &str| format!("/apis/{}/{v}/namespaces/default/{}/twin", k.group, k.plural);
+    let object = |v: &str, spec: Value, labels: Value| {
+        json!({"apiVersion": format!("{}/{v}", k.group), "kind": k.kind,
+               "metadata": {"name": "twin", "labels": labels}, "spec": spec})
+    };
+    let normalize = |v: Value| -> Value {
+        let text = v.to_string().replace(k.group, "<group>").replace(k.kind, "<Kind>");
+        serde_json::from_str(&text).unwrap()
+    };
+    let observe = || async {
+        let (code, obj) = send(client, "GET", &path("v1beta1"), "application/json", Vec::new()).await;
+        assert_eq!(code, 200, "{obj}");
+        let mut entries: Vec<Value> = obj["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| ["alice", "bob", "carol", "dave"].contains(&e["manager"].as_str().unwrap()))
+            .map(|e| {
+                // The fields these writes own; PodSet's defaults (a selector from the labels) are left out.
+                let mut fields = e["fieldsV1"].clone();
+                if let Some(spec) = fields.get_mut("f:spec").and_then(Value::as_object_mut) {
+                    spec.remove("f:selector");
+                    if spec.is_empty() {
+                        fields.as_object_mut().unwrap().remove("f:spec");
+                    }
+                }
+                json!({"manager": e["manager"], "operation": e["operation"], "apiVersion": e["apiVersion"],
+                       "fieldsV1": fields})
+            })
+            .collect();
+        entries.sort_by_key(|e| e.to_string());
+        json!({"replicas": obj["spec"]["replicas"], "labels": obj["metadata"]["labels"], "managedFields": entries})
+    };
+    let apply = |v: &'static str, manager: &'static str, force: bool, body: Value| {
+        let uri = format!("{}?fieldManager={manager}&force={force}", path(v));
+        async move { send(client, "PATCH", &uri, "application/apply-patch+yaml", body.to_string().into_bytes()).await }
+    };
+    let update = |v: &'static str, manager: &'static str, body: Value| {
+        let uri = format!("{}?fieldManager={manager}", path(v));
+        async move { send(client, "PATCH", &uri, "application/merge-patch+json", body.to_string().into_bytes()).await }
+    };
+    let answer = |(code, body): (u16, Value)| {
+        let mut causes: Vec<Value> = body["details"]["causes"].as_array().cloned().unwrap_or_default();
+        causes.sort_by_key(|c| c.to_string());
+        if code < 300 {
+            json!({"code": code})
+        } else {
+            json!({"code": code, "reason": body["reason"], "causes": causes})
+        }
+    };
+    let (a, b) = ("v1alpha1", "v1beta1");
+    let mut seen = Vec::new();
+    let mut step = |what: &str, answered: (u16, Value), state: Value| {
+        seen.push(normalize(json!({"step": what, "answer": answer(answered), "state": state})))
+    };
+    let r = apply(a, "alice", false, object(a, json!({"replicas": 2}), json!({"team": "a"}))).await;
+    step("alice applies in v1alpha1", r, observe().await);
+    let r = apply(b, "bob", false, object(b, json!({"replicas": 3}), json!({}))).await;
+    step("bob applies in v1beta1: conflict", r, observe().await);
+    let r = apply(b, "bob", true, object(b, json!({"replicas": 3}), json!({}))).await;
+    step("bob forces", r, observe().await);
+    let r = update(a, "carol", json!({"metadata": {"labels": {"env": "x"}}})).await;
+    step("carol updates in v1alpha1", r, observe().await);
+    let r = update(b, "carol", json!({"spec": {"replicas": 4}})).await;
+    step("carol updates in v1beta1", r, observe().await);
+    let r = apply(a, "dave", false, object(a, json!({"replicas": 5}), json!({"env": "z"}))).await;
+    step("dave applies in v1alpha1: conflict", r, observe().await);
+    let r = apply(b, "alice", false, object(b, json!({}), json!({"team": "a"}))).await;
+    step("alice applies in v1beta1", r, observe().await);
+    let r = update(a, "carol", json!({"metadata": {"labels": {"env": "y"}}})).await;
+    step("carol updates in v1alpha1 again", r, observe().await);
+    let r = apply(a, "dave", true, object(a, json!({"replicas": 5}), json!({"env": "z"}))).await;
+    step("dave forces", r, observe().await);
+    seen
+}
+
+#[test]
+fn apply_across_two_versions_matches_kube_apiserver() {
+    in_namespace("apply_across_two_versions_matches_kube_apiserver", || {
+        let c = common::cluster::start();
+        c.apply_text("crd.yaml", CRD);
+        c.kubectl(&["wait", "--for=condition=Established", "crd/twins.cmp.example.com", "--timeout=60s"]);
+        runtime().block_on(async {
+            let client = c.client().await;
+            let theirs = two_version_sequence(&client, &TWIN_CRD).await;
+            let ours = two_version_sequence(&client, &TWIN_PODSET).await;
+            compare(&theirs, &ours);
         });
     });
 }

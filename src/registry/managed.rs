@@ -40,7 +40,8 @@ pub(crate) fn created_managed_fields(new: &mut Value, opts: &WriteOptions, versi
 }
 
 /// The managedFields of a write by `opts.field_manager` to `sub`, going from `live` (`None` on create) to `new`,
-/// both in `version` with every entry's fields named as `version` names them ([`manage_fields_in`] gets them so).
+/// both in `version` with every entry's fields named as `version` names them, whatever version it was recorded in
+/// ([`manage_fields_in`] gets them so).
 ///
 /// - `Update` (create, update, merge or JSON patch): `new` is the object about to be stored; returns it with the
 ///   write recorded. An object the schema cannot take loses its field tracking rather than the write, as
@@ -71,37 +72,29 @@ pub(crate) fn manage_fields(
     }
 }
 
-/// `live`'s managedFields entries recorded in another version, as `version` names their fields.
-pub(crate) fn fields_in_version(live: &mut Value, version: Version) {
-    let Some(entries) = live.pointer_mut("/metadata/managedFields").and_then(Value::as_array_mut) else { return };
+/// Each managedFields entry of `object` recorded in a version other than `version` has its fields renamed from
+/// `from(entry)` to `to(entry)`; the entry keeps the version it was recorded in.
+fn rename_fields(object: &mut Value, version: Version, forth: bool) {
+    let Some(entries) = object.pointer_mut("/metadata/managedFields").and_then(Value::as_array_mut) else { return };
     for e in entries {
-        let Some(from) = e.get("apiVersion").and_then(Value::as_str).and_then(Version::of_api_version) else {
+        let Some(recorded) = e.get("apiVersion").and_then(Value::as_str).and_then(Version::of_api_version) else {
             continue;
         };
-        if from == version {
+        if recorded == version {
             continue;
         }
+        let (from, to) = if forth { (recorded, version) } else { (version, recorded) };
         if let Some(fields) = e.get_mut("fieldsV1") {
-            crate::api::conversion::convert_fields(fields, from, version);
+            crate::api::conversion::convert_fields(fields, from, to);
         }
-        e["apiVersion"] = Value::String(version.api_version().into());
     }
 }
 
-/// Who an entry is: manager, operation, subresource.
-fn identity(e: &Value) -> (&str, &str, &str) {
-    let s = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("");
-    (s("manager"), s("operation"), s("subresource"))
-}
-
-fn entries(object: &Value) -> &[Value] {
-    object.pointer("/metadata/managedFields").and_then(Value::as_array).map_or(&[], Vec::as_slice)
-}
-
 /// Field management of a write made in `version` to an object stored in `storage` (`current`, `None` on create),
-/// as kube-apiserver records it: every manager's fields in the version it last wrote with. `new` is the object
-/// (or an apply's configuration) in `version`; the result is in `storage`, the writer's entry in `version`, the
-/// others in their own.
+/// as kube-apiserver records it: every entry stays in the version it was recorded in (an update's entry is one per
+/// manager and version, an apply's one per manager, in the version it last applied with), while the write's field
+/// management compares them all as `version` names fields. `new` is the object (or an apply's configuration) in
+/// `version`; the result is in `storage`.
 pub(crate) fn manage_fields_in(
     current: Option<&super::Stored>,
     mut new: Value,
@@ -111,38 +104,18 @@ pub(crate) fn manage_fields_in(
     version: Version,
     storage: Version,
 ) -> Result<Value> {
-    // Each entry's version, and the entry as this write's field management reads it (converted to `version`).
-    let (live, originals) = match current {
+    let live = match current {
         Some(c) => {
             let mut live = c.to_version(version)?.to_value()?;
-            let versions: Vec<Option<Version>> =
-                entries(&live).iter().map(|e| e["apiVersion"].as_str().and_then(Version::of_api_version)).collect();
-            fields_in_version(&mut live, version);
-            let originals: Vec<(Version, Value)> =
-                versions.into_iter().zip(entries(&live)).filter_map(|(was, read)| Some((was?, read.clone()))).collect();
-            (Some(live), originals)
+            rename_fields(&mut live, version, true);
+            Some(live)
         }
-        None => (None, Vec::new()),
+        None => None,
     };
-    // Sent managedFields are compared with the live ones, so they are read in the same version.
-    fields_in_version(&mut new, version);
+    // Sent managedFields are compared with the live ones, so they are read the same way.
+    rename_fields(&mut new, version, true);
     let mut out = manage_fields(live.as_ref(), new, opts, op, sub, version)?;
-    let writer = (opts.field_manager.as_str(), op.as_str(), sub.as_str());
-    if let Some(entries) = out.pointer_mut("/metadata/managedFields").and_then(Value::as_array_mut) {
-        for e in entries.iter_mut() {
-            let Some((was, read)) = originals.iter().find(|(_, read)| identity(read) == identity(e)) else { continue };
-            // The writer's entry is in the request's version, unless this write left it as it was.
-            if identity(e) == writer && e != read {
-                continue;
-            }
-            if *was != version {
-                if let Some(fields) = e.get_mut("fieldsV1") {
-                    crate::api::conversion::convert_fields(fields, version, *was);
-                }
-                e["apiVersion"] = Value::String(was.api_version().into());
-            }
-        }
-    }
+    rename_fields(&mut out, version, false);
     crate::api::conversion::convert_value(&mut out, version, storage);
     Ok(out)
 }
