@@ -86,15 +86,17 @@ fn the_hpa_controller_scales_a_podset_as_it_scales_a_replicaset() {
             let podsets: Api<PodSet> = Api::default_namespaced(client.clone());
             let replicasets: Api<ReplicaSet> = Api::default_namespaced(client.clone());
             let pp = PostParams::default();
-            // Up: one replica under an autoscaling/v1 HPA whose minReplicas is 3. Down: five over an
-            // autoscaling/v2beta2 HPA whose maxReplicas is 2.
-            for (name, replicas, version, min, max) in [("up", 1, "v1", 3, 6), ("down", 5, "v2beta2", 1, 2)] {
+            // Up: one replica under an autoscaling/v1 HPA whose minReplicas is 3, its target named in v1alpha1.
+            // Down: five over an autoscaling/v2beta2 HPA whose maxReplicas is 2, its target named in v1beta1.
+            let cases =
+                [("up", 1, "v1", 3, 6, "demo.k8s.io/v1alpha1"), ("down", 5, "v2beta2", 1, 2, "demo.k8s.io/v1beta1")];
+            for (name, replicas, version, min, max, target) in cases {
                 podsets.create(&pp, &podset(name, replicas)).await.unwrap();
                 replicasets.create(&pp, &replicaset(name, replicas)).await.unwrap();
                 let gvk = GroupVersionKind::gvk("autoscaling", version, "HorizontalPodAutoscaler");
                 let hpas: Api<DynamicObject> =
                     Api::default_namespaced_with(client.clone(), &ApiResource::from_gvk(&gvk));
-                hpas.create(&pp, &hpa(version, name, "demo.k8s.io/v1alpha1", "PodSet", min, max)).await.unwrap();
+                hpas.create(&pp, &hpa(version, name, target, "PodSet", min, max)).await.unwrap();
                 let mut theirs = hpa(version, name, "apps/v1", "ReplicaSet", min, max);
                 theirs.metadata.name = Some(format!("{name}-{version}-rs"));
                 hpas.create(&pp, &theirs).await.unwrap();

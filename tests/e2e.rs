@@ -45,25 +45,31 @@ fn kubectl_through_the_aggregator() {
             common::spawn_lines(c.kubectl_command(&["get", "ps", "--watch", "--output-watch-events"]));
         std::thread::sleep(Duration::from_secs(2));
 
-        assert!(c.apply_text("web.yaml", WEB).contains("podset.demo.k8s.io/web created"));
-        assert!(c.apply_text("web.yaml", &WEB.replace("replicas: 2", "replicas: 3")).contains("configured"));
-        let table = c.kubectl(&["get", "ps"]);
-        let mut lines = table.lines();
-        assert_eq!(
-            lines.next().unwrap().split_whitespace().collect::<Vec<_>>(),
-            vec!["NAME", "DESIRED", "CURRENT", "READY", "AGE"]
-        );
-        assert_eq!(lines.next().unwrap().split_whitespace().take(2).collect::<Vec<_>>(), vec!["web", "3"]);
-        assert!(c.kubectl(&["scale", "ps", "web", "--replicas=5"]).contains("scaled"));
-        assert_eq!(c.kubectl(&["get", "ps", "web", "-o", "jsonpath={.spec.replicas}"]), "5");
-        c.kubectl(&["patch", "ps", "web", "--type=merge", "-p", r#"{"spec":{"replicas":4}}"#]);
-        assert_eq!(c.kubectl(&["get", "ps", "web", "-o", "jsonpath={.spec.replicas}"]), "4");
+        // The same manifest in each version, applied, scaled, patched and deleted alike.
+        let beta = WEB
+            .replace("v1alpha1", "v1beta1")
+            .replace("  replicas: 2\n", "  replicas: 2\n  selector:\n    matchLabels: {app: web}\n");
+        for manifest in [WEB, beta.as_str()] {
+            assert!(c.apply_text("web.yaml", manifest).contains("podset.demo.k8s.io/web created"), "{manifest}");
+            assert!(c.apply_text("web.yaml", &manifest.replace("replicas: 2", "replicas: 3")).contains("configured"));
+            let table = c.kubectl(&["get", "ps"]);
+            let mut lines = table.lines();
+            assert_eq!(
+                lines.next().unwrap().split_whitespace().collect::<Vec<_>>(),
+                vec!["NAME", "DESIRED", "CURRENT", "READY", "AGE"]
+            );
+            assert_eq!(lines.next().unwrap().split_whitespace().take(2).collect::<Vec<_>>(), vec!["web", "3"]);
+            assert!(c.kubectl(&["scale", "ps", "web", "--replicas=5"]).contains("scaled"));
+            assert_eq!(c.kubectl(&["get", "ps", "web", "-o", "jsonpath={.spec.replicas}"]), "5");
+            c.kubectl(&["patch", "ps", "web", "--type=merge", "-p", r#"{"spec":{"replicas":4}}"#]);
+            assert_eq!(c.kubectl(&["get", "ps", "web", "-o", "jsonpath={.spec.replicas}"]), "4");
+            assert!(c.kubectl(&["delete", "ps", "web"]).contains("deleted"));
+        }
         let explain = c.kubectl(&["explain", "podsets.spec.replicas"]);
         assert!(explain.contains("Defaults to 1"), "{explain}");
-        assert!(c.kubectl(&["delete", "ps", "web"]).contains("deleted"));
 
         let mut events = Vec::new();
-        while !events.iter().any(|e: &String| e.starts_with("DELETED")) {
+        while events.iter().filter(|e: &&String| e.starts_with("DELETED")).count() < 2 {
             let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| panic!("watch saw only {events:?}"));
             if !line.starts_with("EVENT") {
                 events.push(line);
@@ -73,6 +79,7 @@ fn kubectl_through_the_aggregator() {
         let _ = watch.wait();
         let kinds: Vec<&str> = events.iter().map(|e| e.split_whitespace().next().unwrap()).collect();
         assert_eq!(kinds.first(), Some(&"ADDED"), "{events:?}");
+        assert_eq!(kinds.iter().filter(|k| **k == "ADDED").count(), 2, "{events:?}");
         assert!(kinds.contains(&"MODIFIED"), "{events:?}");
 
         // The requests reached us on the front proxy's certificate, naming the real caller.

@@ -1,6 +1,6 @@
 //! Reads at a resourceVersion and watch timeouts, compared with kube-apiserver itself: the same requests go to
-//! ConfigMaps (kube-apiserver 1.20's watch cache over etcd) and to PodSets (ours, through the aggregator), and the
-//! answers must agree in code and reason.
+//! ConfigMaps (kube-apiserver 1.20's watch cache over etcd) and to PodSets (ours, through the aggregator, in each
+//! version), and the answers must agree in code and reason.
 
 mod common;
 
@@ -15,13 +15,26 @@ use serde_json::{json, Value};
 struct Kind {
     collection: &'static str,
     body: fn(&str) -> Value,
+    /// The names of the objects the reads make (both PodSet versions share one collection).
+    probe: &'static str,
 }
 
 const CONFIGMAPS: Kind = Kind {
     collection: "/api/v1/namespaces/default/configmaps",
     body: |name| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"a": "b"}}),
+    probe: "rv-probe",
 };
-const PODSETS: Kind = Kind { collection: common::PODSETS, body: |name| common::podset(name, 0) };
+const PODSETS: Kind = Kind { collection: common::PODSETS, body: |name| common::podset(name, 0), probe: "rv-probe" };
+const PODSETS_BETA: Kind = Kind {
+    collection: "/apis/demo.k8s.io/v1beta1/namespaces/default/podsets",
+    body: |name| {
+        let mut ps = common::podset(name, 0);
+        ps["apiVersion"] = json!("demo.k8s.io/v1beta1");
+        ps["spec"]["selector"] = json!({"matchLabels": {"app": name}});
+        ps
+    },
+    probe: "beta-probe",
+};
 
 /// What an answer is, without what differs between kinds and stores: the code, and for a Status its reason and
 /// causes (numbers left out), else "object" or "list".
@@ -59,11 +72,11 @@ async fn send(client: &kube::Client, method: &str, uri: &str, body: Option<&Valu
 
 /// The reads, each with its outcome.
 async fn reads(client: &kube::Client, k: &Kind) -> Vec<(&'static str, Outcome)> {
-    let name = "rv-probe";
+    let name = k.probe;
     let (code, made) = send(client, "POST", k.collection, Some(&(k.body)(name))).await;
     assert_eq!(code, 201, "{made}");
     let rv: u64 = made["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
-    let (code, _) = send(client, "POST", k.collection, Some(&(k.body)("rv-probe-2"))).await;
+    let (code, _) = send(client, "POST", k.collection, Some(&(k.body)(&format!("{name}-2")))).await;
     assert_eq!(code, 201);
     let (_, page) = send(client, "GET", &format!("{}?limit=1", k.collection), None).await;
     let token = page["metadata"]["continue"].as_str().expect("a continue token").to_owned();
@@ -129,16 +142,18 @@ fn reads_at_a_resource_version_match_kube_apiserver() {
             config.default_retry = false;
             let client = kube::Client::try_from(config).unwrap();
             let theirs = reads(&client, &CONFIGMAPS).await;
-            let ours = reads(&client, &PODSETS).await;
-            for ((ask, t), (_, o)) in theirs.iter().zip(&ours) {
-                if NOT_A_NUMBER.contains(ask) {
-                    assert_eq!((t.0, o.0, o.1.as_str()), (500, 400, "BadRequest null"), "{ask}");
-                } else {
-                    assert_eq!(t, o, "{ask}: kube-apiserver answered {t:?}, we answered {o:?}");
+            for k in [&PODSETS, &PODSETS_BETA] {
+                let ours = reads(&client, k).await;
+                for ((ask, t), (_, o)) in theirs.iter().zip(&ours) {
+                    if NOT_A_NUMBER.contains(ask) {
+                        assert_eq!((t.0, o.0, o.1.as_str()), (500, 400, "BadRequest null"), "{ask}");
+                    } else {
+                        assert_eq!(t, o, "{}{ask}: kube-apiserver answered {t:?}, we answered {o:?}", k.collection);
+                    }
                 }
             }
 
-            for k in [&CONFIGMAPS, &PODSETS] {
+            for k in [&CONFIGMAPS, &PODSETS, &PODSETS_BETA] {
                 let zero = watch_open_for(&client, k, 0, Duration::from_secs(3)).await;
                 assert!(zero >= Duration::from_secs(3), "{}: timeoutSeconds=0 ended after {zero:?}", k.collection);
                 let one = watch_open_for(&client, k, 1, Duration::from_secs(10)).await;
