@@ -125,16 +125,22 @@ pub fn convert_fields(fields: &mut Value, from: Version, to: Version) {
         let owned = parent.as_object_mut()?.remove(key)?;
         Some(owned)
     };
+    // In FieldsV1 a node that is owned itself is `{}` when nothing under it is owned, and carries `".": {}` beside
+    // its children otherwise; moving a child in or out keeps that.
     let put = |fields: &mut Value, path: &[&str], owned: Value| {
         let mut at = fields;
         for p in path {
             let Some(map) = at.as_object_mut() else { return };
+            if map.get(*p).and_then(Value::as_object).is_some_and(|m| m.is_empty()) {
+                map.insert(p.to_string(), serde_json::json!({".": {}}));
+            }
             at = map.entry(p.to_string()).or_insert_with(|| Value::Object(Default::default()));
         }
         *at = owned;
     };
     let prune = |fields: &mut Value, path: &[&str]| {
-        // A parent left with nothing owned under it is owned no more (smd's sets have no empty nodes).
+        // A parent left with nothing owned under it is owned no more (smd's sets have no empty nodes), or, owned
+        // itself, is a leaf again.
         for depth in (1..=path.len()).rev() {
             let (parents, last) = path[..depth].split_at(depth - 1);
             let mut at = &mut *fields;
@@ -144,11 +150,16 @@ pub fn convert_fields(fields: &mut Value, from: Version, to: Version) {
                     None => return,
                 }
             }
-            let empty = at.get(last[0]).and_then(Value::as_object).is_some_and(|m| m.is_empty());
-            if empty {
-                if let Some(m) = at.as_object_mut() {
+            let Some(m) = at.as_object_mut() else { return };
+            match m.get(last[0]).and_then(Value::as_object) {
+                Some(node) if node.is_empty() => {
                     m.remove(last[0]);
                 }
+                Some(node) if node.len() == 1 && node.contains_key(".") => {
+                    m.insert(last[0].to_owned(), Value::Object(Default::default()));
+                    return;
+                }
+                _ => return,
             }
         }
     };

@@ -342,9 +342,14 @@ pub fn validate(ps: &PodSet) -> Vec<FieldError> {
     errs
 }
 
-/// Validates an update of the whole object: everything `validate` checks, plus immutable fields.
+/// Validates an update of the whole object: everything `validate` checks, plus immutable fields. A problem the stored
+/// object already has, left as it is, does not refuse the update (ratcheting, as kube-apiserver does for CRDs): it
+/// was stored under older rules (a v1alpha1-only release kept annotations v1beta1 reads as minReadySeconds), and it
+/// stays writable, and migratable, until someone changes that field.
 pub fn validate_update(new: &PodSet, old: &PodSet) -> Vec<FieldError> {
+    let had = validate(old);
     let mut errs = validate(new);
+    errs.retain(|e| !had.contains(e));
     if new.spec.selector != old.spec.selector {
         errs.push(FieldError::invalid(
             "spec.selector",
@@ -418,6 +423,22 @@ mod tests {
             && e.ends_with("`selector` does not match template `labels`")));
         assert!(errs.iter().any(|e| e.starts_with("metadata.labels: Invalid value: \"bad key!\"")));
         assert_eq!(errs.len(), 4, "{errs:#?}");
+    }
+
+    #[test]
+    fn an_update_is_refused_only_for_problems_it_makes() {
+        let old = podset(serde_json::json!({"metadata": {"name": "web", "annotations": {MIN_READY_SECONDS: "soon"}}}));
+        assert_eq!(validate(&old).len(), 1, "stored by a release that knew no such annotation");
+        let mut new = old.clone();
+        new.spec.replicas = Some(3);
+        assert_eq!(validate_update(&new, &old), vec![], "left as it was");
+        let mut changed = new.clone();
+        changed.metadata.annotations.as_mut().unwrap().insert(MIN_READY_SECONDS.into(), "later".into());
+        let errs = validate_update(&changed, &old);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(errs[0].value.as_deref(), Some("\"later\""));
+        new.spec.replicas = Some(-1);
+        assert_eq!(validate_update(&new, &old).len(), 1, "a new problem is still one");
     }
 
     #[test]

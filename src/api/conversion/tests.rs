@@ -175,4 +175,14 @@ fn field_sets_name_min_ready_seconds_where_each_version_keeps_it() {
     assert_eq!(f, json!({"f:metadata": {"f:annotations": {format!("f:{MIN_READY_SECONDS}"): {}}}}));
     convert_fields(&mut f, Version::V1alpha1, Version::V1beta1);
     assert_eq!(f, json!({"f:spec": {"f:minReadySeconds": {}}}));
+    // A parent owned itself stays owned: `{".": {}}` beside children, `{}` without (found on a store an older
+    // release wrote: the annotations' own entry lost on a round trip).
+    let annotation = format!("f:{MIN_READY_SECONDS}");
+    let alpha = json!({"f:metadata": {"f:annotations": {".": {}, annotation.clone(): {}}}});
+    let beta = json!({"f:metadata": {"f:annotations": {}}, "f:spec": {"f:minReadySeconds": {}}});
+    let mut f = alpha.clone();
+    convert_fields(&mut f, Version::V1alpha1, Version::V1beta1);
+    assert_eq!(f, beta);
+    convert_fields(&mut f, Version::V1beta1, Version::V1alpha1);
+    assert_eq!(f, alpha);
 }
