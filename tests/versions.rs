@@ -177,6 +177,110 @@ async fn each_version_reads_and_writes_the_same_objects() {
     assert_eq!(group["preferredVersion"]["version"], "v1beta1");
 }
 
+/// The events of one watch, read until the server ends it at `timeoutSeconds`.
+async fn watch_events(client: kube::Client, path: String) -> Vec<Value> {
+    let (status, _, body) = raw(&client, Request::get(path).body(vec![]).unwrap()).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    body.split(|b| *b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect()
+}
+
+/// What an event is, apart from its version: type, name, resourceVersion, and the object with the one field that
+/// differs between the versions moved to where v1beta1 keeps it.
+fn in_common(event: &Value) -> (String, Value) {
+    let mut object = event["object"].clone();
+    object.as_object_mut().unwrap().remove("apiVersion");
+    let metadata = object["metadata"].as_object_mut().unwrap();
+    let annotations = metadata.get_mut("annotations").and_then(Value::as_object_mut);
+    let seconds = annotations.and_then(|a| a.remove(MIN_READY));
+    if metadata.get("annotations").and_then(Value::as_object).is_some_and(|a| a.is_empty()) {
+        metadata.remove("annotations");
+    }
+    if let Some(v) = seconds {
+        object["spec"]["minReadySeconds"] = json!(v.as_str().unwrap().parse::<i64>().unwrap());
+    }
+    (event["type"].as_str().unwrap().to_owned(), object)
+}
+
+/// A watch opened in each version at once sees every change once, in order, each in its own version, whichever
+/// version the writer used; a watch resumed in the other version from a resourceVersion one of them saw goes on
+/// from there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_in_each_version_sees_every_change_once_in_order() {
+    let server = TestServer::start(&[]);
+    let client = server.client();
+    let start = read(&client, BETA).await["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+    let watch = |collection: &str, from: &str| {
+        let path = format!("{collection}?watch=1&resourceVersion={from}&timeoutSeconds=4");
+        tokio::spawn(watch_events(client.clone(), path))
+    };
+    let (alpha_watch, beta_watch) = (watch(ALPHA, &start), watch(BETA, &start));
+
+    let mut alpha = beta("a");
+    alpha["apiVersion"] = json!("demo.k8s.io/v1alpha1");
+    alpha["spec"].as_object_mut().unwrap().remove("minReadySeconds");
+    alpha["metadata"]["annotations"] = json!({MIN_READY: "5"});
+    let a = |v: &str| format!("/apis/demo.k8s.io/{v}/namespaces/default/podsets/a");
+    let b = |v: &str| format!("/apis/demo.k8s.io/{v}/namespaces/default/podsets/b");
+    let (status, created) = send(&client, "POST", ALPHA, "application/json", alpha).await;
+    assert_eq!(status, 201, "{created}");
+    let mut b_written = beta("b");
+    b_written["spec"]["replicas"] = json!(0);
+    let writes: Vec<(&str, String, &str, Value)> = vec![
+        ("POST", BETA.to_owned(), "application/json", b_written),
+        ("PATCH", a("v1beta1"), "application/merge-patch+json", json!({"spec": {"minReadySeconds": 7}})),
+        (
+            "PATCH",
+            format!("{}/status", a("v1alpha1")),
+            "application/merge-patch+json",
+            json!({"status": {"replicas": 1}}),
+        ),
+        ("PATCH", format!("{}/scale", b("v1alpha1")), "application/merge-patch+json", json!({"spec": {"replicas": 2}})),
+        (
+            "PATCH",
+            format!("{}?fieldManager=tool", a("v1beta1")),
+            "application/apply-patch+yaml",
+            json!({"apiVersion": "demo.k8s.io/v1beta1", "kind": "PodSet", "metadata": {"name": "a", "labels": {"tier": "web"}}}),
+        ),
+        ("DELETE", b("v1alpha1"), "application/json", json!({})),
+        ("DELETE", a("v1beta1"), "application/json", json!({})),
+    ];
+    // The resourceVersion each write answered (a deletion answers a Status: its event tells).
+    let mut rvs = vec![created["metadata"]["resourceVersion"].as_str().map(str::to_owned)];
+    for (method, path, content_type, body) in writes {
+        let (status, answer) = send(&client, method, &path, content_type, body).await;
+        assert_eq!(status, if method == "POST" { 201 } else { 200 }, "{method} {path}: {answer}");
+        // A /scale answer is the Scale; its resourceVersion is the PodSet's.
+        rvs.push(answer["metadata"]["resourceVersion"].as_str().map(str::to_owned));
+        assert_eq!(rvs.last().unwrap().is_none(), method == "DELETE", "{method} {path}: {answer}");
+    }
+
+    let (alpha_events, beta_events) = (alpha_watch.await.unwrap(), beta_watch.await.unwrap());
+    for (version, events) in [("v1alpha1", &alpha_events), ("v1beta1", &beta_events)] {
+        let seen: Vec<&str> =
+            events.iter().map(|e| e["object"]["metadata"]["resourceVersion"].as_str().unwrap()).collect();
+        assert_eq!(seen.len(), rvs.len(), "{version}: every change once: {events:#?}");
+        for (i, (seen, answered)) in seen.iter().zip(&rvs).enumerate() {
+            assert!(answered.as_deref().is_none_or(|a| a == *seen), "{version}: event {i} at {seen}, not {answered:?}");
+        }
+        let numbers: Vec<u64> = seen.iter().map(|rv| rv.parse().unwrap()).collect();
+        assert!(numbers.windows(2).all(|w| w[0] < w[1]), "{version}: in order: {numbers:?}");
+        let api_versions: Vec<&str> = events.iter().map(|e| e["object"]["apiVersion"].as_str().unwrap()).collect();
+        assert!(api_versions.iter().all(|v| *v == format!("demo.k8s.io/{version}")), "{api_versions:?}");
+    }
+    let types: Vec<&str> = beta_events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["ADDED", "ADDED", "MODIFIED", "MODIFIED", "MODIFIED", "MODIFIED", "DELETED", "DELETED"]);
+    for (x, y) in alpha_events.iter().zip(&beta_events) {
+        assert_eq!(in_common(x), in_common(y), "the same change in both versions");
+    }
+    assert_eq!(beta_events[2]["object"]["spec"]["minReadySeconds"], 7);
+    assert_eq!(alpha_events[2]["object"]["metadata"]["annotations"][MIN_READY], "7");
+
+    // Resumed in the other version from what the v1alpha1 watch saw third.
+    let from = rvs[2].as_deref().unwrap();
+    let resumed = watch_events(client.clone(), format!("{BETA}?watch=1&resourceVersion={from}&timeoutSeconds=1")).await;
+    assert_eq!(resumed, beta_events[3..], "the same events from there on");
+}
+
 /// Objects stored in v1alpha1 (by a server whose storage version was v1alpha1) stay readable after the storage
 /// version becomes v1beta1, and the migration pass at start rewrites them in v1beta1 (progress in its metrics);
 /// after it, writing them back unchanged changes nothing.
@@ -332,4 +436,108 @@ fn through_the_aggregator_kubectl_prefers_v1beta1_and_the_controller_counts_avai
             eventually("available at once with minReadySeconds 0", || async { counts().await == (1, 1) }).await;
         });
     });
+}
+
+/// Made by hack/make-upgrade-fixture.sh with the last release that served only v1alpha1 (its `VERSION` file).
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/v1alpha1-release");
+
+fn without_resource_version(mut item: Value) -> Value {
+    item["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+    item
+}
+
+/// `namespace/name` of each item of a list.
+fn by_name(list: &Value) -> std::collections::BTreeMap<String, Value> {
+    let items = list["items"].as_array().unwrap().iter().cloned();
+    items
+        .map(|i| {
+            (format!("{}/{}", i["metadata"]["namespace"].as_str().unwrap(), i["metadata"]["name"].as_str().unwrap()), i)
+        })
+        .collect()
+}
+
+/// This build on a store the previous release wrote (what it served then in `served`): every object migrated to
+/// the storage version, read in v1alpha1 as that release served it (but its resourceVersion, as the migration
+/// rewrote it), in v1beta1 with the annotation as the field; still writable, a pending deletion finishing.
+async fn serves_what_the_previous_release_served(server: &TestServer, served: &str) {
+    let client = server.client();
+    let before =
+        by_name(&serde_json::from_str(&std::fs::read_to_string(format!("{FIXTURE}/{served}")).unwrap()).unwrap());
+    assert_eq!(before.len(), 7, "{before:#?}");
+    let metric = |name: &'static str| {
+        let client = client.clone();
+        async move {
+            let (_, _, metrics) = raw(&client, Request::get("/metrics").body(vec![]).unwrap()).await;
+            let metrics = String::from_utf8_lossy(&metrics).into_owned();
+            let line = metrics.lines().find_map(|l| l.strip_prefix(&format!("{name} ")).map(str::to_owned));
+            line.unwrap_or_else(|| panic!("{name} missing:\n{metrics}")).parse::<f64>().unwrap()
+        }
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while metric("podset_storage_migration_migrated_total").await < before.len() as f64 {
+        assert!(std::time::Instant::now() < deadline, "not migrated:\n{}", server.logs());
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(metric("podset_storage_migration_remaining").await, 0.0);
+
+    let alpha = by_name(&read(&client, "/apis/demo.k8s.io/v1alpha1/podsets").await);
+    assert_eq!(alpha.keys().collect::<Vec<_>>(), before.keys().collect::<Vec<_>>());
+    for (key, was) in &before {
+        let now = &alpha[key];
+        assert_eq!(without_resource_version(now.clone()), without_resource_version(was.clone()), "{key} in v1alpha1");
+        assert_ne!(now["metadata"]["resourceVersion"], was["metadata"]["resourceVersion"], "{key}: migrated");
+    }
+    let betas = by_name(&read(&client, "/apis/demo.k8s.io/v1beta1/podsets").await);
+    let slow = &betas["default/slow"];
+    assert_eq!(slow["spec"]["minReadySeconds"], 30, "{slow}");
+    assert_eq!(slow["metadata"]["annotations"], json!({"team": "a"}), "{slow}");
+    assert_eq!(betas["other/odd"]["metadata"]["annotations"][MIN_READY], "soon", "never a number of seconds: kept");
+    assert_eq!(
+        betas["default/applied"]["metadata"]["managedFields"],
+        before["default/applied"]["metadata"]["managedFields"]
+    );
+    assert!(betas.values().all(|ps| ps["spec"]["selector"].is_object()), "{betas:#?}");
+
+    // Written to as before: the resourceVersion sequence goes on, a pending deletion ends with its finalizer.
+    let (status, created) = send(&client, "POST", BETA, "application/json", beta("new")).await;
+    assert_eq!(status, 201, "{created}");
+    let newest =
+        before.values().map(|i| i["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap()).max();
+    assert!(created["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().ok() > newest);
+    assert!(betas["default/held"]["metadata"]["deletionTimestamp"].is_string());
+    let path = format!("{BETA}/held");
+    let (status, body) =
+        send(&client, "PATCH", &path, "application/merge-patch+json", json!({"metadata": {"finalizers": null}})).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _, _) = raw(&client, Request::get(&path).body(vec![]).unwrap()).await;
+    assert_eq!(status, 404, "deleted once its finalizer went");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sled_store_of_the_previous_release_is_served_and_migrated() {
+    let dir = tempfile::tempdir().unwrap();
+    let untar = std::process::Command::new("tar")
+        .args(["-xzf", &format!("{FIXTURE}/sled.tar.gz"), "-C"])
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(untar.success());
+    let server = TestServer::start_in(dir.path().to_owned(), None, vec!["--insecure-allow-all".into()]);
+    serves_what_the_previous_release_served(&server, "served-sled.json").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_store_of_the_previous_release_is_served_and_migrated() {
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = podset_envtest::etcd::Etcd::start(&dir.path().join("etcd"));
+    let keys: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(format!("{FIXTURE}/etcd.json")).unwrap()).unwrap();
+    let mut kv = etcd_client::Client::connect([etcd.url()], None).await.unwrap();
+    for k in &keys {
+        kv.put(k["key"].as_str().unwrap(), k["value"].as_str().unwrap(), None).await.unwrap();
+    }
+    let args =
+        vec!["--insecure-allow-all".into(), "--storage-backend=etcd".into(), format!("--etcd-servers={}", etcd.url())];
+    let server = TestServer::start_in(dir.path().join("replica"), None, args);
+    serves_what_the_previous_release_served(&server, "served-etcd.json").await;
 }
