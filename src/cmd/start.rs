@@ -126,11 +126,12 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Rewrites PodSets stored in another version in the storage version, once; a pass that fails (admission not
-/// ready yet, the store unavailable) is tried again a minute later, resuming where the objects left off.
+/// Rewrites PodSets stored in another version in the storage version, once; a pass that fails (the store
+/// unavailable) or leaves objects behind (refused by admission or validation) is tried again a minute later,
+/// resuming where the objects left off.
 async fn migrate_storage(registry: Registry, shutdown: CancellationToken) {
     loop {
-        if registry.migrate_storage().await.is_ok() {
+        if registry.migrate_storage().await.is_ok_and(|pass| pass.refused == 0) {
             return;
         }
         tokio::select! {

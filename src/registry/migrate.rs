@@ -22,10 +22,13 @@ pub struct Migration {
     pub migrated: usize,
     /// Gone, or rewritten by someone else, before the pass reached them.
     pub skipped: usize,
+    /// Refused (by validation or admission): left in their version for the next pass.
+    pub refused: usize,
 }
 
 impl Registry {
-    /// One pass of the storage migration; stops at the first error other than an object gone meanwhile.
+    /// One pass of the storage migration. An object whose rewrite is refused is left for the next pass and the
+    /// pass goes on, so one object never holds back the others; it stops at the first error of the store itself.
     pub async fn migrate_storage(&self) -> Result<Migration> {
         let metrics = crate::metrics::global();
         let page = self.list(ListRequest::default()).await?;
@@ -44,14 +47,23 @@ impl Registry {
                     metrics.storage_migration_migrated.inc();
                 }
                 Ok(false) | Err(Error::NotFound { .. }) => done.skipped += 1,
+                Err(e @ (Error::Invalid { .. } | Error::Admission(_) | Error::Conflict { .. })) => {
+                    tracing::warn!(podset = %key, error = %e, "storage migration cannot rewrite this PodSet yet; the next pass tries again");
+                    done.refused += 1;
+                }
                 Err(e) => {
                     tracing::warn!(podset = %key, error = %e, "storage migration stopped; the next pass resumes it");
                     return Err(e);
                 }
             }
-            metrics.storage_migration_remaining.set((stale.len() - i - 1) as i64);
+            metrics.storage_migration_remaining.set((stale.len() - i - 1 + done.refused) as i64);
         }
-        tracing::info!(migrated = done.migrated, skipped = done.skipped, "storage migration done");
+        tracing::info!(
+            migrated = done.migrated,
+            skipped = done.skipped,
+            refused = done.refused,
+            "storage migration done"
+        );
         Ok(done)
     }
 
@@ -81,5 +93,76 @@ impl Registry {
         })
         .await?;
         Ok(rewritten)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use async_trait::async_trait;
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::admission::{self, Admission, Attributes, Outcome};
+    use crate::api::Version;
+
+    /// Denies the migrator's rewrite of `held` while `deny` is set.
+    struct HoldOne {
+        deny: AtomicBool,
+    }
+
+    #[async_trait]
+    impl Admission for HoldOne {
+        async fn admit(
+            &self,
+            _: &Attributes,
+            _: Option<&mut Value>,
+            _: Option<&Value>,
+            _: &mut Outcome,
+        ) -> std::result::Result<(), admission::Error> {
+            Ok(())
+        }
+
+        async fn validate(
+            &self,
+            a: &Attributes,
+            _: Option<&Value>,
+            _: Option<&Value>,
+            _: &mut Outcome,
+        ) -> std::result::Result<(), admission::Error> {
+            if a.name == "held" && a.user.name == MIGRATOR && self.deny.load(Ordering::SeqCst) {
+                return Err(admission::Error::Denied { webhook: "hold.example.com".into(), status: None });
+            }
+            Ok(())
+        }
+
+        fn runs(&self) -> bool {
+            true
+        }
+
+        fn reads_objects(&self, _: Operation) -> bool {
+            false
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_object_holds_back_no_other_and_is_tried_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = Registry::on_sled(dir.path()).await.with_storage_version(Version::V1alpha1);
+        let user = UserInfo::named("alice", Vec::new());
+        for name in ["a", "held", "z"] {
+            let body = json!({"apiVersion": "demo.k8s.io/v1alpha1", "kind": "PodSet", "metadata": {"name": name},
+                              "spec": {"replicas": 1}});
+            old.create("ns", body, &WriteOptions::manager("test", user.clone())).await.unwrap();
+        }
+        let hold = Arc::new(HoldOne { deny: AtomicBool::new(true) });
+        let new = old.clone().with_storage_version(Version::V1beta1).with_admission(hold.clone());
+        let pass = new.migrate_storage().await.unwrap();
+        assert_eq!(pass, Migration { migrated: 2, skipped: 0, refused: 1 }, "the objects after the refused one too");
+        hold.deny.store(false, Ordering::SeqCst);
+        assert_eq!(new.migrate_storage().await.unwrap(), Migration { migrated: 1, skipped: 0, refused: 0 });
+        assert_eq!(new.migrate_storage().await.unwrap(), Migration::default(), "nothing left");
     }
 }
