@@ -4,7 +4,9 @@
 //!
 //! `cargo bench --bench apiserver` prints each figure beside kube-apiserver + etcd serving the same type as a CRD
 //! (measured on this project's 2-core machine), and the ratio. `APISERVER_CREATES` sets how many PodSets are
-//! created (3000); `APISERVER_ONLY=create` stops after the creates, e.g. to profile them.
+//! created (3000); `APISERVER_ONLY=create` stops after the creates, e.g. to profile them. `APISERVER_VERSION`
+//! (`v1alpha1`, `v1beta1`) is the version the requests use; with `PODSET_APISERVER_ARGS=--storage-version=...` it
+//! measures reads and writes converted between the versions or served as stored.
 
 mod common;
 
@@ -16,7 +18,7 @@ use http_body_util::BodyExt;
 use serde_json::json;
 
 use common::workload::throughput;
-use common::{percentile, send, Server, PATH};
+use common::{percentile, send, Server};
 
 // kube-apiserver + etcd with PodSet as a CRD, same machine (from the project's issue tracker).
 const CRD_CREATE_PER_S: f64 = 1500.0;
@@ -24,13 +26,31 @@ const CRD_GET_PER_S: f64 = 3400.0;
 const CRD_LIST_2000_MS: f64 = 200.0;
 const CRD_WATCH_P99_MS: f64 = 5.0;
 
+/// The version the requests use (`APISERVER_VERSION`, `v1alpha1` unless set).
+fn version() -> &'static str {
+    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VERSION.get_or_init(|| std::env::var("APISERVER_VERSION").unwrap_or_else(|_| "v1alpha1".into()))
+}
+
+fn api_version() -> String {
+    format!("demo.k8s.io/{}", version())
+}
+
+fn collection() -> &'static str {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| format!("/apis/demo.k8s.io/{}/namespaces/bench/podsets", version()))
+}
+
 fn body(name: &str) -> Vec<u8> {
-    serde_json::to_vec(&json!({
-        "apiVersion": "demo.k8s.io/v1alpha1", "kind": "PodSet",
+    let mut ps = json!({
+        "apiVersion": api_version(), "kind": "PodSet",
         "metadata": {"name": name, "labels": {"app": "bench"}},
         "spec": {"replicas": 1}
-    }))
-    .unwrap()
+    });
+    if version() != "v1alpha1" {
+        ps["spec"]["selector"] = json!({"matchLabels": {"app": "bench"}});
+    }
+    serde_json::to_vec(&ps).unwrap()
 }
 
 fn report(name: &str, ours: f64, unit: &str, baseline: f64, higher_is_better: bool) {
@@ -47,6 +67,7 @@ async fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
+    let path = collection();
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), &[]);
     let client = server.client();
@@ -54,8 +75,8 @@ async fn main() {
     let pid = server.pid();
 
     let creates = std::env::var("APISERVER_CREATES").ok().and_then(|n| n.parse().ok()).unwrap_or(3000);
-    let (rate, cpu) = throughput(&clients, &[pid], creates, |i| {
-        Request::post(PATH).header("content-type", "application/json").body(body(&format!("c{i:05}"))).unwrap()
+    let (rate, cpu) = throughput(&clients, &[pid], creates, move |i| {
+        Request::post(path).header("content-type", "application/json").body(body(&format!("c{i:05}"))).unwrap()
     })
     .await;
     report("create (durable)", rate, "/s", CRD_CREATE_PER_S, true);
@@ -65,14 +86,14 @@ async fn main() {
     }
 
     let (rate, cpu) = throughput(&clients, &[pid], 20_000, move |i| {
-        Request::get(format!("{PATH}/c{:05}", i % creates)).body(vec![]).unwrap()
+        Request::get(format!("{path}/c{:05}", i % creates)).body(vec![]).unwrap()
     })
     .await;
     report("get", rate, "/s", CRD_GET_PER_S, true);
     report_cpu("get", cpu);
 
     // Server-side apply of a new label to existing objects: merge, ownership and conflict check, durable write.
-    let probe = Request::patch(format!("{PATH}/c00000?fieldManager=bench"))
+    let probe = Request::patch(format!("{path}/c00000?fieldManager=bench"))
         .header("content-type", "application/apply-patch+yaml")
         .body(b"{}".to_vec())
         .unwrap();
@@ -80,10 +101,10 @@ async fn main() {
     let (rate, cpu) = if !apply_supported {
         (f64::NAN, f64::NAN)
     } else {
-        throughput(&clients, &[pid], creates, |i| {
-            let cfg = json!({"apiVersion": "demo.k8s.io/v1alpha1", "kind": "PodSet",
+        throughput(&clients, &[pid], creates, move |i| {
+            let cfg = json!({"apiVersion": api_version(), "kind": "PodSet",
                          "metadata": {"name": format!("c{i:05}"), "labels": {"applied": "yes"}}});
-            Request::patch(format!("{PATH}/c{i:05}?fieldManager=bench"))
+            Request::patch(format!("{path}/c{i:05}?fieldManager=bench"))
                 .header("content-type", "application/apply-patch+yaml")
                 .body(serde_json::to_vec(&cfg).unwrap())
                 .unwrap()
@@ -94,27 +115,30 @@ async fn main() {
     report_cpu("apply", cpu);
 
     let mut times = Vec::new();
-    for _ in 0..20 {
+    let cpu_before = common::cpu_us(pid);
+    for _ in 0..40 {
         let started = Instant::now();
-        let (status, body) = send(&client, Request::get(format!("{PATH}?limit=2000")).body(vec![]).unwrap()).await;
+        let (status, body) = send(&client, Request::get(format!("{path}?limit=2000")).body(vec![]).unwrap()).await;
         assert_eq!(status, 200);
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["items"].as_array().unwrap().len(), 2000);
         times.push(started.elapsed().as_secs_f64() * 1000.0);
     }
     times.sort_by(f64::total_cmp);
+    let cpu_ms = (common::cpu_us(pid) - cpu_before) / 1000.0 / times.len() as f64;
     report("list 2000 (median, parsed)", percentile(&times, 0.5), "ms", CRD_LIST_2000_MS, false);
+    println!("{:<28} {cpu_ms:>10.1} ms    server CPU per list", "  list");
 
     // Watch latency: from sending an update to seeing its event on an open watch.
     let rv = {
-        let (_, body) = send(&client, Request::get(format!("{PATH}?limit=1")).body(vec![]).unwrap()).await;
+        let (_, body) = send(&client, Request::get(format!("{path}?limit=1")).body(vec![]).unwrap()).await;
         serde_json::from_slice::<serde_json::Value>(&body).unwrap()["metadata"]["resourceVersion"]
             .as_str()
             .unwrap()
             .to_owned()
     };
     let watch = client
-        .send(Request::get(format!("{PATH}?watch=1&resourceVersion={rv}")).body(kube::client::Body::empty()).unwrap())
+        .send(Request::get(format!("{path}?watch=1&resourceVersion={rv}")).body(kube::client::Body::empty()).unwrap())
         .await
         .unwrap();
     let mut frames = watch.into_body().into_data_stream();
@@ -123,7 +147,7 @@ async fn main() {
     for i in 0..500 {
         let patch = format!(r#"{{"spec":{{"replicas":{}}}}}"#, i % 7 + 2);
         let started = Instant::now();
-        let req = Request::patch(format!("{PATH}/c{:05}", i))
+        let req = Request::patch(format!("{path}/c{:05}", i))
             .header("content-type", "application/merge-patch+json")
             .body(patch.into_bytes())
             .unwrap();

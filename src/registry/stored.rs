@@ -134,9 +134,14 @@ impl Stored {
     /// object has neither `minReadySeconds` nor its annotation, the one difference): most objects, converted by
     /// splicing, nothing parsed.
     fn splice_rest(&self, from: Version) -> Option<&[u8]> {
+        use memchr::memmem::Finder;
+        use std::sync::LazyLock;
+        // Built once: a finder's searcher costs as much to build as a short object takes to scan.
+        static FIELD: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"minReadySeconds\""));
+        static ANNOTATION: LazyLock<Finder<'static>> =
+            LazyLock::new(|| Finder::new(conversion::MIN_READY_SECONDS.as_bytes()));
         let rest = self.0.bytes.strip_prefix(from.json_head().as_bytes())?;
-        let has = |needle: &[u8]| memchr::memmem::find(rest, needle).is_some();
-        if has(b"\"minReadySeconds\"") || has(conversion::MIN_READY_SECONDS.as_bytes()) {
+        if FIELD.find(rest).is_some() || ANNOTATION.find(rest).is_some() {
             return None;
         }
         Some(rest)
