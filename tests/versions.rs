@@ -44,6 +44,14 @@ async fn read(client: &kube::Client, path: &str) -> Value {
     json(&body)
 }
 
+/// A metric's value from the server's `/metrics`.
+async fn metric(server: &TestServer, name: &str) -> f64 {
+    let (_, _, metrics) = raw(&server.client(), Request::get("/metrics").body(vec![]).unwrap()).await;
+    let metrics = String::from_utf8_lossy(&metrics).into_owned();
+    let line = metrics.lines().find_map(|l| l.strip_prefix(&format!("{name} ")).map(str::to_owned));
+    line.unwrap_or_else(|| panic!("{name} missing:\n{metrics}")).parse::<f64>().unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_version_reads_and_writes_the_same_objects() {
     let server = TestServer::start(&[]);
@@ -293,15 +301,6 @@ async fn objects_stored_in_the_older_version_are_migrated() {
     let (status, body) = send(&client, "POST", BETA, "application/json", ps).await;
     assert_eq!(status, 201, "{body}");
     let stored_rv = body["metadata"]["resourceVersion"].clone();
-    let metric = |server: &TestServer, name: &'static str| {
-        let client = server.client();
-        async move {
-            let (_, _, metrics) = raw(&client, Request::get("/metrics").body(vec![]).unwrap()).await;
-            let metrics = String::from_utf8_lossy(&metrics).into_owned();
-            let line = metrics.lines().find_map(|l| l.strip_prefix(&format!("{name} ")).map(str::to_owned));
-            line.unwrap_or_else(|| panic!("{name} missing:\n{metrics}")).parse::<f64>().unwrap()
-        }
-    };
     // Stored in v1alpha1: a v1alpha1 read is the stored bytes, annotation included.
     let (_, _, stored) = raw(&client, Request::get(format!("{ALPHA}/kept")).body(vec![]).unwrap()).await;
     assert_eq!(json(&stored)["metadata"]["annotations"][MIN_READY], "12");
@@ -464,21 +463,12 @@ async fn serves_what_the_previous_release_served(server: &TestServer, served: &s
     let before =
         by_name(&serde_json::from_str(&std::fs::read_to_string(format!("{FIXTURE}/{served}")).unwrap()).unwrap());
     assert_eq!(before.len(), 7, "{before:#?}");
-    let metric = |name: &'static str| {
-        let client = client.clone();
-        async move {
-            let (_, _, metrics) = raw(&client, Request::get("/metrics").body(vec![]).unwrap()).await;
-            let metrics = String::from_utf8_lossy(&metrics).into_owned();
-            let line = metrics.lines().find_map(|l| l.strip_prefix(&format!("{name} ")).map(str::to_owned));
-            line.unwrap_or_else(|| panic!("{name} missing:\n{metrics}")).parse::<f64>().unwrap()
-        }
-    };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while metric("podset_storage_migration_migrated_total").await < before.len() as f64 {
+    while metric(server, "podset_storage_migration_migrated_total").await < before.len() as f64 {
         assert!(std::time::Instant::now() < deadline, "not migrated:\n{}", server.logs());
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    assert_eq!(metric("podset_storage_migration_remaining").await, 0.0);
+    assert_eq!(metric(server, "podset_storage_migration_remaining").await, 0.0);
 
     let alpha = by_name(&read(&client, "/apis/demo.k8s.io/v1alpha1/podsets").await);
     assert_eq!(alpha.keys().collect::<Vec<_>>(), before.keys().collect::<Vec<_>>());
