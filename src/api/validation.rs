@@ -347,9 +347,11 @@ pub fn validate(ps: &PodSet) -> Vec<FieldError> {
 /// was stored under older rules (a v1alpha1-only release kept annotations v1beta1 reads as minReadySeconds), and it
 /// stays writable, and migratable, until someone changes that field.
 pub fn validate_update(new: &PodSet, old: &PodSet) -> Vec<FieldError> {
-    let had = validate(old);
     let mut errs = validate(new);
-    errs.retain(|e| !had.contains(e));
+    if !errs.is_empty() {
+        let had = validate(old);
+        errs.retain(|e| !had.contains(e));
+    }
     if new.spec.selector != old.spec.selector {
         errs.push(FieldError::invalid(
             "spec.selector",
