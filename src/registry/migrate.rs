@@ -22,13 +22,14 @@ pub struct Migration {
     pub migrated: usize,
     /// Gone, or rewritten by someone else, before the pass reached them.
     pub skipped: usize,
-    /// Refused (by validation or admission): left in their version for the next pass.
+    /// Not rewritten (refused by validation or admission, unreadable, changed meanwhile): left in their version for
+    /// the next pass.
     pub refused: usize,
 }
 
 impl Registry {
-    /// One pass of the storage migration. An object whose rewrite is refused is left for the next pass and the
-    /// pass goes on, so one object never holds back the others; it stops at the first error of the store itself.
+    /// One pass of the storage migration. An object that cannot be rewritten is left for the next pass and the pass
+    /// goes on, so one object never holds back the others; it stops when the store cannot take writes at all.
     pub async fn migrate_storage(&self) -> Result<Migration> {
         let metrics = crate::metrics::global();
         let page = self.list(ListRequest::default()).await?;
@@ -47,13 +48,13 @@ impl Registry {
                     metrics.storage_migration_migrated.inc();
                 }
                 Ok(false) | Err(Error::NotFound { .. }) => done.skipped += 1,
-                Err(e @ (Error::Invalid { .. } | Error::Admission(_) | Error::Conflict { .. })) => {
-                    tracing::warn!(podset = %key, error = %e, "storage migration cannot rewrite this PodSet yet; the next pass tries again");
-                    done.refused += 1;
-                }
-                Err(e) => {
+                Err(e @ (Error::Unavailable(_) | Error::Timeout(_) | Error::ShuttingDown)) => {
                     tracing::warn!(podset = %key, error = %e, "storage migration stopped; the next pass resumes it");
                     return Err(e);
+                }
+                Err(e) => {
+                    tracing::warn!(podset = %key, error = %e, "storage migration cannot rewrite this PodSet yet; the next pass tries again");
+                    done.refused += 1;
                 }
             }
             metrics.storage_migration_remaining.set((stale.len() - i - 1 + done.refused) as i64);
