@@ -173,15 +173,15 @@ impl Encoder {
 
 /// `{"type":"<kind>","object":<object>}` and a newline: one event, its object already serialized.
 fn frame(kind: &str, object: &[u8]) -> Bytes {
-    let framed: ApiResult<Bytes> = frame_with(kind, object.len(), |buf| {
+    let Ok(framed) = frame_with(kind, object.len(), |buf| {
         buf.put_slice(object);
-        Ok(())
+        Ok::<_, std::convert::Infallible>(())
     });
-    framed.unwrap_or_default()
+    framed
 }
 
 /// A watch event line whose object `put` writes (about `size` bytes).
-fn frame_with(kind: &str, size: usize, put: impl FnOnce(&mut BytesMut) -> ApiResult<()>) -> ApiResult<Bytes> {
+fn frame_with<E>(kind: &str, size: usize, put: impl FnOnce(&mut BytesMut) -> Result<(), E>) -> Result<Bytes, E> {
     let mut buf = BytesMut::with_capacity(size + 40);
     buf.put_slice(b"{\"type\":\"");
     buf.put_slice(kind.as_bytes());

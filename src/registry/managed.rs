@@ -72,8 +72,8 @@ pub(crate) fn manage_fields(
     }
 }
 
-/// Each managedFields entry of `object` recorded in a version other than `version` has its fields renamed from
-/// `from(entry)` to `to(entry)`; the entry keeps the version it was recorded in.
+/// Renames the fields of each managedFields entry of `object` recorded in a version other than `version`: `forth`
+/// from the entry's version to `version`'s names, else back. The entry keeps the version it was recorded in.
 fn rename_fields(object: &mut Value, version: Version, forth: bool) {
     let Some(entries) = object.pointer_mut("/metadata/managedFields").and_then(Value::as_array_mut) else { return };
     for e in entries {

@@ -36,7 +36,7 @@ pub enum Operation {
 }
 
 impl Operation {
-    pub(crate) fn as_str(self) -> &'static str {
+    fn as_str(self) -> &'static str {
         match self {
             Operation::Apply => "Apply",
             Operation::Update => "Update",
