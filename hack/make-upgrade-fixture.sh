@@ -81,8 +81,9 @@ rm -rf "$work/sled/certs"
 tar -C "$work/sled" -czf "$out/sled.tar.gz" .
 
 # etcd: every key the old build wrote, with its value, in the order etcd holds them.
-etcd_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-peer_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+etcd_port=$(free_port)
+peer_port=$(free_port)
 "$assets/etcd" --data-dir "$work/etcd" --listen-client-urls "http://127.0.0.1:$etcd_port" \
     --advertise-client-urls "http://127.0.0.1:$etcd_port" --listen-peer-urls "http://127.0.0.1:$peer_port" \
     >"$work/etcd.log" 2>&1 &

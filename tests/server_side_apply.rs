@@ -145,12 +145,17 @@ async fn apply(client: &kube::Client, k: &Kind, cfg: &Value, manager: &str, forc
 }
 
 fn outcome(k: &Kind, code: u16, body: Value) -> Value {
+    normalize(k, answer(code, &body))
+}
+
+/// An answer as clients read it: the code, and for errors the reason and causes (sorted).
+fn answer(code: u16, body: &Value) -> Value {
     if code < 300 {
         return json!({"code": code});
     }
     let mut causes: Vec<Value> = body["details"]["causes"].as_array().cloned().unwrap_or_default();
     causes.sort_by_key(|c| c.to_string());
-    normalize(k, json!({"code": code, "reason": body["reason"], "causes": causes}))
+    json!({"code": code, "reason": body["reason"], "causes": causes})
 }
 
 /// One sequence of writes by several managers on object `name`; returns what each step answered and left behind.
@@ -482,19 +487,10 @@ async fn two_version_sequence(client: &kube::Client, k: &Twin) -> Vec<Value> {
         let uri = format!("{}?fieldManager={manager}", path(v));
         async move { send(client, "PATCH", &uri, "application/merge-patch+json", body.to_string().into_bytes()).await }
     };
-    let answer = |(code, body): (u16, Value)| {
-        let mut causes: Vec<Value> = body["details"]["causes"].as_array().cloned().unwrap_or_default();
-        causes.sort_by_key(|c| c.to_string());
-        if code < 300 {
-            json!({"code": code})
-        } else {
-            json!({"code": code, "reason": body["reason"], "causes": causes})
-        }
-    };
     let (a, b) = ("v1alpha1", "v1beta1");
     let mut seen = Vec::new();
     let mut step = |what: &str, answered: (u16, Value), state: Value| {
-        seen.push(normalize(json!({"step": what, "answer": answer(answered), "state": state})))
+        seen.push(normalize(json!({"step": what, "answer": answer(answered.0, &answered.1), "state": state})))
     };
     let r = apply(a, "alice", false, object(a, json!({"replicas": 2}), json!({"team": "a"}))).await;
     step("alice applies in v1alpha1", r, observe().await);
