@@ -41,17 +41,31 @@ pub fn check_watch(w: &Watch, changes: &[Change], kept_from: Option<u64>, consis
     if matches!(w.end, WatchEnd::NotStarted(_)) {
         return Vec::new();
     }
-    match w.start {
-        WatchStart::From => check_from(w, changes, kept_from),
+    let mut out = Vec::new();
+    if let (Some(at), Some(k)) = (expired_at(w), kept_from) {
+        if at >= k {
+            let why = vec![describe(w), format!("at revision {at}, kept from revision {k}")];
+            out.push(("410 Gone for a revision still kept".to_owned(), why));
+        }
+    }
+    out.extend(match w.start {
+        WatchStart::From => check_from(w, changes),
         WatchStart::Latest | WatchStart::InitialEvents => check_initial(w, changes, consistent_from),
         WatchStart::Any => check_initial(w, changes, 0),
-    }
+    });
+    out
 }
 
-/// The revision a watch from a revision had reached when told 410, if it was.
+/// The revision a watch had reached when told 410, if it was and that is known. A watch from a revision stands
+/// at least there; one opened with the state stands at least at the newest revision it was told (its snapshot's
+/// own may be newer), and nowhere known before it was told one.
 pub fn expired_at(w: &Watch) -> Option<u64> {
     let i = w.items.iter().position(|i| *i == WatchItem::Expired)?;
-    (w.start == WatchStart::From).then(|| position(w.from, &w.items[..i]))
+    let before = &w.items[..i];
+    match w.start {
+        WatchStart::From => Some(position(w.from, before)),
+        _ => before.iter().filter_map(WatchItem::revision).max(),
+    }
 }
 
 /// Where a watch stands after `items`: the newest revision delivered or bookmarked, or where it started.
@@ -59,14 +73,9 @@ fn position(from: u64, items: &[WatchItem]) -> u64 {
     items.iter().filter_map(WatchItem::revision).fold(from, u64::max)
 }
 
-fn check_from(w: &Watch, changes: &[Change], kept_from: Option<u64>) -> Vec<Finding> {
+fn check_from(w: &Watch, changes: &[Change]) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut fail = |what: &str, lines: Vec<String>| out.push((what.to_owned(), [vec![describe(w)], lines].concat()));
-    if let (Some(at), Some(k)) = (expired_at(w), kept_from) {
-        if at >= k {
-            fail("410 Gone for a revision still kept", vec![format!("at revision {at}, kept from revision {k}")]);
-        }
-    }
     if told_410(w) {
         return out;
     }
@@ -226,7 +235,7 @@ fn check_initial(w: &Watch, changes: &[Change], not_before: u64) -> Vec<Finding>
             return Vec::new();
         }
         let rest = Watch { from: r, items: items[n..].to_vec(), start: WatchStart::From, ..w.clone() };
-        let findings = check_from(&rest, changes, None);
+        let findings = check_from(&rest, changes);
         if findings.is_empty() {
             return findings;
         }
@@ -617,6 +626,15 @@ mod tests {
         let found = |kept| check_watch(&w, &changes(), Some(kept), 0).into_iter().map(|f| f.0).collect::<Vec<_>>();
         assert_eq!(found(3), Vec::<String>::new());
         assert_eq!(found(2), ["410 Gone for a revision still kept"]);
+        // Opened with the state: judged at the newest revision it was told, once it was told one.
+        for start in [WatchStart::Any, WatchStart::Latest] {
+            let w = opening(start, vec![added("ns/a", 2, "a1"), added("ns/b", 3, "b1"), WatchItem::Expired]);
+            assert_eq!(expired_at(&w), Some(3));
+            let found = |kept| check_watch(&w, &changes(), Some(kept), 0).into_iter().map(|f| f.0).collect::<Vec<_>>();
+            assert_eq!(found(4), Vec::<String>::new());
+            assert_eq!(found(3), ["410 Gone for a revision still kept"]);
+        }
+        assert_eq!(expired_at(&opening(WatchStart::Any, vec![WatchItem::Expired])), None);
     }
 
     #[test]
