@@ -1,5 +1,5 @@
 //! A three-member etcd cluster on the namespace's loopback, for the robustness harness: members killed (SIGKILL),
-//! stopped (SIGTERM) and started again on their data, cut from their peers, and the leader found. Each member runs
+//! stopped (SIGTERM) and started again on their data, cut from their peers, their disks slowed, and the leader found. Each member runs
 //! as a user of its own, so iptables can tell its packets from its peers' on the one loopback.
 
 use std::fs::File;
@@ -80,7 +80,7 @@ impl EtcdCluster {
             self.members.iter().map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port)).collect();
         let m = &self.members[i];
         let log = File::options().create(true).append(true).open(self.dir.join(format!("{}.log", m.name))).unwrap();
-        let data = self.dir.join(&m.name);
+        let data = self.data_dir(i);
         std::fs::create_dir_all(&data).unwrap();
         let uid = Self::uid(i);
         std::os::unix::fs::chown(&data, Some(uid), Some(uid)).expect("chown the member's data");
@@ -90,7 +90,7 @@ impl EtcdCluster {
             .args(["--reuid", &uid.to_string(), "--regid", &uid.to_string(), "--clear-groups"])
             .arg(binary)
             .arg(format!("--name={}", m.name))
-            .arg(format!("--data-dir={}", self.dir.join(&m.name).display()))
+            .arg(format!("--data-dir={}", data.display()))
             .arg(format!("--listen-client-urls=http://0.0.0.0:{}", m.client_port))
             .arg(format!("--advertise-client-urls=http://127.0.0.1:{}", m.client_port))
             .arg(format!("--listen-peer-urls=http://127.0.0.1:{}", m.peer_port))
@@ -124,6 +124,16 @@ impl EtcdCluster {
             assert!(Instant::now() < deadline, "etcd member {i} did not become healthy:\n{}", self.log(i));
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// Member `i`'s process, while it runs.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.members[i].child.as_ref().map(Child::id)
+    }
+
+    /// Where member `i` keeps its data.
+    pub fn data_dir(&self, i: usize) -> PathBuf {
+        self.dir.join(&self.members[i].name)
     }
 
     pub fn running(&self, i: usize) -> bool {

@@ -1,5 +1,5 @@
 //! Faults, as etcd's failpoints: what a seed schedules (replicas killed, paused, cut off or slowed; etcd members
-//! killed or restarted) and how each is done and undone on the running cluster.
+//! killed, restarted or given a slow disk) and how each is done and undone on the running cluster.
 
 use std::process::Command;
 use std::time::Duration;
@@ -12,6 +12,7 @@ use crate::harness::Options;
 use crate::model::history::ReplicaStart;
 use crate::traffic::{replica_route, Recorder};
 
+pub mod disk;
 pub mod etcd_cluster;
 
 pub use etcd_cluster::EtcdCluster;
@@ -48,6 +49,9 @@ pub enum Fault {
     /// Cut etcd's leader from its peers (its clients still reach it): the others elect a new leader, the old one
     /// must stop answering as one.
     PartitionEtcdLeader,
+    /// etcd's leader writes to its disk at a few operations a second: its fsyncs hold back every commit, and its
+    /// heartbeats may come late enough for an election.
+    SlowEtcdLeaderDisk,
 }
 
 /// One fault in the schedule: when it starts (from the start of traffic), what, for how long.
@@ -65,7 +69,11 @@ impl Fault {
     pub fn on_etcd(self) -> bool {
         matches!(
             self,
-            Fault::KillEtcdMember(_) | Fault::KillEtcdLeader | Fault::RestartEtcdMember(_) | Fault::PartitionEtcdLeader
+            Fault::KillEtcdMember(_)
+                | Fault::KillEtcdLeader
+                | Fault::RestartEtcdMember(_)
+                | Fault::PartitionEtcdLeader
+                | Fault::SlowEtcdLeaderDisk
         )
     }
 }
@@ -90,7 +98,8 @@ pub fn plan(opts: &Options) -> Vec<Planned> {
                 Fault::LossyReplica(r),
                 Fault::PartitionEtcdLeader,
                 Fault::IsolateLeader,
-            ][rng.random_range(0..11)];
+                Fault::SlowEtcdLeaderDisk,
+            ][rng.random_range(0..12)];
             let fault = opts.fixed.get(n).copied().unwrap_or(drawn);
             let secs = |rng: &mut StdRng, lo, hi| Duration::from_secs(rng.random_range(lo..hi));
             let lasts = match fault {
@@ -98,7 +107,7 @@ pub fn plan(opts: &Options) -> Vec<Planned> {
                 Fault::PauseLeader | Fault::PauseReplica(_) => PAUSE,
                 Fault::PartitionReplica(_) => secs(&mut rng, 5, 20),
                 Fault::SlowReplica(_) | Fault::LossyReplica(_) => secs(&mut rng, 5, 15),
-                Fault::PartitionEtcdLeader => secs(&mut rng, 5, 15),
+                Fault::PartitionEtcdLeader | Fault::SlowEtcdLeaderDisk => secs(&mut rng, 5, 15),
                 // Longer than the Lease (15 s), so leadership moves while it still runs.
                 Fault::IsolateLeader => secs(&mut rng, 20, 34),
                 Fault::KillEtcdMember(_) | Fault::KillEtcdLeader => secs(&mut rng, 2, 10),
@@ -108,8 +117,12 @@ pub fn plan(opts: &Options) -> Vec<Planned> {
             // Faults overlap too: a third of a replica's come with one of etcd's, within them.
             let with = (opts.overlap && !fault.on_etcd() && rng.random_range(0..3) == 0).then(|| {
                 let m = rng.random_range(0..3);
-                let e = [Fault::KillEtcdMember(m), Fault::KillEtcdLeader, Fault::PartitionEtcdLeader]
-                    [rng.random_range(0..3)];
+                let e = [
+                    Fault::KillEtcdMember(m),
+                    Fault::KillEtcdLeader,
+                    Fault::PartitionEtcdLeader,
+                    Fault::SlowEtcdLeaderDisk,
+                ][rng.random_range(0..4)];
                 (e, secs(&mut rng, 2, 10).min(lasts.max(Duration::from_secs(2))))
             });
             let room = (slot - lasts).as_millis().max(1) as u64;
@@ -275,6 +288,28 @@ fn inject_etcd(etcd: &mut EtcdCluster, rt: &tokio::runtime::Runtime, p: Planned)
             etcd.wait_healthy(m);
             done(kind, format!("kill -9 etcd member {m}{leader}, started again after {:?}", p.lasts))
         }
+        Fault::SlowEtcdLeaderDisk => {
+            let Some((m, pid)) = rt.block_on(etcd.leader()).and_then(|m| Some((m, etcd.pid(m)?))) else {
+                return done("nothing", "no etcd leader to slow: nothing done".into());
+            };
+            let slow = match disk::SlowDisk::apply(pid, &etcd.data_dir(m)) {
+                Ok(slow) => slow,
+                Err(why) => {
+                    return done("nothing", format!("cannot slow etcd member {m}'s disk ({why}): nothing done"))
+                }
+            };
+            std::thread::sleep(p.lasts);
+            let device = slow.device.clone();
+            slow.restore();
+            done(
+                "etcd-leader-disk-slow",
+                format!(
+                    "etcd's leader (member {m}) writes to its disk ({device}) at {} operations a second for {:?}",
+                    disk::WRITE_IOPS,
+                    p.lasts
+                ),
+            )
+        }
         Fault::RestartEtcdMember(m) => {
             etcd.stop(m);
             etcd.start_member(m);
@@ -317,7 +352,11 @@ mod tests {
                         assert!(r < opts.replicas)
                     }
                     Fault::KillEtcdMember(m) | Fault::RestartEtcdMember(m) => assert!(m < 3),
-                    Fault::PauseLeader | Fault::KillEtcdLeader | Fault::PartitionEtcdLeader | Fault::IsolateLeader => {}
+                    Fault::PauseLeader
+                    | Fault::KillEtcdLeader
+                    | Fault::PartitionEtcdLeader
+                    | Fault::IsolateLeader
+                    | Fault::SlowEtcdLeaderDisk => {}
                 }
             }
         }
