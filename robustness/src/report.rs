@@ -15,8 +15,9 @@ pub struct Report {
     pub calls_refused: usize,
     pub keys: usize,
     pub watch_events: usize,
-    /// Watches told 410 at their start, and how many of them the cache floor judged (the rest came before anything
-    /// told where the answering cache began).
+    /// Watches told 410 (at their start or in the middle of their stream), and how many of them the cache floor
+    /// judged; the rest: a cache began again during the stream, nothing told where the answering cache began, or a
+    /// watch opened with the state was told 410 before any revision.
     pub told_410: usize,
     pub told_410_judged: usize,
     /// Watches held, and of them: opened with the state (`resourceVersion` unset or 0, `sendInitialEvents`),

@@ -300,7 +300,8 @@ fn inject_etcd(etcd: &mut EtcdCluster, rt: &tokio::runtime::Runtime, p: Planned)
             };
             std::thread::sleep(p.lasts);
             let device = slow.device.clone();
-            slow.restore();
+            // As a failed iptables or tc command: a fault that cannot be undone ends the run.
+            slow.restore().unwrap_or_else(|e| panic!("cannot undo etcd member {m}'s slow disk: {e}"));
             done(
                 "etcd-leader-disk-slow",
                 format!(
