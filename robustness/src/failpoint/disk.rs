@@ -144,10 +144,17 @@ mod tests {
     fn a_process_is_moved_back_where_it_was() {
         let dir = tempfile::tempdir().unwrap();
         let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        // Somewhere other than the hierarchy's root, as under a systemd slice.
+        let root = blkio_root().unwrap();
+        let home = root.join(format!("podset-robustness-test-{:08x}", rand::random::<u32>()));
+        std::fs::create_dir(&home).unwrap();
+        write(&home.join("cgroup.procs"), &child.id().to_string()).unwrap();
         let before = blkio_cgroup(child.id()).unwrap();
+        assert_ne!(before, "/");
         SlowDisk::apply(child.id(), dir.path()).unwrap().restore().unwrap();
         assert_eq!(blkio_cgroup(child.id()).unwrap(), before);
         child.kill().unwrap();
         child.wait().unwrap();
+        std::fs::remove_dir(&home).unwrap();
     }
 }

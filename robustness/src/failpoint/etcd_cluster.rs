@@ -1,6 +1,7 @@
 //! A three-member etcd cluster on the namespace's loopback, for the robustness harness: members killed (SIGKILL),
-//! stopped (SIGTERM) and started again on their data, cut from their peers, their disks slowed, and the leader found. Each member runs
-//! as a user of its own, so iptables can tell its packets from its peers' on the one loopback.
+//! stopped (SIGTERM) and started again on their data, cut from their peers, their disks slowed, and the leader
+//! found. Each member runs as a user of its own, so iptables can tell its packets from its peers' on the one
+//! loopback.
 
 use std::fs::File;
 use std::net::{TcpListener, TcpStream};

@@ -86,7 +86,7 @@ pub fn plan(opts: &Options) -> Vec<Planned> {
         .map(|n| {
             let r = rng.random_range(0..opts.replicas);
             let m = rng.random_range(0..3);
-            let drawn = [
+            let kinds = [
                 Fault::KillReplica(r),
                 Fault::PauseLeader,
                 Fault::PauseReplica(r),
@@ -99,7 +99,8 @@ pub fn plan(opts: &Options) -> Vec<Planned> {
                 Fault::PartitionEtcdLeader,
                 Fault::IsolateLeader,
                 Fault::SlowEtcdLeaderDisk,
-            ][rng.random_range(0..12)];
+            ];
+            let drawn = kinds[rng.random_range(0..kinds.len())];
             let fault = opts.fixed.get(n).copied().unwrap_or(drawn);
             let secs = |rng: &mut StdRng, lo, hi| Duration::from_secs(rng.random_range(lo..hi));
             let lasts = match fault {
@@ -117,12 +118,13 @@ pub fn plan(opts: &Options) -> Vec<Planned> {
             // Faults overlap too: a third of a replica's come with one of etcd's, within them.
             let with = (opts.overlap && !fault.on_etcd() && rng.random_range(0..3) == 0).then(|| {
                 let m = rng.random_range(0..3);
-                let e = [
+                let kinds = [
                     Fault::KillEtcdMember(m),
                     Fault::KillEtcdLeader,
                     Fault::PartitionEtcdLeader,
                     Fault::SlowEtcdLeaderDisk,
-                ][rng.random_range(0..4)];
+                ];
+                let e = kinds[rng.random_range(0..kinds.len())];
                 (e, secs(&mut rng, 2, 10).min(lasts.max(Duration::from_secs(2))))
             });
             let room = (slot - lasts).as_millis().max(1) as u64;
