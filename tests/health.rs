@@ -1,6 +1,7 @@
 //! Named health checks over HTTP; SIGTERM failing `/readyz` while the server still serves for
 //! `--shutdown-delay-duration`; and a store on a disk that fills up: `/readyz` says it cannot write, and once space
-//! is freed the same process writes again, with nothing acknowledged lost.
+//! is freed the same process writes again, with nothing acknowledged lost; an etcd that is not up yet when the
+//! server starts is waited for.
 
 mod common;
 
@@ -165,4 +166,26 @@ async fn full_disk_fails_readyz_and_recovers_in_place() {
         assert!(names.contains(&name.as_str()), "acknowledged {name} is served");
     }
     drop(server);
+}
+
+/// etcd unreachable when the server starts (starting too, electing a leader, cut off): the server waits for it and
+/// then serves, as kube-apiserver does, rather than exit. The fault harness found a replica restarted during an
+/// etcd election that had exited this way and stayed down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_started_before_its_etcd_waits_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut etcd = podset_envtest::etcd::Etcd::start(&dir.path().join("etcd"));
+    etcd.stop();
+    let args =
+        vec!["--insecure-allow-all".into(), "--storage-backend=etcd".into(), format!("--etcd-servers={}", etcd.url())];
+    let data_dir = dir.path().join("replica");
+    let starting = std::thread::spawn(move || TestServer::start_in(data_dir, None, args));
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(!starting.is_finished(), "the server neither waited for etcd nor could have served");
+    etcd.resume();
+    let server = starting.join().expect("the server started once etcd was back");
+    let logs = server.logs();
+    assert!(logs.contains("trying again") && logs.contains("storage unavailable"), "{logs}");
+    let (status, body) = create(&server.client(), "after", "").await;
+    assert_eq!(status, 201, "{body}");
 }
