@@ -59,6 +59,13 @@ impl Cluster {
         self.dead.push(old);
     }
 
+    /// How replica `i`'s process ended, if it exited on its own (not killed here), with its log.
+    pub fn replica_exit(&mut self, i: usize) -> Option<(std::process::ExitStatus, String)> {
+        let p = self.procs.iter_mut().find(|p| p.name == REPLICA_NAMES[i])?;
+        let status = p.child.try_wait().ok()??;
+        Some((status, p.log()))
+    }
+
     /// The process id of replica `i`, while it runs.
     pub fn replica_pid(&self, i: usize) -> Option<u32> {
         self.pid(REPLICA_NAMES[i])

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::failpoint::{etcd_route, inject, plan, sh, EtcdCluster, Fault};
 use crate::model::history::in_namespace;
-use crate::model::history::{History, ReplicaStart, Settled, Time, AGGREGATOR, NEVER};
+use crate::model::history::{History, ReplicaExit, ReplicaStart, Settled, Time, AGGREGATOR, NEVER};
 use crate::record::{compactor, EtcdRecord};
 use crate::traffic::{census, key_of, replica_route, sampler, watcher, Client, Informer, Recorder, Route, NAMESPACES};
 
@@ -347,12 +347,22 @@ pub fn run(opts: &Options) -> Run {
         .filter(|(marker, s)| s.ret != NEVER || marker.as_deref().is_none_or(|m| made.contains(m)))
         .map(|(_, s)| s.clone())
         .collect();
+    // A replica that exited on its own is not running any more: nothing restarts it here, as a kubelet would.
+    let replica_exits = (0..opts.replicas)
+        .filter_map(|i| {
+            let (status, log) = c.replica_exit(i)?;
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(20)..].iter().map(|l| l.to_string()).collect();
+            Some(ReplicaExit { route: replica_route(i), status: status.to_string(), log_tail: tail })
+        })
+        .collect();
     let history = History {
         seed: opts.seed,
         operations: std::mem::take(&mut *rec.operations.lock().unwrap()),
         watches: std::mem::take(&mut *rec.watches.lock().unwrap()),
         changes,
         replica_starts: std::mem::take(&mut *rec.replica_starts.lock().unwrap()),
+        replica_exits,
         pod_counts: std::mem::take(&mut *rec.pod_counts.lock().unwrap()),
         replicas_sets,
         reconcile_grace: Duration::from_secs(30).as_nanos() as u64,

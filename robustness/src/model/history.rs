@@ -388,6 +388,16 @@ pub struct ReplicaStart {
     pub answers_from: Option<Time>,
 }
 
+/// A replica's process that ended although no fault stopped it: a server must not exit on its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaExit {
+    pub route: String,
+    /// Its exit status, as the process table told it.
+    pub status: String,
+    /// The last lines it logged.
+    pub log_tail: Vec<String>,
+}
+
 /// etcd compacted to a revision during the run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Compaction {
@@ -413,6 +423,9 @@ pub struct History {
     /// When each replica's process was started, the first ones at 0: where its cache's history begins.
     #[serde(default)]
     pub replica_starts: Vec<ReplicaStart>,
+    /// Replicas found exited at the end of the run.
+    #[serde(default)]
+    pub replica_exits: Vec<ReplicaExit>,
     pub pod_counts: Vec<PodCount>,
     pub replicas_sets: Vec<ReplicasSet>,
     /// How long one reconcile may take to bring Pods down after a scale-down.

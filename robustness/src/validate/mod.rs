@@ -85,6 +85,7 @@ pub fn check(history: &History) -> Report {
     }
     report.violations.extend(truth::check_resource_versions(history));
     report.violations.extend(progress(history));
+    report.violations.extend(replicas_ran_on(history));
     if !history.changes.is_empty() {
         let timeline = truth::Timeline::new(&history.changes);
         report.violations.extend(truth::check_acknowledged_writes(history, &timeline));
@@ -124,6 +125,20 @@ fn progress(history: &History) -> Vec<Finding> {
         ));
     }
     out
+}
+
+/// No replica ended unless a fault stopped it: a server that exits on a passing fault (an etcd election, say) is
+/// down until something restarts it.
+fn replicas_ran_on(history: &History) -> Vec<Finding> {
+    history
+        .replica_exits
+        .iter()
+        .map(|exit| {
+            let mut lines = vec![format!("{} ended ({}); its last lines:", exit.route, exit.status)];
+            lines.extend(exit.log_tail.iter().cloned());
+            ("a replica exited on its own".into(), lines)
+        })
+        .collect()
 }
 
 /// The final census saw every PodSet etcd holds at the end, so the convergence check judged them all.
@@ -189,6 +204,23 @@ mod tests {
         let history = History { record_gap: Some("compacted to 9 before 5 was read".into()), ..history };
         let found: Vec<String> = check(&history).violations.into_iter().map(|v| v.0).collect();
         assert_eq!(found, ["etcd's record of the run has a hole"]);
+    }
+
+    #[test]
+    fn a_replica_that_exited_on_its_own_is_a_violation() {
+        use crate::model::history::ReplicaExit;
+        let exit = ReplicaExit {
+            route: "replica 1".into(),
+            status: "exit status: 1".into(),
+            log_tail: vec!["Error: loading etcd".into()],
+        };
+        let history = History { replica_exits: vec![exit], ..Default::default() };
+        let report = check(&history);
+        assert_eq!(report.violations.len(), 1, "{report}");
+        let (what, lines) = &report.violations[0];
+        assert_eq!(what, "a replica exited on its own");
+        assert_eq!(lines, &["replica 1 ended (exit status: 1); its last lines:", "Error: loading etcd"]);
+        assert!(check(&History::default()).ok());
     }
 
     #[test]
