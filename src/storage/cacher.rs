@@ -45,6 +45,22 @@ pub struct Cacher {
 impl Cacher {
     /// Loads the backend into memory and follows its changes; the task applying them runs on the current Tokio
     /// runtime.
+    /// `new`, waiting (paced as a rewatch) while the backend does not answer: etcd starting, electing a leader or
+    /// cut off, as kube-apiserver's cacher lists again. Other errors are returned.
+    pub async fn open(backend: Arc<dyn Backend>, limits: HistoryLimits) -> Result<Self> {
+        let mut delay = REWATCH_DELAY;
+        loop {
+            match Self::new(backend.clone(), limits).await {
+                Err(e @ (StorageError::Unavailable(_) | StorageError::Timeout(_))) => {
+                    tracing::warn!(error = %e, retry_in = ?delay, "cannot load the storage cache yet; trying again");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(REWATCH_MAX);
+                }
+                done => return done,
+            }
+        }
+    }
+
     pub async fn new(backend: Arc<dyn Backend>, limits: HistoryLimits) -> Result<Self> {
         let state = State::from_snapshot(backend.load(&limits).await?, &limits, Instant::now());
         // The backend may have left old history out already; either way it can drop what the cache no longer holds.

@@ -8,13 +8,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 
 use super::duration;
-use crate::storage::{
-    Backend, Cacher, EtcdBackend, EtcdOptions, HistoryLimits, SledBackend, SledOptions, StorageError, Store,
-};
-
-/// The first and the longest wait between attempts to load an unreachable store at start.
-const LOAD_RETRY_FIRST: Duration = Duration::from_millis(500);
-const LOAD_RETRY_MAX: Duration = Duration::from_secs(10);
+use crate::storage::{Backend, Cacher, EtcdBackend, EtcdOptions, HistoryLimits, SledBackend, SledOptions, Store};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum StorageBackend {
@@ -165,20 +159,10 @@ impl StorageOptions {
             }
             StorageBackend::Etcd => Arc::new(EtcdBackend::connect(self.etcd_options()).await?),
         };
-        // As kube-apiserver's cacher: a store that cannot be reached yet (etcd starting, electing a leader, or
-        // partitioned) is waited for; only what retrying cannot mend ends the process.
-        let mut delay = LOAD_RETRY_FIRST;
-        loop {
-            match Cacher::new(backend.clone(), self.history_limits()).await {
-                Ok(cacher) => return Ok(Arc::new(cacher)),
-                Err(e @ (StorageError::Unavailable(_) | StorageError::Timeout(_))) => {
-                    tracing::warn!(error = %e, retry_in = ?delay, "cannot load {} yet; trying again", self.location());
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(LOAD_RETRY_MAX);
-                }
-                Err(e) => return Err(e).with_context(|| format!("loading {}", self.location())),
-            }
-        }
+        let cacher = Cacher::open(backend, self.history_limits())
+            .await
+            .with_context(|| format!("loading {}", self.location()))?;
+        Ok(Arc::new(cacher))
     }
 
     /// Where the PodSets are, for messages.
