@@ -132,7 +132,7 @@ fn demo_workload_serves_readiness_and_exits_when_told() {
     let archive = build_image("podset-demo", &tmp.path().join("out"), &[]);
     assert_eq!(image_config(&archive)["config"]["User"], "65532:65532");
     let bundle = unpack(&archive, &tmp.path().join("bundle"));
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = podset_envtest::free_port();
     let container = Runc::start(&bundle, "podset-demo-image", |spec| {
         spec["process"]["args"]
             .as_array_mut()

@@ -20,7 +20,7 @@ mod replicas;
 mod sandbox;
 
 pub use cluster::{Cluster, Credential, ServerCommand};
-pub use sandbox::{assets_dir, inside_namespace, namespace_command, reenter_namespace, INSIDE};
+pub use sandbox::{assets_dir, free_port, inside_namespace, namespace_command, reenter_namespace, INSIDE};
 
 pub const NODE_IP: &str = "10.250.0.10";
 /// Where each replica of podset-apiserver listens when several run ([`Cluster::start_replicated`]): the first is

@@ -3,6 +3,7 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::{APISERVER_ROUTES, REPLICA_IPS};
 
@@ -48,6 +49,27 @@ pub fn assets_dir() -> PathBuf {
     dir
 }
 
-pub(crate) fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+/// A port for one of the cluster's listeners, free when picked and never handed out twice by this process. It comes
+/// from below the kernel's ephemeral range: a port picked by binding port 0 is an ephemeral one, which an outgoing
+/// connection can take as its local port before the server binds it (etcd exited "address already in use" while
+/// the harness's etcd members reconnected to each other).
+pub fn free_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    let (low, span) = (10_000, ephemeral_low.saturating_sub(10_000));
+    if span < 1_000 {
+        return TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    }
+    // Processes picking in one namespace start apart.
+    let start = std::process::id().wrapping_mul(7919) % span;
+    for _ in 0..span {
+        let port = (low + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span) as u16;
+        if TcpListener::bind(("0.0.0.0", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port between {low} and {}", low + span);
 }

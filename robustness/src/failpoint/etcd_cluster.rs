@@ -4,16 +4,10 @@
 //! loopback.
 
 use std::fs::File;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// `n` distinct free ports: all held open until all are picked, so none is handed out twice.
-fn free_ports(n: usize) -> Vec<u16> {
-    let held: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    held.iter().map(|l| l.local_addr().unwrap().port()).collect()
-}
 
 /// The conntrack mark of a cut-off member's connections to its peers.
 const PARTITION_MARK: &str = "0x2a";
@@ -34,7 +28,7 @@ pub struct EtcdCluster {
 impl EtcdCluster {
     /// Starts `n` members with their data under `dir` and waits until every one serves with a leader.
     pub fn start(binary: &Path, dir: &Path, n: usize) -> Self {
-        let ports = free_ports(2 * n);
+        let ports: Vec<u16> = (0..2 * n).map(|_| podset_envtest::free_port()).collect();
         let members = (0..n)
             .map(|i| Member {
                 name: format!("m{i}"),
