@@ -55,11 +55,7 @@ pub fn assets_dir() -> PathBuf {
 /// the harness's etcd members reconnected to each other).
 pub fn free_port() -> u16 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
-        .unwrap_or(32768);
-    let (low, span) = (10_000, ephemeral_low.saturating_sub(10_000));
+    let (low, span) = (10_000, ephemeral_low().saturating_sub(10_000));
     if span < 1_000 {
         return TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     }
@@ -72,4 +68,26 @@ pub fn free_port() -> u16 {
         }
     }
     panic!("no free port between {low} and {}", low + span);
+}
+
+/// The first port of the kernel's ephemeral range in this network namespace.
+fn ephemeral_low() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_are_distinct_bindable_and_below_the_ephemeral_range() {
+        let ports: Vec<u16> = (0..500).map(|_| free_port()).collect();
+        let distinct: std::collections::HashSet<_> = ports.iter().collect();
+        assert_eq!(distinct.len(), ports.len(), "a port handed out twice");
+        assert!(ports.iter().all(|&p| (10_000..ephemeral_low()).contains(&u32::from(p))), "{ports:?}");
+        assert!(TcpListener::bind(("127.0.0.1", ports[0])).is_ok());
+    }
 }
