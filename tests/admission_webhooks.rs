@@ -226,7 +226,7 @@ async fn an_ifneeded_webhook_is_called_again_once_a_later_one_changed_the_object
 #[tokio::test]
 async fn failure_policy_decides_for_a_webhook_that_is_down_slow_or_talks_nonsense() {
     let s = WebhookServer::start(LOCALHOST).await;
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let closed = podset_envtest::free_port(); // nothing listens on it
     let down = json!({"clientConfig": {"url": format!("https://127.0.0.1:{closed}/allow")}});
     let refused = format!("failed calling webhook \"down.test.io\": Post \"https://127.0.0.1:{closed}/allow?timeout=1s\": dial tcp 127.0.0.1:{closed}: connect: connection refused");
     let cases = [
@@ -443,7 +443,7 @@ async fn webhooks_are_called_with_the_kubeconfigs_credentials_over_reused_connec
 async fn calls_and_refusals_are_counted_under_kube_apiservers_metric_names() {
     use podset_apiserver::metrics::{global, AdmissionRejectionLabels};
     let s = WebhookServer::start(LOCALHOST).await;
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let closed = podset_envtest::free_port(); // nothing listens on it
     let down = json!({"clientConfig": {"url": format!("https://127.0.0.1:{closed}/allow")}});
     let c = chain(vec![], vec![validating("m", vec![hook(&s, "metrics-deny.test.io", "/deny", json!({}))])]);
     assert!(admit(&c, &create("default"), &mut podset()).await.0.is_err());

@@ -50,32 +50,39 @@ pub fn assets_dir() -> PathBuf {
 }
 
 /// A port for one of the cluster's listeners, free when picked and never handed out twice by this process. It comes
-/// from below the kernel's ephemeral range: a port picked by binding port 0 is an ephemeral one, which an outgoing
+/// from outside the kernel's ephemeral range: a port picked by binding port 0 is an ephemeral one, which an outgoing
 /// connection can take as its local port before the server binds it (etcd exited "address already in use" while
 /// the harness's etcd members reconnected to each other).
 pub fn free_port() -> u16 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    let (low, span) = (10_000, ephemeral_low().saturating_sub(10_000));
-    if span < 1_000 {
-        return TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    }
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+    let ports = listener_ports(&range);
+    let span = ports.end - ports.start;
     // Processes picking in one namespace start apart.
     let start = std::process::id().wrapping_mul(7919) % span;
     for _ in 0..span {
-        let port = (low + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span) as u16;
+        let port = (ports.start + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span) as u16;
         if TcpListener::bind(("0.0.0.0", port)).is_ok() {
             return port;
         }
     }
-    panic!("no free port between {low} and {}", low + span);
+    panic!("no free port in {ports:?}");
 }
 
-/// The first port of the kernel's ephemeral range in this network namespace.
-fn ephemeral_low() -> u32 {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|r| r.split_whitespace().next()?.parse().ok())
-        .unwrap_or(32768)
+/// Where listeners' ports come from, given the kernel's ephemeral range ("32768\t60999"): the larger of the spans
+/// from 10000 up to the range and from above it to 65535 (a range that leaves neither panics: every port is one an
+/// outgoing connection may take).
+fn listener_ports(ephemeral_range: &str) -> std::ops::Range<u32> {
+    let mut bounds = ephemeral_range.split_whitespace().map(|p| p.parse::<u32>().ok());
+    let (low, high) = match (bounds.next().flatten(), bounds.next().flatten()) {
+        (Some(low), Some(high)) if low <= high => (low, high),
+        _ => (32768, 60999),
+    };
+    let below = 10_000..low.max(10_000);
+    let above = (high + 1).max(10_000)..65_536;
+    let ports = if below.len() >= above.len() { below } else { above };
+    assert!(ports.len() >= 1_000, "the ephemeral range {low}-{high} leaves too few ports for listeners");
+    ports
 }
 
 #[cfg(test)]
@@ -83,11 +90,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ports_are_distinct_bindable_and_below_the_ephemeral_range() {
+    fn ports_are_distinct_bindable_and_outside_the_ephemeral_range() {
+        let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+        let outside = listener_ports(&range);
         let ports: Vec<u16> = (0..500).map(|_| free_port()).collect();
         let distinct: std::collections::HashSet<_> = ports.iter().collect();
         assert_eq!(distinct.len(), ports.len(), "a port handed out twice");
-        assert!(ports.iter().all(|&p| (10_000..ephemeral_low()).contains(&u32::from(p))), "{ports:?}");
+        assert!(ports.iter().all(|&p| outside.contains(&u32::from(p))), "{ports:?} not all in {outside:?}");
         assert!(TcpListener::bind(("127.0.0.1", ports[0])).is_ok());
+    }
+
+    #[test]
+    fn listener_ports_avoid_the_ephemeral_range_wherever_it_is() {
+        assert_eq!(listener_ports("32768\t60999\n"), 10_000..32_768);
+        // A range starting low leaves room only above it.
+        assert_eq!(listener_ports("1024 49151"), 49_152..65_536);
+        assert_eq!(listener_ports("10500 64000"), 64_001..65_536);
+        // Unreadable: Linux's default.
+        assert_eq!(listener_ports(""), 10_000..32_768);
+    }
+
+    #[test]
+    #[should_panic(expected = "leaves too few ports")]
+    fn an_ephemeral_range_over_every_port_is_refused() {
+        listener_ports("1024 65535");
     }
 }
