@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::cluster::{in_namespace, runtime, wait};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ResourceQuota};
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use podset_apiserver::api::PodSet;
 use podset_envtest::{Cluster, ServerCommand};
 use serde_json::json;
@@ -41,6 +41,17 @@ async fn quota_namespace(client: &kube::Client, ns: &str, hard: serde_json::Valu
         .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
         .await
         .unwrap();
+    // kube-controller-manager counts a namespace's objects when a quota is created and then only every five
+    // minutes (it recounts on deletes, not creates): the quota must come after kube-root-ca.crt to count it.
+    if hard.get(CONFIGMAPS).is_some() {
+        let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        wait(
+            Duration::from_secs(120),
+            || async { configmaps.get_opt("kube-root-ca.crt").await.unwrap().is_some() },
+            "kube-controller-manager to publish kube-root-ca.crt",
+        )
+        .await;
+    }
     let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), ns);
     let q = json!({"metadata": {"name": "q"}, "spec": {"hard": hard}});
     quotas.create(&PostParams::default(), &serde_json::from_value(q).unwrap()).await.unwrap();
@@ -94,11 +105,24 @@ fn quota_refuses_and_charges_podsets_as_kube_apiserver_does_configmaps() {
             let podsets: Api<PodSet> = Api::namespaced(client.clone(), "quota");
             let pp = PostParams::default();
             let dry = PostParams { dry_run: true, ..Default::default() };
-            // kube-root-ca.crt is published by kube-controller-manager on its own schedule; the quota controller
-            // recounts once it sees it.
+            // The quota came after kube-root-ca.crt, but the quota controller's informer may have counted before
+            // seeing it; a change to spec.hard makes it count again (its resync is five minutes).
+            let mut nudged = false;
+            let started = tokio::time::Instant::now();
             wait(
                 Duration::from_secs(120),
-                || async { used(&quotas, CONFIGMAPS).await == "1" },
+                || {
+                    let nudge = !nudged && started.elapsed() > Duration::from_secs(15);
+                    nudged |= nudge;
+                    let quotas = &quotas;
+                    async move {
+                        if nudge {
+                            let hard = json!({"spec": {"hard": {"count/secrets": "100"}}});
+                            quotas.patch("q", &PatchParams::default(), &Patch::Merge(hard)).await.unwrap();
+                        }
+                        used(quotas, CONFIGMAPS).await == "1"
+                    }
+                },
                 "the quota to count kube-root-ca.crt",
             )
             .await;
