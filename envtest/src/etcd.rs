@@ -63,21 +63,26 @@ impl Etcd {
     }
 
     fn health(&self) -> bool {
-        // etcd's /health is served on the client URL and says true once the member has a leader.
-        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.client_port)) else { return false };
-        use std::io::{Read, Write};
-        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-        if s.write_all(b"GET /health HTTP/1.0\r\n\r\n").is_err() {
-            return false;
-        }
-        let mut body = String::new();
-        let _ = s.read_to_string(&mut body);
-        body.contains("\"health\":\"true\"")
+        healthy(self.client_port)
     }
 
     pub fn log(&self) -> String {
         self.proc.as_ref().map(Proc::log).unwrap_or_default()
     }
+}
+
+/// Whether the etcd member serving clients on loopback port `client_port` is healthy: its /health says true once
+/// the member has a leader.
+pub fn healthy(client_port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", client_port)) else { return false };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(b"GET /health HTTP/1.0\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body.contains("\"health\":\"true\"")
 }
 
 /// One etcd member serving clients on `client` and its peer port on `peer`, both on loopback.

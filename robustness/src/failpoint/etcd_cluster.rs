@@ -4,7 +4,6 @@
 //! loopback.
 
 use std::fs::File;
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -101,15 +100,7 @@ impl EtcdCluster {
     }
 
     fn healthy(&self, i: usize) -> bool {
-        use std::io::{Read, Write};
-        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.members[i].client_port)) else { return false };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-        if s.write_all(b"GET /health HTTP/1.0\r\n\r\n").is_err() {
-            return false;
-        }
-        let mut body = String::new();
-        let _ = s.read_to_string(&mut body);
-        body.contains("\"health\":\"true\"")
+        podset_envtest::etcd::healthy(self.members[i].client_port)
     }
 
     /// Waits until member `i` serves and has a leader.
