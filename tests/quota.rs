@@ -107,25 +107,13 @@ fn quota_refuses_and_charges_podsets_as_kube_apiserver_does_configmaps() {
             let dry = PostParams { dry_run: true, ..Default::default() };
             // The quota came after kube-root-ca.crt, but the quota controller's informer may have counted before
             // seeing it; a change to spec.hard makes it count again (its resync is five minutes).
-            let mut nudged = false;
-            let started = tokio::time::Instant::now();
-            wait(
-                Duration::from_secs(120),
-                || {
-                    let nudge = !nudged && started.elapsed() > Duration::from_secs(15);
-                    nudged |= nudge;
-                    let quotas = &quotas;
-                    async move {
-                        if nudge {
-                            let hard = json!({"spec": {"hard": {"count/secrets": "100"}}});
-                            quotas.patch("q", &PatchParams::default(), &Patch::Merge(hard)).await.unwrap();
-                        }
-                        used(quotas, CONFIGMAPS).await == "1"
-                    }
-                },
-                "the quota to count kube-root-ca.crt",
-            )
-            .await;
+            let counted = || async { used(&quotas, CONFIGMAPS).await == "1" };
+            let (patience, what) = (Duration::from_secs(120), "the quota to count kube-root-ca.crt");
+            if tokio::time::timeout(Duration::from_secs(15), wait(patience, counted, what)).await.is_err() {
+                let hard = json!({"spec": {"hard": {"count/secrets": "100"}}});
+                quotas.patch("q", &PatchParams::default(), &Patch::Merge(hard)).await.unwrap();
+                wait(patience, counted, what).await;
+            }
             assert_eq!(used(&quotas, PODSETS).await, "0");
             podsets.create(&pp, &podset("ps-0")).await.unwrap();
             assert_eq!(used(&quotas, PODSETS).await, "1");
