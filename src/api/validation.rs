@@ -282,8 +282,17 @@ pub fn validate(ps: &PodSet) -> Vec<FieldError> {
             "must be greater than or equal to 0",
         ));
     }
-    // Conversion from v1alpha1 took every value it could carry; what is left was never one.
-    if let Some(v) = ps.metadata.annotations.as_ref().and_then(|a| a.get(MIN_READY_SECONDS)) {
+    // Conversion from v1alpha1 took every value it could carry; what is left was never one. Beside
+    // spec.minReadySeconds it is a problem of its own: v1alpha1 would have to drop one of the two.
+    let annotation = ps.metadata.annotations.as_ref().and_then(|a| a.get(MIN_READY_SECONDS));
+    if let Some(v) = annotation.filter(|_| spec.min_ready_seconds > 0) {
+        errs.push(FieldError::invalid(
+            format!("metadata.annotations[{MIN_READY_SECONDS}]"),
+            v,
+            "must be removed before spec.minReadySeconds is set: v1alpha1 carries spec.minReadySeconds in this \
+             annotation, so it could not keep both",
+        ));
+    } else if let Some(v) = annotation {
         errs.push(FieldError::invalid(
             format!("metadata.annotations[{MIN_READY_SECONDS}]"),
             v,
@@ -441,6 +450,13 @@ mod tests {
         assert_eq!(errs[0].value.as_deref(), Some("\"later\""));
         new.spec.replicas = Some(-1);
         assert_eq!(validate_update(&new, &old).len(), 1, "a new problem is still one");
+        // Setting spec.minReadySeconds (through v1beta1) beside it would make v1alpha1 lose one of the two.
+        let mut timed = old.clone();
+        timed.spec.min_ready_seconds = 10;
+        let errs = validate_update(&timed, &old);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(errs[0].value.as_deref(), Some("\"soon\""));
+        assert!(errs[0].detail.starts_with("must be removed before spec.minReadySeconds is set"), "{errs:?}");
     }
 
     #[test]

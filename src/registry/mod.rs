@@ -81,7 +81,7 @@ pub struct Registry {
 
 impl Registry {
     pub fn new(store: Arc<dyn Store>) -> Self {
-        Self { store, admission: Arc::new(Chain::empty()), recent: Arc::default(), storage_version: Version::PREFERRED }
+        Self { store, admission: Arc::new(Chain::empty()), recent: Arc::default(), storage_version: Version::STORAGE }
     }
 
     /// The same registry writing objects in `version`.
@@ -91,6 +91,11 @@ impl Registry {
 
     pub fn storage_version(&self) -> Version {
         self.storage_version
+    }
+
+    /// The newest revision this server's cache holds.
+    pub fn current_revision(&self) -> Revision {
+        self.store.current_revision()
     }
 
     /// A registry over sled in `dir` with the default history, for the tests of this layer and those above it
@@ -314,7 +319,6 @@ impl Registry {
         let (decoded, warnings, version) = decode_podset(config.clone(), opts.field_validation, opts.version)?;
         check_identity(&decoded.metadata, key)?;
         fieldmanager::typed::prune_unknown(podset_field_manager(version).schema(), &mut config);
-        let storage = self.storage_version;
         let w = Write { op: Operation::Update, sub, key, opts, options: WriteKind::Patch, view: &PODSET, version };
         self.write(&w, |current| {
             let live = match current {
@@ -323,9 +327,10 @@ impl Registry {
                 None => None,
             };
             let op = fieldmanager::Operation::Apply;
-            // Merged in the request's version, returned in the storage version.
-            let merged = manage_fields_in(live, config.clone(), opts, op, sub, version, storage)?;
-            let (mut ps, _, _) = decode_podset(merged, FieldValidation::Ignore, Some(storage))?;
+            // Merged and read in the request's version, so it is validated as that version's create would be
+            // (read in the storage version, v1alpha1's annotation would stand for what v1beta1 refuses).
+            let merged = manage_fields_in(live, config.clone(), opts, op, sub, version, version)?;
+            let (mut ps, _, _) = decode_podset(merged, FieldValidation::Ignore, Some(version))?;
             if live.is_none() {
                 ps.metadata.name = Some(key.name.clone());
             }
