@@ -82,7 +82,16 @@ fn api_group() -> APIGroup {
     }
 }
 
-fn resource_list(version: Version) -> APIResourceList {
+/// `storageVersionHash` as k8s.io/apiserver computes it (`discovery.StorageVersionHash`): base64 of the first 8 bytes
+/// of SHA-256 of `<group>/<version>/<kind>` of the storage version. Storage migrators compare it over time to know
+/// when objects must be rewritten.
+pub fn storage_version_hash(storage: Version) -> String {
+    use base64::Engine;
+    let gvk = format!("{GROUP}/{}/{KIND}", storage.as_str());
+    base64::engine::general_purpose::STANDARD.encode(&Sha256::digest(gvk.as_bytes())[..8])
+}
+
+fn resource_list(version: Version, storage: Version) -> APIResourceList {
     let sub = |name: &str, group: Option<&str>, version: Option<&str>, kind: &str| APIResource {
         name: name.into(),
         singular_name: String::new(),
@@ -104,6 +113,8 @@ fn resource_list(version: Version) -> APIResourceList {
                 verbs: strings(VERBS),
                 short_names: Some(strings(SHORT_NAMES)),
                 categories: Some(strings(CATEGORIES)),
+                // On the resource only: subresources have none, as in kube-apiserver.
+                storage_version_hash: Some(storage_version_hash(storage)),
                 ..Default::default()
             },
             sub(&format!("{PLURAL}/status"), None, None, KIND),
@@ -170,7 +181,8 @@ fn aggregated(version: &str) -> Doc {
 }
 
 impl Discovery {
-    pub fn build() -> Self {
+    /// The documents of a server that stores PodSets in `storage`.
+    pub fn build(storage: Version) -> Self {
         let openapi_v3: Vec<Doc> = Version::ALL.iter().map(|v| Doc::new(&openapi_v3(*v))).collect();
         let paths: serde_json::Map<String, serde_json::Value> = Version::ALL
             .iter()
@@ -183,7 +195,7 @@ impl Discovery {
         Self {
             group_list: Doc::new(&APIGroupList { groups: vec![api_group()] }),
             group: Doc::new(&api_group()),
-            resource_lists: Version::ALL.iter().map(|v| Doc::new(&resource_list(*v))).collect(),
+            resource_lists: Version::ALL.iter().map(|v| Doc::new(&resource_list(*v, storage))).collect(),
             aggregated_v2: aggregated("v2"),
             aggregated_v2beta1: aggregated("v2beta1"),
             openapi_v2: Doc::new(&openapi_v2()),
@@ -200,7 +212,7 @@ mod tests {
 
     #[test]
     fn documents_carry_type_fields_and_response_kinds() {
-        let d = Discovery::build();
+        let d = Discovery::build(Version::V1alpha1);
         let v: serde_json::Value = serde_json::from_slice(&d.resource_lists[Version::V1beta1.index()].body).unwrap();
         assert_eq!(v["groupVersion"], "demo.k8s.io/v1beta1");
         assert_eq!(v["kind"], "APIResourceList");
@@ -222,5 +234,24 @@ mod tests {
         assert_eq!(v["kind"], "APIGroupList");
         assert_eq!(v["groups"][0]["preferredVersion"]["groupVersion"], "demo.k8s.io/v1beta1");
         assert_eq!(v["groups"][0]["versions"][1]["groupVersion"], "demo.k8s.io/v1alpha1");
+    }
+
+    /// Values from k8s.io/apiserver's `discovery.StorageVersionHash` on the same group, version and kind (Go:
+    /// `base64.StdEncoding.EncodeToString(sha256.Sum256([]byte("demo.k8s.io/v1alpha1/PodSet"))[:8])`), worked out
+    /// independently with Python's hashlib.
+    #[test]
+    fn storage_version_hash_is_k8s_apiservers_on_the_resource_in_every_version() {
+        assert_eq!(storage_version_hash(Version::V1alpha1), "Yd5hXh3MgaM=");
+        assert_eq!(storage_version_hash(Version::V1beta1), "jnZbWqzqWzc=");
+        for storage in Version::ALL {
+            let d = Discovery::build(storage);
+            for v in Version::ALL {
+                let list: serde_json::Value = serde_json::from_slice(&d.resource_lists[v.index()].body).unwrap();
+                let hashes: Vec<_> =
+                    list["resources"].as_array().unwrap().iter().map(|r| &r["storageVersionHash"]).collect();
+                assert_eq!(hashes[0], &serde_json::json!(storage_version_hash(storage)), "{v} on {storage}");
+                assert!(hashes[1..].iter().all(|h| h.is_null()), "subresources carry none: {hashes:?}");
+            }
+        }
     }
 }

@@ -101,11 +101,12 @@ impl Server {
         shutdown: CancellationToken,
     ) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
+        let discovery = discovery::Discovery::build(registry.storage_version());
         let app = Arc::new(App {
             registry,
             authenticator: cfg.authenticator,
             authorizer: cfg.authorizer,
-            discovery: discovery::Discovery::build(),
+            discovery,
             watch: WatchConfig {
                 bookmark_interval: cfg.bookmark_interval,
                 min_request_timeout: cfg.min_request_timeout,
