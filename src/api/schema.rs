@@ -30,7 +30,8 @@ fn retarget(doc: Map<String, Value>, version: Version) -> Map<String, Value> {
                 .to_string()
                 .replace("io.k8s.demo.v1alpha1.", &format!("io.k8s.demo.{v}."))
                 .replace(&format!("/apis/{GROUP}/v1alpha1"), &format!("/apis/{GROUP}/{v}"))
-                .replace("DemoV1alpha1", &format!("Demo{}", capitalized(v.as_str())));
+                .replace("DemoV1alpha1", &format!("Demo{}", capitalized(v.as_str())))
+                .replace("\"demoV1alpha1\"", &format!("\"demo{}\"", capitalized(v.as_str())));
             serde_json::from_str(&text).expect("a retargeted document is JSON")
         }
     };
@@ -42,8 +43,24 @@ fn retarget(doc: Map<String, Value>, version: Version) -> Map<String, Value> {
             props.remove("minReadySeconds");
         }
     }
+    // Applied to a map of definitions: from v1beta1 on, a selector is required (as apps/v1's), not defaulted.
+    if let Some(spec) = doc.get_mut(&format!("io.k8s.demo.{version}.PodSetSpec")).and_then(Value::as_object_mut) {
+        if version != Version::V1alpha1 {
+            let required = spec.entry("required").or_insert_with(|| json!([]));
+            if let Some(list) = required.as_array_mut().filter(|l| !l.contains(&json!("selector"))) {
+                list.push(json!("selector"));
+            }
+            if let Some(selector) = spec.get_mut("properties").and_then(|p| p.get_mut("selector")) {
+                selector["description"] = json!(SELECTOR_REQUIRED);
+            }
+        }
+    }
     doc
 }
+
+/// `spec.selector` as v1beta1 describes it (the types' doc comment is v1alpha1's, which defaults it).
+const SELECTOR_REQUIRED: &str = "Selector is a label query over Pods that should match the replica count. \
+    Required: it must match the template's labels, and it cannot change after creation.";
 
 fn capitalized(s: &str) -> String {
     let mut c = s.chars();
@@ -615,6 +632,28 @@ mod tests {
                 let ptr = target.trim_start_matches('#').replace("~1", "/");
                 assert!(doc.pointer(&ptr).is_some(), "dangling {target}");
             }
+        }
+    }
+
+    /// What each version requires and defaults, in its own words, under its own tag.
+    #[test]
+    fn each_version_says_what_it_requires_under_its_own_tag() {
+        let docs = [
+            (openapi_v2(), "/definitions", Version::V1alpha1),
+            (openapi_v2(), "/definitions", Version::V1beta1),
+            (openapi_v3(Version::V1alpha1), "/components/schemas", Version::V1alpha1),
+            (openapi_v3(Version::V1beta1), "/components/schemas", Version::V1beta1),
+        ];
+        for (doc, defs, v) in docs {
+            let spec = doc.pointer(&format!("{defs}/io.k8s.demo.{v}.PodSetSpec")).expect("spec");
+            let required = spec["required"].as_array().cloned().unwrap_or_default().contains(&json!("selector"));
+            let described = spec["properties"]["selector"]["description"].as_str().unwrap_or_default();
+            assert_eq!(required, v == Version::V1beta1, "{v}: {spec}");
+            assert_eq!(described.contains("Defaults to the template's labels"), v == Version::V1alpha1, "{v}");
+            assert_eq!(described.contains("Required"), v == Version::V1beta1, "{v}");
+            let path = format!("/paths/~1apis~1demo.k8s.io~1{v}~1namespaces~1{{namespace}}~1podsets~1{{name}}/get");
+            let get = doc.pointer(&path).expect("get");
+            assert_eq!(get["tags"], json!([format!("demo{}", capitalized(v.as_str()))]), "{v}");
         }
     }
 
