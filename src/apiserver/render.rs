@@ -42,6 +42,10 @@ pub fn value_response(status: StatusCode, out: Output, value: &Value) -> ApiResu
 /// One revision's Table row, serialized once and kept with the revision (as kube-apiserver's cachingObject keeps
 /// an object's serializations): the cells around Age, which alone depends on the time of asking, and where
 /// `metadata` sits in the stored JSON, so a row's object is spliced from the stored bytes, never re-serialized.
+///
+/// Kept with the stored object and used for every version: conversion touches only `apiVersion`,
+/// `spec.minReadySeconds` and its `v1alpha1` annotation, none of them a cell, so the cells are the same in every
+/// version; the metadata is the stored bytes' too in every version the object converts to by splicing.
 #[derive(Clone)]
 struct Row {
     /// `"web",3,2,1,`
@@ -49,7 +53,12 @@ struct Row {
     /// `,"web-a,web-b","app=web"`
     after_age: Box<[u8]>,
     created: Option<Timestamp>,
+    /// Where `metadata` sits in the stored bytes.
     metadata: Option<Range<usize>>,
+    /// The version the object is stored in.
+    stored_in: Version,
+    /// Whether every other version has it by splicing its `apiVersion` ([`Stored::converts_by_splicing`]).
+    splices: bool,
 }
 
 impl Row {
@@ -58,25 +67,35 @@ impl Row {
         let cells = cells(&value, Timestamp::UNIX_EPOCH);
         let join = |cells: &[Value]| cells.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
         let (before, after) = (join(&cells[..AGE_CELL]), join(&cells[AGE_CELL + 1..]));
-        #[derive(serde::Deserialize)]
-        struct Doc<'a> {
-            #[serde(borrow)]
-            metadata: Option<&'a RawValue>,
-        }
-        let bytes = obj.bytes();
-        let doc: Doc<'_> = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-        // RawValue borrows from `bytes`: its address gives its place in them.
-        let metadata = doc.metadata.map(|m| {
-            let start = m.get().as_ptr() as usize - bytes.as_ptr() as usize;
-            start..start + m.get().len()
-        });
         Ok(Row {
             before_age: format!("{before},").into_bytes().into(),
             after_age: if after.is_empty() { Box::default() } else { format!(",{after}").into_bytes().into() },
             created: created(&value),
-            metadata,
+            metadata: metadata_range(obj.bytes())?,
+            stored_in: obj.version(),
+            splices: obj.converts_by_splicing(),
         })
     }
+
+    /// Whether the object in `version` has the stored bytes' metadata (as [`Stored::to_version`] decides).
+    fn stored_metadata_in(&self, version: Version) -> bool {
+        self.stored_in == version || self.splices
+    }
+}
+
+/// Where `metadata` sits in an object's JSON.
+fn metadata_range(bytes: &[u8]) -> Result<Option<Range<usize>>, String> {
+    #[derive(serde::Deserialize)]
+    struct Doc<'a> {
+        #[serde(borrow)]
+        metadata: Option<&'a RawValue>,
+    }
+    let doc: Doc<'_> = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    // RawValue borrows from `bytes`: its address gives its place in them.
+    Ok(doc.metadata.map(|m| {
+        let start = m.get().as_ptr() as usize - bytes.as_ptr() as usize;
+        start..start + m.get().len()
+    }))
 }
 
 /// The row memo of a stored object, made at most once per revision.
@@ -89,17 +108,37 @@ fn row(obj: &Stored) -> ApiResult<std::borrow::Cow<'_, Row>> {
     }
 }
 
-/// `{"kind":"PartialObjectMetadata",...}` for a stored object, its metadata spliced from the stored bytes.
-fn put_partial_metadata(buf: &mut BytesMut, obj: &Stored, row: &Row) {
+/// `{"kind":"PartialObjectMetadata",...}` for a stored object in `version`, its metadata spliced from the stored
+/// bytes; converted first only when `minReadySeconds` moves between spec and an annotation.
+fn put_partial_metadata(buf: &mut BytesMut, obj: &Stored, row: &Row, version: Version) -> ApiResult<()> {
     buf.put_slice(br#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":"#);
-    match &row.metadata {
-        Some(r) => buf.put_slice(&obj.bytes()[r.clone()]),
-        None => buf.put_slice(b"{}"),
+    if row.stored_metadata_in(version) {
+        match &row.metadata {
+            Some(r) => buf.put_slice(&obj.bytes()[r.clone()]),
+            None => buf.put_slice(b"{}"),
+        }
+    } else {
+        let converted = obj.to_version(version)?;
+        let bytes = converted.bytes();
+        let unreadable = |e: String| ApiError::internal(format!("stored object {} is unreadable: {e}", obj.key()));
+        match metadata_range(bytes).map_err(unreadable)? {
+            Some(r) => buf.put_slice(&bytes[r]),
+            None => buf.put_slice(b"{}"),
+        }
     }
     buf.put_u8(b'}');
+    Ok(())
 }
 
-fn put_row(buf: &mut BytesMut, obj: &Stored, include: IncludeObject, now: Timestamp) -> ApiResult<()> {
+/// A row of `obj` as `version` has it: the cells and metadata from the stored object's memo, the object (for
+/// `includeObject=Object`) written in the version as a JSON list writes its items.
+fn put_row(
+    buf: &mut BytesMut,
+    obj: &Stored,
+    include: IncludeObject,
+    now: Timestamp,
+    version: Version,
+) -> ApiResult<()> {
     let row = row(obj)?;
     buf.put_slice(b"{\"cells\":[");
     buf.put_slice(&row.before_age);
@@ -110,11 +149,11 @@ fn put_row(buf: &mut BytesMut, obj: &Stored, include: IncludeObject, now: Timest
         IncludeObject::None => {}
         IncludeObject::Metadata => {
             buf.put_slice(b",\"object\":");
-            put_partial_metadata(buf, obj, &row);
+            put_partial_metadata(buf, obj, &row, version)?;
         }
         IncludeObject::Object => {
             buf.put_slice(b",\"object\":");
-            buf.put_slice(obj.bytes());
+            obj.put_in_version(buf, version)?;
         }
     }
     buf.put_u8(b'}');
@@ -152,21 +191,21 @@ fn head(v: &Value) -> Vec<u8> {
 /// The column definitions, the same in every Table: serialized once.
 static COLUMNS: LazyLock<Vec<u8>> = LazyLock::new(|| serde_json::to_vec(&columns()).unwrap_or_else(|_| b"[]".to_vec()));
 
-/// A Table of `items`, the rows spliced from their memos.
-fn table(meta: ListMeta, items: &[Stored], include: IncludeObject) -> ApiResult<Bytes> {
+/// A Table of stored `items` in `version`, the rows spliced from their memos.
+fn table(meta: ListMeta, items: &[Stored], include: IncludeObject, version: Version) -> ApiResult<Bytes> {
     let mut head = head(&json!({"apiVersion": "meta.k8s.io/v1", "kind": "Table", "metadata": meta}));
     head.pop();
     head.extend_from_slice(b",\"columnDefinitions\":");
     head.extend_from_slice(&COLUMNS);
     head.push(b'}');
     let now = Timestamp::now();
-    splice_list(&head, "rows", items, |buf, obj| put_row(buf, obj, include, now))
+    splice_list(&head, "rows", items, |buf, obj| put_row(buf, obj, include, now, version))
 }
 
-/// A Table of one object, as a watch event or a GET carries it.
-pub fn single_row_table(obj: &Stored, include: IncludeObject) -> ApiResult<Bytes> {
+/// A Table of one stored object in `version`, as a watch event or a GET carries it.
+pub fn single_row_table(obj: &Stored, include: IncludeObject, version: Version) -> ApiResult<Bytes> {
     let rv = Some(obj.resource_version()).filter(|rv| *rv > 0).map(|rv| rv.to_string());
-    table(ListMeta { resource_version: rv, ..Default::default() }, std::slice::from_ref(obj), include)
+    table(ListMeta { resource_version: rv, ..Default::default() }, std::slice::from_ref(obj), include, version)
 }
 
 /// A watch's BOOKMARK in Table form, as kube-apiserver's table conversion renders the bookmark object: one row
@@ -181,14 +220,17 @@ pub fn bookmark_table(
     let include =
         if initial_events_end && include == IncludeObject::Object { IncludeObject::Metadata } else { include };
     let meta = ListMeta { resource_version: Some(revision.to_string()), ..Default::default() };
-    table(meta, &[Stored::unstored(bookmark)], include)
+    let bookmark = Stored::unstored(bookmark);
+    // Already in the watch's version: rendered as it is.
+    let version = bookmark.version();
+    table(meta, &[bookmark], include, version)
 }
 
-/// A stored object as PartialObjectMetadata.
-pub fn partial_metadata(obj: &Stored) -> ApiResult<Bytes> {
+/// A stored object as PartialObjectMetadata, in `version`.
+pub fn partial_metadata(obj: &Stored, version: Version) -> ApiResult<Bytes> {
     let row = row(obj)?;
     let mut buf = BytesMut::with_capacity(obj.bytes().len());
-    put_partial_metadata(&mut buf, obj, &row);
+    put_partial_metadata(&mut buf, obj, &row, version)?;
     Ok(buf.freeze())
 }
 
@@ -200,12 +242,14 @@ pub fn object_response(
     include: IncludeObject,
     version: Version,
 ) -> ApiResult<Response> {
-    let obj = &obj.to_version(version)?;
     match out {
-        Output::Json | Output::Discovery(_) => Ok(bytes_response(status, JSON, obj.bytes().clone())),
-        Output::Yaml => Ok(bytes_response(status, YAML, yaml(&obj.to_value()?)?)),
-        Output::Table => Ok(bytes_response(status, JSON, single_row_table(obj, include)?)),
-        Output::Metadata => Ok(bytes_response(status, JSON, partial_metadata(obj)?)),
+        Output::Json | Output::Discovery(_) => {
+            Ok(bytes_response(status, JSON, obj.to_version(version)?.bytes().clone()))
+        }
+        Output::Yaml => Ok(bytes_response(status, YAML, yaml(&obj.to_version(version)?.to_value()?)?)),
+        // From the stored object, whose row memo serves every version.
+        Output::Table => Ok(bytes_response(status, JSON, single_row_table(obj, include, version)?)),
+        Output::Metadata => Ok(bytes_response(status, JSON, partial_metadata(obj, version)?)),
     }
 }
 
@@ -218,11 +262,11 @@ fn list_meta(page: &ListPage) -> ListMeta {
     }
 }
 
-/// A list in `version`: each item converted to it (a copy of the stored one when it is stored in it).
+/// A list in `version`: each item as that version has it. JSON, Table and PartialObjectMetadata are written from
+/// the stored items (their bytes, spliced, and their row memos, which serve every version); YAML converts them.
 pub fn list_response(out: Output, page: &ListPage, include: IncludeObject, version: Version) -> ApiResult<Response> {
     let meta = list_meta(page);
     let api_version = version.api_version();
-    let converted = || page.items.iter().map(|o| o.to_version(version)).collect::<Result<Vec<_>, _>>();
     match out {
         Output::Json | Output::Discovery(_) => {
             // Each item written in the version straight from its stored bytes.
@@ -231,17 +275,16 @@ pub fn list_response(out: Output, page: &ListPage, include: IncludeObject, versi
             Ok(bytes_response(StatusCode::OK, JSON, body))
         }
         Output::Yaml => {
-            let items = converted()?.iter().map(Stored::to_value).collect::<Result<Vec<_>, _>>()?;
+            let items = page.items.iter().map(|o| o.to_version(version)?.to_value()).collect::<Result<Vec<_>, _>>()?;
             let v = json!({"apiVersion": api_version, "kind": LIST_KIND, "metadata": meta, "items": items});
             value_response(StatusCode::OK, out, &v)
         }
-        Output::Table => Ok(bytes_response(StatusCode::OK, JSON, table(meta, &converted()?, include)?)),
+        Output::Table => Ok(bytes_response(StatusCode::OK, JSON, table(meta, &page.items, include, version)?)),
         Output::Metadata => {
             let head =
                 head(&json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta}));
-            let body = splice_list(&head, "items", &converted()?, |buf, obj| {
-                put_partial_metadata(buf, obj, &*row(obj)?);
-                Ok(())
+            let body = splice_list(&head, "items", &page.items, |buf, obj| {
+                put_partial_metadata(buf, obj, &*row(obj)?, version)
             })?;
             Ok(bytes_response(StatusCode::OK, JSON, body))
         }
@@ -302,25 +345,29 @@ mod tests {
             (IncludeObject::Object, Some(value.clone())),
         ] {
             let now = Timestamp::now();
-            let row = rows(&single_row_table(&obj, include).unwrap()).remove(0);
+            let row = rows(&single_row_table(&obj, include, Version::V1alpha1).unwrap()).remove(0);
             let mut want = json!({"cells": cells(&value, now)});
             if let Some(o) = object {
                 want["object"] = o;
             }
             assert_eq!(row, want, "{include:?}");
         }
-        let partial: Value = serde_json::from_slice(&partial_metadata(&obj).unwrap()).unwrap();
+        let partial: Value = serde_json::from_slice(&partial_metadata(&obj, Version::V1alpha1).unwrap()).unwrap();
         assert_eq!(partial, metadata);
     }
 
     #[test]
     fn a_row_is_made_once_per_revision_and_its_age_moves() {
         let obj = podset();
-        let first = rows(&table(ListMeta::default(), std::slice::from_ref(&obj), IncludeObject::None).unwrap());
+        let first = rows(
+            &table(ListMeta::default(), std::slice::from_ref(&obj), IncludeObject::None, Version::V1alpha1).unwrap(),
+        );
         assert!(obj.memo(|| -> Result<Row, String> { panic!("made twice") }).is_some());
         let age = first[0]["cells"][AGE_CELL].as_str().unwrap().to_owned();
         assert!(age.ends_with('d') || age.ends_with('y') || age.contains('d'), "{age}");
-        let many = table(ListMeta::default(), &[obj.clone(), obj.clone(), obj], IncludeObject::Metadata).unwrap();
+        let many =
+            table(ListMeta::default(), &[obj.clone(), obj.clone(), obj], IncludeObject::Metadata, Version::V1alpha1)
+                .unwrap();
         assert_eq!(rows(&many).len(), 3);
     }
 
@@ -345,8 +392,46 @@ mod tests {
     #[test]
     fn an_object_without_metadata_still_renders() {
         let obj = Stored::unstored(json!({"spec": {"replicas": 1}}));
-        let row = rows(&single_row_table(&obj, IncludeObject::Metadata).unwrap()).remove(0);
+        let row = rows(&single_row_table(&obj, IncludeObject::Metadata, Version::V1alpha1).unwrap()).remove(0);
         assert_eq!(row["object"]["metadata"], json!({}));
         assert_eq!(row["cells"][0], json!(""));
+    }
+
+    /// The rendering before rows were kept for every version: the item converted first, its row made from the
+    /// converted copy (whose memo is its own), and that copy's bytes.
+    fn converted_first(obj: &Stored, include: IncludeObject, version: Version) -> (Bytes, Bytes) {
+        let copy = obj.to_version(version).unwrap();
+        (single_row_table(&copy, include, version).unwrap(), partial_metadata(&copy, version).unwrap())
+    }
+
+    #[test]
+    fn rows_and_metadata_in_another_version_come_from_the_stored_memo_and_equal_a_converted_copys() {
+        let stored = |spec: Value, annotations: Value| {
+            let v = json!({"apiVersion": "demo.k8s.io/v1beta1", "kind": "PodSet",
+                "metadata": {"name": "web", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z",
+                             "annotations": annotations, "managedFields": [{"manager": "m", "operation": "Apply"}]},
+                "spec": spec, "status": {"replicas": 2, "readyReplicas": 1, "podNames": ["web-a"]}});
+            let obj = Stored::unstored(v.clone());
+            let mut alpha = v;
+            crate::api::conversion::convert_value(&mut alpha, Version::V1beta1, Version::V1alpha1);
+            [obj, Stored::unstored(alpha)]
+        };
+        let selector = json!({"matchLabels": {"app": "web"}});
+        let cases = [
+            stored(json!({"replicas": 3, "selector": selector}), json!({"x": "y"})),
+            // minReadySeconds moves into an annotation in v1alpha1: metadata differs between the versions.
+            stored(json!({"replicas": 3, "selector": selector, "minReadySeconds": 5}), json!({"x": "y"})),
+        ];
+        for obj in cases.iter().flatten() {
+            for version in Version::ALL {
+                for include in [IncludeObject::None, IncludeObject::Metadata, IncludeObject::Object] {
+                    // Byte for byte (the Age cell, in days here, is the same within the test).
+                    let ours =
+                        (single_row_table(obj, include, version).unwrap(), partial_metadata(obj, version).unwrap());
+                    assert_eq!(ours, converted_first(obj, include, version), "{version} {include:?}");
+                }
+            }
+            assert!(obj.memo(|| -> Result<Row, String> { panic!("made again") }).is_some(), "one memo, stored");
+        }
     }
 }

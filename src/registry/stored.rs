@@ -147,6 +147,14 @@ impl Stored {
         Some(rest)
     }
 
+    /// Whether every other version has this object by [`Stored::to_version`]'s splice (the stored bytes with only
+    /// the apiVersion changed, so with the same metadata and the same fields under it): what a Table row or
+    /// PartialObjectMetadata may take from the stored bytes in any version. Depends on the bytes alone, so a caller
+    /// may keep it with the revision.
+    pub fn converts_by_splicing(&self) -> bool {
+        self.splice_rest(self.version()).is_some()
+    }
+
     /// Appends the object as `version` has it to `buf` (a list's items): the stored bytes, spliced when they can be,
     /// with no copy of the object in between.
     pub fn put_in_version(&self, buf: &mut impl bytes::BufMut, version: Version) -> Result<()> {
