@@ -33,7 +33,8 @@ fn request_series(verb: &str, scope: &str, code: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_known_requests_with_kubernetes_names() {
-    let server = TestServer::start(&[]);
+    // Stored in v1beta1, so that requests in both versions are counted: v1alpha1's writes, v1beta1's reads.
+    let server = TestServer::start(&["--storage-version=v1beta1"]);
     let client = server.client();
     let get = |path: String| Request::get(path).body(vec![]).unwrap();
 
@@ -45,7 +46,7 @@ async fn metrics_count_known_requests_with_kubernetes_names() {
         let (status, _, _) = raw(&client, req.body(serde_json::to_vec(&podset(name, 0)).unwrap()).unwrap()).await;
         assert_eq!(status, 201);
     }
-    // A GET in the storage version (v1beta1) answers with the bytes as stored: what the history counts.
+    // A GET in the storage version (v1beta1 here) answers with the bytes as stored: what the history counts.
     let mut stored = 0;
     for name in ["a", "b", "c"] {
         stored += raw(&client, get(format!("{}/{name}", PODSETS.replace("v1alpha1", "v1beta1")))).await.2.len();

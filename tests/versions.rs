@@ -52,6 +52,19 @@ async fn metric(server: &TestServer, name: &str) -> f64 {
     line.unwrap_or_else(|| panic!("{name} missing:\n{metrics}")).parse::<f64>().unwrap()
 }
 
+/// Waits (up to 30 s) until the metric `name` reads `want`.
+async fn metric_reaches(server: &TestServer, name: &str, want: f64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let got = metric(server, name).await;
+        if got == want {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{name} is {got}, not {want}:\n{}", server.logs());
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_version_reads_and_writes_the_same_objects() {
     let server = TestServer::start(&[]);
@@ -289,12 +302,89 @@ async fn a_watch_in_each_version_sees_every_change_once_in_order() {
     assert_eq!(resumed, beta_events[3..], "the same events from there on");
 }
 
-/// Objects stored in v1alpha1 (by a server whose storage version was v1alpha1) stay readable after the storage
-/// version becomes v1beta1, and the migration pass at start rewrites them in v1beta1 (progress in its metrics);
-/// after it, writing them back unchanged changes nothing.
+/// Every write is validated in the version it was made in, whatever the storage version: a v1beta1 write of a
+/// negative `minReadySeconds`, or of v1alpha1's annotation, is refused by every verb as a v1beta1 create is (read
+/// in the storage version, v1alpha1's annotation would have stood for the field), and nothing is stored; through
+/// v1alpha1 the annotation is the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_write_is_validated_in_its_own_version_whatever_the_storage_version() {
+    let annotation = format!("metadata.annotations[{MIN_READY}]");
+    for storage in ["v1alpha1", "v1beta1"] {
+        let server = TestServer::start(&[&format!("--storage-version={storage}")]);
+        let client = server.client();
+        let (status, body) = send(&client, "POST", BETA, "application/json", beta("base")).await;
+        assert_eq!(status, 201, "{body}");
+        for (field, set, op) in [
+            (
+                "spec.minReadySeconds",
+                json!({"spec": {"minReadySeconds": -5}}),
+                json!({"op": "add", "path": "/spec/minReadySeconds", "value": -5}),
+            ),
+            (
+                annotation.as_str(),
+                json!({"metadata": {"annotations": {MIN_READY: "7"}}}),
+                json!({"op": "add", "path": "/metadata/annotations", "value": {MIN_READY: "7"}}),
+            ),
+        ] {
+            let change = |mut ps: Value| {
+                json_patch::merge(&mut ps, &set);
+                ps
+            };
+            let apply = "application/apply-patch+yaml";
+            let cases = [
+                ("create", "POST", BETA.to_owned(), "application/json", change(beta("new"))),
+                (
+                    "apply that creates",
+                    "PATCH",
+                    format!("{BETA}/applied?fieldManager=t"),
+                    apply,
+                    change(beta("applied")),
+                ),
+                (
+                    "update",
+                    "PUT",
+                    format!("{BETA}/base"),
+                    "application/json",
+                    change(read(&client, &format!("{BETA}/base")).await),
+                ),
+                ("merge patch", "PATCH", format!("{BETA}/base"), "application/merge-patch+json", set.clone()),
+                ("json patch", "PATCH", format!("{BETA}/base"), "application/json-patch+json", json!([op])),
+                ("apply", "PATCH", format!("{BETA}/base?fieldManager=t&force=true"), apply, change(beta("base"))),
+            ];
+            for (verb, method, path, content_type, body) in cases {
+                let (status, answer) = send(&client, method, &path, content_type, body).await;
+                assert_eq!(status, 422, "{verb} of {field} on storage {storage}: {answer}");
+                assert_eq!(answer["reason"], "Invalid", "{answer}");
+                let causes = answer["details"]["causes"].as_array().unwrap();
+                assert!(causes.iter().any(|c| c["field"] == field), "{verb} on storage {storage}: {answer}");
+            }
+        }
+        let base = read(&client, &format!("{BETA}/base")).await;
+        assert_eq!(base["spec"]["minReadySeconds"], 30, "nothing stored");
+        assert_eq!(base["metadata"]["generation"], 1, "nothing stored");
+        for name in ["new", "applied"] {
+            let (status, _, _) = raw(&client, Request::get(format!("{BETA}/{name}")).body(vec![]).unwrap()).await;
+            assert_eq!(status, 404, "{name} on storage {storage}");
+        }
+        // Through v1alpha1, its annotation is the field, by apply as by create.
+        let mut alpha = beta("old");
+        alpha["apiVersion"] = json!("demo.k8s.io/v1alpha1");
+        alpha["spec"].as_object_mut().unwrap().remove("minReadySeconds");
+        alpha["metadata"]["annotations"] = json!({MIN_READY: "7"});
+        let path = format!("{ALPHA}/old?fieldManager=t");
+        let (status, body) = send(&client, "PATCH", &path, "application/apply-patch+yaml", alpha).await;
+        assert_eq!(status, 201, "{body}");
+        assert_eq!(read(&client, &format!("{BETA}/old")).await["spec"]["minReadySeconds"], 7);
+    }
+}
+
+/// Objects stored in v1alpha1 (the default storage version) stay readable after the storage version becomes
+/// v1beta1, and the migration pass at start rewrites them in v1beta1 (progress in its metrics, counted over the
+/// whole store); after it, writing them back unchanged changes nothing. Back on the default (a rollback's first
+/// step), they are rewritten in v1alpha1 again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_stored_in_the_older_version_are_migrated() {
-    let mut old = TestServer::start(&["--storage-version=v1alpha1"]);
+    let mut old = TestServer::start(&[]);
     let client = old.client();
     let mut ps = beta("kept");
     ps["spec"]["minReadySeconds"] = json!(12);
@@ -305,16 +395,17 @@ async fn objects_stored_in_the_older_version_are_migrated() {
     let (_, _, stored) = raw(&client, Request::get(format!("{ALPHA}/kept")).body(vec![]).unwrap()).await;
     assert_eq!(json(&stored)["metadata"]["annotations"][MIN_READY], "12");
     assert_eq!(metric(&old, "podset_storage_history_bytes").await, stored.len() as f64, "kept as v1alpha1 JSON");
+    metric_reaches(&old, "podset_storage_version_objects{version=\"v1alpha1\"}", 1.0).await;
+    metric_reaches(&old, "podset_storage_migration_remaining", 0.0).await;
     old.terminate();
 
-    let new = TestServer::start_in(old.data_dir.clone(), None, vec!["--insecure-allow-all".into()]);
+    let args = |storage: &str| vec!["--insecure-allow-all".into(), format!("--storage-version={storage}")];
+    let mut new = TestServer::start_in(old.data_dir.clone(), None, args("v1beta1"));
     let client = new.client();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while metric(&new, "podset_storage_migration_migrated_total").await < 1.0 {
-        assert!(std::time::Instant::now() < deadline, "not migrated:\n{}", new.logs());
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    assert_eq!(metric(&new, "podset_storage_migration_remaining").await, 0.0);
+    metric_reaches(&new, "podset_storage_migration_migrated_total", 1.0).await;
+    metric_reaches(&new, "podset_storage_migration_remaining", 0.0).await;
+    metric_reaches(&new, "podset_storage_version_objects{version=\"v1beta1\"}", 1.0).await;
+    metric_reaches(&new, "podset_storage_version_objects{version=\"v1alpha1\"}", 0.0).await;
     assert!(new.log_contains("storage migration done"));
     let migrated = read(&client, &format!("{BETA}/kept")).await;
     assert_eq!(migrated["spec"]["minReadySeconds"], 12);
@@ -323,6 +414,16 @@ async fn objects_stored_in_the_older_version_are_migrated() {
     assert_eq!(status, 200, "{again}");
     assert_eq!(again["metadata"]["resourceVersion"], migrated["metadata"]["resourceVersion"], "now a no-op");
     assert_eq!(read(&client, &format!("{ALPHA}/kept")).await["metadata"]["annotations"][MIN_READY], "12");
+    new.terminate();
+
+    // Back on v1alpha1: rewritten in it, the field in its annotation, as a build that serves only v1alpha1 reads.
+    let back = TestServer::start_in(new.data_dir.clone(), None, args("v1alpha1"));
+    let client = back.client();
+    metric_reaches(&back, "podset_storage_version_objects{version=\"v1alpha1\"}", 1.0).await;
+    metric_reaches(&back, "podset_storage_migration_remaining", 0.0).await;
+    let (_, _, stored) = raw(&client, Request::get(format!("{ALPHA}/kept")).body(vec![]).unwrap()).await;
+    assert_eq!(json(&stored)["metadata"]["annotations"][MIN_READY], "12");
+    assert_eq!(metric(&back, "podset_storage_migration_migrated_total").await, 1.0, "rewritten once more");
 }
 
 #[test]
@@ -344,6 +445,35 @@ fn through_the_aggregator_kubectl_prefers_v1beta1_and_the_controller_counts_avai
         assert!(explain.contains("available"), "{explain}");
         let missing = c.kubectl_try(&["explain", "podsets.spec.minReadySeconds", "--api-version=demo.k8s.io/v1alpha1"]);
         assert!(missing.is_err(), "v1alpha1 has no spec.minReadySeconds: {missing:?}");
+        // v1beta1 requires a selector, v1alpha1 defaults it: each version's OpenAPI says so, and so kubectl.
+        let selector_line = |version: &str| {
+            let spec = c.kubectl(&["explain", "podsets.spec", &format!("--api-version=demo.k8s.io/{version}")]);
+            let line = spec.lines().find(|l| l.trim_start().starts_with("selector")).map(str::to_owned);
+            line.unwrap_or_else(|| panic!("no selector in {version}'s explain:\n{spec}"))
+        };
+        assert!(selector_line("v1beta1").contains("-required-"), "{}", selector_line("v1beta1"));
+        assert!(!selector_line("v1alpha1").contains("-required-"), "{}", selector_line("v1alpha1"));
+
+        // Discovery through the aggregator: one storageVersionHash for podsets in both versions, the storage
+        // version's (v1alpha1 by default), as k8s.io/apiserver computes it.
+        for version in ["v1beta1", "v1alpha1"] {
+            let list: Value =
+                serde_json::from_str(&c.kubectl(&["get", "--raw", &format!("/apis/demo.k8s.io/{version}")])).unwrap();
+            let hashes: Vec<&Value> =
+                list["resources"].as_array().unwrap().iter().map(|r| &r["storageVersionHash"]).collect();
+            assert_eq!(hashes, [&json!("Yd5hXh3MgaM="), &Value::Null, &Value::Null], "{version}: {list}");
+        }
+
+        // Stored in v1alpha1, a v1beta1 server-side apply is still validated as v1beta1: refused as a create is.
+        let bad = "apiVersion: demo.k8s.io/v1beta1\nkind: PodSet\nmetadata: {name: bad, namespace: default}\nspec:\n  minReadySeconds: -5\n  selector: {matchLabels: {app: bad}}\n  template:\n    metadata: {labels: {app: bad}}\n    spec: {containers: [{name: main, image: busybox}]}\n";
+        let path = std::env::temp_dir().join(format!("bad-podset-{}.yaml", std::process::id()));
+        std::fs::write(&path, bad).unwrap();
+        let file = path.to_str().unwrap();
+        let created = c.kubectl_try(&["create", "-f", file]).expect_err("create of minReadySeconds -5");
+        let applied = c.kubectl_try(&["apply", "--server-side", "-f", file]).expect_err("apply of minReadySeconds -5");
+        let cause = "spec.minReadySeconds: Invalid value: -5: must be greater than or equal to 0";
+        assert!(created.contains(cause) && applied.contains(cause), "create: {created}\napply: {applied}");
+        assert!(c.kubectl_try(&["get", "podsets", "bad"]).is_err(), "nothing stored");
 
         let watched = c.kubectl(&[
             "get",
@@ -455,27 +585,35 @@ fn by_name(list: &Value) -> std::collections::BTreeMap<String, Value> {
         .collect()
 }
 
-/// This build on a store the previous release wrote (what it served then in `served`): every object migrated to
-/// the storage version, read in v1alpha1 as that release served it (but its resourceVersion, as the migration
-/// rewrote it), in v1beta1 with the annotation as the field; still writable, a pending deletion finishing.
-async fn serves_what_the_previous_release_served(server: &TestServer, served: &str) {
+/// This build on a store the previous release wrote (what it served then in `served`), with the default storage
+/// version (v1alpha1: nothing to rewrite) or v1beta1 (`migrated`: every object rewritten in it): read in v1alpha1
+/// as that release served it (but the resourceVersion when the migration rewrote it), in v1beta1 with the
+/// annotation as the field; still writable, a pending deletion finishing.
+async fn serves_what_the_previous_release_served(server: &TestServer, served: &str, migrated: bool) {
     let client = server.client();
     let before =
         by_name(&serde_json::from_str(&std::fs::read_to_string(format!("{FIXTURE}/{served}")).unwrap()).unwrap());
     assert_eq!(before.len(), 7, "{before:#?}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while metric(server, "podset_storage_migration_migrated_total").await < before.len() as f64 {
-        assert!(std::time::Instant::now() < deadline, "not migrated:\n{}", server.logs());
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    assert_eq!(metric(server, "podset_storage_migration_remaining").await, 0.0);
+    let (storage, other) = if migrated { ("v1beta1", "v1alpha1") } else { ("v1alpha1", "v1beta1") };
+    metric_reaches(server, &format!("podset_storage_version_objects{{version=\"{storage}\"}}"), 7.0).await;
+    metric_reaches(server, &format!("podset_storage_version_objects{{version=\"{other}\"}}"), 0.0).await;
+    metric_reaches(server, "podset_storage_migration_remaining", 0.0).await;
+    let rewritten = metric(server, "podset_storage_migration_migrated_total").await;
+    assert_eq!(rewritten, if migrated { 7.0 } else { 0.0 });
 
     let alpha = by_name(&read(&client, "/apis/demo.k8s.io/v1alpha1/podsets").await);
     assert_eq!(alpha.keys().collect::<Vec<_>>(), before.keys().collect::<Vec<_>>());
     for (key, was) in &before {
         let now = &alpha[key];
-        assert_eq!(without_resource_version(now.clone()), without_resource_version(was.clone()), "{key} in v1alpha1");
-        assert_ne!(now["metadata"]["resourceVersion"], was["metadata"]["resourceVersion"], "{key}: migrated");
+        match migrated {
+            true => {
+                let (now, was) = (without_resource_version(now.clone()), without_resource_version(was.clone()));
+                assert_eq!(now, was, "{key} in v1alpha1");
+            }
+            false => assert_eq!(now, was, "{key} in v1alpha1: as stored, resourceVersion and all"),
+        }
+        let same_rv = now["metadata"]["resourceVersion"] == was["metadata"]["resourceVersion"];
+        assert_eq!(same_rv, !migrated, "{key}: rewritten only by a migration");
     }
     let betas = by_name(&read(&client, "/apis/demo.k8s.io/v1beta1/podsets").await);
     let slow = &betas["default/slow"];
@@ -504,7 +642,7 @@ async fn serves_what_the_previous_release_served(server: &TestServer, served: &s
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sled_store_of_the_previous_release_is_served_and_migrated() {
+async fn a_sled_store_of_the_previous_release_is_served_as_stored() {
     let dir = tempfile::tempdir().unwrap();
     let untar = std::process::Command::new("tar")
         .args(["-xzf", &format!("{FIXTURE}/sled.tar.gz"), "-C"])
@@ -513,7 +651,7 @@ async fn a_sled_store_of_the_previous_release_is_served_and_migrated() {
         .unwrap();
     assert!(untar.success());
     let server = TestServer::start_in(dir.path().to_owned(), None, vec!["--insecure-allow-all".into()]);
-    serves_what_the_previous_release_served(&server, "served-sled.json").await;
+    serves_what_the_previous_release_served(&server, "served-sled.json", false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -526,8 +664,12 @@ async fn an_etcd_store_of_the_previous_release_is_served_and_migrated() {
     for k in &keys {
         kv.put(k["key"].as_str().unwrap(), k["value"].as_str().unwrap(), None).await.unwrap();
     }
-    let args =
-        vec!["--insecure-allow-all".into(), "--storage-backend=etcd".into(), format!("--etcd-servers={}", etcd.url())];
+    let args = vec![
+        "--insecure-allow-all".into(),
+        "--storage-backend=etcd".into(),
+        format!("--etcd-servers={}", etcd.url()),
+        "--storage-version=v1beta1".into(),
+    ];
     let server = TestServer::start_in(dir.path().join("replica"), None, args);
-    serves_what_the_previous_release_served(&server, "served-etcd.json").await;
+    serves_what_the_previous_release_served(&server, "served-etcd.json", true).await;
 }

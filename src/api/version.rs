@@ -28,6 +28,10 @@ impl Version {
     };
     /// What discovery offers first, and what clients that name no version (`kubectl get podsets`) use.
     pub const PREFERRED: Version = Version::V1beta1;
+    /// What objects are stored in unless `--storage-version` says otherwise. Kube's rule for a new version: the
+    /// build that adds it serves it but keeps storing the older one, so that every build it runs beside during a
+    /// rolling upgrade, or rolls back to, reads what it writes; the next build may move the default.
+    pub const STORAGE: Version = Version::V1alpha1;
 
     pub const fn as_str(self) -> &'static str {
         match self {

@@ -32,6 +32,11 @@ pub struct BackupOptions {
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
     pub chunk_size: u32,
 
+    /// The version PodSets are written in. The default, v1alpha1, is the one every build reads, so a build rolled
+    /// back to restores it; every version holds every field (v1alpha1 keeps spec.minReadySeconds in an annotation).
+    #[arg(long, default_value_t = crate::api::Version::STORAGE, value_parser = clap::value_parser!(crate::api::Version))]
+    pub output_version: crate::api::Version,
+
     /// Kubeconfig of the main API server; in a cluster, the in-cluster config is used.
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
@@ -41,8 +46,8 @@ pub async fn run(opts: BackupOptions) -> anyhow::Result<()> {
     let client = super::options::client_from(opts.kubeconfig.as_deref(), true)
         .await?
         .context("no --kubeconfig and not in a cluster: nothing to back up from")?;
-    // In the preferred version, as `kubectl get podsets -A -o json` writes them; restore reads either.
-    let version = crate::api::Version::PREFERRED;
+    // As `kubectl get podsets.<version>.demo.k8s.io -A -o json` writes them; restore reads either.
+    let version = opts.output_version;
     let resource = ApiResource {
         group: GROUP.into(),
         version: version.as_str().into(),

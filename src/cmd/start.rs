@@ -105,6 +105,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
         "serving demo.k8s.io (v1beta1, v1alpha1) over HTTPS"
     );
     tokio::spawn(migrate_storage(registry.clone(), shutdown.clone()));
+    tokio::spawn(count_storage_versions(registry.clone(), shutdown.clone()));
 
     if let Some(client) = controller_client {
         opts.controller.spawn(registry, client, informers, opts.serving.namespace(), shutdown.clone());
@@ -137,6 +138,21 @@ async fn migrate_storage(registry: Registry, shutdown: CancellationToken) {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+        }
+    }
+}
+
+/// Keeps the whole store's count by stored version current: counted again a second after any change.
+async fn count_storage_versions(registry: Registry, shutdown: CancellationToken) {
+    let mut counted_at = None;
+    loop {
+        let revision = registry.current_revision();
+        if counted_at != Some(revision) && registry.count_storage_versions().await.is_ok() {
+            counted_at = Some(revision);
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
         }
     }
 }

@@ -96,6 +96,11 @@ pub struct NameLabel {
     pub name: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VersionLabel {
+    pub version: String,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn request_histogram() -> Histogram {
@@ -218,8 +223,10 @@ pub struct Metrics {
     pub storage_commit_duration: Histogram,
     /// Writes that shared one fsync.
     pub storage_commit_group_size: Histogram,
-    /// PodSets the storage migration has still to rewrite in the storage version.
+    /// PodSets in the whole store stored in another version than this server's storage version.
     pub storage_migration_remaining: Gauge,
+    /// PodSets in the whole store by the version each is stored in.
+    pub storage_version_objects: Family<VersionLabel, Gauge>,
     /// PodSets the storage migration rewrote.
     pub storage_migration_migrated: Counter,
 }
@@ -254,6 +261,7 @@ impl Metrics {
             storage_commit_duration: Histogram::new(exponential_buckets(0.0001, 2., 16)),
             storage_commit_group_size: Histogram::new(exponential_buckets(1., 2., 10)),
             storage_migration_remaining: Gauge::default(),
+            storage_version_objects: Family::default(),
             storage_migration_migrated: Counter::default(),
         }
     }
@@ -261,8 +269,14 @@ impl Metrics {
     fn register(&self, r: &mut Registry) {
         r.register(
             "podset_storage_migration_remaining",
-            "PodSets stored in another version than --storage-version that the migration pass has yet to rewrite.",
+            "PodSets in the whole store (every replica's writes) stored in another version than this server's \
+             --storage-version: what migration has yet to rewrite.",
             self.storage_migration_remaining.clone(),
+        );
+        r.register(
+            "podset_storage_version_objects",
+            "PodSets in the whole store (every replica's writes) by the version each is stored in.",
+            self.storage_version_objects.clone(),
         );
         r.register(
             "podset_storage_migration_migrated",

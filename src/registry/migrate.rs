@@ -1,7 +1,8 @@
 //! Storage migration, as kube-storage-version-migrator does it through the API: every PodSet stored in another
 //! version than the storage version is written again, unchanged, which stores it in the storage version. A pass
-//! reads the list anew, so a pass cut short is resumed by the next one; progress is the
-//! `podset_storage_migration_remaining` metric and the log.
+//! reads the list anew, so a pass cut short is resumed by the next one. Progress is the whole store's, counted from
+//! the cache (which holds every replica's writes): `podset_storage_migration_remaining` and
+//! `podset_storage_version_objects` ([`Registry::count_storage_versions`]), and the log.
 
 use super::error::{Error, Result};
 use super::key::PodSetKey;
@@ -10,7 +11,7 @@ use super::view::PODSET;
 use super::write::{Change, Write};
 use super::Registry;
 use crate::admission::WriteKind;
-use crate::api::{Operation, Subresource, UserInfo};
+use crate::api::{Operation, Subresource, UserInfo, Version};
 
 /// Who the migration's writes are made as (admission and the audit log see this user), and their field manager.
 pub const MIGRATOR: &str = "system:podset-storage-migrator";
@@ -36,12 +37,11 @@ impl Registry {
         let stale: Vec<PodSetKey> =
             page.items.iter().filter(|o| o.version() != self.storage_version).map(|o| o.key()).collect();
         let mut done = Migration::default();
-        metrics.storage_migration_remaining.set(stale.len() as i64);
         if stale.is_empty() {
             return Ok(done);
         }
         tracing::info!(objects = stale.len(), storage_version = %self.storage_version, "storage migration started");
-        for (i, key) in stale.iter().enumerate() {
+        for key in &stale {
             match self.migrate_one(key).await {
                 Ok(true) => {
                     done.migrated += 1;
@@ -57,7 +57,6 @@ impl Registry {
                     done.refused += 1;
                 }
             }
-            metrics.storage_migration_remaining.set((stale.len() - i - 1 + done.refused) as i64);
         }
         tracing::info!(
             migrated = done.migrated,
@@ -66,6 +65,25 @@ impl Registry {
             "storage migration done"
         );
         Ok(done)
+    }
+
+    /// PodSets in the whole store by the version each is stored in (by [`Version::index`]), as the cache holds
+    /// them now; also set as the metrics `podset_storage_version_objects` and, for this server's storage version,
+    /// `podset_storage_migration_remaining`.
+    pub async fn count_storage_versions(&self) -> Result<[usize; Version::ALL.len()]> {
+        let mut counts = [0; Version::ALL.len()];
+        // From the cache as it is (`resourceVersion=0`): no round trip to the store each time.
+        for o in self.list(ListRequest { resource_version: Some(0), ..Default::default() }).await?.items {
+            counts[o.version().index()] += 1;
+        }
+        let metrics = crate::metrics::global();
+        for v in Version::ALL {
+            let label = crate::metrics::VersionLabel { version: v.as_str().into() };
+            metrics.storage_version_objects.get_or_create(&label).set(counts[v.index()] as i64);
+        }
+        let others: usize = counts.iter().sum::<usize>() - counts[self.storage_version.index()];
+        metrics.storage_migration_remaining.set(others as i64);
+        Ok(counts)
     }
 
     /// Writes `key` again, unchanged, if it is stored in another version; `false` when it was not (any more).

@@ -51,9 +51,10 @@ pub struct StorageOptions {
     pub etcd_compaction_interval: Duration,
 
     /// The version PodSets are written in (demo.k8s.io/v1alpha1 or v1beta1). Objects stored in the other stay
-    /// readable and are rewritten in this one by a migration pass at start. To roll back to a release that serves
-    /// only v1alpha1, run with v1alpha1 until podset_storage_migration_remaining is 0.
-    #[arg(long, default_value = "v1beta1", value_parser = clap::value_parser!(crate::api::Version))]
+    /// readable and are rewritten in this one by a migration pass at start. v1alpha1, the default, is what builds
+    /// that serve only v1alpha1 read: keep it while any replica, or a build you may roll back to, is one of them.
+    /// Every replica on one store must have the same value.
+    #[arg(long, default_value = "v1alpha1", value_parser = clap::value_parser!(crate::api::Version))]
     pub storage_version: crate::api::Version,
 
     /// Directory of the embedded database (sled) and self-signed certificates.
