@@ -49,6 +49,20 @@ fn overlays_render_in_any_namespace_and_meet_the_restricted_standard() {
         let apiservice = find(&objects, "APIService", "v1alpha1.demo.k8s.io");
 
         let workload = workload_of(overlay, &objects);
+        // v1beta1's Service selects this build's Pods, and only Pods that say they serve v1beta1: an older build's
+        // Pods (which do not) never get its requests during a rolling upgrade.
+        let pod_labels = &workload["spec"]["template"]["metadata"]["labels"];
+        for (version, service) in [("v1alpha1", "podset-apiserver"), ("v1beta1", "podset-apiserver-v1beta1")] {
+            let apiservice = find(&objects, "APIService", &format!("{version}.demo.k8s.io"));
+            assert_eq!(apiservice["spec"]["service"]["name"], service, "{overlay}: {apiservice}");
+            let selector = &find(&objects, "Service", service)["spec"]["selector"];
+            assert!(
+                has_labels(pod_labels, selector),
+                "{overlay}: {service} selects {selector}, Pods have {pod_labels}"
+            );
+        }
+        let beta_selector = &find(&objects, "Service", "podset-apiserver-v1beta1")["spec"]["selector"];
+        assert_eq!(beta_selector["demo.k8s.io/serves-v1beta1"], "true", "{overlay}: {beta_selector}");
         let pod = &workload["spec"]["template"]["spec"];
         assert_restricted(overlay, pod);
         assert_operable(overlay, pod);
@@ -57,8 +71,11 @@ fn overlays_render_in_any_namespace_and_meet_the_restricted_standard() {
             // One certificate for every replica: HA takes cert-manager's too.
             _ => {
                 let certificate = find(&objects, "Certificate", "podset-apiserver-serving");
-                let svc = format!("podset-apiserver.{NAMESPACE}.svc");
-                assert_eq!(certificate["spec"]["dnsNames"][0], svc.as_str(), "{certificate}");
+                let names: Vec<String> = ["podset-apiserver", "podset-apiserver-v1beta1"]
+                    .iter()
+                    .flat_map(|s| [format!("{s}.{NAMESPACE}.svc"), format!("{s}.{NAMESPACE}.svc.cluster.local")])
+                    .collect();
+                assert_eq!(certificate["spec"]["dnsNames"], serde_json::json!(names), "{certificate}");
                 assert_eq!(
                     apiservice["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
                     format!("{NAMESPACE}/podset-apiserver-serving")

@@ -13,6 +13,7 @@ use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair,
 use crate::pki::Pki;
 use crate::process::Proc;
 use crate::sandbox::{assets_dir, free_port};
+use crate::SERVICES;
 use serde::Deserialize;
 
 use crate::{etcd, node, APISERVICE_YAML, NAMESPACE_YAML, NODE_IP, RBAC_YAML, REPLICA_IPS};
@@ -399,14 +400,18 @@ impl Cluster {
         (leaf.pem(), leaf_key.serialize_pem())
     }
 
-    /// Applies a selector-less Service + Endpoints pointing at our server, and
+    /// Applies selector-less Services + Endpoints pointing at our server (`podset-apiserver` for v1alpha1 and
+    /// `podset-apiserver-v1beta1` for v1beta1, as deploy/base/service.yaml has them), and
     /// deploy/base/apiservice.yaml with our CA, then waits for `Available=True`.
     fn register(&mut self) {
         let port = self.podset_addr.port();
-        let service = format!(
-            "apiVersion: v1\nkind: Service\nmetadata:\n  name: podset-apiserver\n  namespace: podset-system\nspec:\n  ports:\n  - name: https\n    port: 443\n    targetPort: {port}\n"
-        );
-        self.apply_text("service.yaml", &service);
+        let services: Vec<String> = SERVICES
+            .iter()
+            .map(|name| format!(
+                "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: podset-system\nspec:\n  ports:\n  - name: https\n    port: 443\n    targetPort: {port}\n"
+            ))
+            .collect();
+        self.apply_text("service.yaml", &services.join("---\n"));
         self.set_ready_replicas(&(0..self.replicas).collect::<Vec<_>>());
         // deploy/base/apiservice.yaml (one APIService per version) with the caBundle an overlay would add.
         let mut docs = Vec::new();

@@ -103,6 +103,9 @@ impl Pki {
             &[
                 "podset-apiserver.podset-system.svc",
                 "podset-apiserver.podset-system",
+                // v1beta1's APIService names a Service of its own (deploy/base/service.yaml).
+                "podset-apiserver-v1beta1.podset-system.svc",
+                "podset-apiserver-v1beta1.podset-system",
                 REPLICA_IPS[0],
                 REPLICA_IPS[1],
                 REPLICA_IPS[2],

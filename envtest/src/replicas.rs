@@ -116,10 +116,13 @@ impl Cluster {
         if !down.is_empty() {
             subset.push_str(&format!("\n  notReadyAddresses:{down}"));
         }
-        let endpoints = format!(
-            "apiVersion: v1\nkind: Endpoints\nmetadata:\n  name: podset-apiserver\n  namespace: podset-system\nsubsets:\n- ports:\n  - name: https\n    port: {port}{subset}\n"
-        );
-        self.apply_text("endpoints-ready.yaml", &endpoints);
+        let endpoints: Vec<String> = crate::SERVICES
+            .iter()
+            .map(|name| format!(
+                "apiVersion: v1\nkind: Endpoints\nmetadata:\n  name: {name}\n  namespace: podset-system\nsubsets:\n- ports:\n  - name: https\n    port: {port}{subset}\n"
+            ))
+            .collect();
+        self.apply_text("endpoints-ready.yaml", &endpoints.join("---\n"));
     }
 
     /// Kills podset-apiserver with SIGKILL and starts it again on the same data and port; its log carries on.

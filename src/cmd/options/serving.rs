@@ -72,10 +72,16 @@ pub struct ServingOptions {
 /// Where a Pod finds its namespace when the downward API does not say.
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
-/// The names a client may use for the Service `podset-apiserver` in `namespace`.
+/// The names a client may use for the Services in front of this server in `namespace`: `podset-apiserver`, and
+/// `podset-apiserver-v1beta1`, which v1beta1's APIService names (deploy/base/service.yaml).
 fn service_names(namespace: &str) -> Vec<String> {
-    let svc = format!("podset-apiserver.{namespace}");
-    vec![format!("{svc}.svc"), format!("{svc}.svc.cluster.local"), svc, "podset-apiserver".to_owned()]
+    ["podset-apiserver", "podset-apiserver-v1beta1"]
+        .into_iter()
+        .flat_map(|name| {
+            let svc = format!("{name}.{namespace}");
+            [format!("{svc}.svc"), format!("{svc}.svc.cluster.local"), svc, name.to_owned()]
+        })
+        .collect()
 }
 
 impl ServingOptions {
@@ -154,7 +160,11 @@ mod tests {
                 "podset-apiserver.ops.svc",
                 "podset-apiserver.ops.svc.cluster.local",
                 "podset-apiserver.ops",
-                "podset-apiserver"
+                "podset-apiserver",
+                "podset-apiserver-v1beta1.ops.svc",
+                "podset-apiserver-v1beta1.ops.svc.cluster.local",
+                "podset-apiserver-v1beta1.ops",
+                "podset-apiserver-v1beta1"
             ]
         );
     }
