@@ -17,7 +17,8 @@ use serde_json::{json, Value};
 fn backup(server: &TestServer, dir: &Path, name: &str) -> Value {
     let kubeconfig = server.write_kubeconfig(dir);
     let out = Command::new(assets_dir().join("kubectl"))
-        .args(["get", "podsets", "-A", "-o", "json", "--show-managed-fields", "--chunk-size=7"])
+        // In v1alpha1, as docs/install.md takes a backup before an upgrade: what every build restores.
+        .args(["get", "podsets.v1alpha1.demo.k8s.io", "-A", "-o", "json", "--show-managed-fields", "--chunk-size=7"])
         .arg(format!("--kubeconfig={}", kubeconfig.display()))
         .env("HOME", dir)
         .output()
@@ -105,7 +106,8 @@ fn backups_restore_into_either_backend_as_they_were() {
             let (dir, kubeconfig) = (tmp.path().to_owned(), sled.write_kubeconfig(tmp.path()));
             move || {
                 let out = Command::new(assets_dir().join("kubectl"))
-                    .args(["get", "podsets", "-A", "-o", "json", "--show-managed-fields", "--chunk-size=7"])
+                    // In v1alpha1, as docs/install.md takes a backup before an upgrade: what every build restores.
+        .args(["get", "podsets.v1alpha1.demo.k8s.io", "-A", "-o", "json", "--show-managed-fields", "--chunk-size=7"])
                     .arg(format!("--kubeconfig={}", kubeconfig.display()))
                     .env("HOME", &dir)
                     .output()
@@ -267,7 +269,17 @@ fn the_backup_subcommand_writes_what_kubectl_writes_and_restore_reads_it() {
         let by_us: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
         assert_eq!((&by_us["kind"], &by_us["apiVersion"]), (&json!("List"), &json!("v1")));
         assert_eq!(by_us["items"][0]["kind"], "PodSet");
+        // In v1alpha1, the version every build's restore reads; in v1beta1 when asked, and restore reads that too.
+        assert_eq!(by_us["items"][0]["apiVersion"], "demo.k8s.io/v1alpha1");
         assert_eq!(objects(&by_us), objects(&by_kubectl));
+        let beta = tmp.path().join("beta.json");
+        let out = ours(&["--to", beta.to_str().unwrap(), "--output-version=v1beta1"]);
+        assert!(out.status.success(), "{out:?}");
+        let in_beta: Value = serde_json::from_slice(&std::fs::read(&beta).unwrap()).unwrap();
+        assert_eq!(in_beta["items"][0]["apiVersion"], "demo.k8s.io/v1beta1");
+        assert_eq!(objects(&in_beta).keys().collect::<Vec<_>>(), objects(&by_us).keys().collect::<Vec<_>>());
+        let out = restore(&beta, &tmp.path().join("restored-beta"), &[]);
+        assert!(String::from_utf8_lossy(&out.stdout).contains("restored 24 PodSets"), "{out:?}");
 
         // Into a directory, the newest --keep kept, latest.json naming the newest.
         let dir = tmp.path().join("backups");
