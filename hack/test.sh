@@ -7,4 +7,7 @@ hack/install-build-deps.sh
 KUBEBUILDER_ASSETS="$(hack/install-test-assets.sh)"
 export KUBEBUILDER_ASSETS
 echo "test assets: $KUBEBUILDER_ASSETS" >&2
+# The last build that served only v1alpha1, for the rolling upgrade and rollback test (built once, cached).
+PODSET_OLD_RELEASE_BIN="$(hack/install-old-release.sh)"
+export PODSET_OLD_RELEASE_BIN
 cargo test --locked --workspace --lib --bins --tests "$@"

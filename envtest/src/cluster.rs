@@ -13,10 +13,9 @@ use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair,
 use crate::pki::Pki;
 use crate::process::Proc;
 use crate::sandbox::{assets_dir, free_port};
-use crate::SERVICES;
-use serde::Deserialize;
 
-use crate::{etcd, node, APISERVICE_YAML, NAMESPACE_YAML, NODE_IP, RBAC_YAML, REPLICA_IPS};
+use crate::aggregation::all_versions;
+use crate::{etcd, node, NAMESPACE_YAML, NODE_IP, RBAC_YAML, REPLICA_IPS};
 
 /// What a client straight at podset-apiserver presents.
 pub enum Credential<'a> {
@@ -44,6 +43,14 @@ pub struct Cluster {
     pub(crate) procs: Vec<Proc>,
     /// None when podset-apiserver is not run by the harness (deployed to the node instead).
     pub(crate) server: Option<ServerCommand>,
+    /// Per replica, the build it runs instead of `server` once replaced ([`Self::set_replica_server`]).
+    pub(crate) replica_server: Vec<Option<ServerCommand>>,
+    /// Per replica, the versions its build serves: a Service's Endpoints list only replicas serving its versions.
+    pub(crate) replica_versions: Vec<Vec<String>>,
+    /// The versions registered with the aggregator.
+    pub(crate) registered: Vec<String>,
+    /// The replicas the Endpoints list as ready.
+    pub(crate) ready: std::sync::Mutex<Vec<usize>>,
     pub(crate) apiserver_args: Vec<String>,
     /// How many podset-apiservers run; with more than one, they share the cluster's etcd.
     pub(crate) replicas: usize,
@@ -62,32 +69,43 @@ impl Cluster {
         Self::start_replicated(server, 1)
     }
 
-    /// `replicas` podset-apiservers (at most 3) on [`REPLICA_IPS`], the same port, behind one Service whose
-    /// Endpoints list them all (kube-apiserver runs with `--enable-aggregator-routing`, so it picks one per
-    /// request). With more than one they store PodSets in the cluster's etcd (`--storage-backend=etcd`) and elect a
+    /// `replicas` podset-apiservers (at most 3) on [`REPLICA_IPS`], the same port, behind the Services
+    /// deploy/base/apiservice.yaml names, whose Endpoints list them all (kube-apiserver runs with
+    /// `--enable-aggregator-routing`, so it picks one per request). With more than one they store PodSets in the cluster's etcd (`--storage-backend=etcd`) and elect a
     /// leader for the controller.
     pub fn start_replicated(server: ServerCommand, replicas: usize) -> Self {
-        Self::start_with(Some(server), replicas, false, Vec::new())
+        Self::start_with(Some(server), replicas, false, Vec::new(), all_versions())
     }
 
     /// [`Self::start_replicated`] with replica `i` storing PodSets at `etcd_servers[i]` (an etcd of its own, not
     /// kube-apiserver's) when given.
     pub fn start_replicated_on(server: ServerCommand, replicas: usize, etcd_servers: Vec<String>) -> Self {
+        Self::start_replicated_serving(server, replicas, etcd_servers, &all_versions())
+    }
+
+    /// [`Self::start_replicated_on`] with a build that serves only `versions` (an older release): only their
+    /// APIServices are registered.
+    pub fn start_replicated_serving(
+        server: ServerCommand,
+        replicas: usize,
+        etcd_servers: Vec<String>,
+        versions: &[String],
+    ) -> Self {
         assert!((1..=REPLICA_IPS.len()).contains(&replicas));
-        Self::start_with(Some(server), replicas, false, etcd_servers)
+        Self::start_with(Some(server), replicas, false, etcd_servers, versions.to_vec())
     }
 
     /// [`Self::start`] with a node ([`node`]): the PodSets' Pods are scheduled, pulled from the images imported
     /// into containerd, and run. Takes about half a minute more.
     pub fn start_with_node(server: ServerCommand) -> Self {
-        Self::start_with(Some(server), 1, true, Vec::new())
+        Self::start_with(Some(server), 1, true, Vec::new(), all_versions())
     }
 
     /// The control plane and a node, without podset-apiserver: for deploying it to the node as an admin would
     /// (deploy/, with an image given to [`Self::import_image`]). The node has one 1 Gi PersistentVolume for the
     /// server's claim, as a cluster's storage class would make it.
     pub fn start_node_only() -> Self {
-        let cluster = Self::start_with(None, 0, true, Vec::new());
+        let cluster = Self::start_with(None, 0, true, Vec::new(), Vec::new());
         cluster.add_local_volume("podset-apiserver-data");
         cluster
     }
@@ -120,7 +138,13 @@ impl Cluster {
         env
     }
 
-    fn start_with(server: Option<ServerCommand>, replicas: usize, with_node: bool, etcd_servers: Vec<String>) -> Self {
+    fn start_with(
+        server: Option<ServerCommand>,
+        replicas: usize,
+        with_node: bool,
+        etcd_servers: Vec<String>,
+        versions: Vec<String>,
+    ) -> Self {
         assert!(replicas <= REPLICA_IPS.len() && (replicas > 0) == server.is_some());
         let assets = assets_dir();
         let mut needed = vec!["etcd", "kube-apiserver", "kube-controller-manager", "kubectl"];
@@ -144,6 +168,10 @@ impl Cluster {
             pki,
             procs: Vec::new(),
             server,
+            replica_server: vec![None; replicas],
+            replica_versions: vec![versions; replicas],
+            registered: Vec::new(),
+            ready: std::sync::Mutex::new((0..replicas).collect()),
             apiserver_args: Vec::new(),
             replicas,
             etcd_url: String::new(),
@@ -336,20 +364,6 @@ impl Cluster {
         self.procs.iter().find(|p| p.name == name).map(|p| p.child.id())
     }
 
-    /// Whether kube-apiserver reports our APIServices (one per version) `Available`.
-    pub fn apiservice_available(&self) -> bool {
-        ["v1beta1.demo.k8s.io", "v1alpha1.demo.k8s.io"].iter().all(|name| {
-            self.kubectl_try(&[
-                "get",
-                "apiservice",
-                name,
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"Available\")].status}",
-            ])
-            .is_ok_and(|s| s == "True")
-        })
-    }
-
     /// Kills the process called `name` with SIGKILL, waits for it, and hands it back (its log kept).
     pub(crate) fn kill_proc(&mut self, name: &str) -> Option<Proc> {
         let at = self.procs.iter().position(|p| p.name == name)?;
@@ -398,38 +412,6 @@ impl Cluster {
         let leaf_key = KeyPair::generate().unwrap();
         let leaf = p.signed_by(&leaf_key, &issuer).unwrap();
         (leaf.pem(), leaf_key.serialize_pem())
-    }
-
-    /// Applies selector-less Services + Endpoints pointing at our server (`podset-apiserver` for v1alpha1 and
-    /// `podset-apiserver-v1beta1` for v1beta1, as deploy/base/service.yaml has them), and
-    /// deploy/base/apiservice.yaml with our CA, then waits for `Available=True`.
-    fn register(&mut self) {
-        let port = self.podset_addr.port();
-        let services: Vec<String> = SERVICES
-            .iter()
-            .map(|name| format!(
-                "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: podset-system\nspec:\n  ports:\n  - name: https\n    port: 443\n    targetPort: {port}\n"
-            ))
-            .collect();
-        self.apply_text("service.yaml", &services.join("---\n"));
-        self.set_ready_replicas(&(0..self.replicas).collect::<Vec<_>>());
-        // deploy/base/apiservice.yaml (one APIService per version) with the caBundle an overlay would add.
-        let mut docs = Vec::new();
-        for doc in serde_yaml::Deserializer::from_str(APISERVICE_YAML) {
-            let mut apiservice = serde_yaml::Value::deserialize(doc).expect("deploy/base/apiservice.yaml");
-            apiservice["spec"]["caBundle"] = self.pki.b64("podset-ca.crt").into();
-            docs.push(serde_yaml::to_string(&apiservice).expect("YAML"));
-        }
-        self.apply_text("apiservice.yaml", &docs.join("---\n"));
-        self.wait_for("the APIServices of demo.k8s.io to be Available", Duration::from_secs(120), |c| {
-            c.apiservice_available()
-        });
-        // Available comes from one controller, the proxy route from another: wait until requests get through.
-        self.wait_for("kube-apiserver to proxy demo.k8s.io", Duration::from_secs(60), |c| {
-            ["v1beta1", "v1alpha1"]
-                .iter()
-                .all(|v| c.kubectl_try(&["get", "--raw", &format!("/apis/demo.k8s.io/{v}")]).is_ok())
-        });
     }
 
     fn start_controller_manager(&mut self, assets: &Path, with_node: bool) {

@@ -10,6 +10,7 @@
 //! ([`node`]: containerd, runc, CNI, kubelet, kube-scheduler, kube-proxy), so they run.
 #![allow(clippy::missing_panics_doc)]
 
+mod aggregation;
 mod cluster;
 pub mod etcd;
 mod kubectl;
@@ -26,8 +27,6 @@ pub const NODE_IP: &str = "10.250.0.10";
 /// Where each replica of podset-apiserver listens when several run ([`Cluster::start_replicated`]): the first is
 /// [`NODE_IP`].
 pub const REPLICA_IPS: [&str; 3] = [NODE_IP, "10.250.0.11", "10.250.0.12"];
-/// The Services the APIServices name (deploy/base/service.yaml): every replica serves both versions here.
-const SERVICES: [&str; 2] = ["podset-apiserver", "podset-apiserver-v1beta1"];
 const REPLICA_NAMES: [&str; 3] = ["podset-apiserver", "podset-apiserver-2", "podset-apiserver-3"];
 /// Where each replica reaches kube-apiserver when several run: an address of its own, so a test can cut one
 /// replica from the main API server alone (iptables on the destination).

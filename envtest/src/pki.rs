@@ -96,22 +96,14 @@ impl Pki {
         let (pc_pem, pc_key, pc_params) = make_ca("podset-apiserver-ca").unwrap();
         write("podset-ca.crt", &pc_pem);
         let pc = Issuer::new(pc_params, &pc_key);
-        let (c, k) = leaf(
-            &pc,
-            "podset-apiserver.podset-system.svc",
-            &[],
-            &[
-                "podset-apiserver.podset-system.svc",
-                "podset-apiserver.podset-system",
-                // v1beta1's APIService names a Service of its own (deploy/base/service.yaml).
-                "podset-apiserver-v1beta1.podset-system.svc",
-                "podset-apiserver-v1beta1.podset-system",
-                REPLICA_IPS[0],
-                REPLICA_IPS[1],
-                REPLICA_IPS[2],
-            ],
-            true,
-        );
+        // Every Service deploy/base/apiservice.yaml names: kube-apiserver checks the name of the one it dials.
+        let mut names: Vec<String> = crate::aggregation::services()
+            .iter()
+            .flat_map(|s| [format!("{s}.podset-system.svc"), format!("{s}.podset-system")])
+            .collect();
+        names.extend(REPLICA_IPS.map(String::from));
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let (c, k) = leaf(&pc, "podset-apiserver.podset-system.svc", &[], &names, true);
         write("podset.crt", &c);
         write("podset.key", &k);
 

@@ -1,8 +1,9 @@
 //! A child process of the cluster, its output kept in memory for a failing test.
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// A child process whose output is kept in memory and printed if the test fails.
 pub(crate) struct Proc {
@@ -37,6 +38,20 @@ impl Proc {
 
     pub(crate) fn log(&self) -> String {
         self.log.lock().unwrap().clone()
+    }
+
+    /// SIGTERM, then SIGKILL if it has not exited within `grace`; its exit status if it exited in time.
+    pub(crate) fn terminate(&mut self, grace: Duration) -> Option<ExitStatus> {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.kill();
+        None
     }
 
     /// SIGKILL, as a crash or a lost node would, and the exit reaped.

@@ -8,16 +8,18 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 
 use crate::process::Proc;
-use crate::{Cluster, Credential, APISERVER_ROUTES, REPLICA_IPS, REPLICA_NAMES};
+use crate::{Cluster, Credential, ServerCommand, APISERVER_ROUTES, REPLICA_IPS, REPLICA_NAMES};
 
 impl Cluster {
     fn start_podset_apiserver(&mut self) {
         self.start_replica(0);
     }
 
-    /// Starts replica `i` (0 is the only one unless the cluster is replicated) on its address and the shared port.
+    /// Starts replica `i` (0 is the only one unless the cluster is replicated) on its address and the shared port,
+    /// with its build ([`Self::set_replica_server`]) or the cluster's.
     pub fn start_replica(&mut self, i: usize) {
-        let cmd = self.server.as_ref().expect("podset-apiserver is deployed, not run by the harness");
+        let cmd = self.replica_server[i].as_ref().or(self.server.as_ref());
+        let cmd = cmd.expect("podset-apiserver is deployed, not run by the harness");
         let p = |n| self.pki.path(n);
         let data_dir = match i {
             0 => self.dir.path().join("podset-data"),
@@ -59,6 +61,28 @@ impl Cluster {
         self.dead.push(old);
     }
 
+    /// Stops replica `i` as a rolling update stops a Pod: SIGTERM, then SIGKILL if it has not exited within `grace`.
+    /// Its exit status if it exited in time; its log is kept for a failing test.
+    pub fn stop_replica(&mut self, i: usize, grace: Duration) -> Option<std::process::ExitStatus> {
+        let at = self.procs.iter().position(|p| p.name == REPLICA_NAMES[i]).expect("running");
+        let mut p = self.procs.remove(at);
+        let status = p.terminate(grace);
+        self.dead.push(p);
+        status
+    }
+
+    /// From its next start on, replica `i` runs `server`, a build serving `versions` (another release's, in a
+    /// rolling upgrade or rollback). The Endpoints change when [`Self::set_ready_replicas`] next writes them.
+    pub fn set_replica_server(&mut self, i: usize, server: ServerCommand, versions: &[String]) {
+        self.replica_server[i] = Some(server);
+        self.replica_versions[i] = versions.to_vec();
+    }
+
+    /// The versions replica `i`'s build serves.
+    pub fn replica_versions(&self, i: usize) -> &[String] {
+        &self.replica_versions[i]
+    }
+
     /// How replica `i`'s process ended, if it exited on its own (not killed here), with its log.
     pub fn replica_exit(&mut self, i: usize) -> Option<(std::process::ExitStatus, String)> {
         let p = self.procs.iter_mut().find(|p| p.name == REPLICA_NAMES[i])?;
@@ -96,33 +120,6 @@ impl Cluster {
     pub fn replica_named(identity: &str) -> Option<usize> {
         // Longest name first: "podset-apiserver-2_..." also starts with "podset-apiserver".
         (0..REPLICA_NAMES.len()).rev().find(|&i| identity.starts_with(&format!("{}_", REPLICA_NAMES[i])))
-    }
-
-    /// Lists only these replicas in the Service's Endpoints (the others as not ready), as the endpoints
-    /// controller does once a pod fails its readiness probe.
-    pub fn set_ready_replicas(&self, ready: &[usize]) {
-        let port = self.podset_addr.port();
-        let list = |want: bool| -> String {
-            (0..self.replicas)
-                .filter(|i| ready.contains(i) == want)
-                .map(|i| format!("\n  - ip: {}", REPLICA_IPS[i]))
-                .collect()
-        };
-        let (up, down) = (list(true), list(false));
-        let mut subset = String::new();
-        if !up.is_empty() {
-            subset.push_str(&format!("\n  addresses:{up}"));
-        }
-        if !down.is_empty() {
-            subset.push_str(&format!("\n  notReadyAddresses:{down}"));
-        }
-        let endpoints: Vec<String> = crate::SERVICES
-            .iter()
-            .map(|name| format!(
-                "apiVersion: v1\nkind: Endpoints\nmetadata:\n  name: {name}\n  namespace: podset-system\nsubsets:\n- ports:\n  - name: https\n    port: {port}{subset}\n"
-            ))
-            .collect();
-        self.apply_text("endpoints-ready.yaml", &endpoints.join("---\n"));
     }
 
     /// Kills podset-apiserver with SIGKILL and starts it again on the same data and port; its log carries on.

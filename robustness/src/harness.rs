@@ -16,11 +16,16 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tokio_util::sync::CancellationToken;
 
-use crate::failpoint::{etcd_route, inject, plan, sh, EtcdCluster, Fault};
+use crate::failpoint::{etcd_route, inject, plan, rollout, sh, EtcdCluster, Fault, Rollout};
 use crate::model::history::in_namespace;
-use crate::model::history::{History, ReplicaExit, ReplicaStart, Settled, Time, AGGREGATOR, NEVER};
+use crate::model::history::{
+    AfterRollback, Build, History, ReplicaExit, ReplicaStart, Settled, Time, AGGREGATOR, NEVER,
+};
 use crate::record::{compactor, EtcdRecord};
-use crate::traffic::{census, key_of, replica_route, sampler, watcher, Client, Informer, Recorder, Route, NAMESPACES};
+use crate::traffic::{
+    census, key_of, podset, prober, replica_route, sampler, watcher, Client, Informer, Recorder, Route, Serving,
+    VersionClient, NAMESPACES, VERSIONS_NAMESPACE,
+};
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -44,6 +49,8 @@ pub struct Options {
     pub compaction: Option<Duration>,
     /// Some of a replica's faults come with one of etcd's at the same time.
     pub overlap: bool,
+    /// Start on an older release instead, upgrade every replica to `server` and roll back, under the traffic.
+    pub rollout: Option<Rollout>,
 }
 
 impl Options {
@@ -63,6 +70,22 @@ impl Options {
             min_answered: 200,
             compaction: Some(Duration::from_secs(10)),
             overlap: false,
+            rollout: None,
+        }
+    }
+
+    /// Three replicas on `old`, the release before v1beta1, replaced one at a time by `server` (this build), held
+    /// there, then rolled back one at a time, as docs/install.md gives it; no faults, but the replacements.
+    pub fn upgrade(seed: u64, server: ServerCommand, old: ServerCommand) -> Self {
+        Self {
+            replicas: 3,
+            faults: 0,
+            fixed: Vec::new(),
+            // No drawn faults: the replacements set the run's length.
+            fault_window: Duration::ZERO,
+            min_answered: 1_000,
+            rollout: Some(Rollout { old, every: Duration::from_secs(12), hold: Duration::from_secs(20) }),
+            ..Self::short(seed, server)
         }
     }
 
@@ -147,7 +170,51 @@ pub struct Run {
     pub history: History,
     /// (kind, what happened when) of each fault.
     pub faults: Vec<(&'static str, String)>,
+    /// What happened when, for each replacement of a rollout.
+    pub replacements: Vec<String>,
     pub took: Duration,
+}
+
+/// What a rollback left: whether a namespace with PodSets, deleted, goes away (an APIService left without a server
+/// fails kube-controller-manager's discovery, and every deletion stalls), and the APIServices of demo.k8s.io.
+fn after_rollback(c: &Cluster, rec: &Recorder) -> AfterRollback {
+    let namespace = "after-rollback";
+    c.kubectl(&["create", "namespace", namespace]);
+    let podsets: Vec<String> = (0..2)
+        .map(|i| serde_json::to_string(&podset(namespace, &format!("ps-{i}"), "after-rollback", 1)).unwrap())
+        .collect();
+    c.apply_text("after-rollback.yaml", &podsets.join("\n---\n"));
+    let deleted = rec.now();
+    c.kubectl(&["delete", "namespace", namespace, "--wait=false"]);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let gone = loop {
+        if c.kubectl_try(&["get", "namespace", namespace]).is_err_and(|e| e.contains("NotFound")) {
+            break Some(rec.now());
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let conditions = c
+        .kubectl_try(&[
+            "get",
+            "namespace",
+            namespace,
+            "-o",
+            "jsonpath={range .status.conditions[*]}{.type}={.status}: {.message}{\"\\n\"}{end}",
+        ])
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let apiservices = c
+        .kubectl(&["get", "apiservices", "-o", "jsonpath={.items[*].metadata.name}"])
+        .split_whitespace()
+        .filter(|n| n.ends_with(".demo.k8s.io"))
+        .map(str::to_owned)
+        .collect();
+    AfterRollback { namespace: namespace.into(), deleted, gone, conditions, apiservices }
 }
 
 /// Runs the cluster, the traffic and the faults of `opts.seed`, and returns the history. Inside the namespace.
@@ -173,15 +240,26 @@ pub fn run(opts: &Options) -> Run {
                 .join(",")
         })
         .collect();
-    let mut server = opts.server.clone();
     // The harness compacts etcd, behind its record; the servers do not. Caches keep all of a run's history, so
     // each begins where its process read the store (or where it reloaded after etcd compacted past it), and a
-    // watch from later must never be told 410.
-    server.args.extend(
-        ["--etcd-compaction-interval=0", "--watch-history-seconds=3600", "--watch-history-max-bytes=1073741824"]
-            .map(Into::into),
-    );
-    let mut c = Cluster::start_replicated_on(server, opts.replicas, servers);
+    // watch from later must never be told 410. The release before v1beta1 has these flags too.
+    let with_history = |command: &ServerCommand| {
+        let mut command = command.clone();
+        command.args.extend(
+            ["--etcd-compaction-interval=0", "--watch-history-seconds=3600", "--watch-history-max-bytes=1073741824"]
+                .map(Into::into),
+        );
+        command
+    };
+    let server = with_history(&opts.server);
+    let old = opts.rollout.as_ref().map(|r| with_history(&r.old));
+    assert!(old.is_none() || opts.faults == 0, "a rollout's replacements are its only faults");
+    let mut c = match &old {
+        Some(old) => {
+            Cluster::start_replicated_serving(old.clone(), opts.replicas, servers, &rollout::versions(Build::Old))
+        }
+        None => Cluster::start_replicated_on(server.clone(), opts.replicas, servers),
+    };
     c.wait_for("a controller leader", Duration::from_secs(60), |c| c.controller_leader().is_some());
 
     let admin = c.client_cert("ca", "robustness", Some("system:masters"));
@@ -195,7 +273,8 @@ pub fn run(opts: &Options) -> Run {
         let main = kube::Client::try_from(config).expect("client");
         routes.push(Route { name: AGGREGATOR.into(), client: main.clone() });
         let namespaces: Api<Namespace> = Api::all(main.clone());
-        for ns in &NAMESPACES[1..] {
+        let versions = old.is_some().then_some(VERSIONS_NAMESPACE);
+        for ns in NAMESPACES[1..].iter().copied().chain(versions) {
             let body = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).unwrap();
             namespaces.create(&Default::default(), &body).await.expect("a namespace for the clients");
         }
@@ -213,8 +292,16 @@ pub fn run(opts: &Options) -> Run {
         ),
         compactions: Mutex::default(),
         defragmentations: Mutex::default(),
+        version_answers: Mutex::default(),
+        rollout: Mutex::default(),
     });
+    // Which routes serve v1beta1 as the rollout goes; in a run of one build, the version client and prober do not
+    // run.
+    let serving = Arc::new(Serving::new(routes.len()));
     let stop = CancellationToken::new();
+    // If the run panics (a rollout step that cannot register v1beta1, say), the traffic stops as the stack unwinds,
+    // so the runtime can shut down; left running, the clients would go on calling a cluster that is gone.
+    let _stop_on_unwind = stop.clone().drop_guard();
     let mut tasks = Vec::new();
     for id in 0..opts.clients {
         let mut client = Client {
@@ -239,6 +326,7 @@ pub fn run(opts: &Options) -> Run {
     // An informer on every route, for the whole run: every namespace or one; through the aggregator metadata
     // only, as kube-controller-manager's garbage collector and quota controller watch.
     let informers_stop = CancellationToken::new();
+    let _informers_stop_on_unwind = informers_stop.clone().drop_guard();
     let mut informers = Vec::new();
     for (k, route) in routes.iter().enumerate() {
         let aggregator = route.name == AGGREGATOR;
@@ -270,6 +358,21 @@ pub fn run(opts: &Options) -> Run {
     let podsets: Api<PodSet> = Api::all(main.clone());
     let pods: Api<Pod> = Api::all(main.clone());
     tasks.push(rt.spawn(sampler(podsets.clone(), pods.clone(), rec.clone(), stop.clone())));
+    if old.is_some() {
+        for k in 0..routes.len() {
+            let rng = StdRng::seed_from_u64(opts.seed ^ ((k as u64 + 400) << 32));
+            tasks.push(rt.spawn(prober(k, routes.clone(), serving.clone(), rec.clone(), rng, stop.clone())));
+        }
+        let id = opts.clients + opts.watchers + routes.len();
+        let rng = StdRng::seed_from_u64(opts.seed ^ (500 << 32));
+        let mut client = VersionClient::new(id, routes.clone(), serving.clone(), rec.clone(), rng);
+        let stop = stop.clone();
+        tasks.push(rt.spawn(async move {
+            while !stop.is_cancelled() {
+                client.step().await;
+            }
+        }));
+    }
 
     let mut faults = Vec::new();
     for p in plan(opts) {
@@ -279,6 +382,21 @@ pub fn run(opts: &Options) -> Run {
         for done in inject(&mut c, &mut etcd, &rt, &rec, p) {
             faults.push((done.kind, format!("{:>6.1}s: {}", at.as_secs_f64(), done.what)));
         }
+    }
+    let mut replacements = Vec::new();
+    if let (Some(r), Some(old)) = (&opts.rollout, &old) {
+        let steps = rollout::plan(opts.replicas);
+        for (n, (replica, build)) in steps.iter().copied().enumerate() {
+            // The first step back waits out the hold with every replica on this build.
+            let back = n > 0 && build == Build::Old && steps[n - 1].1 == Build::New;
+            std::thread::sleep(if back { r.hold } else { r.every });
+            let at = rec.start.elapsed();
+            let command = if build == Build::New { &server } else { old };
+            let done = rollout::replace(&mut c, &rt, &rec, &routes, &serving, replica, build, command);
+            replacements.push(format!("{:>6.1}s: {}", at.as_secs_f64(), done.what));
+        }
+        // Traffic on the old release again.
+        std::thread::sleep(r.every);
     }
     // Traffic on a healed system for a while, then quiet until it settles.
     std::thread::sleep((opts.fault_window + Duration::from_secs(10)).saturating_sub(rec.start.elapsed()));
@@ -347,6 +465,8 @@ pub fn run(opts: &Options) -> Run {
         .filter(|(marker, s)| s.ret != NEVER || marker.as_deref().is_none_or(|m| made.contains(m)))
         .map(|(_, s)| s.clone())
         .collect();
+    // Once etcd's record is read: the namespace's PodSets are no client's calls.
+    let after_rollback = opts.rollout.as_ref().map(|_| after_rollback(&c, &rec));
     // A replica that exited on its own is not running any more: nothing restarts it here, as a kubelet would.
     let replica_exits = (0..opts.replicas)
         .filter_map(|i| {
@@ -372,8 +492,12 @@ pub fn run(opts: &Options) -> Run {
         defragmentations: std::mem::take(&mut *rec.defragmentations.lock().unwrap()),
         record_gap,
         record_until,
+        rollout: std::mem::take(&mut *rec.rollout.lock().unwrap()),
+        version_answers: std::mem::take(&mut *rec.version_answers.lock().unwrap()),
+        stored: record.stored(),
+        after_rollback,
     };
     drop(c);
     drop(etcd);
-    Run { history, faults, took: started.elapsed() }
+    Run { history, faults, replacements, took: started.elapsed() }
 }

@@ -10,8 +10,8 @@ use rand::rngs::StdRng;
 use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
-use crate::model::history::{Change, Compaction, Defragmentation};
-use crate::traffic::{Recorder, MARKER};
+use crate::model::history::{Change, Compaction, Defragmentation, StoredForm};
+use crate::traffic::{Recorder, MARKER, MIN_READY_SECONDS};
 
 /// Where PodSets live in etcd (`--etcd-prefix` /registry).
 pub(crate) const ETCD_PREFIX: &str = "/registry/demo.k8s.io/podsets/";
@@ -20,22 +20,31 @@ pub(crate) const ETCD_PREFIX: &str = "/registry/demo.k8s.io/podsets/";
 #[derive(Default)]
 pub(crate) struct EtcdRecord {
     pub(crate) changes: Mutex<Vec<Change>>,
+    pub(crate) stored: Mutex<Vec<StoredForm>>,
     pub(crate) reached: AtomicU64,
     /// Set when etcd compacted away a revision not yet read: the record has a hole and the run proves nothing.
     pub(crate) incomplete: Mutex<Option<String>>,
 }
 
-fn change(ev: &etcd_client::Event) -> Option<Change> {
+fn change(ev: &etcd_client::Event) -> Option<(Change, Option<StoredForm>)> {
     let kv = ev.kv()?;
     let key = String::from_utf8_lossy(kv.key()).trim_start_matches(ETCD_PREFIX).to_owned();
-    let marker = match ev.event_type() {
-        etcd_client::EventType::Delete => None,
+    let resource_version = kv.mod_revision() as u64;
+    let (marker, stored) = match ev.event_type() {
+        etcd_client::EventType::Delete => (None, None),
         etcd_client::EventType::Put => {
             let v: serde_json::Value = serde_json::from_slice(kv.value()).unwrap_or_default();
-            Some(v["metadata"]["annotations"][MARKER].as_str().unwrap_or_default().to_owned())
+            let annotation = v["metadata"]["annotations"][MIN_READY_SECONDS].as_str().and_then(|s| s.parse().ok());
+            let stored = StoredForm {
+                resource_version,
+                key: key.clone(),
+                api_version: v["apiVersion"].as_str().unwrap_or_default().to_owned(),
+                min_ready_seconds: v["spec"]["minReadySeconds"].as_i64().or(annotation),
+            };
+            (Some(v["metadata"]["annotations"][MARKER].as_str().unwrap_or_default().to_owned()), Some(stored))
         }
     };
-    Some(Change { resource_version: kv.mod_revision() as u64, key, marker })
+    Some((Change { resource_version, key, marker }, stored))
 }
 
 impl EtcdRecord {
@@ -77,10 +86,12 @@ impl EtcdRecord {
                 return;
             }
             let mut changes = self.changes.lock().unwrap();
+            let mut stored = self.stored.lock().unwrap();
             for ev in resp.events() {
-                if let Some(c) = change(ev) {
+                if let Some((c, s)) = change(ev) {
                     self.reached.fetch_max(c.resource_version, Ordering::SeqCst);
                     changes.push(c);
+                    stored.extend(s);
                 }
             }
         }
@@ -104,6 +115,13 @@ impl EtcdRecord {
         let mut changes = std::mem::take(&mut *self.changes.lock().unwrap());
         changes.sort_by_key(|c| c.resource_version);
         Ok(changes)
+    }
+
+    /// How each change was stored, once [`Self::finish`] has read them all.
+    pub(crate) fn stored(&self) -> Vec<StoredForm> {
+        let mut stored = std::mem::take(&mut *self.stored.lock().unwrap());
+        stored.sort_by_key(|s| s.resource_version);
+        stored
     }
 }
 

@@ -36,6 +36,10 @@ pub struct Report {
     pub compactions: usize,
     pub defragmentations: usize,
     pub cache_reloads: usize,
+    /// A rolling upgrade's and rollback's replacements, and the objects whose apiVersion and kind were checked
+    /// against the version their URL named.
+    pub replacements: usize,
+    pub version_objects: usize,
     /// Keys the search gave up on: a failure, since a bug could hide there.
     pub undecided: Vec<String>,
     /// (what, the smallest piece of history that shows it).
@@ -82,6 +86,13 @@ impl fmt::Display for Report {
             "  {} lists told 410; etcd compacted {} times, {} members defragmented, {} caches reloaded",
             self.reads_told_410, self.compactions, self.defragmentations, self.cache_reloads
         )?;
+        if self.replacements > 0 || self.version_objects > 0 {
+            writeln!(
+                f,
+                "  rolling upgrade and rollback: {} replacements; {} objects' apiVersion checked against their URL's",
+                self.replacements, self.version_objects
+            )?;
+        }
         if !self.undecided.is_empty() {
             writeln!(
                 f,

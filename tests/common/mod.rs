@@ -312,3 +312,19 @@ pub fn static_binary() -> PathBuf {
     eprintln!("static build: {:.0}s", started.elapsed().as_secs_f64());
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
+
+/// The release before demo.k8s.io/v1beta1 (1e229b9), for rolling upgrades and rollbacks:
+/// `PODSET_OLD_RELEASE_BIN`, or `hack/install-old-release.sh`'s build of it (once, into the test-asset cache).
+#[allow(dead_code)] // not every test binary runs it
+pub fn old_release_binary() -> PathBuf {
+    if let Some(bin) = std::env::var_os("PODSET_OLD_RELEASE_BIN") {
+        return bin.into();
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("hack/install-old-release.sh");
+    let out = Command::new(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+    assert!(out.status.success(), "hack/install-old-release.sh failed ({:?}); its output is above", out.status);
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}

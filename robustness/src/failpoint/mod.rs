@@ -14,8 +14,10 @@ use crate::traffic::{replica_route, Recorder};
 
 pub mod disk;
 pub mod etcd_cluster;
+pub mod rollout;
 
 pub use etcd_cluster::EtcdCluster;
+pub use rollout::Rollout;
 
 /// A pause outlasts the controller's Lease (15 s) and the server's request timeout (30 s).
 const PAUSE: Duration = Duration::from_secs(32);

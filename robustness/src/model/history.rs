@@ -201,7 +201,8 @@ impl Operation {
     }
 }
 
-fn secs(t: Time) -> String {
+/// A time for the report: seconds since the run started.
+pub(crate) fn secs(t: Time) -> String {
     if t == NEVER {
         "never".into()
     } else {
@@ -446,6 +447,85 @@ pub struct History {
     /// judged.
     #[serde(default)]
     pub record_until: Option<u64>,
+    /// A rolling upgrade's and rollback's replacements, in order; empty in runs of one build.
+    #[serde(default)]
+    pub rollout: Vec<RolloutStep>,
+    /// The objects answers carried, with the version their URL named.
+    #[serde(default)]
+    pub version_answers: Vec<VersionAnswer>,
+    /// How each change etcd recorded (a deletion's excepted) was stored.
+    #[serde(default)]
+    pub stored: Vec<StoredForm>,
+    /// What a rollback to the release that serves only v1alpha1 left.
+    #[serde(default)]
+    pub after_rollback: Option<AfterRollback>,
+}
+
+/// A build a replica runs in a rolling upgrade and rollback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Build {
+    /// The release before demo.k8s.io/v1beta1: it serves only v1alpha1.
+    Old,
+    /// This build: v1beta1 and v1alpha1.
+    New,
+}
+
+/// One replacement: the replica stopped (SIGTERM, out of the Endpoints first) at `at` and started on `build`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RolloutStep {
+    pub replica: usize,
+    pub build: Build,
+    pub at: Time,
+    /// When it answered `/readyz` again, and was listed in the Endpoints; None if it never did.
+    pub ready: Option<Time>,
+    /// On the first step back to the old build: each replica's `podset_storage_version_objects{version="v1beta1"}`
+    /// just before v1beta1's APIService was deleted (None: the replica did not report it).
+    #[serde(default)]
+    pub v1beta1_objects: Option<Vec<Option<u64>>>,
+}
+
+/// One answer whose objects were read as JSON, apiVersion and kind included.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionAnswer {
+    pub route: String,
+    pub at: Time,
+    /// The version the URL named (`v1alpha1`, `v1beta1`).
+    pub asked: String,
+    /// The call: `list`, `watch`, `get <key>`, `patch <key>`, ...
+    pub call: String,
+    pub objects: Vec<ServedObject>,
+}
+
+/// An object in an answer: the answer itself, a list's item, or a watch event's object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServedObject {
+    /// `the list`, `item <key>`, `ADDED <key>`, `<key>`.
+    pub what: String,
+    pub api_version: String,
+    pub kind: String,
+}
+
+/// A change's stored form, as etcd holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredForm {
+    pub resource_version: u64,
+    pub key: Key,
+    pub api_version: String,
+    /// `spec.minReadySeconds`, or v1alpha1's annotation that carries it.
+    pub min_ready_seconds: Option<i64>,
+}
+
+/// After the rollback: a namespace with PodSets deleted, and the aggregator's APIServices of demo.k8s.io.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AfterRollback {
+    pub namespace: String,
+    pub deleted: Time,
+    /// When it was gone; None if it was still there when the run stopped waiting.
+    pub gone: Option<Time>,
+    /// Its status conditions then (NamespaceDeletionDiscoveryFailure, ...).
+    pub conditions: Vec<String>,
+    /// The APIServices of demo.k8s.io, by name.
+    pub apiservices: Vec<String>,
 }
 
 /// A PodSet once the faults were over and the system had time to settle.

@@ -15,13 +15,16 @@ use serde_json::json;
 
 use crate::model::history::{
     group_of, Compaction, Defragmentation, Operation, PodCount, ReadFrom, ReplicaStart, ReplicasSet, Request, Response,
-    Seen, Watch, ANSWER_WITHIN, GROUP_LABEL, NEVER,
+    RolloutStep, Seen, VersionAnswer, Watch, ANSWER_WITHIN, GROUP_LABEL, NEVER,
 };
 
 mod census;
+mod versions;
 mod watch;
 
 pub(crate) use census::{census, sampler};
+pub(crate) use podset_apiserver::api::conversion::MIN_READY_SECONDS;
+pub(crate) use versions::{prober, Serving, VersionClient, VERSIONS_NAMESPACE};
 pub(crate) use watch::{watcher, Informer};
 
 /// The annotation each client write sets to a value of its own.
@@ -49,6 +52,8 @@ pub(crate) struct Recorder {
     pub(crate) replica_starts: Mutex<Vec<ReplicaStart>>,
     pub(crate) compactions: Mutex<Vec<Compaction>>,
     pub(crate) defragmentations: Mutex<Vec<Defragmentation>>,
+    pub(crate) version_answers: Mutex<Vec<VersionAnswer>>,
+    pub(crate) rollout: Mutex<Vec<RolloutStep>>,
 }
 
 impl Recorder {

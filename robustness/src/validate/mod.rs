@@ -4,6 +4,7 @@
 pub mod controller;
 pub mod linearizability;
 pub mod truth;
+pub mod versions;
 pub mod watch;
 
 use crate::model::history::{History, Response, WatchEnd, WatchStart};
@@ -55,6 +56,8 @@ pub fn check(history: &History) -> Report {
         history.operations.iter().filter(|o| matches!(o.response, Response::Expired { .. })).count();
     report.compactions = history.compactions.len();
     report.defragmentations = history.defragmentations.len();
+    report.replacements = history.rollout.len();
+    report.version_objects = history.version_answers.iter().map(|a| a.objects.len()).sum();
     report.cache_reloads = history.replica_starts.iter().filter(|s| s.answers_from.is_some()).count();
     let watches = &history.watches;
     report.watches = watches.len();
@@ -86,7 +89,9 @@ pub fn check(history: &History) -> Report {
     report.violations.extend(truth::check_resource_versions(history));
     report.violations.extend(progress(history));
     report.violations.extend(replicas_ran_on(history));
+    report.violations.extend(versions::check(history));
     if !history.changes.is_empty() {
+        report.violations.extend(versions::check_stored(history));
         let timeline = truth::Timeline::new(&history.changes);
         report.violations.extend(truth::check_acknowledged_writes(history, &timeline));
         report.violations.extend(truth::check_changes_explained(history));
