@@ -107,7 +107,15 @@ fn backups_restore_into_either_backend_as_they_were() {
             move || {
                 let out = Command::new(assets_dir().join("kubectl"))
                     // In v1alpha1, as docs/install.md takes a backup before an upgrade: what every build restores.
-        .args(["get", "podsets.v1alpha1.demo.k8s.io", "-A", "-o", "json", "--show-managed-fields", "--chunk-size=7"])
+                    .args([
+                        "get",
+                        "podsets.v1alpha1.demo.k8s.io",
+                        "-A",
+                        "-o",
+                        "json",
+                        "--show-managed-fields",
+                        "--chunk-size=7",
+                    ])
                     .arg(format!("--kubeconfig={}", kubeconfig.display()))
                     .env("HOME", &dir)
                     .output()
