@@ -80,10 +80,22 @@ pub struct SelfSigned {
     pub key: PathBuf,
 }
 
-/// Makes (once) a CA and a serving certificate signed by it for `hosts`, under `dir`. Reuses them if present.
+/// Makes (once) a CA and a serving certificate signed by it for `hosts`, under `dir`. Reuses them if present; one
+/// made for fewer hosts (by a build before a Service was added) is kept, since its CA may be pinned in an
+/// APIService and its key is not kept to sign another, and the missing names are logged.
 pub fn ensure_self_signed(dir: &Path, hosts: &[String]) -> Result<SelfSigned, TlsError> {
     let out = SelfSigned { ca: dir.join("ca.crt"), cert: dir.join("tls.crt"), key: dir.join("tls.key") };
     if out.ca.exists() && out.cert.exists() && out.key.exists() {
+        let missing = missing_names(&out.cert, hosts);
+        if !missing.is_empty() {
+            tracing::warn!(
+                certificate = %out.cert.display(),
+                ?missing,
+                "the self-signed serving certificate does not name these hosts: an APIService that verifies it \
+                 through one of them fails; delete the directory to have a new CA and certificate made, then pin the \
+                 new CA, or use a certificate of your own (--tls-cert-file)"
+            );
+        }
         return Ok(out);
     }
     std::fs::create_dir_all(dir).map_err(|source| TlsError::Write { path: dir.into(), source })?;
@@ -352,6 +364,29 @@ impl ClientCa {
     }
 }
 
+/// The `hosts` the certificate in `path` does not name (all of them when it cannot be read).
+fn missing_names(path: &Path, hosts: &[String]) -> Vec<String> {
+    use x509_parser::extensions::GeneralName;
+    let named: Vec<String> = read_certs(path)
+        .ok()
+        .and_then(|certs| {
+            let (_, parsed) = x509_parser::parse_x509_certificate(certs.first()?.as_ref()).ok()?;
+            let sans = parsed.subject_alternative_name().ok().flatten()?;
+            let names = sans.value.general_names.iter().filter_map(|n| match n {
+                GeneralName::DNSName(d) => Some((*d).to_owned()),
+                GeneralName::IPAddress(ip) => match ip.len() {
+                    4 => Some(std::net::Ipv4Addr::from(<[u8; 4]>::try_from(*ip).ok()?).to_string()),
+                    16 => Some(std::net::Ipv6Addr::from(<[u8; 16]>::try_from(*ip).ok()?).to_string()),
+                    _ => None,
+                },
+                _ => None,
+            });
+            Some(names.collect())
+        })
+        .unwrap_or_default();
+    hosts.iter().filter(|h| !named.contains(h)).cloned().collect()
+}
+
 pub fn subject(cert: &CertificateDer<'_>) -> Option<Subject> {
     let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
     let name = parsed.subject();
@@ -363,6 +398,20 @@ pub fn subject(cert: &CertificateDer<'_>) -> Option<Subject> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_self_signed_certificate_is_kept_and_the_names_it_lacks_are_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let old_hosts = vec!["podset-apiserver.ns.svc".to_owned(), "10.0.0.1".to_owned()];
+        let made = ensure_self_signed(dir.path(), &old_hosts).unwrap();
+        let cert = std::fs::read(&made.cert).unwrap();
+        assert_eq!(missing_names(&made.cert, &old_hosts), Vec::<String>::new());
+        let new_hosts = [old_hosts.clone(), vec!["podset-apiserver-v1beta1.ns.svc".to_owned()]].concat();
+        let kept = ensure_self_signed(dir.path(), &new_hosts).unwrap();
+        assert_eq!(std::fs::read(&kept.cert).unwrap(), cert, "kept: its CA may be pinned");
+        assert_eq!(missing_names(&kept.cert, &new_hosts), ["podset-apiserver-v1beta1.ns.svc"]);
+        assert_eq!(missing_names(&dir.path().join("none.crt"), &old_hosts), old_hosts, "unreadable: none named");
+    }
 
     fn params(min: Option<&str>, suites: &[&str]) -> Result<TlsParams, String> {
         TlsParams::new(min, &suites.iter().map(|s| s.to_string()).collect::<Vec<_>>()).map_err(|e| e.to_string())
