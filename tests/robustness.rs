@@ -9,24 +9,36 @@ use common::cluster::in_namespace;
 use podset_envtest::ServerCommand;
 use podset_robustness::{self as robustness, harness};
 
+/// `ROBUSTNESS_SEED`, else 1.
+fn seed() -> u64 {
+    std::env::var("ROBUSTNESS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(1)
+}
+
+fn this_build() -> ServerCommand {
+    ServerCommand { program: common::BIN.into(), args: Vec::new() }
+}
+
+/// Keeps the run's history if `ROBUSTNESS_HISTORY` names a file, prints the report with what the run did to the
+/// replicas (`what`: its `moves`), and requires it to find nothing.
+fn checked<'a>(run: &harness::Run, seed: u64, what: &str, moves: impl Iterator<Item = &'a str>) {
+    if let Some(file) = std::env::var_os("ROBUSTNESS_HISTORY") {
+        std::fs::write(file, serde_json::to_vec(&run.history).unwrap()).unwrap();
+    }
+    let report = robustness::check(&run.history);
+    let moves = moves.collect::<Vec<_>>().join("\n  ");
+    eprintln!("seed {seed} took {:.0} s; {what}:\n  {moves}\n{report}", run.took.as_secs_f64());
+    assert!(report.ok(), "{report}");
+}
+
 #[test]
 fn short_form_under_faults_keeps_every_guarantee() {
     in_namespace("short_form_under_faults_keeps_every_guarantee", || {
         // One seed for CI, so a red run replays (the long form, podset-robustness, draws many); its timings
         // still differ from run to run.
-        let seed = std::env::var("ROBUSTNESS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
-        let opts = harness::Options::short(seed, ServerCommand { program: common::BIN.into(), args: Vec::new() });
+        let seed = seed();
+        let opts = harness::Options::short(seed, this_build());
         let run = harness::run(&opts);
-        if let Some(file) = std::env::var_os("ROBUSTNESS_HISTORY") {
-            std::fs::write(file, serde_json::to_vec(&run.history).unwrap()).unwrap();
-        }
-        let report = robustness::check(&run.history);
-        eprintln!(
-            "seed {seed} took {:.0} s; faults:\n  {}\n{report}",
-            run.took.as_secs_f64(),
-            run.faults.iter().map(|f| f.1.as_str()).collect::<Vec<_>>().join("\n  ")
-        );
-        assert!(report.ok(), "{report}");
+        checked(&run, seed, "faults", run.faults.iter().map(|f| f.1.as_str()));
         assert_eq!(run.faults.len(), opts.faults);
         // The run did work under its faults (the checker fails one with too few answers): watches saw events.
         assert!(run.history.watches.iter().any(|w| w.items.len() > 5), "no watch saw events");
@@ -42,21 +54,11 @@ fn short_form_under_faults_keeps_every_guarantee() {
 #[test]
 fn rolling_upgrade_from_the_v1alpha1_release_and_back_keeps_every_guarantee() {
     in_namespace("rolling_upgrade_from_the_v1alpha1_release_and_back_keeps_every_guarantee", || {
-        let seed = std::env::var("ROBUSTNESS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
+        let seed = seed();
         let old = ServerCommand { program: common::old_release_binary(), args: Vec::new() };
-        let opts =
-            harness::Options::upgrade(seed, ServerCommand { program: common::BIN.into(), args: Vec::new() }, old);
+        let opts = harness::Options::upgrade(seed, this_build(), old);
         let run = harness::run(&opts);
-        if let Some(file) = std::env::var_os("ROBUSTNESS_HISTORY") {
-            std::fs::write(file, serde_json::to_vec(&run.history).unwrap()).unwrap();
-        }
-        let report = robustness::check(&run.history);
-        eprintln!(
-            "seed {seed} took {:.0} s; replacements:\n  {}\n{report}",
-            run.took.as_secs_f64(),
-            run.replacements.join("\n  ")
-        );
-        assert!(report.ok(), "{report}");
+        checked(&run, seed, "replacements", run.replacements.iter().map(String::as_str));
         assert_eq!(run.history.rollout.len(), 2 * opts.replicas);
         // spec.minReadySeconds went in through v1beta1 and was stored, so the old release's writes had one to keep.
         let beta_writes =
@@ -71,7 +73,7 @@ fn rolling_upgrade_from_the_v1alpha1_release_and_back_keeps_every_guarantee() {
 /// Lease); about a minute each.
 fn planted_bug_is_caught(test: &str, bug: &str, named: &[&str]) {
     in_namespace(test, || {
-        let opts = harness::Options::planted(1, ServerCommand { program: common::BIN.into(), args: Vec::new() }, bug);
+        let opts = harness::Options::planted(1, this_build(), bug);
         let run = harness::run(&opts);
         let report = robustness::check(&run.history);
         eprintln!("planted {bug}: {report}");
