@@ -78,11 +78,6 @@ impl Cluster {
         self.replica_versions[i] = versions.to_vec();
     }
 
-    /// The versions replica `i`'s build serves.
-    pub fn replica_versions(&self, i: usize) -> &[String] {
-        &self.replica_versions[i]
-    }
-
     /// How replica `i`'s process ended, if it exited on its own (not killed here), with its log.
     pub fn replica_exit(&mut self, i: usize) -> Option<(std::process::ExitStatus, String)> {
         let p = self.procs.iter_mut().find(|p| p.name == REPLICA_NAMES[i])?;
