@@ -291,14 +291,7 @@ impl Client {
                 let Response::Object(s) = self.call(&route, req, async { object(api.get(&name).await) }).await else {
                     return;
                 };
-                let condition = json!({
-                    "type": "RobustnessProbe", "status": "True", "reason": "Probe", "message": marker,
-                    "lastTransitionTime": "2026-01-01T00:00:00Z",
-                });
-                let patch = json!({
-                    "metadata": {"resourceVersion": s.resource_version.to_string()},
-                    "status": {"conditions": [condition]},
-                });
+                let patch = status_patch(s.resource_version, &marker);
                 let req = Request::Status { key, precondition: Some(s.resource_version) };
                 let pp = PatchParams::default();
                 self.call(&route, req, async { object(api.patch_status(&name, &pp, &Patch::Merge(&patch)).await) })
@@ -429,6 +422,16 @@ async fn list(api: &Api<PodSet>, from: ReadFrom, limit: u32, selector: Option<St
         Some(resource_version) => Response::List { resource_version, items },
         None => Response::Refused("a list without a resourceVersion".into()),
     }
+}
+
+/// A `/status` merge patch at revision `rv` that changes something: a condition of the harness's own, carrying
+/// `message`.
+pub(crate) fn status_patch(rv: u64, message: &str) -> serde_json::Value {
+    let condition = json!({
+        "type": "RobustnessProbe", "status": "True", "reason": "Probe", "message": message,
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    });
+    json!({"metadata": {"resourceVersion": rv.to_string()}, "status": {"conditions": [condition]}})
 }
 
 #[cfg(test)]

@@ -289,14 +289,7 @@ impl VersionClient {
                     })
                     .await;
                     let Response::Object(s) = read else { return };
-                    let condition = json!({
-                        "type": "RobustnessProbe", "status": "True", "reason": "Probe", "message": tag,
-                        "lastTransitionTime": "2026-01-01T00:00:00Z",
-                    });
-                    let patch = json!({
-                        "metadata": {"resourceVersion": s.resource_version.to_string()},
-                        "status": {"conditions": [condition]},
-                    });
+                    let patch = super::status_patch(s.resource_version, &tag);
                     let req = Request::Status { key, precondition: Some(s.resource_version) };
                     let pp = PatchParams::default();
                     record(&rec, self.id, &route.name, req, async {
