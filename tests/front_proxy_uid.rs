@@ -33,13 +33,13 @@ async fn post(client: &kube::Client, body: &Value, headers: &[(&str, &str)], dry
 fn the_front_proxys_uid_reaches_webhooks_and_the_audit_log() {
     in_namespace("the_front_proxys_uid_reaches_webhooks_and_the_audit_log", || {
         let mut c = common::cluster::start();
-        let audit = c.dir.path().join("podset-audit.log");
-        let flags: Vec<String> = vec![
+        let (audit_flags, audit) = common::audit_flags(c.dir.path(), common::AUDIT_METADATA);
+        let mut flags: Vec<String> = vec![
             format!("--requestheader-client-ca-file={}", c.pki_file("front-proxy-ca.crt").display()),
             "--requestheader-allowed-names=front-proxy-client".into(),
             "--requestheader-uid-headers=X-Remote-Uid".into(),
-            format!("--audit-log-path={}", audit.display()),
         ];
+        flags.extend(audit_flags);
         c.restart_podset_apiserver_with(&flags);
         runtime().block_on(async {
             c.kubectl(&["create", "clusterrolebinding", "alice-edit", "--clusterrole=podsets-edit", "--user=alice"]);

@@ -304,8 +304,8 @@ fn a_stalled_or_stopped_main_api_server_refuses_the_create_and_nothing_is_stored
 fn kube_controller_managers_metadata_informers_list_and_watch_podsets_through_the_aggregator() {
     in_namespace("kube_controller_managers_metadata_informers_list_and_watch_podsets_through_the_aggregator", || {
         let mut c = common::cluster::start();
-        let audit = c.dir.path().join("podset-audit.log");
-        c.restart_podset_apiserver_with(&[format!("--audit-log-path={}", audit.display())]);
+        let (flags, audit) = common::audit_flags(c.dir.path(), common::AUDIT_METADATA);
+        c.restart_podset_apiserver_with(&flags);
         runtime().block_on(async {
             let client = c.client().await;
             let quotas = quota_namespace(&client, "monitored", json!({PODSETS: "5"})).await;

@@ -390,6 +390,19 @@ impl Cluster {
         });
     }
 
+    /// Starts kube-apiserver again with `flags` (`--name=value`, each replacing any of the same name), waits until
+    /// it is ready and serves our APIServices again.
+    pub fn restart_apiserver_with(&mut self, flags: &[String]) {
+        self.stop_apiserver();
+        for flag in flags {
+            let name = flag.split('=').next().unwrap_or(flag);
+            self.apiserver_args.retain(|a| a.split('=').next() != Some(name));
+            self.apiserver_args.push(flag.clone());
+        }
+        self.start_apiserver();
+        self.wait_for("the APIServices to be Available again", Duration::from_secs(120), |c| c.apiservice_available());
+    }
+
     /// A PEM file made for this cluster (e.g. `front-proxy-client.crt`, `podset-ca.crt`).
     pub fn pki_file(&self, name: &str) -> PathBuf {
         self.pki.dir.join(name)

@@ -33,6 +33,10 @@ fn status_json(e: &ApiError) -> Vec<u8> {
     serde_json::to_vec(&StatusBody::new(&e.status)).unwrap_or_default()
 }
 
+/// The Status a response carries, for the filters that look at the answer (audit).
+#[derive(Debug, Clone)]
+pub struct Answered(pub Box<Status>);
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let code = StatusCode::from_u16(self.status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -41,6 +45,7 @@ impl IntoResponse for ApiError {
         if let Some(d) = self.status.details.as_ref().filter(|d| d.retry_after_seconds > 0) {
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(d.retry_after_seconds));
         }
+        resp.extensions_mut().insert(Answered(self.status));
         resp
     }
 }

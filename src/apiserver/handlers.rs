@@ -1,9 +1,7 @@
-//! The request pipeline after the filters (request info, then the request timeout): audit → identity → max in
-//! flight → permission → dispatch → representation. Every failure is rendered as a Status here
-//! ([`super::error`]).
+//! The handler after the filter chain ([`super::filters`]): dispatch by target and verb, then the representation
+//! the client asked for. Every failure is rendered as a Status here ([`super::error`]).
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -13,13 +11,13 @@ use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::Value;
 
-use super::audit;
-use super::auth::{Authenticator, Authorizer, ConnInfo, UserInfo};
+use super::audit::AuditContext;
+use super::auth::UserInfo;
 use super::discovery::{Discovery, Doc};
-use super::error::{ApiError, ApiResult};
-use super::filters::{info_of, MaxInFlight};
+use super::error::{Answered, ApiError, ApiResult, StatusBody};
+use super::filters::authentication::Authenticated;
+use super::filters::info_of;
 use super::health::HealthChecks;
-use super::instrument::{hold_while_streaming, RequestMetrics};
 use super::negotiate::{body_format, negotiate, BodyFormat, Output, APIS, OBJECTS, PLAIN};
 use super::render::{bytes_response, list_response, object_response, value_response, with_admission, JSON};
 use super::request::{delete_options, write_options, Query, RequestInfo, ResourceRequest, Target, Verb};
@@ -34,112 +32,23 @@ use crate::registry::{
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 const DRAIN_BYTES: usize = 16 * 1024 * 1024;
 
-/// Everything a request needs, shared by all connections.
+/// Everything the handler needs, shared by all connections (the filters before it hold their own).
 pub struct App {
     pub registry: Registry,
-    pub authenticator: Authenticator,
-    pub authorizer: Authorizer,
     pub discovery: Discovery,
     pub watch: WatchConfig,
     pub health: HealthChecks,
-    pub max_in_flight: MaxInFlight,
-    pub audit: Option<audit::AuditLog>,
 }
 
-/// One request: served, then recorded (metrics, audit, the request log line).
+/// One request, past the filters: dispatched, and any failure rendered as a Status.
 pub async fn handle(State(app): State<Arc<App>>, mut req: Request) -> Response {
-    let started = Instant::now();
     let info = info_of(&mut req);
-    let method = req.method().clone();
-    let uri = req.uri().clone();
-    let conn = req.extensions().get::<ConnInfo>().cloned();
-    let metrics = RequestMetrics::new(&info, &method, &uri, req.headers());
-    let mut audit = app.audit.as_ref().map(|_| {
-        let remote = conn.as_ref().map(|c| c.remote.ip());
-        audit::Event::received(&info, &uri, req.headers(), remote, chrono::Utc::now())
-    });
-    let (mut resp, user, failure) = match serve(&app, &info, req, conn.as_ref()).await {
-        Ok((r, user)) => (r, user, None),
-        Err((e, user)) => {
-            let failure = (e.reason().to_owned(), e.status.message.clone());
-            (e.into_response(), user, Some(failure))
-        }
+    let Some(Authenticated(user)) = req.extensions().get::<Authenticated>().cloned() else {
+        return ApiError::unauthorized().into_response();
     };
-    let code = resp.status().as_u16();
-    metrics.record(code, started.elapsed());
-    let annotations = resp.extensions_mut().remove::<audit::Annotations>();
-    if let Some(ev) = audit.as_mut() {
-        if let Some(u) = &user {
-            ev.set_user(u);
-        }
-        if let Some(a) = annotations {
-            ev.annotations = a.0;
-        }
-        ev.set_response(code, failure);
-    }
-    let watching = metrics.is_watch() && resp.status().is_success();
-    match (&app.audit, audit) {
-        // A watch is audited when its response starts and again when it ends, as kube-apiserver does.
-        (Some(log), Some(ev)) if watching => {
-            log.log(ev.at_stage("ResponseStarted"));
-            let done = WatchEnd { log: log.clone(), event: ev };
-            let body = std::mem::take(resp.body_mut());
-            *resp.body_mut() = hold_while_streaming(body, (metrics.long_running(), done));
-        }
-        (Some(log), Some(ev)) => log.log(ev.at_stage("ResponseComplete")),
-        _ if watching => {
-            let body = std::mem::take(resp.body_mut());
-            *resp.body_mut() = hold_while_streaming(body, metrics.long_running());
-        }
-        _ => {}
-    }
-    tracing::info!(
-        target: "podset_apiserver::http",
-        method = %method,
-        uri = %uri,
-        user = user.as_ref().map(|u| u.name.as_str()).unwrap_or(""),
-        remote = conn.as_ref().map(|c| c.remote.to_string()).unwrap_or_default(),
-        status = resp.status().as_u16(),
-        latency_us = started.elapsed().as_micros() as u64,
-        "request"
-    );
-    resp
-}
-
-/// The answer or the failure, and who asked (if they were authenticated).
-type Served = Result<(Response, Option<UserInfo>), (ApiError, Option<UserInfo>)>;
-
-/// Writes a watch's `ResponseComplete` audit event when its body is done.
-struct WatchEnd {
-    log: audit::AuditLog,
-    event: audit::Event,
-}
-
-impl Drop for WatchEnd {
-    fn drop(&mut self) {
-        self.log.log(self.event.at_stage("ResponseComplete"));
-    }
-}
-
-async fn serve(app: &App, info: &RequestInfo, mut req: Request, conn: Option<&ConnInfo>) -> Served {
-    let conn = conn.ok_or_else(|| (ApiError::unauthorized(), None))?;
-    // The larger steps are boxed: a request's future is moved whole several times on its way to the runtime, and
-    // held inline they made it some 60 KB.
-    let user = Box::pin(app.authenticator.authenticate(conn, req.headers_mut())).await.map_err(|e| (e, None))?;
-    let who = Some(user.clone());
-    // kube-apiserver impersonates before proxying; a direct request must not think it acted as someone else.
-    if req.headers().keys().any(|k| k.as_str().starts_with("impersonate-")) {
-        return Err((ApiError::impersonation_unsupported(), who));
-    }
-    // After identity, before permission, as kube-apiserver's filter chain: masters are never refused.
-    let _in_flight = app.max_in_flight.admit(info, &user).map_err(|e| (e, who.clone()))?;
-    let allowed = Box::pin(app.authorizer.authorize(&user, &info.attributes));
-    if let Err(e) = allowed.await {
-        return Err((e, who));
-    }
-    match dispatch(app, info, req, user).await {
-        Ok(r) => Ok((r, who)),
-        Err(e) => Err((e, who)),
+    match dispatch(&app, &info, req, user).await {
+        Ok(resp) => resp,
+        Err(e) => e.into_response(),
     }
 }
 
@@ -168,7 +77,7 @@ fn doc_response(doc: &Doc, content_type: &'static str, headers: &HeaderMap) -> R
     resp
 }
 
-async fn dispatch(app: &App, info: &RequestInfo, req: Request, user: UserInfo) -> ApiResult<Response> {
+async fn dispatch(app: &App, info: &RequestInfo, req: Request, user: Arc<UserInfo>) -> ApiResult<Response> {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let read_only = |m: &Method| m == Method::GET || m == Method::HEAD;
@@ -277,9 +186,34 @@ struct Call<'a> {
     headers: HeaderMap,
     method: Method,
     path: String,
+    /// The request's audit event, if the policy records it.
+    audit: Option<Arc<AuditContext>>,
 }
 
 impl Call<'_> {
+    /// A create's or update's body, for the audit event (kube's `LogRequestObject`).
+    fn audit_object(&self, body: &Value) {
+        let Some(a) = &self.audit else { return };
+        match self.r.subresource {
+            Subresource::Scale => a.log_request_object(body),
+            _ => {
+                if let Some(obj) = crate::registry::request_object(body.clone(), Some(self.r.version)) {
+                    a.log_request_object(&obj);
+                }
+            }
+        }
+    }
+
+    /// A delete's options, when the request sent them, for the audit event.
+    fn audit_delete_options(&self, body: &[u8]) {
+        let Some(a) = &self.audit else { return };
+        if let Ok(Value::Object(mut options)) = serde_json::from_slice::<Value>(body) {
+            options.insert("kind".into(), "DeleteOptions".into());
+            options.insert("apiVersion".into(), "meta.k8s.io/v1".into());
+            a.log_request_options(&Value::Object(options));
+        }
+    }
+
     fn key(&self) -> PodSetKey {
         PodSetKey::new(self.r.namespace.as_deref().unwrap_or_default(), self.r.name.as_deref().unwrap_or(""))
     }
@@ -313,7 +247,7 @@ async fn resource(
     info: &RequestInfo,
     r: &ResourceRequest,
     req: Request,
-    user: UserInfo,
+    user: Arc<UserInfo>,
 ) -> ApiResult<Response> {
     let q = info.query.as_ref().map_err(Clone::clone)?;
     let (parts, body) = req.into_parts();
@@ -327,7 +261,8 @@ async fn resource(
     let offers = if r.subresource == Subresource::Scale { PLAIN } else { OBJECTS };
     let out = negotiate(accept(&parts.headers), offers)?;
     let content_type = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let call = Call { app, r, q, out, content_type, headers: parts.headers, method: parts.method, path };
+    let audit = parts.extensions.get::<Arc<AuditContext>>().cloned();
+    let call = Call { app, r, q, out, content_type, headers: parts.headers, method: parts.method, path, audit };
     // Reads run inline; each write's larger future is boxed, so a get does not carry (and copy) a write's state.
     match verb {
         Verb::Watch => watch(call).await,
@@ -397,7 +332,8 @@ async fn get(c: Call<'_>) -> ApiResult<Response> {
     }
 }
 
-async fn create(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult<Response> {
+async fn create(c: Call<'_>, body: Body, user: Arc<UserInfo>) -> ApiResult<Response> {
+    let user = Arc::unwrap_or_clone(user);
     let ns = match (&c.r.namespace, c.r.subresource) {
         (Some(ns), Subresource::Main) => ns.as_str(),
         _ => return Err(c.not_allowed()),
@@ -405,6 +341,11 @@ async fn create(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult<Response> 
     let format = c.body_format()?;
     let opts = write_options(c.q, &c.headers, Verb::Create, None, user, c.r.version)?;
     let body = read_body(body).await?;
+    if c.audit.is_some() {
+        if let Ok(value) = parse_body(&body, format) {
+            c.audit_object(&value);
+        }
+    }
     let reg = &c.app.registry;
     let written = match format {
         BodyFormat::Yaml => reg.create(ns, yaml_object(&body)?, &opts).await?,
@@ -413,10 +354,12 @@ async fn create(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult<Response> 
     c.object(StatusCode::CREATED, &written)
 }
 
-async fn update(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult<Response> {
+async fn update(c: Call<'_>, body: Body, user: Arc<UserInfo>) -> ApiResult<Response> {
+    let user = Arc::unwrap_or_clone(user);
     let format = c.body_format()?;
     let opts = write_options(c.q, &c.headers, Verb::Update, None, user, c.r.version)?;
     let body = parse_body(&read_body(body).await?, format)?;
+    c.audit_object(&body);
     let (reg, key) = (&c.app.registry, c.key());
     match c.r.subresource {
         Subresource::Scale => scale_response(c.out, &reg.update_scale(&key, ScaleChange::Replace(body), &opts).await?),
@@ -424,7 +367,8 @@ async fn update(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult<Response> 
     }
 }
 
-async fn patch(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult<Response> {
+async fn patch(c: Call<'_>, body: Body, user: Arc<UserInfo>) -> ApiResult<Response> {
+    let user = Arc::unwrap_or_clone(user);
     let patch_type = patch_type(c.content_type.as_deref())?;
     let opts = write_options(c.q, &c.headers, Verb::Patch, Some(patch_type), user, c.r.version)?;
     let (reg, key) = (&c.app.registry, c.key());
@@ -435,22 +379,31 @@ async fn patch(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult<Response> {
         }
         Subresource::Scale => {
             let patch = read_body(body).await?;
+            if let Some(a) = &c.audit {
+                a.log_request_patch(&patch);
+            }
             scale_response(c.out, &reg.update_scale(&key, ScaleChange::Patch(&patch, patch_type), &opts).await?)
         }
         sub => {
             let patch = read_body(body).await?;
+            if let Some(a) = &c.audit {
+                a.log_request_patch(&patch);
+            }
             let written = reg.patch(&key, &patch, patch_type, sub, &opts).await?;
             c.object(if written.created { StatusCode::CREATED } else { StatusCode::OK }, &written)
         }
     }
 }
 
-async fn delete(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult<Response> {
+async fn delete(c: Call<'_>, body: Body, user: Arc<UserInfo>) -> ApiResult<Response> {
+    let user = Arc::unwrap_or_clone(user);
     if c.r.subresource != Subresource::Main {
         return Err(c.not_allowed());
     }
     let (key, q) = (c.key(), c.q);
-    let delete = delete_options(q, &read_body(body).await?)?;
+    let body = read_body(body).await?;
+    c.audit_delete_options(&body);
+    let delete = delete_options(q, &body)?;
     let opts = WriteOptions {
         user,
         dry_run: q.dry_run || delete.dry_run_all(),
@@ -460,24 +413,41 @@ async fn delete(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult<Response> 
     let deleted = c.app.registry.delete(&key, &delete, &opts).await?;
     let resp = if deleted.gone {
         // As kube-apiserver: a Status once the object is gone, the object while finalizers hold it.
-        let uid = deleted.object.uid().map(|u| Value::String(u.to_owned())).unwrap_or_default();
-        c.plain(&serde_json::json!({
-            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-            "details": {"name": key.name, "group": crate::api::GROUP, "kind": crate::api::PLURAL, "uid": uid},
-        }))?
+        let status = kube::core::Status {
+            status: Some(kube::core::response::StatusSummary::Success),
+            code: 200,
+            details: Some(kube::core::response::StatusDetails {
+                name: key.name.clone(),
+                group: crate::api::GROUP.into(),
+                kind: crate::api::PLURAL.into(),
+                uid: deleted.object.uid().unwrap_or_default().to_owned(),
+                causes: Vec::new(),
+                retry_after_seconds: 0,
+            }),
+            ..Default::default()
+        };
+        let mut value =
+            serde_json::to_value(StatusBody::new(&status)).map_err(|e| ApiError::internal(e.to_string()))?;
+        value["metadata"] = serde_json::json!({});
+        let mut resp = c.plain(&value)?;
+        resp.extensions_mut().insert(Answered(Box::new(status)));
+        resp
     } else {
         object_response(StatusCode::OK, c.out, &deleted.object, q.include_object, c.r.version)?
     };
     Ok(with_admission(resp, &deleted.warnings, &deleted.audit_annotations))
 }
 
-async fn delete_collection(c: Call<'_>, body: Body, user: UserInfo) -> ApiResult<Response> {
+async fn delete_collection(c: Call<'_>, body: Body, user: Arc<UserInfo>) -> ApiResult<Response> {
+    let user = Arc::unwrap_or_clone(user);
     let ns = match (&c.r.namespace, c.r.subresource) {
         (Some(ns), Subresource::Main) => ns.clone(),
         _ => return Err(c.not_allowed()),
     };
     let q = c.q;
-    let delete = delete_options(q, &read_body(body).await?)?;
+    let body = read_body(body).await?;
+    c.audit_delete_options(&body);
+    let delete = delete_options(q, &body)?;
     let opts = WriteOptions {
         user,
         dry_run: q.dry_run || delete.dry_run_all(),

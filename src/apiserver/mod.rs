@@ -36,6 +36,7 @@ pub use watch::WatchConfig;
 
 use crate::registry::Registry;
 use auth::{Authenticator, Authorizer, ConnInfo};
+use filters::FilterLayer;
 
 /// How long a client has to finish the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -56,8 +57,8 @@ pub struct ServerConfig {
     pub request_timeout: Duration,
     /// `--min-request-timeout`: watches end after [this, twice this).
     pub min_request_timeout: Duration,
-    /// `--audit-log-path`: an Event line per request.
-    pub audit: Option<audit::AuditLog>,
+    /// `--audit-*`: where audit events go.
+    pub audit: Option<audit::Auditor>,
 }
 
 /// HTTP/1.1 and HTTP/2 as k8s.io/apiserver serves them: at most `max_streams` streams a connection, 256 KiB
@@ -82,13 +83,23 @@ fn connection_builder(max_streams: u32) -> auto::Builder<TokioExecutor> {
 const HTTP2_PING_INTERVAL: Duration = Duration::from_secs(30);
 const HTTP2_PING_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// The filters built from the configuration.
+struct Filters {
+    authentication: FilterLayer<filters::authentication::Authentication>,
+    audit: FilterLayer<filters::audit::Audit>,
+    max_in_flight: FilterLayer<filters::MaxInFlight>,
+    authorization: FilterLayer<filters::authorization::Authorization>,
+    timeout: filters::RequestTimeoutLayer,
+}
+
 /// A bound, not yet serving, server.
 pub struct Server {
     listener: TcpListener,
     app: Arc<App>,
+    /// The filters every request passes before the handler, outermost last.
+    filters: Filters,
     acceptor: TlsAcceptor,
     shutdown_grace: Duration,
-    request_timeout: Duration,
     /// How each accepted connection is served (HTTP/1.1 or HTTP/2 and its settings).
     connections: auto::Builder<TokioExecutor>,
 }
@@ -102,10 +113,18 @@ impl Server {
     ) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
         let discovery = discovery::Discovery::build(registry.storage_version());
+        let filters = Filters {
+            authentication: FilterLayer::new(filters::authentication::Authentication {
+                authenticator: cfg.authenticator,
+                audit: cfg.audit.clone(),
+            }),
+            audit: FilterLayer::new(filters::audit::Audit(cfg.audit)),
+            max_in_flight: FilterLayer::new(cfg.max_in_flight),
+            authorization: FilterLayer::new(filters::authorization::Authorization(cfg.authorizer)),
+            timeout: filters::RequestTimeoutLayer::new(cfg.request_timeout),
+        };
         let app = Arc::new(App {
             registry,
-            authenticator: cfg.authenticator,
-            authorizer: cfg.authorizer,
             discovery,
             watch: WatchConfig {
                 bookmark_interval: cfg.bookmark_interval,
@@ -113,15 +132,13 @@ impl Server {
                 shutdown,
             },
             health: cfg.health,
-            max_in_flight: cfg.max_in_flight,
-            audit: cfg.audit,
         });
         Ok(Self {
             listener,
             app,
+            filters,
             acceptor: TlsAcceptor::from(Arc::new(cfg.tls)),
             shutdown_grace: cfg.shutdown_grace,
-            request_timeout: cfg.request_timeout,
             connections: connection_builder(cfg.http2_max_streams),
         })
     }
@@ -132,12 +149,22 @@ impl Server {
 
     /// Serves until the shutdown token fires, then lets in-flight requests finish (watches end at once).
     pub async fn serve(self) {
-        let router = Router::new()
-            .fallback(handlers::handle)
-            .with_state(self.app.clone())
-            .layer(filters::RequestTimeoutLayer::new(self.request_timeout))
-            // Outermost: every filter after it reads the RequestInfo it works out.
-            .layer(filters::RequestInfoLayer);
+        let f = self.filters;
+        let handler = Router::new().fallback(handlers::handle).with_state(self.app.clone());
+        // k8s.io/apiserver's `DefaultBuildHandlerChain`, outermost first. Built around the router, not with
+        // `Router::layer`, which boxes each layer and clones the boxes on every request.
+        let chain = tower::ServiceBuilder::new()
+            .layer(FilterLayer::new(filters::audit_init::AuditInit))
+            .layer(FilterLayer::new(filters::panics::PanicRecovery))
+            .layer(filters::RequestInfoLayer)
+            .layer(f.timeout)
+            .layer(FilterLayer::new(filters::httplog::HttpLog))
+            .layer(f.authentication)
+            .layer(f.audit)
+            .layer(FilterLayer::new(filters::impersonation::Impersonation))
+            .layer(f.max_in_flight)
+            .layer(f.authorization)
+            .service(handler);
         let graceful = GracefulShutdown::new();
         let shutdown = self.app.watch.shutdown.clone();
         loop {
@@ -154,7 +181,7 @@ impl Server {
             };
             let _ = tcp.set_nodelay(true);
             let acceptor = self.acceptor.clone();
-            let router = router.clone();
+            let chain = chain.clone();
             let builder = self.connections.clone();
             let watcher = graceful.watcher();
             tokio::spawn(async move {
@@ -167,7 +194,8 @@ impl Server {
                     Err(_) => return,
                 };
                 let conn = ConnInfo::new(remote, tls.get_ref().1.peer_certificates());
-                let svc = router.map_request(move |mut req: axum::extract::Request<hyper::body::Incoming>| {
+                let svc = chain.map_request(move |req: axum::extract::Request<hyper::body::Incoming>| {
+                    let mut req = req.map(axum::body::Body::new);
                     req.extensions_mut().insert(conn.clone());
                     req
                 });

@@ -92,6 +92,16 @@ pub struct StatusLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLabel {
+    pub plugin: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LevelLabel {
+    pub level: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NameLabel {
     pub name: String,
 }
@@ -217,7 +227,9 @@ pub struct Metrics {
     pub workqueue: Workqueue,
     pub leader: Family<NameLabel, Gauge>,
     pub audit_events: Counter,
-    pub audit_errors: Family<NameLabel, Counter>,
+    pub audit_errors: Family<PluginLabel, Counter>,
+    pub audit_levels: Family<LevelLabel, Counter>,
+    pub audit_requests_rejected: Counter,
     pub admission: AdmissionMetrics,
     /// One durable write group (batch + fsync) of the embedded store.
     pub storage_commit_duration: Histogram,
@@ -252,6 +264,8 @@ impl Metrics {
             leader: Family::default(),
             audit_events: Counter::default(),
             audit_errors: Family::default(),
+            audit_levels: Family::default(),
+            audit_requests_rejected: Counter::default(),
             admission: AdmissionMetrics {
                 step_duration: Family::new_with_constructor(admission_histogram),
                 controller_duration: Family::new_with_constructor(admission_histogram),
@@ -375,6 +389,16 @@ impl Metrics {
             "Counter of audit events that failed to be audited properly. Plugin identifies the plugin affected by \
              the error.",
             self.audit_errors.clone(),
+        );
+        r.register(
+            "apiserver_audit_level",
+            "Counter of policy levels for audit events (1 per request).",
+            self.audit_levels.clone(),
+        );
+        r.register(
+            "apiserver_audit_requests_rejected",
+            "Counter of apiserver requests rejected due to an error in audit logging backend.",
+            self.audit_requests_rejected.clone(),
         );
         let a = &self.admission;
         r.register(

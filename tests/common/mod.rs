@@ -328,3 +328,29 @@ pub fn old_release_binary() -> PathBuf {
     assert!(out.status.success(), "hack/install-old-release.sh failed ({:?}); its output is above", out.status);
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
+
+/// An audit policy that records every request at the Metadata level.
+pub const AUDIT_METADATA: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n";
+
+/// The flags that audit to `<dir>/audit.log` with `policy` (written to `<dir>/audit-policy.yaml`).
+pub fn audit_flags(dir: &Path, policy: &str) -> (Vec<String>, PathBuf) {
+    let (policy_file, log) = (dir.join("audit-policy.yaml"), dir.join("audit.log"));
+    std::fs::write(&policy_file, policy).unwrap();
+    let flags =
+        vec![format!("--audit-policy-file={}", policy_file.display()), format!("--audit-log-path={}", log.display())];
+    (flags, log)
+}
+
+/// The audit log's events, once `done` says they are all there (or after 10 s).
+pub fn audit_events(path: &Path, done: impl Fn(&[serde_json::Value]) -> bool) -> Vec<serde_json::Value> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let events: Vec<serde_json::Value> =
+            text.lines().map(|l| serde_json::from_str(l).expect("one JSON event per line")).collect();
+        if done(&events) || Instant::now() > deadline {
+            return events;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

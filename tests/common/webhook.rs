@@ -5,7 +5,7 @@
 //! - `/label`: allowed, with a JSONPatch setting label `mutated=yes` (and `round=<n>` counting its calls);
 //! - `/bad-patch`: a JSONPatch that does not apply; `/invalid-patch`: one setting `spec.replicas` to a string;
 //! - `/slow`: answers after `SLOW`; `/garbage`: 200 with a body that is not JSON; `/wrong-uid`: another uid;
-//! - `/error`: HTTP 500.
+//! - `/error`: HTTP 500; `/audit`: 200, as an audit webhook answers an EventList.
 //!
 //! A v1beta1 review gets a v1beta1 answer.
 #![allow(dead_code)]
@@ -75,6 +75,11 @@ impl WebhookServer {
     /// Serves on `ip` with the certificate chain `chain_pem` (leaf first) and its key; `ca_pem` is what a
     /// webhook configuration names as its `caBundle`.
     pub async fn serve(ip: IpAddr, chain_pem: &str, key_pem: &str, ca_pem: String) -> Self {
+        Self::serve_at(SocketAddr::new(ip, 0), chain_pem, key_pem, ca_pem).await
+    }
+
+    /// [`Self::serve`] at `addr` (e.g. where an earlier server was, to bring a receiver back).
+    pub async fn serve_at(addr: SocketAddr, chain_pem: &str, key_pem: &str, ca_pem: String) -> Self {
         podset_apiserver::apiserver::tls::provider();
         use rustls::pki_types::pem::PemObject;
         let chain = rustls::pki_types::CertificateDer::pem_slice_iter(chain_pem.as_bytes())
@@ -83,7 +88,7 @@ impl WebhookServer {
         let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap();
         let tls = rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(chain, key).unwrap();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-        let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let received = Arc::new(Mutex::new(Vec::new()));
         let connections = Arc::new(AtomicUsize::new(0));
@@ -182,6 +187,8 @@ async fn handle(
         "/garbage" => return reply(200, b"this is not an AdmissionReview".to_vec()),
         "/wrong-uid" => json!({"uid": "not-the-uid", "allowed": true}),
         "/error" => return reply(500, b"webhook exploded".to_vec()),
+        // An audit webhook: takes the EventList.
+        "/audit" => return reply(200, b"{}".to_vec()),
         _ => return reply(404, Vec::new()),
     };
     let api_version = review["apiVersion"].as_str().unwrap_or("admission.k8s.io/v1").to_owned();

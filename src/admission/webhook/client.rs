@@ -315,21 +315,37 @@ impl WebhookClients {
         timeout: Duration,
     ) -> Result<Bytes, CallError> {
         let target = target(cfg)?;
-        let (identity, creds) = self.credentials(&target.host_port)?;
         let ca_bundle = cfg.ca_bundle.as_ref().map(|b| b.0.as_slice()).unwrap_or_default();
-        let client = self.client(ca_bundle, &identity, &creds)?;
         // kube-apiserver tells the webhook its deadline, in whole seconds rounded up.
         let url = format!("{}?timeout={}s", target.url, timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0));
+        let body = Bytes::from(review.to_string());
+        self.post_to(&url, &target.host_port, ca_bundle, body, timeout, "podset-apiserver-admission").await
+    }
+
+    /// POSTs a JSON `body` to `url` (whose `host:port` picks the kubeconfig's user), trusting `ca_bundle` (the
+    /// system's roots if empty), and returns the body of its 2xx answer, all within `timeout`.
+    pub async fn post_to(
+        &self,
+        url: &str,
+        host_port: &str,
+        ca_bundle: &[u8],
+        body: Bytes,
+        timeout: Duration,
+        user_agent: &str,
+    ) -> Result<Bytes, CallError> {
+        let (identity, creds) = self.credentials(host_port)?;
+        let client = self.client(ca_bundle, &identity, &creds)?;
+        let url = url.to_owned();
         let mut req = http::Request::post(&url)
             .header(http::header::CONTENT_TYPE, "application/json")
             .header(http::header::ACCEPT, "application/json, */*")
-            .header(http::header::USER_AGENT, "podset-apiserver-admission");
+            .header(http::header::USER_AGENT, user_agent);
         match &creds {
             Credentials::Bearer(t) => req = req.header(http::header::AUTHORIZATION, format!("Bearer {t}")),
             Credentials::Basic(b) => req = req.header(http::header::AUTHORIZATION, format!("Basic {b}")),
             _ => {}
         }
-        let req = req.body(Full::new(Bytes::from(review.to_string()))).map_err(|e| CallError::Url(e.to_string()))?;
+        let req = req.body(Full::new(body)).map_err(|e| CallError::Url(e.to_string()))?;
         let call = async {
             let resp = client.request(req).await.map_err(|source| CallError::Transport { url: url.clone(), source })?;
             let code = resp.status().as_u16();

@@ -104,12 +104,19 @@ pub struct AuthorizerConfig {
     pub timeout: Duration,
 }
 
+/// A request not allowed: the Status to answer with, and the authorizer's reason (none when it could not decide).
+#[derive(Debug)]
+pub struct Refusal {
+    pub error: ApiError,
+    pub reason: Option<String>,
+}
+
 /// Decides with SubjectAccessReviews against the main API server.
 pub struct Authorizer {
     client: Option<kube::Client>,
     always_allow_paths: AlwaysAllowPaths,
     /// Keyed by a digest of the review, so a long path cannot make an entry large.
-    cache: DecisionCache<[u8; 32], ()>,
+    cache: DecisionCache<[u8; 32], String>,
     timeout: Duration,
     allow_all: bool,
 }
@@ -141,11 +148,16 @@ impl Authorizer {
     /// Ok, or the Status to answer with: 403 for a known user, 401 for an anonymous one, 500 when the main API
     /// server cannot answer (never an allow).
     pub async fn authorize(&self, user: &UserInfo, attrs: &Attributes) -> ApiResult<()> {
+        self.decide(user, attrs).await.map(|_| ()).map_err(|r| r.error)
+    }
+
+    /// The decision with its reason, as audit records them: the authorizer's reason for an allow, or the refusal.
+    pub async fn decide(&self, user: &UserInfo, attrs: &Attributes) -> Result<String, Refusal> {
         if self.allow_all || user.groups.iter().any(|g| g == MASTERS) {
-            return Ok(());
+            return Ok(String::new());
         }
         if self.always_allow_paths.allows(attrs) {
-            return Ok(());
+            return Ok(String::new());
         }
         let key = review_key(user, attrs);
         let cached = self.cache.get(&key).await;
@@ -153,19 +165,23 @@ impl Authorizer {
         let decision = match cached {
             Some(d) => d,
             None => {
-                let d = self.ask(review_spec(user, attrs)).await?;
+                let d = self.ask(review_spec(user, attrs)).await.map_err(|error| Refusal { error, reason: None })?;
                 self.cache.insert(key, d.clone()).await;
                 d
             }
         };
         match decision {
-            Decision::Allowed(()) => Ok(()),
-            Decision::Denied(_) if user.name == ANONYMOUS => Err(ApiError::unauthorized()),
-            Decision::Denied(reason) => Err(attrs.forbidden(&user.name, &reason)),
+            Decision::Allowed(reason) => Ok(reason),
+            Decision::Denied(reason) if user.name == ANONYMOUS => {
+                Err(Refusal { error: ApiError::unauthorized(), reason: Some(reason) })
+            }
+            Decision::Denied(reason) => {
+                Err(Refusal { error: attrs.forbidden(&user.name, &reason), reason: Some(reason) })
+            }
         }
     }
 
-    async fn ask(&self, spec: SubjectAccessReviewSpec) -> ApiResult<Decision<()>> {
+    async fn ask(&self, spec: SubjectAccessReviewSpec) -> ApiResult<Decision<String>> {
         let Some(client) = &self.client else {
             return Ok(Decision::Denied("no authorizer is configured".into()));
         };
@@ -180,10 +196,11 @@ impl Authorizer {
         if let Some(e) = status.evaluation_error.as_deref().filter(|e| !e.is_empty()) {
             tracing::debug!(error = e, "SubjectAccessReview evaluation error");
         }
+        let reason = status.reason.unwrap_or_default();
         Ok(if status.allowed && status.denied != Some(true) {
-            Decision::Allowed(())
+            Decision::Allowed(reason)
         } else {
-            Decision::Denied(status.reason.unwrap_or_default())
+            Decision::Denied(reason)
         })
     }
 }

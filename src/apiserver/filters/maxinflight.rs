@@ -10,6 +10,11 @@ use std::sync::Arc;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+
+use super::authentication::Authenticated;
+use super::{info_of, Filter, Next};
 use crate::apiserver::auth::authz::MASTERS;
 use crate::apiserver::auth::UserInfo;
 use crate::apiserver::error::ApiError;
@@ -124,6 +129,18 @@ impl MaxInFlight {
     /// Requests holding a slot now, per pool (`apiserver_current_inflight_requests`).
     pub fn in_use(&self, kind: RequestKind) -> usize {
         self.pool(kind).map(|p| p.limit - p.slots.available_permits()).unwrap_or(0)
+    }
+}
+
+impl Filter for MaxInFlight {
+    async fn filter<N: Next>(self: Arc<Self>, mut req: Request, next: N) -> Response {
+        let info = info_of(&mut req);
+        let anonymous = UserInfo::default();
+        let user = req.extensions().get::<Authenticated>().map_or(&anonymous, |u| &*u.0);
+        match self.admit(&info, user) {
+            Ok(_slot) => next.run(req).await,
+            Err(e) => e.into_response(),
+        }
     }
 }
 
