@@ -40,11 +40,14 @@ pub struct WebhookServer {
     received: Arc<Mutex<Vec<Received>>>,
     connections: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
+    /// Ends the open connections too when the server is dropped: a receiver that goes away takes them with it.
+    stop: tokio_util::sync::CancellationToken,
 }
 
 impl Drop for WebhookServer {
     fn drop(&mut self) {
         self.task.abort();
+        self.stop.cancel();
     }
 }
 
@@ -93,21 +96,26 @@ impl WebhookServer {
         let received = Arc::new(Mutex::new(Vec::new()));
         let connections = Arc::new(AtomicUsize::new(0));
         let (rec, conns) = (received.clone(), connections.clone());
+        let stop = tokio_util::sync::CancellationToken::new();
+        let stopped = stop.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((tcp, _)) = listener.accept().await else { return };
                 conns.fetch_add(1, Ordering::SeqCst);
-                let (acceptor, rec) = (acceptor.clone(), rec.clone());
+                let (acceptor, rec, stopped) = (acceptor.clone(), rec.clone(), stopped.clone());
                 tokio::spawn(async move {
                     let Ok(tls) = acceptor.accept(tcp).await else { return };
                     let service = hyper::service::service_fn(move |req| handle(req, rec.clone()));
-                    let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
-                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                        .await;
+                    let builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+                    let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(tls), service);
+                    tokio::select! {
+                        _ = conn => {}
+                        _ = stopped.cancelled() => {}
+                    }
                 });
             }
         });
-        Self { addr, ca_pem, received, connections, task }
+        Self { addr, ca_pem, received, connections, task, stop }
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -24,11 +24,36 @@ pub trait Backend: Send + Sync + 'static {
     fn process(&self, events: &[Event]) -> bool;
 }
 
-/// kube's `HandlePluginError`: counted per event, logged with each event's one-line form.
+/// Events named one by one in a plugin error's log line.
+const NAMED_EVENTS: usize = 3;
+/// A plugin's errors are logged at most this often (with how many events they cost since); kube logs every one,
+/// which under a flood of drops (a full queue) makes the log the bottleneck.
+const LOG_EVERY: Duration = Duration::from_secs(1);
+
+/// kube's `HandlePluginError`: counted per event (`apiserver_audit_error_total{plugin}`), logged with the first
+/// events' one-line form, at most once a second per plugin.
 pub fn plugin_error(plugin: &str, error: &str, events: &[Event]) {
     global().audit_errors.get_or_create(&PluginLabel { plugin: plugin.into() }).inc_by(events.len() as u64);
-    let lines: Vec<String> = events.iter().map(Event::legacy_line).collect();
-    tracing::error!(plugin, error, events = events.len(), impacted = lines.join("\n"), "audit plugin error");
+    static LAST: parking_lot::Mutex<Vec<(String, Instant, u64)>> = parking_lot::Mutex::new(Vec::new());
+    let since = {
+        let mut last = LAST.lock();
+        let at = match last.iter().position(|(p, ..)| p == plugin) {
+            Some(i) => i,
+            None => {
+                last.push((plugin.to_owned(), Instant::now().checked_sub(LOG_EVERY).unwrap_or_else(Instant::now), 0));
+                last.len() - 1
+            }
+        };
+        let entry = &mut last[at];
+        entry.2 += events.len() as u64;
+        if entry.1.elapsed() < LOG_EVERY {
+            return;
+        }
+        entry.1 = Instant::now();
+        std::mem::take(&mut entry.2)
+    };
+    let lines: Vec<String> = events.iter().take(NAMED_EVENTS).map(Event::legacy_line).collect();
+    tracing::error!(plugin, error, events = since, impacted = lines.join("\n"), "audit plugin error");
 }
 
 /// `--audit-*-mode`.
