@@ -4,7 +4,8 @@
 //!
 //! `cargo bench --bench apiserver` prints each figure beside kube-apiserver + etcd serving the same type as a CRD
 //! (measured on this project's 2-core machine), and the ratio. `APISERVER_CREATES` sets how many PodSets are
-//! created (3000); `APISERVER_ONLY=create` stops after the creates, e.g. to profile them. `APISERVER_VERSION`
+//! created (3000); `APISERVER_ONLY=create` stops after the creates, e.g. to profile them, `APISERVER_ONLY=watch`
+//! goes from the creates to the watch latency. `APISERVER_VERSION`
 //! (`v1alpha1`, `v1beta1`) is the version the requests use; with `PODSET_APISERVER_ARGS=--storage-version=...` it
 //! measures reads and writes converted between the versions or served as stored.
 
@@ -85,49 +86,9 @@ async fn main() {
         return;
     }
 
-    let (rate, cpu) = throughput(&clients, &[pid], 20_000, move |i| {
-        Request::get(format!("{path}/c{:05}", i % creates)).body(vec![]).unwrap()
-    })
-    .await;
-    report("get", rate, "/s", CRD_GET_PER_S, true);
-    report_cpu("get", cpu);
-
-    // Server-side apply of a new label to existing objects: merge, ownership and conflict check, durable write.
-    let probe = Request::patch(format!("{path}/c00000?fieldManager=bench"))
-        .header("content-type", "application/apply-patch+yaml")
-        .body(b"{}".to_vec())
-        .unwrap();
-    let apply_supported = send(&client, probe).await.0 != 415;
-    let (rate, cpu) = if !apply_supported {
-        (f64::NAN, f64::NAN)
-    } else {
-        throughput(&clients, &[pid], creates, move |i| {
-            let cfg = json!({"apiVersion": api_version(), "kind": "PodSet",
-                         "metadata": {"name": format!("c{i:05}"), "labels": {"applied": "yes"}}});
-            Request::patch(format!("{path}/c{i:05}?fieldManager=bench"))
-                .header("content-type", "application/apply-patch+yaml")
-                .body(serde_json::to_vec(&cfg).unwrap())
-                .unwrap()
-        })
-        .await
-    };
-    println!("{:<28} {rate:>10.1} /s", "apply (server-side, durable)");
-    report_cpu("apply", cpu);
-
-    let mut times = Vec::new();
-    let cpu_before = common::cpu_us(pid);
-    for _ in 0..40 {
-        let started = Instant::now();
-        let (status, body) = send(&client, Request::get(format!("{path}?limit=2000")).body(vec![]).unwrap()).await;
-        assert_eq!(status, 200);
-        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(v["items"].as_array().unwrap().len(), 2000);
-        times.push(started.elapsed().as_secs_f64() * 1000.0);
+    if std::env::var("APISERVER_ONLY").as_deref() != Ok("watch") {
+        reads_and_applies(&client, &clients, pid, path, creates).await;
     }
-    times.sort_by(f64::total_cmp);
-    let cpu_ms = (common::cpu_us(pid) - cpu_before) / 1000.0 / times.len() as f64;
-    report("list 2000 (median, parsed)", percentile(&times, 0.5), "ms", CRD_LIST_2000_MS, false);
-    println!("{:<28} {cpu_ms:>10.1} ms    server CPU per list", "  list");
 
     // Watch latency: from sending an update to seeing its event on an open watch.
     let rv = {
@@ -166,4 +127,57 @@ async fn main() {
     lat.sort_by(f64::total_cmp);
     report("watch p50 (write->event)", percentile(&lat, 0.5), "ms", CRD_WATCH_P99_MS, false);
     report("watch p99 (write->event)", percentile(&lat, 0.99), "ms", CRD_WATCH_P99_MS, false);
+}
+
+/// The get, server-side apply and list figures (left out by `APISERVER_ONLY=watch`).
+async fn reads_and_applies(
+    client: &kube::Client,
+    clients: &[kube::Client],
+    pid: u32,
+    path: &'static str,
+    creates: usize,
+) {
+    let (rate, cpu) = throughput(clients, &[pid], 20_000, move |i| {
+        Request::get(format!("{path}/c{:05}", i % creates)).body(vec![]).unwrap()
+    })
+    .await;
+    report("get", rate, "/s", CRD_GET_PER_S, true);
+    report_cpu("get", cpu);
+
+    // Server-side apply of a new label to existing objects: merge, ownership and conflict check, durable write.
+    let probe = Request::patch(format!("{path}/c00000?fieldManager=bench"))
+        .header("content-type", "application/apply-patch+yaml")
+        .body(b"{}".to_vec())
+        .unwrap();
+    let apply_supported = send(client, probe).await.0 != 415;
+    let (rate, cpu) = if !apply_supported {
+        (f64::NAN, f64::NAN)
+    } else {
+        throughput(clients, &[pid], creates, move |i| {
+            let cfg = json!({"apiVersion": api_version(), "kind": "PodSet",
+                         "metadata": {"name": format!("c{i:05}"), "labels": {"applied": "yes"}}});
+            Request::patch(format!("{path}/c{i:05}?fieldManager=bench"))
+                .header("content-type", "application/apply-patch+yaml")
+                .body(serde_json::to_vec(&cfg).unwrap())
+                .unwrap()
+        })
+        .await
+    };
+    println!("{:<28} {rate:>10.1} /s", "apply (server-side, durable)");
+    report_cpu("apply", cpu);
+
+    let mut times = Vec::new();
+    let cpu_before = common::cpu_us(pid);
+    for _ in 0..40 {
+        let started = Instant::now();
+        let (status, body) = send(client, Request::get(format!("{path}?limit=2000")).body(vec![]).unwrap()).await;
+        assert_eq!(status, 200);
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["items"].as_array().unwrap().len(), 2000);
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    times.sort_by(f64::total_cmp);
+    let cpu_ms = (common::cpu_us(pid) - cpu_before) / 1000.0 / times.len() as f64;
+    report("list 2000 (median, parsed)", percentile(&times, 0.5), "ms", CRD_LIST_2000_MS, false);
+    println!("{:<28} {cpu_ms:>10.1} ms    server CPU per list", "  list");
 }

@@ -32,8 +32,10 @@ if [ -z "${SOURCE_DATE_EPOCH:-}" ] && epoch="$(git log -1 --format=%ct 2>/dev/nu
   export SOURCE_DATE_EPOCH="$epoch"
 fi
 # With --target, RUSTFLAGS reach only the binary and its dependencies, not build scripts and proc macros (which
-# the compiler loads as shared objects, so they must not be static).
-RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
+# the compiler loads as shared objects, so they must not be static). getrandom finds the getrandom(2) wrapper with
+# dlsym, which a static binary cannot, and falls back to /dev/urandom, which an empty root has not: it is told to
+# make the system call.
+RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static --cfg getrandom_backend=\"linux_getrandom\"" \
   "$cargo" build --locked --profile "$profile" --target "$target" --bin podset-apiserver >&2
 dir="${CARGO_TARGET_DIR:-target}"
 [[ "$dir" = /* ]] || dir="$PWD/$dir"

@@ -118,10 +118,10 @@ impl Server {
                 authenticator: cfg.authenticator,
                 audit: cfg.audit.clone(),
             }),
+            timeout: filters::RequestTimeoutLayer::new(cfg.request_timeout, cfg.audit.clone()),
             audit: FilterLayer::new(filters::audit::Audit(cfg.audit)),
             max_in_flight: FilterLayer::new(cfg.max_in_flight),
             authorization: FilterLayer::new(filters::authorization::Authorization(cfg.authorizer)),
-            timeout: filters::RequestTimeoutLayer::new(cfg.request_timeout),
         };
         let app = Arc::new(App {
             registry,

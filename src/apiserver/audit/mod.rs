@@ -15,7 +15,6 @@ pub mod webhook;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::extract::Request;
 use axum::response::Response;
 use chrono::{DateTime, SecondsFormat, Utc};
 use http::HeaderMap;
@@ -174,7 +173,7 @@ fn quoted(s: &str) -> String {
 impl Event {
     /// The event of a request as received: the filters before audit left its audit ID, when it came, from where,
     /// and (once authenticated) who sent it.
-    pub fn of_request(req: &mut Request, level: Level) -> Self {
+    pub fn of_request<B>(req: &mut http::Request<B>, level: Level) -> Self {
         let info = info_of(req);
         let ext = req.extensions();
         let remote = ext.get::<ConnInfo>().map(|c| c.remote.ip());
@@ -419,7 +418,7 @@ impl Auditor {
 
     /// What the policy asks of a request (after authentication; `None` user when it failed), counted in
     /// `apiserver_audit_level_total`; no context at the `None` level.
-    pub fn begin(&self, req: &mut Request) -> Option<Arc<AuditContext>> {
+    pub fn begin<B>(&self, req: &mut http::Request<B>) -> Option<Arc<AuditContext>> {
         let info = info_of(req);
         let user = req.extensions().get::<Authenticated>().map(|a| &*a.0);
         let config = self.policy.evaluate(user, &info.attributes);
@@ -468,9 +467,10 @@ impl Auditor {
         Response::from_parts(parts, axum::body::Body::from(bytes))
     }
 
-    /// A request that failed authentication, answered with `resp`: one `ResponseStarted` event without a user, as
-    /// kube's `WithFailedAuthenticationAudit` writes.
-    pub fn failed_authentication(&self, req: &mut Request, mut resp: Response) -> Response {
+    /// A request refused before the audit filter (authentication failed, a bad `?timeout=`), answered with `resp`:
+    /// one `ResponseStarted` event without a user, as kube's `WithFailedAuthenticationAudit` and
+    /// `withFailedRequestAudit` write.
+    pub fn failed_request<B>(&self, req: &mut http::Request<B>, mut resp: Response) -> Response {
         if let Some(ctx) = self.begin(req) {
             ctx.log_response_status(&mut resp);
             self.process(&ctx, Stage::ResponseStarted);

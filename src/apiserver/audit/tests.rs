@@ -1,4 +1,5 @@
 use super::*;
+use axum::extract::Request;
 use http::Method;
 
 fn request(method: Method, uri: &str) -> Request {

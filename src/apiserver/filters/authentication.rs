@@ -42,7 +42,7 @@ impl Filter for Authentication {
             Err(e) => {
                 let resp = e.into_response();
                 match &self.audit {
-                    Some(audit) => audit.failed_authentication(&mut req, resp),
+                    Some(audit) => audit.failed_request(&mut req, resp),
                     None => resp,
                 }
             }

@@ -18,16 +18,19 @@ use http::Request;
 use tower::{Layer, Service};
 
 use super::info_of;
+use crate::apiserver::audit::Auditor;
 use crate::apiserver::error::ApiError;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RequestTimeoutLayer {
     timeout: Duration,
+    /// Audits a request refused for its `?timeout=`, as kube's `WithRequestDeadline` does.
+    audit: Option<Auditor>,
 }
 
 impl RequestTimeoutLayer {
-    pub fn new(timeout: Duration) -> Self {
-        Self { timeout }
+    pub fn new(timeout: Duration, audit: Option<Auditor>) -> Self {
+        Self { timeout, audit }
     }
 }
 
@@ -35,7 +38,7 @@ impl<S> Layer<S> for RequestTimeoutLayer {
     type Service = RequestTimeout<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RequestTimeout { inner, timeout: self.timeout }
+        RequestTimeout { inner, timeout: self.timeout, audit: self.audit.clone() }
     }
 }
 
@@ -43,6 +46,7 @@ impl<S> Layer<S> for RequestTimeoutLayer {
 pub struct RequestTimeout<S> {
     inner: S,
     timeout: Duration,
+    audit: Option<Auditor>,
 }
 
 /// The `timeout` query parameter (a Go duration, or seconds), as `WithRequestDeadline` reads it.
@@ -79,7 +83,13 @@ where
         }
         let timeout = match requested_timeout(req.uri().query()) {
             Ok(asked) => asked.map_or(self.timeout, |t| t.min(self.timeout)),
-            Err(e) => return Box::pin(std::future::ready(Ok(e.into_response()))),
+            Err(e) => {
+                let resp = match &self.audit {
+                    Some(audit) => audit.failed_request(&mut req, e.into_response()),
+                    None => e.into_response(),
+                };
+                return Box::pin(std::future::ready(Ok(resp)));
+            }
         };
         let running = tokio::spawn(self.inner.call(req));
         Box::pin(async move {
@@ -126,8 +136,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_overrunning_request_gets_504_and_its_handler_still_finishes() {
         let finished = Arc::new(AtomicBool::new(false));
-        let svc =
-            RequestTimeoutLayer::new(Duration::from_secs(60)).layer(slow(Duration::from_secs(61), finished.clone()));
+        let svc = RequestTimeoutLayer::new(Duration::from_secs(60), None)
+            .layer(slow(Duration::from_secs(61), finished.clone()));
         let req = Request::post(PODSETS).body(()).unwrap();
         let (code, body) = status_of(svc.oneshot(req).await.unwrap()).await;
         assert_eq!((code, body["kind"].as_str(), body["reason"].as_str()), (504, Some("Status"), Some("Timeout")));
@@ -140,8 +150,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn in_time_passes_through_and_query_timeout_shortens_it() {
         let finished = Arc::new(AtomicBool::new(false));
-        let svc =
-            RequestTimeoutLayer::new(Duration::from_secs(60)).layer(slow(Duration::from_secs(59), finished.clone()));
+        let svc = RequestTimeoutLayer::new(Duration::from_secs(60), None)
+            .layer(slow(Duration::from_secs(59), finished.clone()));
         let resp = svc.clone().oneshot(Request::get(PODSETS).body(()).unwrap()).await.unwrap();
         assert_eq!(resp.status(), 200);
         let shorter = Request::get(format!("{PODSETS}?timeout=30s")).body(()).unwrap();
@@ -155,7 +165,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn watches_are_not_timed_out() {
         let finished = Arc::new(AtomicBool::new(false));
-        let svc = RequestTimeoutLayer::new(Duration::from_secs(1)).layer(slow(Duration::from_secs(3600), finished));
+        let svc =
+            RequestTimeoutLayer::new(Duration::from_secs(1), None).layer(slow(Duration::from_secs(3600), finished));
         let watch = Request::get(format!("{PODSETS}?watch=true")).body(()).unwrap();
         assert_eq!(svc.oneshot(watch).await.unwrap().status(), 200);
     }
