@@ -11,7 +11,7 @@ use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::Value;
 
-use super::audit::AuditContext;
+use super::audit::{AuditContext, Level};
 use super::auth::UserInfo;
 use super::discovery::{Discovery, Doc};
 use super::error::{Answered, ApiError, ApiResult, StatusBody};
@@ -21,6 +21,7 @@ use super::health::HealthChecks;
 use super::negotiate::{body_format, negotiate, BodyFormat, Output, APIS, OBJECTS, PLAIN};
 use super::render::{bytes_response, list_response, object_response, value_response, with_admission, JSON};
 use super::request::{delete_options, write_options, Query, RequestInfo, ResourceRequest, Target, Verb};
+use super::status::status_details;
 use super::watch::{self, WatchConfig, WatchRequest};
 use crate::api::selector::{FieldSelector, Selector};
 use crate::api::{Subresource, GROUP, LIST_KIND, PLURAL};
@@ -191,16 +192,15 @@ struct Call<'a> {
 }
 
 impl Call<'_> {
-    /// A create's or update's body, for the audit event (kube's `LogRequestObject`).
+    /// A create's or update's body, for the audit event (kube's `LogRequestObject`): as sent for its metadata,
+    /// decoded by the registry only when the event records the object.
     fn audit_object(&self, body: &Value) {
         let Some(a) = &self.audit else { return };
-        match self.r.subresource {
-            Subresource::Scale => a.log_request_object(body),
-            _ => {
-                if let Some(obj) = crate::registry::request_object(body.clone(), Some(self.r.version)) {
-                    a.log_request_object(&obj);
-                }
-            }
+        if a.level() < Level::Request {
+            return a.log_request_object(body);
+        }
+        if let Some(obj) = crate::registry::request_object(body.clone(), self.r.subresource) {
+            a.log_request_object(&obj);
         }
     }
 
@@ -341,13 +341,14 @@ async fn create(c: Call<'_>, body: Body, user: Arc<UserInfo>) -> ApiResult<Respo
     let format = c.body_format()?;
     let opts = write_options(c.q, &c.headers, Verb::Create, None, user, c.r.version)?;
     let body = read_body(body).await?;
-    if c.audit.is_some() {
-        if let Ok(value) = parse_body(&body, format) {
-            c.audit_object(&value);
-        }
-    }
     let reg = &c.app.registry;
     let written = match format {
+        // An audited create is parsed once, for its event and for the write.
+        _ if c.audit.is_some() => {
+            let value = parse_body(&body, format)?;
+            c.audit_object(&value);
+            reg.create(ns, value, &opts).await?
+        }
         BodyFormat::Yaml => reg.create(ns, yaml_object(&body)?, &opts).await?,
         _ => reg.create_json(ns, &body, &opts).await?,
     };
@@ -413,22 +414,16 @@ async fn delete(c: Call<'_>, body: Body, user: Arc<UserInfo>) -> ApiResult<Respo
     let deleted = c.app.registry.delete(&key, &delete, &opts).await?;
     let resp = if deleted.gone {
         // As kube-apiserver: a Status once the object is gone, the object while finalizers hold it.
+        let mut details = status_details(&key.name, crate::api::GROUP, crate::api::PLURAL, Vec::new());
+        details.uid = deleted.object.uid().unwrap_or_default().to_owned();
         let status = kube::core::Status {
+            // As kube's store answers a delete: no code in the body.
             status: Some(kube::core::response::StatusSummary::Success),
-            code: 200,
-            details: Some(kube::core::response::StatusDetails {
-                name: key.name.clone(),
-                group: crate::api::GROUP.into(),
-                kind: crate::api::PLURAL.into(),
-                uid: deleted.object.uid().unwrap_or_default().to_owned(),
-                causes: Vec::new(),
-                retry_after_seconds: 0,
-            }),
+            metadata: Some(Default::default()),
+            details: Some(details),
             ..Default::default()
         };
-        let mut value =
-            serde_json::to_value(StatusBody::new(&status)).map_err(|e| ApiError::internal(e.to_string()))?;
-        value["metadata"] = serde_json::json!({});
+        let value = serde_json::to_value(StatusBody::new(&status)).map_err(|e| ApiError::internal(e.to_string()))?;
         let mut resp = c.plain(&value)?;
         resp.extensions_mut().insert(Answered(Box::new(status)));
         resp

@@ -91,13 +91,6 @@ fn unknown_fields(unknown: Vec<String>, fv: FieldValidation, kind: &str, version
     }
 }
 
-/// A create's or update's PodSet as an audit event records it (kube's `LogRequestObject`): decoded, in the version
-/// it was sent in. `None` if it does not decode; the write then fails on its own.
-pub fn request_object(body: Value, asked: Option<Version>) -> Option<Value> {
-    let (ps, _, version) = decode_podset(body, FieldValidation::Ignore, asked).ok()?;
-    versioned_value(&ps, version).ok()
-}
-
 /// The hub object `ps` as JSON in `version`.
 pub(crate) fn versioned_value(ps: &PodSet, version: Version) -> Result<Value> {
     let mut ps = ps.clone();

@@ -26,7 +26,7 @@ use std::time::Duration;
 use k8s_openapi::api::autoscaling::v1::Scale;
 use serde_json::Value;
 
-pub use self::decode::{json_object, request_object, yaml_object};
+pub use self::decode::{json_object, yaml_object};
 pub use self::error::{Error, Result};
 pub use self::key::PodSetKey;
 pub use self::managed::podset_field_manager;
@@ -37,6 +37,7 @@ pub use self::options::{
 };
 pub use self::stored::Stored;
 pub use self::view::admission_attributes;
+pub use self::view::request_object;
 pub use self::watch::{Event, EventType, Notification, Watch, WatchRequest};
 pub use crate::api::{Operation, Subresource, UserInfo};
 pub use crate::storage::Revision;

@@ -25,6 +25,15 @@ pub(crate) trait View: ObjectInterfaces {
     fn admitted(&self, proposed: PodSet, object: Value, key: &PodSetKey, version: Version) -> Result<PodSet>;
 }
 
+/// A create's or update's body as an audit event records it (kube's `LogRequestObject`): decoded and defaulted in
+/// the version it was sent in, as the write's view reads it (`/scale`'s Scale, else the PodSet). `None` if it does
+/// not decode; the write then fails on its own.
+pub fn request_object(mut body: Value, sub: Subresource) -> Option<Value> {
+    let view: &dyn ObjectInterfaces = if sub == Subresource::Scale { &super::scale::SCALE } else { &PODSET };
+    view.decode_and_default(&mut body).ok()?;
+    Some(body)
+}
+
 /// The PodSet itself.
 #[derive(Debug)]
 pub(crate) struct PodSetView;
