@@ -18,6 +18,7 @@ use std::sync::Arc;
 use axum::response::Response;
 use chrono::{DateTime, SecondsFormat, Utc};
 use http::HeaderMap;
+use kube::core::response::StatusSummary;
 use parking_lot::Mutex;
 use serde::{Serialize, Serializer};
 use serde_json::value::RawValue;
@@ -128,7 +129,13 @@ impl ResponseStatus {
         let nonempty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
         Self {
             metadata: BTreeMap::new(),
-            status: status.status.as_ref().map(|s| format!("{s:?}")),
+            status: status.status.as_ref().map(|s| {
+                match s {
+                    StatusSummary::Success => "Success",
+                    StatusSummary::Failure => "Failure",
+                }
+                .to_owned()
+            }),
             message: nonempty(&status.message),
             reason: nonempty(&status.reason),
             details: status.details.as_ref().and_then(|d| serde_json::to_value(d).ok()),
@@ -435,15 +442,12 @@ impl Auditor {
         if ctx.config.omit_stages.contains(stage) {
             return true;
         }
-        let event = {
-            let mut ev = ctx.event.lock();
-            ev.stage = stage;
-            ev.stage_timestamp =
-                if stage == Stage::RequestReceived { ev.request_received_timestamp } else { Utc::now() };
-            ev.clone()
-        };
+        // The event is handed on under its request's own lock (no other request takes it): no copy per stage.
+        let mut ev = ctx.event.lock();
+        ev.stage = stage;
+        ev.stage_timestamp = if stage == Stage::RequestReceived { ev.request_received_timestamp } else { Utc::now() };
         global().audit_events.inc();
-        self.backend.process(std::slice::from_ref(&event))
+        self.backend.process(std::slice::from_ref(&*ev))
     }
 
     /// The answer to an audited request: its status, annotations, and at `RequestResponse` its body (which is

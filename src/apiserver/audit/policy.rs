@@ -121,8 +121,9 @@ struct Rule {
 struct PolicyFile {
     api_version: String,
     kind: String,
-    #[serde(default)]
-    metadata: Option<serde_yaml::Value>,
+    /// Accepted (an object's metadata), not used.
+    #[serde(default, rename = "metadata")]
+    _metadata: Option<serde::de::IgnoredAny>,
     #[serde(default)]
     rules: Vec<Rule>,
     #[serde(default)]
@@ -172,7 +173,6 @@ impl Policy {
                 ),
             ));
         }
-        let _ = file.metadata;
         if file.rules.is_empty() {
             return Err((None, "loaded illegal policy with 0 rules".into()));
         }
@@ -232,7 +232,9 @@ fn invalid(rule: &Rule) -> Option<String> {
                 "nonResourceURLs[{i}]: Invalid value: {url:?}: non-resource URL rules must begin with a '/' character"
             ));
         }
-        if url[..url.len() - 1].contains('*') {
+        let mut before_last = url.chars();
+        before_last.next_back();
+        if before_last.as_str().contains('*') {
             return Some(format!(
                 "nonResourceURLs[{i}]: Invalid value: {url:?}: non-resource URL wildcards '*' must be the final character of the rule"
             ));

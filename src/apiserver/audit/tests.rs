@@ -75,7 +75,8 @@ fn the_legacy_line_is_kubes_event_string() {
 #[test]
 fn the_request_object_completes_the_reference_and_is_kept_from_the_request_level() {
     let uri = "/apis/demo.k8s.io/v1beta1/namespaces/ns/podsets";
-    let body = serde_json::json!({"apiVersion": "demo.k8s.io/v1beta1", "kind": "PodSet",
+    // Audit reads any object: the registry has decoded it before (a Widget here).
+    let body = serde_json::json!({"apiVersion": "example.com/v1", "kind": "Widget",
         "metadata": {"name": "web", "uid": "u-1", "resourceVersion": "7", "managedFields": [{"manager": "m"}]}});
     let meta = context(Level::Metadata, false, &mut request(Method::POST, uri));
     meta.log_request_object(&body);
@@ -94,7 +95,7 @@ fn the_request_object_completes_the_reference_and_is_kept_from_the_request_level
     assert!(obj["metadata"].get("managedFields").is_none(), "omitManagedFields");
 
     let patch = context(Level::Request, false, &mut request(Method::PATCH, &format!("{uri}/web")));
-    patch.log_request_patch(b"apiVersion: demo.k8s.io/v1beta1\nkind: PodSet\nspec:\n  replicas: 2\n");
+    patch.log_request_patch(b"apiVersion: example.com/v1\nkind: Widget\nspec:\n  replicas: 2\n");
     let obj: Value = serde_json::from_str(patch.event.lock().request_object.as_ref().unwrap().get()).unwrap();
     assert_eq!(obj["spec"]["replicas"], 2, "an apply patch's YAML recorded as JSON");
 }
@@ -104,7 +105,7 @@ async fn the_answer_is_recorded_as_the_level_asks() {
     let uri = "/apis/demo.k8s.io/v1beta1/namespaces/ns/podsets/web";
     let answer = || {
         let mut resp = Response::new(axum::body::Body::from(
-            r#"{"kind":"PodSet","metadata":{"name":"web","managedFields":[{"manager":"m"}]}}"#,
+            r#"{"kind":"Widget","metadata":{"name":"web","managedFields":[{"manager":"m"}]}}"#,
         ));
         resp.headers_mut().insert(http::header::CONTENT_TYPE, "application/json".parse().unwrap());
         let mut a = BTreeMap::new();
@@ -126,7 +127,7 @@ async fn the_answer_is_recorded_as_the_level_asks() {
         let ctx = context(level, omit, &mut request(Method::GET, uri));
         let resp = auditor.log_response(&ctx, answer(), true).await;
         let sent = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
-        assert!(sent.starts_with(b"{\"kind\":\"PodSet\""), "the client still gets the answer");
+        assert!(sent.starts_with(b"{\"kind\":\"Widget\""), "the client still gets the answer");
         let ev = ctx.event.lock().clone();
         assert_eq!(ev.response_status, Some(ResponseStatus::code(200)));
         let recorded = ev.response_object.map(|r| r.get().contains("managedFields"));

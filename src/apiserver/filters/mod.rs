@@ -116,7 +116,7 @@ impl<F: Filter, S: Next> Service<Request> for Filtered<F, S> {
     type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        // `Next::run` waits for the inner service itself.
+        // Always ready, as every service of the chain (see `Next::run`).
         Poll::Ready(Ok(()))
     }
 

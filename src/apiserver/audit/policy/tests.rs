@@ -25,6 +25,7 @@ fn the_first_matching_rule_decides_and_none_matching_means_none() {
         r#"
 apiVersion: audit.k8s.io/v1
 kind: Policy
+metadata: {name: shop}
 omitStages: [RequestReceived]
 rules:
 - level: None
@@ -151,6 +152,11 @@ fn a_bad_policy_is_refused_with_its_line_and_reason() {
             "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n  resources: [{group: demo.k8s.io, resourceNames: [a]}]\n",
             Some(4),
             "using resourceNames requires at least one resource",
+        ),
+        (
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n  nonResourceURLs: [\"/*é\"]\n",
+            Some(4),
+            "non-resource URL wildcards '*' must be the final character of the rule",
         ),
         ("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: []\n", None, "loaded illegal policy with 0 rules"),
         ("apiVersion: audit.k8s.io/v1beta2\nkind: Policy\nrules:\n- level: None\n", None, "expected apiVersion audit.k8s.io/v1"),
