@@ -366,22 +366,12 @@ impl ClientCa {
 
 /// The `hosts` the certificate in `path` does not name (all of them when it cannot be read).
 fn missing_names(path: &Path, hosts: &[String]) -> Vec<String> {
-    use x509_parser::extensions::GeneralName;
     let named: Vec<String> = read_certs(path)
         .ok()
         .and_then(|certs| {
             let (_, parsed) = x509_parser::parse_x509_certificate(certs.first()?.as_ref()).ok()?;
-            let sans = parsed.subject_alternative_name().ok().flatten()?;
-            let names = sans.value.general_names.iter().filter_map(|n| match n {
-                GeneralName::DNSName(d) => Some((*d).to_owned()),
-                GeneralName::IPAddress(ip) => match ip.len() {
-                    4 => Some(std::net::Ipv4Addr::from(<[u8; 4]>::try_from(*ip).ok()?).to_string()),
-                    16 => Some(std::net::Ipv6Addr::from(<[u8; 16]>::try_from(*ip).ok()?).to_string()),
-                    _ => None,
-                },
-                _ => None,
-            });
-            Some(names.collect())
+            let (dns, ips) = crate::admission::webhook::san_names(&parsed)?;
+            Some(dns.into_iter().chain(ips).collect())
         })
         .unwrap_or_default();
     hosts.iter().filter(|h| !named.contains(h)).cloned().collect()

@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use client::{CallError, WebhookClients};
 use review::ReviewVersion;
+pub use verify::san_names;
 
 use super::namespace::resource_name;
 use super::{Attributes, Error, Handler, Mutating, Namespaces, Outcome, Plugin, Reinvocation, Validating, READY_WAIT};

@@ -167,23 +167,31 @@ fn check_name(
     Err(X509Error(hostname_error(leaf, &host, matches!(server_name, ServerName::IpAddress(_)))))
 }
 
-/// Go's `HostnameError.Error()`.
-fn hostname_error(leaf: &X509Certificate<'_>, host: &str, is_ip: bool) -> String {
-    let sans = leaf.subject_alternative_name().ok().flatten();
+/// A certificate's subject alternative names: its DNS names and its IP addresses (as text); `None` without the
+/// extension.
+pub fn san_names(leaf: &X509Certificate<'_>) -> Option<(Vec<String>, Vec<String>)> {
+    let sans = leaf.subject_alternative_name().ok().flatten()?;
     let (mut dns, mut ips) = (Vec::new(), Vec::new());
-    for name in sans.iter().flat_map(|s| s.value.general_names.iter()) {
+    for name in &sans.value.general_names {
         match name {
             GeneralName::DNSName(d) => dns.push((*d).to_owned()),
             GeneralName::IPAddress(bytes) => ips.push(ip_string(bytes)),
             _ => {}
         }
     }
+    Some((dns, ips))
+}
+
+/// Go's `HostnameError.Error()`.
+fn hostname_error(leaf: &X509Certificate<'_>, host: &str, is_ip: bool) -> String {
+    let sans = san_names(leaf);
     if sans.is_none() {
         let cn = leaf.subject().iter_common_name().next().and_then(|c| c.as_str().ok()).unwrap_or_default();
         if !is_ip && match_hostnames(cn, host) {
             return "x509: certificate relies on legacy Common Name field, use SANs instead".into();
         }
     }
+    let (dns, ips) = sans.unwrap_or_default();
     let valid = if is_ip {
         if ips.is_empty() {
             return format!("x509: cannot validate certificate for {host} because it doesn't contain any IP SANs");
