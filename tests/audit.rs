@@ -91,7 +91,10 @@ async fn each_request_is_audited_at_its_rules_level_and_stages() {
     assert_eq!(send(Request::get(format!("{PODSETS}?watch=1&timeoutSeconds=1")), "watch", vec![]).await.0, 200);
     assert_eq!(send(Request::get(PODSETS), "list", vec![]).await.0, 200);
     assert_eq!(send(Request::get("/readyz"), "readyz", vec![]).await.0, 200);
-    assert_eq!(send(Request::delete(format!("{PODSETS}/web")), "delete", vec![]).await.0, 200);
+    let deleted = send(Request::delete(format!("{PODSETS}/web")), "delete", vec![]).await;
+    assert_eq!(deleted.0, 200);
+    let answer = json(&deleted.2);
+    assert_eq!((answer["status"].as_str(), answer.get("code")), (Some("Success"), None), "as kube's store: {answer}");
     assert_eq!(send(Request::get(format!("{PODSETS}?timeout=soon")), "bad-timeout", vec![]).await.0, 400);
 
     let all = audit_events(&log, |all| of(all, "delete").len() == 2 && of(all, "watch").len() == 3);
@@ -154,12 +157,9 @@ async fn each_request_is_audited_at_its_rules_level_and_stages() {
     // Counted as kube counts: events written, and every request's level.
     let (_, _, body) = raw(&client, Request::get("/metrics").body(vec![]).unwrap()).await;
     let text = String::from_utf8_lossy(&body);
-    let metric = |name: &str| -> f64 {
-        text.lines().find_map(|l| l.strip_prefix(name)).unwrap_or_else(|| panic!("{name}")).trim().parse().unwrap()
-    };
-    assert!(metric("apiserver_audit_event_total ") >= all.len() as f64);
-    assert!(metric("apiserver_audit_level_total{level=\"None\"} ") >= 1.0);
-    assert!(metric("apiserver_audit_level_total{level=\"RequestResponse\"} ") >= 3.0);
+    assert!(metric(&text, "apiserver_audit_event_total ") >= all.len() as f64);
+    assert!(metric(&text, "apiserver_audit_level_total{level=\"None\"} ") >= 1.0);
+    assert!(metric(&text, "apiserver_audit_level_total{level=\"RequestResponse\"} ") >= 3.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -336,17 +336,25 @@ fn kube_apiserver_and_we_audit_the_same_requests_alike() {
     });
 }
 
-/// A kubeconfig naming `server` (trusting `ca_pem`) as the audit webhook.
-fn webhook_kubeconfig(dir: &std::path::Path, server: &str, ca_pem: &str) -> std::path::PathBuf {
+/// A server auditing every request at Metadata to the webhook at `server` (trusting `ca_pem`), named by a
+/// kubeconfig as kube-apiserver's is, with `flags` added.
+fn audited_by_webhook(dir: &std::path::Path, server: &str, ca_pem: &str, flags: &[&str]) -> TestServer {
     use base64::Engine;
     let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     let text = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: audit\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\n\
          users:\n- name: audit\n  user: {{}}\ncontexts:\n- name: audit\n  context: {{cluster: audit, user: audit}}\ncurrent-context: audit\n"
     );
-    let path = dir.join("audit-webhook.kubeconfig");
-    std::fs::write(&path, text).unwrap();
-    path
+    let (kubeconfig, policy) = (dir.join("audit-webhook.kubeconfig"), dir.join("policy.yaml"));
+    std::fs::write(&kubeconfig, text).unwrap();
+    std::fs::write(&policy, common::AUDIT_METADATA).unwrap();
+    let (policy_flag, hook_flag) = (
+        format!("--audit-policy-file={}", policy.display()),
+        format!("--audit-webhook-config-file={}", kubeconfig.display()),
+    );
+    let mut all = vec![policy_flag.as_str(), hook_flag.as_str()];
+    all.extend_from_slice(flags);
+    TestServer::start(&all)
 }
 
 fn metric(text: &str, name: &str) -> f64 {
@@ -357,14 +365,12 @@ fn metric(text: &str, name: &str) -> f64 {
 async fn events_reach_the_webhook_as_event_lists_over_https() {
     let dir = tempfile::tempdir().unwrap();
     let receiver = webhook::WebhookServer::start("127.0.0.1".parse().unwrap()).await;
-    let kubeconfig = webhook_kubeconfig(dir.path(), &receiver.url("/audit"), &receiver.ca_pem);
-    let policy = dir.path().join("policy.yaml");
-    std::fs::write(&policy, common::AUDIT_METADATA).unwrap();
-    let server = TestServer::start(&[
-        &format!("--audit-policy-file={}", policy.display()),
-        &format!("--audit-webhook-config-file={}", kubeconfig.display()),
-        "--audit-webhook-batch-max-wait=100ms",
-    ]);
+    let server = audited_by_webhook(
+        dir.path(),
+        &receiver.url("/audit"),
+        &receiver.ca_pem,
+        &["--audit-webhook-batch-max-wait=100ms"],
+    );
     let client = server.client();
     for i in 0..3 {
         let req = Request::get(PODSETS).header("Audit-ID", format!("hook-{i}")).body(vec![]).unwrap();
@@ -400,17 +406,13 @@ async fn a_webhook_that_is_down_never_fails_requests_and_what_it_loses_is_counte
     // A port nothing listens on.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let (ca_pem, _, _) = webhook::certificates("127.0.0.1".parse().unwrap(), "nobody");
-    let kubeconfig = webhook_kubeconfig(dir.path(), &format!("https://{closed}/audit"), &ca_pem);
-    let policy = dir.path().join("policy.yaml");
-    std::fs::write(&policy, common::AUDIT_METADATA).unwrap();
-    let server = TestServer::start(&[
-        &format!("--audit-policy-file={}", policy.display()),
-        &format!("--audit-webhook-config-file={}", kubeconfig.display()),
+    let flags = [
         "--audit-webhook-initial-backoff=20ms",
         "--audit-webhook-batch-buffer-size=20",
         "--audit-webhook-batch-max-size=10",
         "--audit-webhook-batch-max-wait=20ms",
-    ]);
+    ];
+    let server = audited_by_webhook(dir.path(), &format!("https://{closed}/audit"), &ca_pem, &flags);
     let client = server.client();
     for _ in 0..100 {
         assert_eq!(raw(&client, Request::get(PODSETS).body(vec![]).unwrap()).await.0, 200);
