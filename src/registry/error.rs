@@ -110,7 +110,9 @@ impl Error {
             other @ (StorageError::InvalidObject
             | StorageError::Stopped
             | StorageError::Backend(_)
-            | StorageError::Corrupt(_)) => Error::Internal(other.to_string()),
+            | StorageError::Corrupt(_)
+            | StorageError::Unreadable { .. }
+            | StorageError::Unwritable { .. }) => Error::Internal(other.to_string()),
         }
     }
 }

@@ -79,6 +79,11 @@ pub trait Backend: Send + Sync + 'static {
     fn check_alive(&self) -> Result<()> {
         Ok(())
     }
+    /// Whether `object`'s stored value should be written again: it was read by another encryption provider than the
+    /// one that writes now.
+    fn is_stale(&self, _object: &Object) -> bool {
+        false
+    }
     /// Bytes the backend's files take, if it can tell.
     fn size_on_disk(&self) -> Option<u64> {
         None

@@ -216,7 +216,11 @@ async fn follow(
 #[async_trait]
 impl Store for Cacher {
     async fn get(&self, key: &str) -> Result<Option<Arc<Object>>> {
-        Ok(self.inner.state.read().objects.get(key).cloned())
+        let object = self.inner.state.read().objects.get(key).cloned();
+        if let Some(o) = &object {
+            o.check_readable()?;
+        }
+        Ok(object)
     }
 
     async fn list(&self, opts: ListOptions) -> Result<ListResult> {
@@ -296,6 +300,10 @@ impl Store for Cacher {
             (state.objects.len(), state.log.len(), state.log_bytes)
         };
         StoreStats { objects, history_events, history_bytes, data_bytes: self.backend.size_on_disk() }
+    }
+
+    fn is_stale(&self, object: &Object) -> bool {
+        self.backend.is_stale(object)
     }
 
     fn check_alive(&self) -> Result<()> {

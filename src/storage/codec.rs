@@ -8,6 +8,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use sled::IVec;
 
+use super::value::{self, Transformer};
 use super::{Draft, EventType, Object, Result, Revision, StorageError};
 
 pub const OBJECT_PREFIX: &[u8] = b"o/";
@@ -39,14 +40,24 @@ pub fn corrupt(what: &str) -> StorageError {
     StorageError::Corrupt(what.to_owned())
 }
 
-/// The draft stamped with `revision`, and its object record `[mod_revision u64][json]`. The object's JSON is the
-/// record's, not a copy: sled keeps the value it is given in its page cache, and the cache above keeps the object,
-/// so the two share it.
-pub fn stamp(key: &str, draft: Draft, revision: Revision) -> (Object, IVec) {
-    let (record, meta) = draft.stamp(revision, &revision.to_be_bytes());
-    let record = IVec::from(record);
-    let json = Bytes::from_owner(record.clone()).slice(8..);
-    (Object::from_parts(key, meta, json, revision), record)
+/// The draft stamped with `revision`, and its object record `[mod_revision u64][value]`. In a plain store the value
+/// is the object's JSON, and the object's bytes are the record's, not a copy: sled keeps the value it is given in
+/// its page cache, and the cache above keeps the object, so the two share it. Otherwise the value is the JSON as
+/// the encryption's writing provider transforms it, bound to the object's key.
+pub fn stamp(key: &str, draft: Draft, revision: Revision, values: &Transformer) -> Result<(Object, IVec)> {
+    let header = revision.to_be_bytes();
+    if values.is_plain() {
+        let (record, meta) = draft.stamp(revision, &header);
+        let record = IVec::from(record);
+        let json = Bytes::from_owner(record.clone()).slice(8..);
+        return Ok((Object::from_parts(key, meta, json, revision), record));
+    }
+    let (json, meta) = draft.stamp(revision, &[]);
+    let (value, provider) = values
+        .to_storage(&json, key.as_bytes())
+        .map_err(|e| StorageError::Unwritable { key: key.to_owned(), reason: e.to_string() })?;
+    let record = IVec::from([&header[..], &value].concat());
+    Ok((Object::from_parts(key, meta, Bytes::from(json), revision).stored_with(provider), record))
 }
 
 /// The revision of an object record, without decoding the rest.
@@ -54,18 +65,33 @@ pub fn record_revision(record: &[u8]) -> Result<Revision> {
     record.get(..8).ok_or_else(|| corrupt("object record too short")).and_then(decode_u64)
 }
 
-/// Decodes an object record, sharing its bytes rather than copying them: after a restart, sled's page cache holds
-/// every value the load read (it evicts lazily), and the cache above holds the same objects.
-pub fn decode_object(key: &str, record: &IVec) -> Result<Object> {
+/// Decodes an object record. In a plain store its bytes are shared, not copied: after a restart, sled's page cache
+/// holds every value the load read (it evicts lazily), and the cache above holds the same objects. A value no
+/// provider reads becomes an unreadable object, so the load goes on and reads of that one key fail.
+pub fn decode_object(key: &str, record: &IVec, values: &Transformer) -> Result<Object> {
     let mod_revision = record_revision(record)?;
-    Object::from_json(key, Bytes::from_owner(record.clone()).slice(8..), mod_revision)
+    if values.is_plain() {
+        if let Err(e) = value::check_plain(&record[8..]) {
+            return Ok(Object::unreadable(key, mod_revision, e.to_string()));
+        }
+        return Object::from_json(key, Bytes::from_owner(record.clone()).slice(8..), mod_revision);
+    }
+    match values.from_storage(&record[8..], key.as_bytes()) {
+        Ok(plain) => Ok(Object::from_json(key, Bytes::from(plain.bytes), mod_revision)?.stored_with(plain.provider)),
+        Err(e) => Ok(Object::unreadable(key, mod_revision, e.to_string())),
+    }
 }
 
-/// What a delete at `revision` reports: the last state, `json`, stamped with the delete's revision. Made when the
+/// What a delete at `revision` reports: the last state, `last`, stamped with the delete's revision. Made when the
 /// delete is written, and made again the same way when the log is read.
-pub fn deletion(key: &str, json: &[u8], revision: Revision) -> Result<Object> {
-    let value = serde_json::from_slice(json).map_err(|e| StorageError::Corrupt(format!("object {key:?}: {e}")))?;
-    Object::new(key, value, revision)
+pub fn deletion(last: &Object, revision: Revision) -> Result<Object> {
+    if let Some(reason) = &last.unreadable {
+        return Ok(Object::unreadable(&last.key, revision, reason.to_string()));
+    }
+    let key = &last.key;
+    let value =
+        serde_json::from_slice(&last.bytes).map_err(|e| StorageError::Corrupt(format!("object {key:?}: {e}")))?;
+    Ok(Object::new(key, value, revision)?.stored_with(last.stored_with.clone()))
 }
 
 /// The key of the event at `revision`: `e/<revision BE><kind u8><object key>`. Its value is the record of the
@@ -111,15 +137,16 @@ pub fn split_event_key(raw: &[u8]) -> Result<EventKey<'_>> {
 
 /// Gives each event its new state, walking the log newest first: the state after an event is the previous state
 /// held by the key's next event, or, for the key's last event, its current record.
-pub struct Unwind<F> {
+pub struct Unwind<'v, F> {
     after: HashMap<String, Option<Arc<Object>>>,
     current: F,
+    values: &'v Transformer,
 }
 
-impl<F: FnMut(&str) -> Result<Option<Arc<Object>>>> Unwind<F> {
+impl<'v, F: FnMut(&str) -> Result<Option<Arc<Object>>>> Unwind<'v, F> {
     /// `current` reads a key's current object.
-    pub fn new(current: F) -> Self {
-        Self { after: HashMap::new(), current }
+    pub fn new(current: F, values: &'v Transformer) -> Self {
+        Self { after: HashMap::new(), current, values }
     }
 
     /// The new and the previous state of the event `event` with value `value`; events must come newest first.
@@ -128,9 +155,12 @@ impl<F: FnMut(&str) -> Result<Option<Arc<Object>>>> Unwind<F> {
             Some(state) => state,
             None => (self.current)(event.key)?,
         };
-        let prev = if value.is_empty() { None } else { Some(Arc::new(decode_object(event.key, value)?)) };
+        let prev = match value.is_empty() {
+            true => None,
+            false => Some(Arc::new(decode_object(event.key, value, self.values)?)),
+        };
         let object = match (event.kind, after, &prev) {
-            (EventType::Deleted, None, Some(p)) => Arc::new(deletion(event.key, &p.bytes, event.revision)?),
+            (EventType::Deleted, None, Some(p)) => Arc::new(deletion(p, event.revision)?),
             (EventType::Added, Some(o), None) | (EventType::Modified, Some(o), Some(_))
                 if o.mod_revision == event.revision =>
             {

@@ -19,6 +19,7 @@ use futures::future::{BoxFuture, FutureExt, Shared};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
+use super::value::{self, Transformer};
 use super::{
     Backend, Change, ChangeStream, EventType, HistoryLimits, Object, Result, Revision, Snapshot, StorageError, Write,
 };
@@ -62,6 +63,8 @@ pub struct EtcdOptions {
     pub compaction_interval: Duration,
     /// Longest wait for one request before it fails.
     pub request_timeout: Duration,
+    /// How values are encrypted at rest.
+    pub values: Transformer,
 }
 
 impl Default for EtcdOptions {
@@ -74,6 +77,7 @@ impl Default for EtcdOptions {
             key_file: None,
             compaction_interval: Duration::from_secs(300),
             request_timeout: Duration::from_secs(10),
+            values: Transformer::plain(),
         }
     }
 }
@@ -85,6 +89,7 @@ pub struct EtcdBackend {
     timeout: Duration,
     compactor: Option<tokio::task::JoinHandle<()>>,
     reads: RevisionReads,
+    values: Transformer,
 }
 
 type SharedRead = Shared<BoxFuture<'static, Result<Revision>>>;
@@ -142,6 +147,21 @@ fn write_error(e: etcd_client::Error) -> StorageError {
     }
 }
 
+/// The object a value etcd holds at `etcd_key` stands for: its JSON (without resourceVersion) once the configured
+/// providers have read it, stamped with `rev`. A value none reads becomes an unreadable object.
+fn read_value(values: &Transformer, key: &str, etcd_key: &[u8], value: &[u8], rev: Revision) -> Result<Object> {
+    if values.is_plain() {
+        if let Err(e) = value::check_plain(value) {
+            return Ok(Object::unreadable(key, rev, e.to_string()));
+        }
+        return Object::from_unstamped_json(key, value, rev);
+    }
+    match values.from_storage(value, etcd_key) {
+        Ok(plain) => Ok(Object::from_unstamped_json(key, &plain.bytes, rev)?.stored_with(plain.provider)),
+        Err(e) => Ok(Object::unreadable(key, rev, e.to_string())),
+    }
+}
+
 fn revision(r: i64) -> Revision {
     r.max(0) as Revision
 }
@@ -174,7 +194,8 @@ impl EtcdBackend {
         let root = format!("{}{GROUP_ROOT}", options.prefix.trim_end_matches('/'));
         let compactor = (!options.compaction_interval.is_zero())
             .then(|| tokio::spawn(compactor(client.clone(), options.compaction_interval, options.request_timeout)));
-        Ok(Self { client, root, timeout: options.request_timeout, compactor, reads: RevisionReads::default() })
+        let (timeout, reads, values) = (options.request_timeout, RevisionReads::default(), options.values);
+        Ok(Self { client, root, timeout, compactor, reads, values })
     }
 
     /// A linearizable read of the marker every write of ours touches (0 before the first); see `RevisionReads`.
@@ -231,6 +252,13 @@ impl EtcdBackend {
     /// A write's transaction. Once the request may have reached etcd, a failure may hide an applied write: it is
     /// a timeout (504, "may have been applied"), never "unavailable" (503), which clients retry as a write that
     /// failed (kube-rs does, by default) and then see their own write as a conflict or a 404.
+    /// The value etcd keeps for `json` at `etcd_key`, and the provider that wrote it.
+    fn to_storage(&self, key: &str, etcd_key: &[u8], json: &[u8]) -> Result<(Vec<u8>, Option<Arc<str>>)> {
+        self.values
+            .to_storage(json, etcd_key)
+            .map_err(|e| StorageError::Unwritable { key: key.to_owned(), reason: e.to_string() })
+    }
+
     async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse> {
         let mut kv = kv_client(&self.client);
         match tokio::time::timeout(self.timeout, kv.txn(txn)).await {
@@ -273,7 +301,8 @@ impl Backend for EtcdBackend {
             let kvs = resp.take_kvs();
             for kv in &kvs {
                 let key = self.storage_key(kv.key())?;
-                objects.push(Arc::new(Object::from_unstamped_json(key, kv.value(), revision(kv.mod_revision()))?));
+                let rev = revision(kv.mod_revision());
+                objects.push(Arc::new(read_value(&self.values, key, kv.key(), kv.value(), rev)?));
             }
             match kvs.last() {
                 Some(last) if more => from = [last.key(), b"\0"].concat(),
@@ -291,33 +320,35 @@ impl Backend for EtcdBackend {
                 let k = self.etcd_key(&key);
                 // The JSON etcd keeps: the object without `metadata.resourceVersion`.
                 let json = object.into_unstamped();
+                let (value, provider) = self.to_storage(&key, &k, &json)?;
                 let txn = Txn::new()
                     .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
-                    .and_then([TxnOp::put(k, json.clone(), None), self.touch()]);
+                    .and_then([TxnOp::put(k, value, None), self.touch()]);
                 let resp = self.txn(txn).await?;
                 if !resp.succeeded() {
                     return Err(StorageError::AlreadyExists { key });
                 }
                 let rev = revision(header_revision(resp.header())?);
-                Ok(Arc::new(Object::from_unstamped_json(&key, &json, rev)?))
+                Ok(Arc::new(Object::from_unstamped_json(&key, &json, rev)?.stored_with(provider)))
             }
             Write::Update { key, object, expected } => {
                 let k = self.etcd_key(&key);
                 let json = object.into_unstamped();
+                let (value, provider) = self.to_storage(&key, &k, &json)?;
                 let cmp = match expected {
                     Some(e) => Compare::mod_revision(k.clone(), CompareOp::Equal, e as i64),
                     None => Compare::create_revision(k.clone(), CompareOp::Greater, 0),
                 };
                 let txn = Txn::new()
                     .when([cmp])
-                    .and_then([TxnOp::put(k.clone(), json.clone(), None), self.touch()])
+                    .and_then([TxnOp::put(k.clone(), value, None), self.touch()])
                     .or_else([TxnOp::get(k, None)]);
                 let resp = self.txn(txn).await?;
                 if !resp.succeeded() {
                     return Err(refused(key, expected, &resp));
                 }
                 let rev = revision(header_revision(resp.header())?);
-                Ok(Arc::new(Object::from_unstamped_json(&key, &json, rev)?))
+                Ok(Arc::new(Object::from_unstamped_json(&key, &json, rev)?.stored_with(provider)))
             }
             Write::Delete { key, expected } => {
                 let k = self.etcd_key(&key);
@@ -328,7 +359,7 @@ impl Backend for EtcdBackend {
                 let txn = Txn::new()
                     .when([cmp])
                     .and_then([TxnOp::delete(k.clone(), Some(DeleteOptions::new().with_prev_key())), self.touch()])
-                    .or_else([TxnOp::get(k, None)]);
+                    .or_else([TxnOp::get(k.clone(), None)]);
                 let resp = self.txn(txn).await?;
                 if !resp.succeeded() {
                     return Err(refused(key, expected, &resp));
@@ -341,14 +372,19 @@ impl Backend for EtcdBackend {
                 let prev =
                     prev.ok_or_else(|| StorageError::Backend(format!("etcd deleted {key:?} without its value")))?;
                 // A deletion reports the last state, stamped with the deletion's revision.
-                Ok(Arc::new(Object::from_unstamped_json(&key, &prev, rev)?))
+                Ok(Arc::new(read_value(&self.values, &key, &k, &prev, rev)?))
             }
         }
     }
 
     fn watch(&self, after: Revision) -> Result<ChangeStream> {
         let (tx, rx) = mpsc::unbounded_channel();
-        let follower = Follower { client: self.client.clone(), root: self.root.clone(), range: self.range() };
+        let follower = Follower {
+            client: self.client.clone(),
+            root: self.root.clone(),
+            range: self.range(),
+            values: self.values.clone(),
+        };
         tokio::spawn(async move {
             let closed = tx.clone();
             tokio::select! {
@@ -367,6 +403,10 @@ impl Backend for EtcdBackend {
         read.await.map(Some)
     }
 
+    fn is_stale(&self, object: &Object) -> bool {
+        self.values.is_stale(object.stored_with.as_ref())
+    }
+
     /// etcd's history is compacted by time (the compactor), not by what the cache keeps.
     fn compact(&self, _revision: Revision) {}
 
@@ -380,6 +420,7 @@ struct Follower {
     client: Client,
     root: String,
     range: (Vec<u8>, Vec<u8>),
+    values: Transformer,
 }
 
 type Sender = mpsc::UnboundedSender<Result<Vec<Change>>>;
@@ -439,7 +480,7 @@ impl Follower {
             .and_then(|k| k.strip_prefix(self.root.as_str()))
             .ok_or_else(|| StorageError::Corrupt("etcd event for a key that is not ours".into()))?;
         let rev = revision(kv.mod_revision());
-        let (kind, json) = match ev.event_type() {
+        let (kind, value) = match ev.event_type() {
             etcd_client::EventType::Put if kv.create_revision() == kv.mod_revision() => (EventType::Added, kv.value()),
             etcd_client::EventType::Put => (EventType::Modified, kv.value()),
             etcd_client::EventType::Delete => {
@@ -450,7 +491,7 @@ impl Follower {
                 (EventType::Deleted, prev.value())
             }
         };
-        let object = Arc::new(Object::from_unstamped_json(key, json, rev)?);
+        let object = Arc::new(read_value(&self.values, key, kv.key(), value, rev)?);
         Ok(Change { revision: rev, kind, object })
     }
 }

@@ -11,6 +11,7 @@ mod etcd_backend;
 mod object;
 mod sled_backend;
 mod state;
+pub mod value;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -101,6 +102,12 @@ pub enum StorageError {
     Timeout(String),
     #[error("corrupt data in storage: {0}")]
     Corrupt(String),
+    /// No configured encryption provider reads the value stored at `key`.
+    #[error("cannot read the stored value of {key:?}: {reason}")]
+    Unreadable { key: String, reason: String },
+    /// The value could not be encrypted for storage, so it was not written.
+    #[error("cannot encrypt the value of {key:?} for storage: {reason}")]
+    Unwritable { key: String, reason: String },
 }
 
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
@@ -169,4 +176,9 @@ pub trait Store: Send + Sync + 'static {
     /// Ok unless the store can no longer serve until the process restarts (`/livez`).
     fn check_alive(&self) -> Result<()>;
     fn stats(&self) -> StoreStats;
+    /// Whether `object`'s stored value should be written again, unchanged: another encryption provider than the one
+    /// writing now wrote it (so a rewrite moves it to the current key).
+    fn is_stale(&self, _object: &Object) -> bool {
+        false
+    }
 }

@@ -6,7 +6,7 @@ use std::any::Any;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use serde::Deserialize;
@@ -240,6 +240,11 @@ pub struct Object {
     /// The JSON, `metadata.resourceVersion` included.
     pub bytes: Bytes,
     pub mod_revision: Revision,
+    /// The encryption provider that read the stored value (`None` when the store has no encryption configured).
+    pub stored_with: Option<Arc<str>>,
+    /// Why the stored value could not be read (no configured provider decrypts it); `bytes` are then empty. The
+    /// cache keeps such an object so reads of it fail with the reason rather than skip it.
+    pub unreadable: Option<Box<str>>,
     memo: Memo,
 }
 
@@ -257,18 +262,45 @@ impl Object {
 
     /// An object whose metadata the caller read already from `bytes`.
     pub fn from_parts(key: &str, meta: ObjectMeta, bytes: Bytes, mod_revision: Revision) -> Self {
-        Self { key: key.to_owned(), meta, bytes, mod_revision, memo: Memo::default() }
+        Self::assemble(key, meta, bytes, mod_revision)
+    }
+
+    fn assemble(key: &str, meta: ObjectMeta, bytes: Bytes, mod_revision: Revision) -> Self {
+        let (stored_with, unreadable, memo) = (None, None, Memo::default());
+        Self { key: key.to_owned(), meta, bytes, mod_revision, stored_with, unreadable, memo }
+    }
+
+    /// A stored value no provider could read, kept in place of the object.
+    pub fn unreadable(key: &str, mod_revision: Revision, reason: String) -> Self {
+        Self {
+            unreadable: Some(reason.into()),
+            ..Self::assemble(key, ObjectMeta::default(), Bytes::new(), mod_revision)
+        }
+    }
+
+    /// Records the provider that read the stored value.
+    pub fn stored_with(mut self, provider: Option<Arc<str>>) -> Self {
+        self.stored_with = provider;
+        self
+    }
+
+    /// `Unreadable` if no provider could read the stored value.
+    pub fn check_readable(&self) -> Result<()> {
+        match &self.unreadable {
+            None => Ok(()),
+            Some(reason) => Err(StorageError::Unreadable { key: self.key.clone(), reason: reason.to_string() }),
+        }
     }
 
     /// An object whose bytes are already `value` serialized.
     pub fn with_bytes(key: &str, value: &Value, bytes: Bytes, mod_revision: Revision) -> Self {
-        Self { key: key.to_owned(), meta: ObjectMeta::from_value(value), bytes, mod_revision, memo: Memo::default() }
+        Self::assemble(key, ObjectMeta::from_value(value), bytes, mod_revision)
     }
 
     /// An object from its stored JSON (which already carries its resourceVersion).
     pub fn from_json(key: &str, bytes: Bytes, mod_revision: Revision) -> Result<Self> {
         let meta = ObjectMeta::from_json(&bytes).map_err(|e| StorageError::Corrupt(format!("object {key:?}: {e}")))?;
-        Ok(Self { key: key.to_owned(), meta, bytes, mod_revision, memo: Memo::default() })
+        Ok(Self::assemble(key, meta, bytes, mod_revision))
     }
 
     /// An object from JSON stored without its resourceVersion (as etcd holds it: the revision is the key's

@@ -157,6 +157,8 @@ impl State {
         let mut remaining = 0u64;
         let limit = opts.limit.unwrap_or(usize::MAX);
         for obj in merged {
+            // Never a silent skip: a list that would hold a value no provider reads fails, naming it.
+            obj.check_readable()?;
             if let Some(pred) = &opts.predicate {
                 if !pred(obj) {
                     continue;
@@ -196,6 +198,7 @@ impl State {
             }
             reached = ev.revision;
             if ev.object.key.starts_with(prefix) {
+                ev.object.check_readable()?;
                 out.push(ev.clone());
             }
         }

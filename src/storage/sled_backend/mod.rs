@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::codec::{self, EVENT_PREFIX, META_COMPACTED, META_PROBE, META_REVISION, OBJECT_PREFIX};
+use super::value::Transformer;
 use super::{
     Backend, Change, ChangeStream, EventType, HistoryLimits, Object, Result, Revision, Snapshot, StorageError, Write,
 };
@@ -38,11 +39,13 @@ pub struct SledOptions {
     /// A writer busy with one group for longer than this is stuck (in sled, on a broken disk): the store is then
     /// not alive (`/livez` fails, so the process is restarted).
     pub stuck_after: std::time::Duration,
+    /// How values are encrypted at rest.
+    pub values: Transformer,
 }
 
 impl Default for SledOptions {
     fn default() -> Self {
-        Self { cache_capacity: 16 << 20, stuck_after: std::time::Duration::from_secs(60) }
+        Self { cache_capacity: 16 << 20, stuck_after: std::time::Duration::from_secs(60), values: Transformer::plain() }
     }
 }
 
@@ -74,6 +77,7 @@ struct Shared {
     /// When the writer took up the group it is busy with (ms since `epoch`), 0 when idle.
     busy_since: AtomicU64,
     epoch: std::time::Instant,
+    values: Transformer,
 }
 
 impl Shared {
@@ -157,6 +161,7 @@ impl SledBackend {
             compact_queued: AtomicBool::new(false),
             busy_since: AtomicU64::new(0),
             epoch: std::time::Instant::now(),
+            values: options.values.clone(),
         });
         let (requests, rx) = mpsc::channel(4 * MAX_GROUP);
         let stuck_after = options.stuck_after;
@@ -182,6 +187,10 @@ impl Backend for SledBackend {
             .map_err(|e| StorageError::Backend(format!("loading the store: {e}")))?
     }
 
+    fn is_stale(&self, object: &Object) -> bool {
+        self.shared.values.is_stale(object.stored_with.as_ref())
+    }
+
     fn size_on_disk(&self) -> Option<u64> {
         self.shared.db.read().as_ref().and_then(|db| db.size_on_disk().ok())
     }
@@ -205,7 +214,7 @@ impl Backend for SledBackend {
         }
         if after < published.revision {
             let db = self.db()?;
-            let _ = tx.send(read_changes(&db, after, published.revision));
+            let _ = tx.send(read_changes(&db, &self.shared.values, after, published.revision));
         }
         published.subscribers.push(tx);
         Ok(Box::pin(UnboundedReceiverStream::new(rx)))
@@ -255,7 +264,7 @@ fn load(shared: &Shared, keep: &HistoryLimits) -> Result<Snapshot> {
         let (k, v) = kv.map_err(backend)?;
         let key = std::str::from_utf8(&k[OBJECT_PREFIX.len()..])
             .map_err(|_| StorageError::Corrupt("object key is not UTF-8".into()))?;
-        snap.objects.push(Arc::new(codec::decode_object(key, &v)?));
+        snap.objects.push(Arc::new(codec::decode_object(key, &v, &shared.values)?));
         // sled's LRU hears of page accesses in blocks of 64 per shard (of 256), and a scan touches each leaf once:
         // too few to fill a block, so it would evict nothing and keep every leaf it read (~10 MB more at 100k than
         // before the restart). A point read per object touches its leaf again, so sled evicts down to its cache
@@ -264,9 +273,10 @@ fn load(shared: &Shared, keep: &HistoryLimits) -> Result<Snapshot> {
     }
     // In key order, as scanned: the unwinding finds a key's current object without an index.
     let objects = &snap.objects;
-    let mut unwind = codec::Unwind::new(|key: &str| {
-        Ok(objects.binary_search_by(|o| o.key.as_str().cmp(key)).ok().map(|i| objects[i].clone()))
-    });
+    let mut unwind = codec::Unwind::new(
+        |key: &str| Ok(objects.binary_search_by(|o| o.key.as_str().cmp(key)).ok().map(|i| objects[i].clone())),
+        &shared.values,
+    );
     // Newest first, only as much history as the cache keeps: what it would drop at once is never decoded.
     let mut unpublished = HashMap::new();
     let mut events = Vec::new();
@@ -321,13 +331,16 @@ fn load(shared: &Shared, keep: &HistoryLimits) -> Result<Snapshot> {
 
 /// The changes `after + 1 ..= until` from the event log. The caller holds the published lock, so no commit lands
 /// while it reads.
-fn read_changes(db: &sled::Db, after: Revision, until: Revision) -> Result<Vec<Change>> {
-    let mut unwind = codec::Unwind::new(|key: &str| {
-        db.get(codec::object_key(key))
-            .map_err(backend)?
-            .map(|r| codec::decode_object(key, &r).map(Arc::new))
-            .transpose()
-    });
+fn read_changes(db: &sled::Db, values: &Transformer, after: Revision, until: Revision) -> Result<Vec<Change>> {
+    let mut unwind = codec::Unwind::new(
+        |key: &str| {
+            db.get(codec::object_key(key))
+                .map_err(backend)?
+                .map(|r| codec::decode_object(key, &r, values).map(Arc::new))
+                .transpose()
+        },
+        values,
+    );
     let mut out = Vec::with_capacity((until - after).min(4096) as usize);
     for kv in db.range(codec::event_prefix(after + 1)..codec::EVENT_END.to_vec()).rev() {
         let (k, v) = kv.map_err(backend)?;
@@ -394,7 +407,8 @@ impl Writer {
             Err(e) => return refuse(writes.into_iter().map(|(_, reply)| (reply, Err(e.clone()))), checks, &e),
         };
         let mut pending = Pending::new(self.revision);
-        let replies: Vec<_> = writes.into_iter().map(|(write, reply)| (reply, pending.apply(&db, write))).collect();
+        let replies: Vec<_> =
+            writes.into_iter().map(|(write, reply)| (reply, pending.apply(&db, &self.shared.values, write))).collect();
         let compact_to = self.shared.compact_to.load(Ordering::Relaxed).min(pending.revision);
         if !pending.changes.is_empty() || !checks.is_empty() {
             if let Err(e) = self.enough_space(pending.bytes) {
@@ -488,7 +502,7 @@ impl Writer {
             )));
         }
         if revision > self.revision {
-            let changes = read_changes(&db, self.revision, revision)?;
+            let changes = read_changes(&db, &self.shared.values, self.revision, revision)?;
             published.subscribers.retain(|s| s.send(Ok(changes.clone())).is_ok());
         }
         self.revision = revision;
@@ -568,14 +582,14 @@ impl Pending {
         }
     }
 
-    fn apply(&mut self, db: &sled::Db, write: Write) -> Result<Arc<Object>> {
+    fn apply(&mut self, db: &sled::Db, values: &Transformer, write: Write) -> Result<Arc<Object>> {
         let next = self.revision + 1;
         let (key, kind, object, record, prev) = match write {
             Write::Create { key, object } => {
                 if self.current(db, &key)?.is_some() {
                     return Err(StorageError::AlreadyExists { key });
                 }
-                let (obj, record) = codec::stamp(&key, object, next);
+                let (obj, record) = codec::stamp(&key, object, next, values)?;
                 (key, EventType::Added, obj, Some(record), IVec::default())
             }
             Write::Update { key, object, expected } => {
@@ -583,7 +597,7 @@ impl Pending {
                     return Err(StorageError::NotFound { key });
                 };
                 check_expected(&key, codec::record_revision(&prev)?, expected)?;
-                let (obj, record) = codec::stamp(&key, object, next);
+                let (obj, record) = codec::stamp(&key, object, next, values)?;
                 (key, EventType::Modified, obj, Some(record), prev)
             }
             Write::Delete { key, expected } => {
@@ -591,7 +605,7 @@ impl Pending {
                     return Err(StorageError::NotFound { key });
                 };
                 check_expected(&key, codec::record_revision(&prev)?, expected)?;
-                let obj = codec::deletion(&key, &prev[8..], next)?;
+                let obj = codec::deletion(&codec::decode_object(&key, &prev, values)?, next)?;
                 (key, EventType::Deleted, obj, None, prev)
             }
         };

@@ -91,9 +91,9 @@ async fn a_load_leaves_out_a_batch_that_was_not_published() {
     // As a batch whose flush failed leaves sled's memory: an update of /b and a create of /c, not published.
     let db = b.db().unwrap();
     let prev = db.get(codec::object_key("/b")).unwrap().unwrap();
-    db.insert(codec::object_key("/b"), codec::stamp("/b", draft("b", 9), 7).1).unwrap();
+    db.insert(codec::object_key("/b"), codec::stamp("/b", draft("b", 9), 7, &Transformer::plain()).unwrap().1).unwrap();
     db.insert(codec::event_key(7, EventType::Modified, "/b"), prev).unwrap();
-    db.insert(codec::object_key("/c"), codec::stamp("/c", draft("c", 1), 8).1).unwrap();
+    db.insert(codec::object_key("/c"), codec::stamp("/c", draft("c", 1), 8, &Transformer::plain()).unwrap().1).unwrap();
     db.insert(codec::event_key(8, EventType::Added, "/c"), IVec::default()).unwrap();
     let snap = b.load(&HistoryLimits::default()).await.unwrap();
     let objects: Vec<_> = snap.objects.iter().map(|o| (o.key.as_str(), o.mod_revision)).collect();
@@ -109,7 +109,10 @@ async fn a_log_that_disagrees_with_the_objects_is_corrupt() {
     let b = open(dir.path());
     write_some(&b).await;
     // An object changed behind the log's back.
-    b.db().unwrap().insert(codec::object_key("/b"), codec::stamp("/b", draft("b", 9), 9).1).unwrap();
+    b.db()
+        .unwrap()
+        .insert(codec::object_key("/b"), codec::stamp("/b", draft("b", 9), 9, &Transformer::plain()).unwrap().1)
+        .unwrap();
     let err = b.load(&HistoryLimits::default()).await.unwrap_err();
     assert!(matches!(&err, StorageError::Corrupt(m) if m.contains("disagree at revision 6")), "{err:?}");
     assert!(matches!(b.watch(0).unwrap().next().await.unwrap(), Err(StorageError::Corrupt(_))));
@@ -122,7 +125,7 @@ async fn a_store_of_the_first_format_keeps_its_objects_and_starts_history_again(
         // As the first format wrote two creates: events `e/<revision>` holding kind, key, object and prev.
         let db = open_db(dir.path(), &SledOptions::default()).unwrap();
         for (rev, name) in [(1u64, "a"), (2, "b")] {
-            let (_, record) = codec::stamp(&format!("/{name}"), draft(name, 1), rev);
+            let (_, record) = codec::stamp(&format!("/{name}"), draft(name, 1), rev, &Transformer::plain()).unwrap();
             db.insert(codec::object_key(&format!("/{name}")), record.clone()).unwrap();
             let mut event = vec![0u8];
             for part in [format!("/{name}").as_bytes(), &record[..], &[]] {

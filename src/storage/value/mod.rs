@@ -1,0 +1,252 @@
+//! Values at rest, as k8s.io/apiserver's `storage/value` transforms them: between an object's JSON and the bytes
+//! its backend keeps, the providers of an `EncryptionConfiguration` (`--encryption-provider-config`). The first
+//! provider writes; every provider reads what carries its prefix (`k8s:enc:aescbc:v1:<key name>:` ...), identity
+//! what carries none. sled and etcd store the same bytes for the same object and key.
+
+mod aes;
+pub mod config;
+mod secretbox;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::RwLock;
+
+pub use config::{ConfigError, EncryptionConfig, KmsConfiguration};
+
+/// Why a value could not be transformed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ValueError {
+    message: String,
+    /// The metrics' `status`: a gRPC code's name for a KMS call that failed, else `unknown-non-grpc`.
+    status: &'static str,
+}
+
+impl ValueError {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self { message: message.into(), status: "unknown-non-grpc" }
+    }
+
+    /// A failure a KMS plugin answered with `code` (a gRPC code's name).
+    pub fn grpc(message: impl Into<String>, code: &'static str) -> Self {
+        Self { message: message.into(), status: code }
+    }
+}
+
+/// One provider's transformation of a value's bytes (after its prefix). `context` is the key the value is stored
+/// under: authenticated by `aesgcm` (and KMS v2), so a value copied to another key does not read.
+pub trait Transform: Send + Sync {
+    fn transform_from_storage(&self, data: &[u8], context: &[u8]) -> Result<Vec<u8>, ValueError>;
+    fn transform_to_storage(&self, data: &[u8], context: &[u8]) -> Result<Vec<u8>, ValueError>;
+}
+
+/// What every encrypted value starts with; identity refuses to read such a value as plain JSON.
+pub const ENCRYPTED: &[u8] = b"k8s:enc:";
+
+/// One configured provider with one key: what its values start with, and what it does.
+pub struct Provider {
+    /// `k8s:enc:aescbc:v1:`, `k8s:enc:kms:v2:<name>:`; empty for identity.
+    outer: Arc<str>,
+    /// `<key name>:` for providers with keys.
+    inner: Option<Arc<str>>,
+    /// The whole prefix, which objects record as the provider that read them.
+    label: Arc<str>,
+    transform: Option<Box<dyn Transform>>,
+}
+
+impl Provider {
+    pub fn identity() -> Self {
+        Self { outer: "".into(), inner: None, label: "identity".into(), transform: None }
+    }
+
+    /// A provider whose values start with `outer` then `inner` (`<key name>:`, if any).
+    pub fn new(outer: String, inner: Option<String>, transform: Box<dyn Transform>) -> Self {
+        let label = format!("{outer}{}", inner.as_deref().unwrap_or_default()).into();
+        Self { outer: outer.into(), inner: inner.map(Into::into), label, transform: Some(transform) }
+    }
+
+    pub fn label(&self) -> &Arc<str> {
+        &self.label
+    }
+}
+
+/// A resource's providers, in the configuration's order: the first writes, all read.
+pub struct Providers {
+    list: Vec<Provider>,
+    /// `podsets.demo.k8s.io`, for the metrics.
+    resource: Arc<str>,
+}
+
+impl Providers {
+    pub fn new(resource: &str, list: Vec<Provider>) -> Self {
+        assert!(!list.is_empty(), "a resource has at least one provider");
+        Self { list, resource: resource.into() }
+    }
+
+    pub fn writer(&self) -> &Provider {
+        &self.list[0]
+    }
+
+    /// k8s.io/apiserver's `prefixTransformers`: each provider whose prefix the value has is tried in order (an
+    /// identity that meets encrypted data steps aside); the first that reads it wins.
+    fn read(&self, stored: &[u8], context: &[u8]) -> Result<(Vec<u8>, &Arc<str>), ValueError> {
+        let mut errors = Vec::new();
+        for p in &self.list {
+            let Some(t) = &p.transform else {
+                if stored.starts_with(ENCRYPTED) {
+                    continue;
+                }
+                self.record(FROM_STORAGE, "identity", Instant::now(), None);
+                return Ok((stored.to_vec(), &p.label));
+            };
+            if !stored.starts_with(p.label.as_bytes()) {
+                continue;
+            }
+            let started = Instant::now();
+            let read = t.transform_from_storage(&stored[p.label.len()..], context);
+            self.record_provider(FROM_STORAGE, p, started, read.as_ref().err());
+            match read {
+                Ok(plain) => return Ok((plain, &p.label)),
+                Err(e) => errors.push(e),
+            }
+        }
+        self.record(FROM_STORAGE, "unknown", Instant::now(), Some(&ValueError::new("")));
+        Err(match errors.len() {
+            0 => ValueError::new(format!("no matching prefix found (the value starts {})", shown_prefix(stored))),
+            1 => errors.remove(0),
+            _ => {
+                ValueError::new(format!("[{}]", errors.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")))
+            }
+        })
+    }
+
+    fn write(&self, plain: &[u8], context: &[u8]) -> Result<Vec<u8>, ValueError> {
+        let p = self.writer();
+        let started = Instant::now();
+        let written = match &p.transform {
+            None => Ok(plain.to_vec()),
+            Some(t) => t.transform_to_storage(plain, context).map(|sealed| [p.label.as_bytes(), &sealed].concat()),
+        };
+        self.record_provider(TO_STORAGE, p, started, written.as_ref().err());
+        written
+    }
+
+    /// Counted at both levels a provider with keys has, as k8s.io/apiserver's nested prefix transformers count.
+    fn record_provider(&self, direction: &str, p: &Provider, started: Instant, error: Option<&ValueError>) {
+        if let Some(inner) = &p.inner {
+            self.record(direction, inner, started, error);
+        }
+        self.record(direction, &p.outer, started, error);
+    }
+
+    fn record(&self, direction: &str, prefix: &str, started: Instant, error: Option<&ValueError>) {
+        let status = error.map_or("OK", |e| e.status);
+        let metrics = &crate::metrics::global().storage_transformation;
+        metrics.observe(&self.resource, direction, prefix, started.elapsed(), status);
+    }
+}
+
+const FROM_STORAGE: &str = "from_storage";
+const TO_STORAGE: &str = "to_storage";
+
+/// The prefix of a stored value, up to its key name, for errors: `"k8s:enc:aescbc:v1:key1:"`.
+fn shown_prefix(stored: &[u8]) -> String {
+    if !stored.starts_with(ENCRYPTED) {
+        return "without a known prefix".into();
+    }
+    // k8s:enc:<provider>:<version>:<name>:
+    let mut colons = 0;
+    let end = stored.iter().position(|&b| {
+        colons += usize::from(b == b':');
+        colons == 5
+    });
+    let head = &stored[..end.map_or(stored.len(), |e| e + 1).min(80)];
+    format!("{:?}", String::from_utf8_lossy(head))
+}
+
+/// What a plain store (no configuration, or none for this resource) does with a value: passes it through, unless it
+/// is encrypted, as k8s.io/apiserver's encrypt-check identity.
+pub fn check_plain(stored: &[u8]) -> Result<(), ValueError> {
+    match stored.starts_with(ENCRYPTED) {
+        true => Err(ValueError::new(format!(
+            "identity transformer tried to read encrypted data (the value starts {}; is --encryption-provider-config              missing a key?)",
+            shown_prefix(stored)
+        ))),
+        false => Ok(()),
+    }
+}
+
+/// How a store transforms its values: plain (no `--encryption-provider-config`, nothing transformed or counted),
+/// or a resource's providers, which a reload of the configuration replaces while the store runs.
+#[derive(Clone, Default)]
+pub struct Transformer(Option<Arc<RwLock<Arc<Providers>>>>);
+
+impl std::fmt::Debug for Transformer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            None => f.write_str("Transformer(plain)"),
+            Some(p) => write!(f, "Transformer(writes with {})", p.read().writer().label),
+        }
+    }
+}
+
+/// A value read from storage: its plain bytes and the provider that read them (`None` when the store is plain).
+#[derive(Debug)]
+pub struct Plain {
+    pub bytes: Vec<u8>,
+    pub provider: Option<Arc<str>>,
+}
+
+impl Transformer {
+    /// Values stored as they are: the default, with no encryption configuration.
+    pub fn plain() -> Self {
+        Self(None)
+    }
+
+    pub fn new(providers: Providers) -> Self {
+        Self(Some(Arc::new(RwLock::new(Arc::new(providers)))))
+    }
+
+    pub fn is_plain(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// Takes `providers` for every value read and written from now on.
+    pub fn replace(&self, providers: Providers) {
+        if let Some(current) = &self.0 {
+            *current.write() = Arc::new(providers);
+        }
+    }
+
+    fn providers(&self) -> Option<Arc<Providers>> {
+        self.0.as_ref().map(|p| p.read().clone())
+    }
+
+    /// The plain bytes of a value stored under `context`.
+    pub fn from_storage(&self, stored: &[u8], context: &[u8]) -> Result<Plain, ValueError> {
+        match self.providers() {
+            None => Ok(Plain { bytes: stored.to_vec(), provider: None }),
+            Some(p) => p.read(stored, context).map(|(bytes, label)| Plain { bytes, provider: Some(label.clone()) }),
+        }
+    }
+
+    /// The bytes to store for `plain` under `context`, and the provider that wrote them.
+    pub fn to_storage(&self, plain: &[u8], context: &[u8]) -> Result<(Vec<u8>, Option<Arc<str>>), ValueError> {
+        match self.providers() {
+            None => Ok((plain.to_vec(), None)),
+            Some(p) => p.write(plain, context).map(|stored| (stored, Some(p.writer().label.clone()))),
+        }
+    }
+
+    /// Whether a value read by `provider` should be written again: another provider than the writer read it.
+    pub fn is_stale(&self, provider: Option<&Arc<str>>) -> bool {
+        match (self.providers(), provider) {
+            (Some(p), Some(read_by)) => **read_by != *p.writer().label,
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
