@@ -41,7 +41,8 @@ pub async fn run(opts: RestoreOptions) -> anyhow::Result<()> {
     } else {
         Box::new(std::fs::File::open(&opts.from).with_context(|| format!("opening {}", opts.from.display()))?)
     };
-    let store = opts.storage.open().await?;
+    // Written through the configured providers, as the server writes.
+    let store = opts.storage.open(opts.storage.transformer()?.0).await?;
     let registry = Registry::new(store.clone());
     anyhow::ensure!(
         registry.is_empty().await?,

@@ -59,7 +59,8 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     };
     let admission = opts.admission.build(main_client, shutdown.clone())?;
 
-    let store = opts.storage.open().await?;
+    let (values, encryption) = opts.storage.transformer()?;
+    let store = opts.storage.open(values.clone()).await?;
     if let (Some(client), true, false) =
         (&controller_client, opts.storage.looks_new(store.as_ref()), opts.storage.allow_empty_store)
     {
@@ -104,7 +105,19 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
         storage_version = %opts.storage.storage_version,
         "serving demo.k8s.io (v1beta1, v1alpha1) over HTTPS"
     );
-    tokio::spawn(migrate_storage(registry.clone(), shutdown.clone()));
+    let migrations = Arc::new(tokio::sync::Notify::new());
+    tokio::spawn(migrate_storage(registry.clone(), migrations.clone(), shutdown.clone()));
+    if let Some(config) = encryption {
+        super::encryption::record_config(&config);
+        if opts.storage.encryption_provider_config_automatic_reload {
+            let path = opts.storage.encryption_provider_config.clone().unwrap_or_default();
+            let interval = opts.storage.encryption_provider_config_reload_interval;
+            // A new writing provider: the migration moves every object to it.
+            let changed = move || migrations.notify_one();
+            let reload = super::encryption::reload(path, interval, values, config.content, changed, shutdown.clone());
+            tokio::spawn(reload);
+        }
+    }
     tokio::spawn(count_storage_versions(registry.clone(), shutdown.clone()));
 
     if let Some(client) = controller_client {
@@ -127,17 +140,19 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Rewrites PodSets stored in another version in the storage version, once; a pass that fails (the store
-/// unavailable) or leaves objects behind (refused by admission or validation) is tried again a minute later,
-/// resuming where the objects left off.
-async fn migrate_storage(registry: Registry, shutdown: CancellationToken) {
+/// Rewrites PodSets stored in another version (or by another encryption provider) at start and after each
+/// encryption configuration reload (`again`); a pass that fails (the store unavailable) or leaves objects behind
+/// (refused by admission or validation) is tried again a minute later, resuming where the objects left off.
+async fn migrate_storage(registry: Registry, again: Arc<tokio::sync::Notify>, shutdown: CancellationToken) {
     loop {
-        if registry.migrate_storage().await.is_ok_and(|pass| pass.refused == 0) {
-            return;
-        }
+        let wait = match registry.migrate_storage().await {
+            Ok(pass) if pass.refused == 0 => None,
+            _ => Some(std::time::Duration::from_secs(60)),
+        };
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+            _ = again.notified() => {}
+            _ = tokio::time::sleep(wait.unwrap_or_default()), if wait.is_some() => {}
         }
     }
 }

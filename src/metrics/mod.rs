@@ -257,6 +257,45 @@ impl Transformations {
     }
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabels {
+    /// `success` or `failure`.
+    pub status: String,
+    pub apiserver_id_hash: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConfigInfoLabels {
+    pub apiserver_id_hash: String,
+    /// `sha256:<hex>` of the file's bytes.
+    pub hash: String,
+}
+
+/// k8s.io/apiserver's encryption configuration controller metrics.
+#[derive(Debug, Default)]
+pub struct EncryptionConfigMetrics {
+    pub reloads: Family<ReloadLabels, Counter>,
+    pub reload_last_timestamp: Family<ReloadLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub last_config_info: Family<ConfigInfoLabels, Gauge>,
+}
+
+impl EncryptionConfigMetrics {
+    pub fn reloaded(&self, apiserver_id_hash: &str, ok: bool) {
+        let status = if ok { "success" } else { "failure" }.to_owned();
+        let labels = ReloadLabels { status, apiserver_id_hash: apiserver_id_hash.to_owned() };
+        self.reloads.get_or_create(&labels).inc();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        self.reload_last_timestamp.get_or_create(&labels).set(now.as_secs_f64());
+    }
+
+    /// The configuration now in use: its series alone is 1.
+    pub fn loaded(&self, apiserver_id_hash: &str, hash: &str) {
+        self.last_config_info.clear();
+        let labels = ConfigInfoLabels { apiserver_id_hash: apiserver_id_hash.to_owned(), hash: hash.to_owned() };
+        self.last_config_info.get_or_create(&labels).set(1);
+    }
+}
+
 /// Every metric the server exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -279,13 +318,15 @@ pub struct Metrics {
     pub storage_commit_duration: Histogram,
     /// Writes that shared one fsync.
     pub storage_commit_group_size: Histogram,
-    /// PodSets in the whole store stored in another version than this server's storage version.
+    /// PodSets in the whole store stored in another version than this server's storage version, or by another
+    /// encryption provider than the one writing now.
     pub storage_migration_remaining: Gauge,
     /// PodSets in the whole store by the version each is stored in.
     pub storage_version_objects: Family<VersionLabel, Gauge>,
     /// PodSets the storage migration rewrote.
     pub storage_migration_migrated: Counter,
     pub storage_transformation: Transformations,
+    pub encryption_config: EncryptionConfigMetrics,
 }
 
 impl Metrics {
@@ -323,6 +364,7 @@ impl Metrics {
             storage_version_objects: Family::default(),
             storage_migration_migrated: Counter::default(),
             storage_transformation: Transformations::new(),
+            encryption_config: EncryptionConfigMetrics::default(),
         }
     }
 
@@ -338,9 +380,27 @@ impl Metrics {
             self.storage_transformation.duration.clone(),
         );
         r.register(
+            "apiserver_encryption_config_controller_automatic_reloads",
+            "Total number of reload successes and failures of encryption configuration split by apiserver identity.",
+            self.encryption_config.reloads.clone(),
+        );
+        r.register(
+            "apiserver_encryption_config_controller_automatic_reload_last_timestamp_seconds",
+            "Timestamp of the last successful or failed automatic reload of encryption configuration split by \
+             apiserver identity.",
+            self.encryption_config.reload_last_timestamp.clone(),
+        );
+        r.register(
+            "apiserver_encryption_config_controller_last_config_info",
+            "Information about the last applied encryption configuration with hash as label, split by apiserver \
+             identity.",
+            self.encryption_config.last_config_info.clone(),
+        );
+        r.register(
             "podset_storage_migration_remaining",
             "PodSets in the whole store (every replica's writes) stored in another version than this server's \
-             --storage-version: what migration has yet to rewrite.",
+             --storage-version, or encrypted by another provider than its writing one: what migration has yet to \
+             rewrite.",
             self.storage_migration_remaining.clone(),
         );
         r.register(

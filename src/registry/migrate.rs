@@ -1,5 +1,6 @@
 //! Storage migration, as kube-storage-version-migrator does it through the API: every PodSet stored in another
-//! version than the storage version is written again, unchanged, which stores it in the storage version. A pass
+//! version than the storage version, or encrypted by another provider than the one writing now (a key being
+//! rotated out), is written again, unchanged, which stores it in the storage version with the current key. A pass
 //! reads the list anew, so a pass cut short is resumed by the next one. Progress is the whole store's, counted from
 //! the cache (which holds every replica's writes): `podset_storage_migration_remaining` and
 //! `podset_storage_version_objects` ([`Registry::count_storage_versions`]), and the log.
@@ -7,6 +8,7 @@
 use super::error::{Error, Result};
 use super::key::PodSetKey;
 use super::options::{ListRequest, WriteOptions};
+use super::stored::Stored;
 use super::view::PODSET;
 use super::write::{Change, Write};
 use super::Registry;
@@ -34,8 +36,7 @@ impl Registry {
     pub async fn migrate_storage(&self) -> Result<Migration> {
         let metrics = crate::metrics::global();
         let page = self.list(ListRequest::default()).await?;
-        let stale: Vec<PodSetKey> =
-            page.items.iter().filter(|o| o.version() != self.storage_version).map(|o| o.key()).collect();
+        let stale: Vec<PodSetKey> = page.items.iter().filter(|o| self.needs_migration(o)).map(|o| o.key()).collect();
         let mut done = Migration::default();
         if stale.is_empty() {
             return Ok(done);
@@ -67,22 +68,28 @@ impl Registry {
         Ok(done)
     }
 
+    /// Whether a stored PodSet is to be written again: in another version, or by another encryption provider.
+    fn needs_migration(&self, o: &Stored) -> bool {
+        o.version() != self.storage_version || self.store.is_stale(o.object())
+    }
+
     /// PodSets in the whole store by the version each is stored in (by [`Version::index`]), as the cache holds
     /// them now; also set as the metrics `podset_storage_version_objects` and, for this server's storage version,
     /// `podset_storage_migration_remaining`.
     pub async fn count_storage_versions(&self) -> Result<[usize; Version::ALL.len()]> {
         let mut counts = [0; Version::ALL.len()];
+        let mut remaining = 0;
         // From the cache as it is (`resourceVersion=0`): no round trip to the store each time.
         for o in self.list(ListRequest { resource_version: Some(0), ..Default::default() }).await?.items {
             counts[o.version().index()] += 1;
+            remaining += usize::from(self.needs_migration(&o));
         }
         let metrics = crate::metrics::global();
         for v in Version::ALL {
             let label = crate::metrics::VersionLabel { version: v.as_str().into() };
             metrics.storage_version_objects.get_or_create(&label).set(counts[v.index()] as i64);
         }
-        let others: usize = counts.iter().sum::<usize>() - counts[self.storage_version.index()];
-        metrics.storage_migration_remaining.set(others as i64);
+        metrics.storage_migration_remaining.set(remaining as i64);
         Ok(counts)
     }
 
@@ -100,11 +107,11 @@ impl Registry {
             version: self.storage_version,
         };
         let mut rewritten = false;
-        let storage = self.storage_version;
+        let (storage, store) = (self.storage_version, &self.store);
         self.write(&w, |current| {
             let Some((old, stored)) = current else { return Err(Error::not_found(&key.name)) };
-            // Unchanged: the write path stores it only because it is in another version.
-            rewritten = stored.version() != storage;
+            // Unchanged: the write path stores it only because it is in another version or by another key.
+            rewritten = stored.version() != storage || store.is_stale(stored.object());
             // Its managedFields as the write path reads them (converted to the storage version), not as sent.
             let mut same = old.clone();
             same.metadata.managed_fields = None;

@@ -31,6 +31,11 @@ impl Stored {
         Self(obj)
     }
 
+    /// The object as storage holds it.
+    pub(crate) fn object(&self) -> &Object {
+        &self.0
+    }
+
     /// An object that was not stored (dry run): its JSON, without a new resourceVersion.
     pub(crate) fn unstored(value: Value) -> Self {
         let bytes = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());

@@ -326,8 +326,9 @@ impl Registry {
         // Validating admission sees the object as it is to be stored, even when that changes nothing.
         review.validate(&new, || Ok(value.clone()), old_view.as_ref()).await?;
         let said = review.said;
-        // Unchanged, and stored in the storage version (else it is rewritten in it: a storage migration).
-        if new == *old && current.version() == storage {
+        // Unchanged, stored in the storage version and by the encryption provider that writes now (else it is
+        // rewritten: a storage migration, or a move to the current key).
+        if new == *old && current.version() == storage && !self.store.is_stale(current.object()) {
             let object = current.clone();
             return Ok(Step::Done(Outcome::Put { object, said, created: false }));
         }

@@ -7,7 +7,7 @@ mod authorization;
 mod controller;
 mod server_run;
 mod serving;
-mod storage;
+pub(crate) mod storage;
 
 use std::path::{Path, PathBuf};
 

@@ -8,6 +8,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 
 use super::duration;
+use crate::storage::value::{EncryptionConfig, Provider, Providers, Transformer};
 use crate::storage::{Backend, Cacher, EtcdBackend, EtcdOptions, HistoryLimits, SledBackend, SledOptions, Store};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -86,6 +87,25 @@ pub struct StorageOptions {
     /// looks like a lost or unmounted data dir, and would let the garbage collector delete those Pods).
     #[arg(long)]
     pub allow_empty_store: bool,
+
+    /// File with an apiserver.config.k8s.io/v1 EncryptionConfiguration: how PodSets (podsets.demo.k8s.io,
+    /// *.demo.k8s.io or *.*) are encrypted at rest, in sled or etcd, as kube-apiserver reads it.
+    #[arg(long)]
+    pub encryption_provider_config: Option<PathBuf>,
+
+    /// Apply a changed --encryption-provider-config without a restart (the file is checked every minute); a file
+    /// that does not load leaves the running configuration in place.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub encryption_provider_config_automatic_reload: bool,
+
+    /// How often the file is checked for --encryption-provider-config-automatic-reload.
+    #[arg(long, default_value = "1m", value_parser = duration, hide = true)]
+    pub encryption_provider_config_reload_interval: Duration,
+}
+
+/// PodSets stored plainly, by providers a reload can replace.
+pub fn identity_only() -> Providers {
+    Providers::new(crate::api::GROUP_RESOURCE, vec![Provider::identity()])
 }
 
 impl StorageOptions {
@@ -139,7 +159,33 @@ impl StorageOptions {
         if !self.etcd_prefix.starts_with('/') {
             anyhow::bail!("--etcd-prefix must start with '/', got {:?}", self.etcd_prefix);
         }
+        if self.encryption_provider_config_automatic_reload && self.encryption_provider_config.is_none() {
+            anyhow::bail!(
+                "--encryption-provider-config-automatic-reload must be set with --encryption-provider-config"
+            );
+        }
         Ok(())
+    }
+
+    /// How values are stored: through the providers --encryption-provider-config gives PodSets, or plainly; and
+    /// the configuration read, if any.
+    pub fn transformer(&self) -> anyhow::Result<(Transformer, Option<EncryptionConfig>)> {
+        let Some(path) = &self.encryption_provider_config else { return Ok((Transformer::plain(), None)) };
+        let config = EncryptionConfig::load(path)?;
+        let values = match super::super::encryption::providers(&config)? {
+            Some(providers) => Transformer::new(providers),
+            // A reload may cover them later: values go through providers (identity for now) that it can replace.
+            None if self.encryption_provider_config_automatic_reload => Transformer::new(identity_only()),
+            None => {
+                tracing::warn!(
+                    file = %path.display(),
+                    "--encryption-provider-config names neither podsets.demo.k8s.io, *.demo.k8s.io nor *.*: PodSets \
+                     are stored unencrypted"
+                );
+                Transformer::plain()
+            }
+        };
+        Ok((values, Some(config)))
     }
 
     /// The readiness check that says whether writes can succeed, named as kube-apiserver names it.
@@ -150,15 +196,17 @@ impl StorageOptions {
         }
     }
 
-    /// Opens the store: the cache over the chosen backend, loaded.
-    pub async fn open(&self) -> anyhow::Result<Arc<dyn Store>> {
+    /// Opens the store: the cache over the chosen backend, loaded, its values read and written through `values`.
+    pub async fn open(&self, values: Transformer) -> anyhow::Result<Arc<dyn Store>> {
         let backend: Arc<dyn Backend> = match self.storage_backend {
             StorageBackend::Sled => {
                 let db_dir = self.data_dir.join("db");
-                let sled = SledOptions { cache_capacity: self.storage_sled_cache_bytes, ..Default::default() };
+                let sled = SledOptions { cache_capacity: self.storage_sled_cache_bytes, values, ..Default::default() };
                 Arc::new(tokio::task::spawn_blocking(move || SledBackend::open(&db_dir, sled)).await??)
             }
-            StorageBackend::Etcd => Arc::new(EtcdBackend::connect(self.etcd_options()).await?),
+            StorageBackend::Etcd => {
+                Arc::new(EtcdBackend::connect(EtcdOptions { values, ..self.etcd_options() }).await?)
+            }
         };
         let cacher = Cacher::open(backend, self.history_limits())
             .await

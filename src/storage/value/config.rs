@@ -173,7 +173,9 @@ impl EncryptionConfig {
         kms: KmsBuilder<'_>,
     ) -> Result<Option<Providers>, ConfigError> {
         let building = |e: String| ConfigError(format!("error while building transformers: {e}"));
-        let names = [format!("{resource}.{group}"), format!("*.{group}"), "*.*".to_owned()];
+        // `configmaps` for the core group's, `podsets.demo.k8s.io` for another's.
+        let exact = if group.is_empty() { resource.to_owned() } else { format!("{resource}.{group}") };
+        let names = [exact.clone(), format!("*.{group}"), "*.*".to_owned()];
         let Some(name) = names.iter().find(|n| self.entries.iter().any(|(rs, _)| rs.contains(n))) else {
             return Ok(None);
         };
@@ -202,7 +204,7 @@ impl EncryptionConfig {
                 ProviderSpec::Kms(c) => providers.push(kms(c).map_err(building)?),
             }
         }
-        Ok(Some(Providers::new(&format!("{resource}.{group}"), providers)))
+        Ok(Some(Providers::new(&exact, providers)))
     }
 
     /// The `kms` providers the configuration names, for every resource.

@@ -1,0 +1,95 @@
+//! Encryption at rest, wired: the providers --encryption-provider-config gives PodSets, and, with
+//! --encryption-provider-config-automatic-reload, kube-apiserver's reload controller: the file is read again when
+//! its contents change, a configuration that loads replaces the running one (whose objects the storage migration
+//! then moves to the new writing provider), and one that does not is logged and counted, the old one kept.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+
+use crate::storage::value::{ConfigError, EncryptionConfig, KmsConfiguration, Provider, Providers, Transformer};
+
+/// The providers the configuration gives PodSets; `None` when it names none of their resource names.
+pub fn providers(config: &EncryptionConfig) -> Result<Option<Providers>, ConfigError> {
+    config.providers_for("podsets", crate::api::GROUP, &kms_provider)
+}
+
+fn kms_provider(kms: &KmsConfiguration) -> Result<Provider, String> {
+    Err(format!("kms provider {:?}: KMS v2 plugins are not served by this build yet", kms.name))
+}
+
+/// `sha256:<hex>` of a file's bytes or of this server's identity, as kube-apiserver's metrics label them.
+fn hash(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex(&Sha256::digest(bytes)))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// This replica's `apiserver_id_hash`: its host name (the Pod's name in a cluster).
+pub fn apiserver_id_hash() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .unwrap_or_default();
+    hash(format!("podset-apiserver-{}", host.trim()).as_bytes())
+}
+
+/// Records the configuration in use (`apiserver_encryption_config_controller_last_config_info`).
+pub fn record_config(config: &EncryptionConfig) {
+    crate::metrics::global().encryption_config.loaded(&apiserver_id_hash(), &hash(&config.content));
+}
+
+/// Watches `path` every `interval` until `shutdown`; on a change that loads, `values` take the new providers and
+/// `changed` runs.
+pub async fn reload(
+    path: PathBuf,
+    interval: Duration,
+    values: Transformer,
+    mut last: Vec<u8>,
+    changed: impl Fn() + Send + 'static,
+    shutdown: CancellationToken,
+) {
+    let metrics = &crate::metrics::global().encryption_config;
+    let id = apiserver_id_hash();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+        let Ok(content) = std::fs::read(&path) else {
+            // Unreadable now (being replaced, say): the load below says why once it is tried on a change.
+            tracing::warn!(file = %path.display(), "cannot read --encryption-provider-config; keeping the running configuration");
+            metrics.reloaded(&id, false);
+            continue;
+        };
+        if content == last {
+            continue;
+        }
+        match load(&path, &values) {
+            Ok(config) => {
+                last = config.content.clone();
+                metrics.loaded(&id, &hash(&config.content));
+                metrics.reloaded(&id, true);
+                tracing::info!(file = %path.display(), "encryption configuration reloaded");
+                changed();
+            }
+            Err(e) => {
+                last = content;
+                metrics.reloaded(&id, false);
+                tracing::error!(error = %e, file = %path.display(), "error processing encryption config file; keeping the running configuration");
+            }
+        }
+    }
+}
+
+/// Loads `path` and hands its providers to `values`.
+fn load(path: &Path, values: &Transformer) -> Result<EncryptionConfig, ConfigError> {
+    let config = EncryptionConfig::load(path)?;
+    // A configuration that no longer names PodSets stores them plainly from now on, as kube-apiserver's does.
+    values.replace(providers(&config)?.unwrap_or_else(super::options::storage::identity_only));
+    Ok(config)
+}

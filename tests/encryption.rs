@@ -1,0 +1,241 @@
+//! Encryption at rest (`--encryption-provider-config`): values in sled and etcd as kube-apiserver writes them, keys
+//! rotated without a value any replica cannot read, and a value no provider reads an error for that object alone.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use podset_apiserver::storage::value::{EncryptionConfig, KmsConfiguration, Provider, Providers, Transformer};
+use podset_apiserver::storage::{
+    Cacher, Draft, EtcdBackend, EtcdOptions, HistoryLimits, ListOptions, SledBackend, SledOptions, StorageError, Store,
+};
+use serde_json::json;
+
+const KEY_A: &str = "YWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWE="; // 32 x 'a'
+const KEY_B: &str = "YmJiYmJiYmJiYmJiYmJiYmJiYmJiYmJiYmJiYmJiYmI="; // 32 x 'b'
+/// A string that must never be found at rest.
+const MARKER: &str = "s3cr3t-marker-8f1d";
+
+fn no_kms(_: &KmsConfiguration) -> Result<Provider, String> {
+    Err("no KMS in this test".into())
+}
+
+/// An EncryptionConfiguration for PodSets with `providers` (YAML list items, indented by four).
+fn config(providers: &str) -> String {
+    format!(
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n\
+         - resources: [podsets.demo.k8s.io]\n  providers:\n{providers}"
+    )
+}
+
+fn aescbc(name: &str, secret: &str) -> String {
+    format!("  - aescbc:\n      keys:\n      - name: {name}\n        secret: {secret}\n")
+}
+
+fn providers(text: &str) -> Providers {
+    let config = EncryptionConfig::parse("test.yaml", text.as_bytes().to_vec()).expect("valid configuration");
+    config.providers_for("podsets", "demo.k8s.io", &no_kms).unwrap().expect("covers podsets")
+}
+
+fn transformer(text: &str) -> Transformer {
+    Transformer::new(providers(text))
+}
+
+fn draft(name: &str) -> Draft {
+    let v = json!({"apiVersion": "demo.k8s.io/v1alpha1", "kind": "PodSet",
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {"template": {"spec": {"containers": [{"name": "c", "env": [{"name": "TOKEN", "value": MARKER}]}]}}}});
+    Draft::new(&v, &[]).unwrap()
+}
+
+async fn sled(dir: &Path, values: Transformer) -> Arc<dyn Store> {
+    let backend = SledBackend::open(dir, SledOptions { values, ..Default::default() }).expect("open sled");
+    Arc::new(Cacher::new(Arc::new(backend), HistoryLimits::default()).await.expect("load"))
+}
+
+async fn etcd_store(url: &str, values: Transformer) -> Arc<dyn Store> {
+    let options = EtcdOptions {
+        servers: vec![url.to_owned()],
+        compaction_interval: Duration::ZERO,
+        request_timeout: Duration::from_secs(3),
+        values,
+        ..Default::default()
+    };
+    Arc::new(
+        Cacher::new(Arc::new(EtcdBackend::connect(options).await.unwrap()), HistoryLimits::default()).await.unwrap(),
+    )
+}
+
+/// Every byte of every file under `dir`.
+fn files_contain(dir: &Path, needle: &[u8]) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in walk(dir) {
+        let bytes = std::fs::read(&entry).unwrap_or_default();
+        if bytes.windows(needle.len()).any(|w| w == needle) {
+            found.push(entry.display().to_string());
+        }
+    }
+    found
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn list_all() -> ListOptions {
+    ListOptions { prefix: "/podsets/".into(), ..Default::default() }
+}
+
+/// sled: what is written under a key is on disk only encrypted; the same store read without the key fails for
+/// that object alone, loudly, and reads again once the key is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sled_keeps_nothing_of_an_object_in_the_clear_and_an_unreadable_one_fails_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    {
+        let store = sled(&db, transformer(&config(&aescbc("a", KEY_A)))).await;
+        store.create("/podsets/ns/one", draft("one")).await.unwrap();
+        let two = store.create("/podsets/ns/two", draft("two")).await.unwrap();
+        store.update("/podsets/ns/two", draft("two"), Some(two.mod_revision)).await.unwrap();
+        store.delete("/podsets/ns/one", None).await.unwrap();
+        let read = store.get("/podsets/ns/two").await.unwrap().unwrap();
+        assert!(String::from_utf8_lossy(&read.bytes).contains(MARKER), "served decrypted");
+    }
+    assert_eq!(files_contain(dir.path(), MARKER.as_bytes()), Vec::<String>::new(), "the marker at rest");
+    assert!(!files_contain(dir.path(), b"k8s:enc:aescbc:v1:a:").is_empty(), "values carry kube's prefix");
+
+    // Another key only: the object is there, unreadable, and says which value and why.
+    let b_only = sled(&db, transformer(&config(&aescbc("b", KEY_B)))).await;
+    let err = b_only.get("/podsets/ns/two").await.unwrap_err();
+    assert!(matches!(&err, StorageError::Unreadable { key, .. } if key == "/podsets/ns/two"), "{err}");
+    assert!(err.to_string().contains("no matching prefix found (the value starts \"k8s:enc:aescbc:v1:a:\")"), "{err}");
+    assert!(matches!(b_only.list(list_all()).await.unwrap_err(), StorageError::Unreadable { .. }), "never skipped");
+    // Other objects and the store itself are fine.
+    b_only.create("/podsets/ns/three", draft("three")).await.unwrap();
+    assert!(b_only.get("/podsets/ns/three").await.unwrap().is_some());
+    b_only.check_alive().unwrap();
+    drop(b_only);
+
+    // Both keys, the new one writing: everything reads; what the old key wrote is stale until written again.
+    let both = sled(&db, transformer(&(config(&aescbc("b", KEY_B)) + &aescbc("a", KEY_A)[..]))).await;
+    let two = both.get("/podsets/ns/two").await.unwrap().unwrap();
+    assert!(both.is_stale(&two), "written by the old key");
+    assert_eq!(both.list(list_all()).await.unwrap().items.len(), 2);
+    let rewritten = both.update("/podsets/ns/two", draft("two"), Some(two.mod_revision)).await.unwrap();
+    assert!(!both.is_stale(&rewritten));
+}
+
+/// A store without any configuration meets encrypted values: they are unreadable objects, not ciphertext served
+/// as JSON, and not a store that fails to load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_store_refuses_encrypted_values_per_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    sled(&db, transformer(&config(&aescbc("a", KEY_A)))).await.create("/podsets/ns/x", draft("x")).await.unwrap();
+    let plain = sled(&db, Transformer::plain()).await;
+    let err = plain.get("/podsets/ns/x").await.unwrap_err().to_string();
+    assert!(err.contains("identity transformer tried to read encrypted data"), "{err}");
+}
+
+/// etcd, three replicas: the key is rotated as docs/operate.md says (a reader first, then the writer, then every
+/// object rewritten, then the old key removed) while they write, and no replica ever meets a value it cannot
+/// read; the values end up under the new key alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_replicas_rotate_a_key_without_meeting_an_unreadable_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = podset_envtest::etcd::Etcd::start(&dir.path().join("etcd"));
+    let steps = [
+        config(&aescbc("a", KEY_A)),
+        config(&aescbc("a", KEY_A)) + &aescbc("b", KEY_B)[..],
+        config(&aescbc("b", KEY_B)) + &aescbc("a", KEY_A)[..],
+        config(&aescbc("b", KEY_B)),
+    ];
+    let values: Vec<Transformer> = (0..3).map(|_| transformer(&steps[0])).collect();
+    let mut replicas = Vec::new();
+    for v in &values {
+        replicas.push(etcd_store(&etcd.url(), v.clone()).await);
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = replicas
+        .iter()
+        .enumerate()
+        .map(|(r, store)| {
+            let (store, stop) = (store.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut written = Vec::new();
+                let mut i = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let key = format!("/podsets/ns/r{r}-{}", i % 40);
+                    let res = match store.get(&key).await.expect("every value readable") {
+                        None => store.create(&key, draft(&format!("r{r}-{}", i % 40))).await,
+                        Some(o) => store.update(&key, draft(&format!("r{r}-{}", i % 40)), Some(o.mod_revision)).await,
+                    };
+                    match res {
+                        Ok(_) => written.push(key),
+                        // The rewrite got there first: read again.
+                        Err(StorageError::Conflict { .. }) => {}
+                        Err(e) => panic!("write {key}: {e}"),
+                    }
+                    store.list(list_all()).await.expect("every list readable");
+                    i += 1;
+                }
+                written
+            })
+        })
+        .collect();
+    // Each step reaches every replica (one at a time, as a rollout does) before the next starts.
+    for step in &steps[1..] {
+        for v in &values {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            v.replace(providers(step));
+        }
+        if step == &steps[2] {
+            // The rewrite: every object the old key wrote, written again unchanged (the migration pass).
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let store = &replicas[0];
+            store.sync().await.unwrap();
+            for o in store.list(list_all()).await.unwrap().items {
+                if store.is_stale(&o) {
+                    let d = Draft::new(&o.parse().unwrap(), &[]).unwrap();
+                    match store.update(&o.key, d, Some(o.mod_revision)).await {
+                        Ok(_) | Err(StorageError::Conflict { .. }) => {}
+                        Err(e) => panic!("rewrite {}: {e}", o.key),
+                    }
+                }
+            }
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut writes, mut keys) = (0, std::collections::BTreeSet::new());
+    for w in writers {
+        let written = w.await.unwrap();
+        writes += written.len();
+        keys.extend(written);
+    }
+    assert!(writes > 100, "{writes} writes under load");
+
+    // Every value in etcd is now the new key's: the old one can go.
+    let mut client = etcd_client::Client::connect([etcd.url()], None).await.unwrap();
+    let all = client.get("/registry/demo.k8s.io/podsets/", Some(etcd_client::GetOptions::new().with_prefix())).await;
+    let all = all.unwrap();
+    assert_eq!(all.kvs().len(), keys.len());
+    for kv in all.kvs() {
+        assert!(kv.value().starts_with(b"k8s:enc:aescbc:v1:b:"), "{}", String::from_utf8_lossy(kv.key()));
+    }
+    for store in &replicas {
+        store.sync().await.unwrap();
+        assert_eq!(store.list(list_all()).await.unwrap().items.len(), keys.len());
+    }
+}
