@@ -239,3 +239,120 @@ async fn etcd_replicas_rotate_a_key_without_meeting_an_unreadable_value() {
         assert_eq!(store.list(list_all()).await.unwrap().items.len(), keys.len());
     }
 }
+
+/// The same keys given to kube-apiserver 1.20 (for built-in types) and to us (for PodSets, on etcd): for each
+/// provider, both values in etcd start with the same prefix and have the provider's layout; our code reads
+/// kube-apiserver's value (bound to its etcd key), and kube-apiserver reads a value our code wrote for it.
+#[test]
+fn kube_apiserver_and_we_encrypt_values_alike() {
+    use common::cluster::{in_namespace, runtime};
+    in_namespace("kube_apiserver_and_we_encrypt_values_alike", || {
+        let mut c = common::cluster::start();
+        c.kubectl(&["create", "namespace", "enc"]);
+        let dir = c.dir.path().to_owned();
+        let key = |name: &str, secret: &str| format!("      keys:\n      - name: {name}\n        secret: {secret}\n");
+        let gcm_key = "MTIzNDU2Nzg5MDEyMzQ1Ng=="; // 16 bytes: AES-128
+                                                  // (provider, kube's resource in the file, its group, how much each layout adds, a manifest, a field)
+        let cases = [
+            ("aescbc", "configmaps", "", KEY_A, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: NAME, namespace: enc}\ndata: {token: MARKER}\n", "{.data.token}"),
+            ("aesgcm", "podtemplates", "", gcm_key, "apiVersion: v1\nkind: PodTemplate\nmetadata: {name: NAME, namespace: enc}\ntemplate:\n  spec:\n    containers: [{name: c, image: busybox, env: [{name: TOKEN, value: MARKER}]}]\n", "{.template.spec.containers[0].env[0].value}"),
+            ("secretbox", "controllerrevisions", "apps", KEY_B, "apiVersion: apps/v1\nkind: ControllerRevision\nmetadata: {name: NAME, namespace: enc}\nrevision: 1\ndata: {token: MARKER}\n", "{.data.token}"),
+        ];
+        let mut kube_config =
+            "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n".to_owned();
+        for (provider, resource, group, secret, ..) in &cases {
+            let name = if group.is_empty() { resource.to_string() } else { format!("{resource}.{group}") };
+            // identity after: what the cluster stored before reads on.
+            kube_config += &format!(
+                "- resources: [{name}]\n  providers:\n  - {provider}:\n{}  - identity: {{}}\n",
+                key("k1", secret)
+            );
+        }
+        let kube_file = dir.join("kube-encryption.yaml");
+        std::fs::write(&kube_file, &kube_config).unwrap();
+        c.restart_apiserver_with(&[format!("--encryption-provider-config={}", kube_file.display())]);
+        let ours = dir.join("podset-encryption.yaml");
+        std::fs::write(&ours, config(&aescbc("k1", KEY_A))).unwrap();
+        let flags = [
+            "--storage-backend=etcd".into(),
+            format!("--etcd-servers={}", c.etcd_url()),
+            "--etcd-prefix=/podsets-enc".into(),
+            format!("--encryption-provider-config={}", ours.display()),
+        ];
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.restart_podset_apiserver_with(&flags))).is_err() {
+            panic!("{}", c.podset_log());
+        }
+        let kube_values = EncryptionConfig::parse("kube", kube_config.into_bytes()).unwrap();
+        runtime().block_on(async {
+            let mut etcd = etcd_client::Client::connect([c.etcd_url()], None).await.unwrap();
+            // Each provider writes in turn; the earlier ones still read what they wrote.
+            let mut readers = String::new();
+            for (provider, resource, group, secret, manifest, field) in cases {
+                readers = format!("  - {provider}:\n{}{readers}", key("k1", secret));
+                std::fs::write(&ours, config(&readers)).unwrap();
+                c.restart_podset_apiserver();
+                let name = format!("{provider}-web");
+                c.apply_text(&name, &manifest.replace("NAME", &name).replace("MARKER", MARKER));
+                let mut ps = common::podset(&name, 0);
+                ps["metadata"]["namespace"] = "enc".into();
+                ps["spec"]["template"] = json!({"metadata": {"labels": {"app": &name}}, "spec": {"containers": [
+                    {"name": "c", "image": "busybox", "env": [{"name": "TOKEN", "value": MARKER}]}]}});
+                c.apply_text(&format!("ps-{name}"), &serde_json::to_string(&ps).unwrap());
+
+                let kube_key = format!("/registry/{resource}/enc/{name}");
+                let our_key = format!("/podsets-enc/demo.k8s.io/podsets/enc/{name}");
+                let value = |kv: etcd_client::GetResponse| kv.kvs().first().expect("stored").value().to_vec();
+                let kube_value = value(etcd.get(kube_key.as_str(), None).await.unwrap());
+                let our_value = value(etcd.get(our_key.as_str(), None).await.unwrap());
+                let prefix = format!("k8s:enc:{provider}:v1:k1:");
+                for (who, v) in [("kube-apiserver", &kube_value), ("we", &our_value)] {
+                    assert!(
+                        v.starts_with(prefix.as_bytes()),
+                        "{who}: {}",
+                        String::from_utf8_lossy(&v[..40.min(v.len())])
+                    );
+                    assert!(!v.windows(MARKER.len()).any(|w| w == MARKER.as_bytes()), "{who} stored the marker");
+                    let body = v.len() - prefix.len();
+                    let laid_out = match provider {
+                        "aescbc" => body >= 32 && body % 16 == 0,
+                        "aesgcm" => body >= 12 + 16,
+                        _ => body >= 24 + 16,
+                    };
+                    assert!(laid_out, "{who}: {provider} value of {body} bytes");
+                }
+                // Our code reads kube-apiserver's value, bound to its etcd key.
+                let theirs = kube_values.providers_for(resource, group, &no_kms).unwrap().expect("configured");
+                let theirs = Transformer::new(theirs);
+                let plain = theirs.from_storage(&kube_value, kube_key.as_bytes()).expect("we read kube's value").bytes;
+                assert!(plain.starts_with(b"k8s\0"), "kube-apiserver stores protobuf");
+                assert!(plain.windows(MARKER.len()).any(|w| w == MARKER.as_bytes()), "the marker");
+                // kube-apiserver reads what our code writes: the same object with a marker of the same length.
+                let changed = "t0p-s3cr3t-mark-99";
+                assert_eq!(changed.len(), MARKER.len());
+                // Everywhere (kubectl's last-applied annotation holds it too).
+                let mut edited = plain.clone();
+                while let Some(at) = edited.windows(MARKER.len()).position(|w| w == MARKER.as_bytes()) {
+                    edited[at..at + MARKER.len()].copy_from_slice(changed.as_bytes());
+                }
+                let (sealed, _) = theirs.to_storage(&edited, kube_key.as_bytes()).unwrap();
+                etcd.put(kube_key.as_str(), sealed, None).await.unwrap();
+                let kind = if group.is_empty() { resource.to_owned() } else { format!("{resource}.{group}") };
+                c.wait_for("kube-apiserver to read our value", Duration::from_secs(30), |c| {
+                    c.kubectl_try(&["get", &kind, "-n", "enc", &name, "-o", &format!("jsonpath={field}")])
+                        .is_ok_and(|out| out.trim() == changed)
+                });
+                // And we serve our own, decrypted.
+                let served = c.kubectl(&[
+                    "get",
+                    "podsets",
+                    "-n",
+                    "enc",
+                    &name,
+                    "-o",
+                    "jsonpath={.spec.template.spec.containers[0].env[0].value}",
+                ]);
+                assert_eq!(served.trim(), MARKER);
+            }
+        });
+    });
+}
