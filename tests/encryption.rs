@@ -356,3 +356,129 @@ fn kube_apiserver_and_we_encrypt_values_alike() {
         });
     });
 }
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines().find_map(|l| l.strip_prefix(name)).map_or(0.0, |v| v.trim().parse().unwrap_or(0.0))
+}
+
+async fn metrics(client: &kube::Client) -> String {
+    let (code, _, body) = common::raw(client, http::Request::get("/metrics").body(vec![]).unwrap()).await;
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+async fn until(what: &str, client: &kube::Client, ok: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = metrics(client).await;
+        if ok(&text) {
+            return text;
+        }
+        assert!(std::time::Instant::now() < deadline, "waiting for {what}:\n{text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A served server: a reloaded configuration takes over writes and the migration moves every PodSet to the new
+/// key (so the old one can go); a file that does not load is counted and changes nothing; and a PodSet no
+/// configured key reads is a 500 Status naming it, for a get and for a list, while the server stays alive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_rotate_by_reload_and_a_lost_key_is_a_clear_error() {
+    use common::{json, podset, raw, TestServer};
+    use http::Request;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("encryption.yaml");
+    std::fs::write(&file, config(&aescbc("a", KEY_A))).unwrap();
+    let flag = format!("--encryption-provider-config={}", file.display());
+    let server = TestServer::start(&[
+        &flag,
+        "--encryption-provider-config-automatic-reload",
+        "--encryption-provider-config-reload-interval=200ms",
+    ]);
+    let client = server.client();
+    let path = "/apis/demo.k8s.io/v1alpha1/namespaces/default/podsets";
+    for i in 0..5 {
+        let body = serde_json::to_vec(&podset(&format!("p{i}"), 0)).unwrap();
+        let req = Request::post(path).header("content-type", "application/json").body(body).unwrap();
+        assert_eq!(raw(&client, req).await.0, 201);
+    }
+    let id = |text: &str| {
+        text.contains("apiserver_encryption_config_controller_last_config_info{apiserver_id_hash=\"sha256:")
+    };
+    assert!(id(&metrics(&client).await), "the configuration in use is named");
+
+    // The new key reads first, then writes; the migration rewrites all five with it.
+    std::fs::write(&file, config(&aescbc("b", KEY_B)) + &aescbc("a", KEY_A)[..]).unwrap();
+    let success = "apiserver_encryption_config_controller_automatic_reloads_total{status=\"success\",";
+    let written_b = r#"apiserver_storage_transformation_operations_total{resource="podsets.demo.k8s.io",transformation_type="to_storage",transformer_prefix="b:",status="OK"}"#;
+    until("the reload and the migration", &client, |t| {
+        t.lines().any(|l| l.starts_with(success))
+            && metric(t, written_b) >= 5.0
+            && metric(t, "podset_storage_migration_remaining") == 0.0
+    })
+    .await;
+    std::fs::write(&file, config(&aescbc("b", KEY_B))).unwrap();
+    until("the second reload", &client, |t| {
+        t.lines().filter(|l| l.starts_with(success)).any(|l| l.trim_end().ends_with(" 2"))
+    })
+    .await;
+    for i in 0..5 {
+        let (code, _, body) = raw(&client, Request::get(format!("{path}/p{i}")).body(vec![]).unwrap()).await;
+        assert_eq!(code, 200, "p{i} reads with key b alone: {}", String::from_utf8_lossy(&body));
+    }
+
+    // A file that does not load: counted, the running configuration kept.
+    std::fs::write(&file, "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources: []\n")
+        .unwrap();
+    let failure = "apiserver_encryption_config_controller_automatic_reloads_total{status=\"failure\",";
+    until("the failed reload", &client, |t| t.lines().any(|l| l.starts_with(failure))).await;
+    let body = serde_json::to_vec(&podset("p5", 0)).unwrap();
+    let req = Request::post(path).header("content-type", "application/json").body(body).unwrap();
+    assert_eq!(raw(&client, req).await.0, 201);
+    assert!(server.log_contains("error processing encryption config file"));
+
+    // Restarted with another key only: each PodSet is a clear 500, and the server lives on.
+    let mut server = server;
+    server.terminate();
+    std::fs::write(&file, config(&aescbc("c", KEY_A))).unwrap();
+    let server = TestServer::start_in(server.data_dir.clone(), None, vec!["--insecure-allow-all".into(), flag.clone()]);
+    let client = server.client();
+    let (code, _, body) = raw(&client, Request::get(format!("{path}/p1")).body(vec![]).unwrap()).await;
+    let status = json(&body);
+    assert_eq!(code, 500, "{status}");
+    assert_eq!(status["reason"], "InternalError");
+    let message = status["message"].as_str().unwrap();
+    assert!(message.contains("/podsets/default/p1") && message.contains("k8s:enc:aescbc:v1:b:"), "{message}");
+    let (code, _, body) = raw(&client, Request::get(path).body(vec![]).unwrap()).await;
+    assert_eq!(code, 500, "a list is never short of an object: {}", String::from_utf8_lossy(&body));
+    let (code, _, _) = raw(&client, Request::get("/livez").body(vec![]).unwrap()).await;
+    assert_eq!(code, 200);
+    let failed = r#"apiserver_storage_transformation_operations_total{resource="podsets.demo.k8s.io",transformation_type="from_storage",transformer_prefix="unknown",status="unknown-non-grpc"}"#;
+    let text = metrics(&client).await;
+    assert!(
+        metric(&text, failed) >= 6.0,
+        "each unreadable value counted at load:\n{}",
+        text.lines().filter(|l| l.contains("transformation_operations")).collect::<Vec<_>>().join("\n")
+    );
+}
+
+/// A configuration that does not load stops the start, naming the file, the field and why.
+#[test]
+fn a_bad_configuration_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("encryption.yaml");
+    std::fs::write(&file, config("  - aescbc:\n      keys:\n      - name: short\n        secret: MTIzNDU2Nzg=\n"))
+        .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_podset-apiserver"))
+        .args(["--insecure-allow-all", "--secure-port=0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .arg(format!("--encryption-provider-config={}", file.display()))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("resources[0].providers[0].aescbc.keys[0].secret: Invalid value: \"REDACTED\": secret is not of the expected length, got 8, expected one of [16 24 32]"),
+        "{err}"
+    );
+}

@@ -129,8 +129,7 @@ async fn dispatch(app: &App, info: &RequestInfo, req: Request, user: Arc<UserInf
 
 /// `/metrics`: the object count is read now (kube-apiserver polls it; a count from the cache is cheap).
 async fn metrics_response(registry: &Registry) -> ApiResult<Response> {
-    let page = registry.list(ListRequest { limit: Some(1), ..Default::default() }).await?;
-    let objects = page.items.len() as u64 + page.remaining.unwrap_or(0);
+    let objects = registry.object_count();
     let resource = crate::metrics::ResourceLabel { resource: format!("{PLURAL}.{GROUP}") };
     crate::metrics::global().storage_objects.get_or_create(&resource).set(objects as i64);
     let mut resp = bytes_response(StatusCode::OK, crate::metrics::CONTENT_TYPE, Bytes::from(crate::metrics::encode()));

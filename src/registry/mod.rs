@@ -95,6 +95,11 @@ impl Registry {
     }
 
     /// The newest revision this server's cache holds.
+    /// PodSets stored, as the cache counts them (readable or not: a scrape of /metrics never fails for one).
+    pub fn object_count(&self) -> usize {
+        self.store.stats().objects
+    }
+
     pub fn current_revision(&self) -> Revision {
         self.store.current_revision()
     }
