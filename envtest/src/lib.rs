@@ -13,6 +13,7 @@
 mod aggregation;
 mod cluster;
 pub mod etcd;
+pub mod kms;
 mod kubectl;
 pub mod node;
 mod pki;

@@ -9,15 +9,39 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
+use crate::storage::value::kmsv2::{KmsV2, Timing};
 use crate::storage::value::{ConfigError, EncryptionConfig, KmsConfiguration, Provider, Providers, Transformer};
 
-/// The providers the configuration gives PodSets; `None` when it names none of their resource names.
-pub fn providers(config: &EncryptionConfig) -> Result<Option<Providers>, ConfigError> {
-    config.providers_for("podsets", crate::api::GROUP, &kms_provider)
+/// The providers the configuration gives PodSets; `None` when it names none of their resource names. A `kms`
+/// provider connects to its plugin (paced by `timing`).
+pub fn providers(config: &EncryptionConfig, timing: Timing) -> Result<Option<Providers>, ConfigError> {
+    let id = apiserver_id_hash();
+    let kms = |c: &KmsConfiguration| {
+        let timeout = c.timeout.unwrap_or(Duration::from_secs(3));
+        let plugin = KmsV2::new(&c.name, &c.endpoint, timeout, timing, &id)?;
+        Ok(Provider::new(format!("k8s:enc:kms:v2:{}:", c.name), None, Box::new(plugin)))
+    };
+    config.providers_for("podsets", crate::api::GROUP, &kms)
 }
 
-fn kms_provider(kms: &KmsConfiguration) -> Result<Provider, String> {
-    Err(format!("kms provider {:?}: KMS v2 plugins are not served by this build yet", kms.name))
+/// `/healthz/kms-providers` (and /readyz): every KMS plugin the providers use answers `Status` as healthy.
+pub fn kms_check(values: &Transformer) -> std::sync::Arc<dyn crate::apiserver::health::HealthCheck> {
+    let values = values.clone();
+    crate::apiserver::health::named_check("kms-providers", move || {
+        let probes = values.kms_probes();
+        async move {
+            let mut errors = Vec::new();
+            for (name, probe) in probes {
+                if let Err(e) = probe.await {
+                    errors.push(format!("{name}: {e}"));
+                }
+            }
+            match errors.is_empty() {
+                true => Ok(()),
+                false => Err(errors.join("\n")),
+            }
+        }
+    })
 }
 
 /// `sha256:<hex>` of a file's bytes or of this server's identity, as kube-apiserver's metrics label them.
@@ -48,6 +72,7 @@ pub fn record_config(config: &EncryptionConfig) {
 pub async fn reload(
     path: PathBuf,
     interval: Duration,
+    timing: Timing,
     values: Transformer,
     mut last: Vec<u8>,
     changed: impl Fn() + Send + 'static,
@@ -69,7 +94,11 @@ pub async fn reload(
         if content == last {
             continue;
         }
-        match load(&path, &values) {
+        // Building KMS providers waits for their plugins' first answer: not on the runtime's workers.
+        let (file, handle) = (path.clone(), values.clone());
+        let loaded = tokio::task::spawn_blocking(move || load(&file, &handle, timing)).await;
+        let loaded = loaded.unwrap_or_else(|e| Err(ConfigError(format!("loading the configuration: {e}"))));
+        match loaded {
             Ok(config) => {
                 last = config.content.clone();
                 metrics.loaded(&id, &hash(&config.content));
@@ -87,9 +116,9 @@ pub async fn reload(
 }
 
 /// Loads `path` and hands its providers to `values`.
-fn load(path: &Path, values: &Transformer) -> Result<EncryptionConfig, ConfigError> {
+fn load(path: &Path, values: &Transformer, timing: Timing) -> Result<EncryptionConfig, ConfigError> {
     let config = EncryptionConfig::load(path)?;
     // A configuration that no longer names PodSets stores them plainly from now on, as kube-apiserver's does.
-    values.replace(providers(&config)?.unwrap_or_else(super::options::storage::identity_only));
+    values.replace(providers(&config, timing)?.unwrap_or_else(super::options::storage::identity_only));
     Ok(config)
 }

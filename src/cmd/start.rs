@@ -25,7 +25,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
         crate::planted::plant(bug);
     }
     match opts.command.take() {
-        Some(super::Command::Restore(restore)) => return super::restore::run(restore).await,
+        Some(super::Command::Restore(restore)) => return super::restore::run(*restore).await,
         Some(super::Command::Backup(backup)) => return super::backup::run(backup).await,
         None => {}
     }
@@ -70,14 +70,22 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     let informers = InformerSync::default();
     // SIGTERM fails /readyz at once; serving stops only after --shutdown-delay-duration.
     let shutdown_initiated = CancellationToken::new();
+    let mut health = health_checks(
+        opts.storage.check_name(),
+        &store,
+        &authenticator.trust,
+        (&informers, &admission),
+        &shutdown_initiated,
+    );
+    if encryption.as_ref().is_some_and(|c| c.kms_providers().next().is_some())
+        || opts.storage.encryption_provider_config_automatic_reload
+    {
+        // One check for every plugin, as kube-apiserver names it when it reloads or uses KMS v2 only.
+        let kms = super::encryption::kms_check(&values);
+        health.add(Endpoint::Healthz, kms.clone()).add(Endpoint::Readyz, kms);
+    }
     let cfg = ServerConfig {
-        health: health_checks(
-            opts.storage.check_name(),
-            &store,
-            &authenticator.trust,
-            (&informers, &admission),
-            &shutdown_initiated,
-        ),
+        health,
         tls,
         authenticator,
         authorizer,
@@ -114,7 +122,9 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
             let interval = opts.storage.encryption_provider_config_reload_interval;
             // A new writing provider: the migration moves every object to it.
             let changed = move || migrations.notify_one();
-            let reload = super::encryption::reload(path, interval, values, config.content, changed, shutdown.clone());
+            let timing = opts.storage.kms_timing();
+            let content = config.content.clone();
+            let reload = super::encryption::reload(path, interval, timing, values, content, changed, shutdown.clone());
             tokio::spawn(reload);
         }
     }

@@ -90,7 +90,7 @@ pub struct Options {
 pub enum Command {
     /// Restores PodSets from a backup into an empty store (either backend), keeping uid, creationTimestamp,
     /// generation, finalizers, owner references, managedFields and status, then exits. resourceVersions are new.
-    Restore(crate::cmd::RestoreOptions),
+    Restore(Box<crate::cmd::RestoreOptions>),
     /// Backs up every PodSet through the main API server into a file `restore` reads (what an in-cluster CronJob
     /// runs: deploy/backup), as one consistent snapshot, then exits.
     #[command(next_line_help = true)]

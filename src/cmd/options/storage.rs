@@ -8,6 +8,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 
 use super::duration;
+use crate::storage::value::kmsv2::Timing;
 use crate::storage::value::{EncryptionConfig, Provider, Providers, Transformer};
 use crate::storage::{Backend, Cacher, EtcdBackend, EtcdOptions, HistoryLimits, SledBackend, SledOptions, Store};
 
@@ -101,6 +102,14 @@ pub struct StorageOptions {
     /// How often the file is checked for --encryption-provider-config-automatic-reload.
     #[arg(long, default_value = "1m", value_parser = duration, hide = true)]
     pub encryption_provider_config_reload_interval: Duration,
+
+    /// How often a KMS v2 plugin's Status is polled while healthy (10 s at most while failing).
+    #[arg(long, default_value = "1m", value_parser = duration, hide = true)]
+    pub encryption_provider_kms_poll_interval: Duration,
+
+    /// How long writes go on after a KMS v2 plugin's last healthy Status.
+    #[arg(long, default_value = "3m", value_parser = duration, hide = true)]
+    pub encryption_provider_kms_write_ttl: Duration,
 }
 
 /// PodSets stored plainly, by providers a reload can replace.
@@ -167,12 +176,21 @@ impl StorageOptions {
         Ok(())
     }
 
+    pub fn kms_timing(&self) -> Timing {
+        let poll = self.encryption_provider_kms_poll_interval;
+        Timing {
+            poll,
+            poll_failing: poll.min(Duration::from_secs(10)),
+            write_ttl: self.encryption_provider_kms_write_ttl,
+        }
+    }
+
     /// How values are stored: through the providers --encryption-provider-config gives PodSets, or plainly; and
     /// the configuration read, if any.
     pub fn transformer(&self) -> anyhow::Result<(Transformer, Option<EncryptionConfig>)> {
         let Some(path) = &self.encryption_provider_config else { return Ok((Transformer::plain(), None)) };
         let config = EncryptionConfig::load(path)?;
-        let values = match super::super::encryption::providers(&config)? {
+        let values = match super::super::encryption::providers(&config, self.kms_timing())? {
             Some(providers) => Transformer::new(providers),
             // A reload may cover them later: values go through providers (identity for now) that it can replace.
             None if self.encryption_provider_config_automatic_reload => Transformer::new(identity_only()),

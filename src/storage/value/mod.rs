@@ -5,6 +5,7 @@
 
 mod aes;
 pub mod config;
+pub mod kmsv2;
 mod secretbox;
 
 use std::sync::Arc;
@@ -32,6 +33,10 @@ impl ValueError {
     pub fn grpc(message: impl Into<String>, code: &'static str) -> Self {
         Self { message: message.into(), status: code }
     }
+
+    pub fn status(&self) -> &'static str {
+        self.status
+    }
 }
 
 /// One provider's transformation of a value's bytes (after its prefix). `context` is the key the value is stored
@@ -39,6 +44,18 @@ impl ValueError {
 pub trait Transform: Send + Sync {
     fn transform_from_storage(&self, data: &[u8], context: &[u8]) -> Result<Vec<u8>, ValueError>;
     fn transform_to_storage(&self, data: &[u8], context: &[u8]) -> Result<Vec<u8>, ValueError>;
+    /// For a provider whose key changes under one prefix (KMS): the key a stored value was written with ...
+    fn stored_key(&self, _data: &[u8]) -> Option<String> {
+        None
+    }
+    /// ... and the one it writes with now, so a value of an older key is stale.
+    fn current_key(&self) -> Option<String> {
+        None
+    }
+    /// A probe of what the provider depends on (a KMS plugin), for `/healthz/kms-providers`.
+    fn healthz(&self) -> Option<futures::future::BoxFuture<'static, Result<(), String>>> {
+        None
+    }
 }
 
 /// What every encrypted value starts with; identity refuses to read such a value as plain JSON.
@@ -69,6 +86,24 @@ impl Provider {
     pub fn label(&self) -> &Arc<str> {
         &self.label
     }
+
+    /// What an object records as having read it: the prefix, and for a KMS provider the key under it.
+    fn keyed_label(&self, key: Option<String>) -> Arc<str> {
+        match key {
+            None => self.label.clone(),
+            Some(k) => format!("{}{k}", self.label).into(),
+        }
+    }
+
+    /// The label of what this provider writes now.
+    fn writer_label(&self) -> Arc<str> {
+        self.keyed_label(self.transform.as_ref().and_then(|t| t.current_key()))
+    }
+
+    /// The probe of what it depends on, if anything.
+    pub fn healthz(&self) -> Option<futures::future::BoxFuture<'static, Result<(), String>>> {
+        self.transform.as_ref().and_then(|t| t.healthz())
+    }
 }
 
 /// A resource's providers, in the configuration's order: the first writes, all read.
@@ -90,7 +125,7 @@ impl Providers {
 
     /// k8s.io/apiserver's `prefixTransformers`: each provider whose prefix the value has is tried in order (an
     /// identity that meets encrypted data steps aside); the first that reads it wins.
-    fn read(&self, stored: &[u8], context: &[u8]) -> Result<(Vec<u8>, &Arc<str>), ValueError> {
+    fn read(&self, stored: &[u8], context: &[u8]) -> Result<(Vec<u8>, Arc<str>), ValueError> {
         let mut errors = Vec::new();
         for p in &self.list {
             let Some(t) = &p.transform else {
@@ -98,16 +133,17 @@ impl Providers {
                     continue;
                 }
                 self.record(FROM_STORAGE, "identity", Instant::now(), None);
-                return Ok((stored.to_vec(), &p.label));
+                return Ok((stored.to_vec(), p.label.clone()));
             };
             if !stored.starts_with(p.label.as_bytes()) {
                 continue;
             }
             let started = Instant::now();
-            let read = t.transform_from_storage(&stored[p.label.len()..], context);
+            let data = &stored[p.label.len()..];
+            let read = t.transform_from_storage(data, context);
             self.record_provider(FROM_STORAGE, p, started, read.as_ref().err());
             match read {
-                Ok(plain) => return Ok((plain, &p.label)),
+                Ok(plain) => return Ok((plain, p.keyed_label(t.stored_key(data)))),
                 Err(e) => errors.push(e),
             }
         }
@@ -219,6 +255,18 @@ impl Transformer {
         }
     }
 
+    /// The probes of the KMS plugins the providers depend on, named `kms-provider-<n>` in configuration order.
+    pub fn kms_probes(&self) -> Vec<(String, futures::future::BoxFuture<'static, Result<(), String>>)> {
+        let Some(providers) = self.providers() else { return Vec::new() };
+        providers
+            .list
+            .iter()
+            .filter_map(Provider::healthz)
+            .enumerate()
+            .map(|(i, f)| (format!("kms-provider-{i}"), f))
+            .collect()
+    }
+
     fn providers(&self) -> Option<Arc<Providers>> {
         self.0.as_ref().map(|p| p.read().clone())
     }
@@ -227,7 +275,7 @@ impl Transformer {
     pub fn from_storage(&self, stored: &[u8], context: &[u8]) -> Result<Plain, ValueError> {
         match self.providers() {
             None => Ok(Plain { bytes: stored.to_vec(), provider: None }),
-            Some(p) => p.read(stored, context).map(|(bytes, label)| Plain { bytes, provider: Some(label.clone()) }),
+            Some(p) => p.read(stored, context).map(|(bytes, label)| Plain { bytes, provider: Some(label) }),
         }
     }
 
@@ -235,14 +283,14 @@ impl Transformer {
     pub fn to_storage(&self, plain: &[u8], context: &[u8]) -> Result<(Vec<u8>, Option<Arc<str>>), ValueError> {
         match self.providers() {
             None => Ok((plain.to_vec(), None)),
-            Some(p) => p.write(plain, context).map(|stored| (stored, Some(p.writer().label.clone()))),
+            Some(p) => p.write(plain, context).map(|stored| (stored, Some(p.writer().writer_label()))),
         }
     }
 
     /// Whether a value read by `provider` should be written again: another provider than the writer read it.
     pub fn is_stale(&self, provider: Option<&Arc<str>>) -> bool {
         match (self.providers(), provider) {
-            (Some(p), Some(read_by)) => **read_by != *p.writer().label,
+            (Some(p), Some(read_by)) => *read_by != p.writer().writer_label(),
             _ => false,
         }
     }
