@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # podset-apiserver's image for those who build with Docker: the same files, user, entrypoint and labels as
-# hack/build-image.sh's OCI archive, which needs no container engine (see the README).
+# hack/build-image.sh's OCI archive, which needs no container engine (see docs/install.md).
 #
 #   docker build -t podset-apiserver:dev \
 #     --build-arg PODSET_GIT_COMMIT="$(git rev-parse HEAD)" \
@@ -32,7 +32,7 @@ FROM scratch
 COPY --from=build /rootfs/ /
 ARG PODSET_GIT_COMMIT=""
 LABEL org.opencontainers.image.title="podset-apiserver" \
-      org.opencontainers.image.description="An aggregated Kubernetes API server serving PodSet (demo.k8s.io/v1alpha1) from its own storage" \
+      org.opencontainers.image.description="An aggregated Kubernetes API server serving PodSet (demo.k8s.io/v1beta1 and v1alpha1) from its own storage" \
       org.opencontainers.image.revision="${PODSET_GIT_COMMIT}" \
       org.opencontainers.image.licenses="Apache-2.0"
 ENV PATH=/usr/local/bin:/usr/bin:/bin

@@ -11,7 +11,7 @@
 #   hack/build-image.sh --rootfs DIR [IMAGE] [PROFILE]   only writes the image's files into DIR (the Dockerfile's way)
 #
 # One layer, no base image: the binary (static, so it needs no libc), /etc/passwd and /etc/group naming the user,
-# /etc/nsswitch.conf, /tmp. The labels are org.opencontainers.image.*, `revision` the git commit the binary was
+# /etc/nsswitch.conf, /tmp, /home/nonroot. The labels are org.opencontainers.image.*, `revision` the git commit the binary was
 # built from (PODSET_GIT_COMMIT if set, as build.rs takes it).
 #
 # Reproducible: file times, the image's `created` and the binary's build date are SOURCE_DATE_EPOCH (default: the
@@ -49,7 +49,7 @@ case "$image" in
     user=65532
     title="podset-apiserver"
     tag="${IMAGE_TAG:-v$(version Cargo.toml)${commit:+-${commit:0:12}}}"
-    description="An aggregated Kubernetes API server serving PodSet (demo.k8s.io/v1alpha1) from its own storage"
+    description="$(sed -n 's/^description = "\(.*\)"/\1/p' Cargo.toml | head -1)"
     ;;
   pause | podset-demo)
     host="$(rustc -vV | sed -n 's/^host: //p')"

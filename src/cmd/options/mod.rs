@@ -29,9 +29,10 @@ pub enum LogFormat {
     Json,
 }
 
-/// podset-apiserver serves the PodSet API (demo.k8s.io/v1alpha1) to a Kubernetes cluster as an aggregated API
-/// server: deploy it with `kubectl apply -k deploy/overlays/self-signed` (or `.../cert-manager`, or `.../ha-etcd`
-/// for several replicas), and kube-apiserver forwards /apis/demo.k8s.io/v1alpha1 here. PodSets are stored in this
+/// podset-apiserver serves the PodSet API (demo.k8s.io/v1beta1, preferred, and v1alpha1) to a Kubernetes cluster as
+/// an aggregated API server: deploy it with `kubectl apply -k deploy/overlays/self-signed` (or `.../cert-manager`,
+/// or `.../ha-etcd` for several replicas), and kube-apiserver forwards /apis/demo.k8s.io/v1beta1 and
+/// /apis/demo.k8s.io/v1alpha1 here. PodSets are stored in this
 /// server's own database (--data-dir), or with --storage-backend=etcd in an etcd (--etcd-servers).
 #[derive(Debug, Clone, Parser)]
 #[command(name = "podset-apiserver", version = crate::version::GIT_VERSION, long_version = crate::version::LONG_VERSION)]

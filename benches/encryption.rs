@@ -1,0 +1,144 @@
+//! What encryption at rest costs a request: creates (32 in flight, `ENCRYPTION_CREATES`, 3000) and then gets (32 in
+//! flight, for `ENCRYPTION_GET_SECONDS`, 20) on the embedded store, with
+//! - no `--encryption-provider-config`;
+//! - `aescbc`, `aesgcm`, `secretbox` (one 32-byte key);
+//! - `kms` v2 through envtest's plugin on a unix socket.
+//!
+//! The servers take turns, `ENCRYPTION_ROUNDS` (2) times, so a busy moment on a shared machine falls on all alike.
+//! `cargo bench --bench encryption` prints each target's median rates and server CPU per request, and the ratios to
+//! the plain server's. Gets are served from the cache, which holds decrypted objects: they should not pay per
+//! request; a create pays one encryption.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use http::Request;
+
+use common::workload::{podset, CONCURRENCY};
+use common::{cpu_us, send, Server, PATH};
+
+const KEY: &str = "YWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWE=";
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
+/// Creates `n` PodSets named `<round>-<i>`, 32 in flight: (per second, server CPU µs per request).
+async fn creates(server: &Server, round: usize, n: usize) -> (f64, f64) {
+    let client = server.client();
+    let cpu_before = cpu_us(server.pid());
+    let started = Instant::now();
+    let codes: Vec<u16> = futures::stream::iter(0..n)
+        .map(|i| {
+            let client = client.clone();
+            async move {
+                let req = Request::post(PATH).header("content-type", "application/json");
+                send(&client, req.body(podset("demo.k8s.io/v1alpha1", &format!("r{round}-{i:05}"))).unwrap()).await.0
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await;
+    assert!(codes.iter().all(|c| *c == 201), "a create failed: {:?}", codes.iter().find(|c| **c != 201));
+    let elapsed = started.elapsed().as_secs_f64();
+    (n as f64 / elapsed, (cpu_us(server.pid()) - cpu_before) / n as f64)
+}
+
+/// Gets of those PodSets for `how_long`, 32 in flight.
+async fn gets(server: &Server, round: usize, n: usize, how_long: Duration) -> (f64, f64) {
+    let client = server.client();
+    let cpu_before = cpu_us(server.pid());
+    let started = Instant::now();
+    let mut done = 0usize;
+    while started.elapsed() < how_long {
+        let batch = 2000;
+        let codes: Vec<u16> = futures::stream::iter(done..done + batch)
+            .map(|i| {
+                let client = client.clone();
+                let path = format!("{PATH}/r{round}-{:05}", i % n);
+                async move { send(&client, Request::get(path).body(vec![]).unwrap()).await.0 }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        assert!(codes.iter().all(|c| *c == 200), "a get failed: {:?}", codes.iter().find(|c| **c != 200));
+        done += batch;
+    }
+    (done as f64 / started.elapsed().as_secs_f64(), (cpu_us(server.pid()) - cpu_before) / done as f64)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+#[tokio::main]
+async fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let (n, get_for, rounds) = (
+        env("ENCRYPTION_CREATES", 3000) as usize,
+        Duration::from_secs(env("ENCRYPTION_GET_SECONDS", 20)),
+        env("ENCRYPTION_ROUNDS", 2) as usize,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = podset_envtest::kms::KmsPlugin::start(&dir.path().join("kms.sock"));
+    let keyed = |p: &str| format!("  - {p}:\n      keys:\n      - name: k1\n        secret: {KEY}\n");
+    let kms = format!(
+        "  - kms:\n      apiVersion: v2\n      name: bench\n      endpoint: unix://{}\n",
+        plugin.socket().display()
+    );
+    let targets: Vec<(&str, Option<String>)> = vec![
+        ("plain", None),
+        ("aescbc", Some(keyed("aescbc"))),
+        ("aesgcm", Some(keyed("aesgcm"))),
+        ("secretbox", Some(keyed("secretbox"))),
+        ("kms v2", Some(kms)),
+    ];
+    let mut servers = Vec::new();
+    for (name, providers) in &targets {
+        let mut args = Vec::new();
+        if let Some(p) = providers {
+            let file = dir.path().join(format!("{}.yaml", name.replace(' ', "-")));
+            let text = format!(
+                "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n\
+                 - resources: [podsets.demo.k8s.io]\n  providers:\n{p}"
+            );
+            std::fs::write(&file, text).unwrap();
+            args.push(format!("--encryption-provider-config={}", file.display()));
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        servers.push(Server::start(&dir.path().join(name.replace(' ', "-")), &args));
+    }
+    let mut results = vec![(Vec::new(), Vec::new(), Vec::new(), Vec::new()); targets.len()];
+    for round in 0..rounds {
+        for (i, server) in servers.iter().enumerate() {
+            let (c, c_cpu) = creates(server, round, n).await;
+            let (g, g_cpu) = gets(server, round, n, get_for).await;
+            results[i].0.push(c);
+            results[i].1.push(c_cpu);
+            results[i].2.push(g);
+            results[i].3.push(g_cpu);
+        }
+    }
+    println!("{n} creates then {}s of gets, 32 in flight, {rounds} rounds (medians)", get_for.as_secs());
+    let medians: Vec<[f64; 4]> =
+        results.into_iter().map(|(a, b, c, d)| [median(a), median(b), median(c), median(d)]).collect();
+    let plain = medians[0];
+    for ((name, _), m) in targets.iter().zip(&medians) {
+        println!(
+            "{name:<10} create {:>7.0}/s {:>6.1} us CPU ({:.2}x plain's rate)   get {:>7.0}/s {:>6.1} us CPU ({:.2}x plain's rate)",
+            m[0],
+            m[1],
+            m[0] / plain[0],
+            m[2],
+            m[3],
+            m[2] / plain[2]
+        );
+    }
+    let (encrypts, decrypts, status) = plugin.calls();
+    println!("kms plugin calls: {encrypts} Encrypt, {decrypts} Decrypt, {status} Status");
+}
