@@ -39,6 +39,14 @@ if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
 fi
 export SOURCE_DATE_EPOCH
 version() { sed -n 's/^version = "\(.*\)"/\1/p' "$1" | head -1; }
+# The architecture a binary was built for, from its ELF header's e_machine, as OCI names it.
+arch_of() {
+  case "$(od -An -j18 -N2 -tx2 "$1" | tr -d ' ')" in
+    003e) echo amd64 ;;
+    00b7) echo arm64 ;;
+    *) echo "hack/build-image.sh: $1 is neither an x86-64 nor an aarch64 ELF binary" >&2; return 1 ;;
+  esac
+}
 target_dir="${CARGO_TARGET_DIR:-target}"
 [[ "$target_dir" = /* ]] || target_dir="$PWD/$target_dir"
 
@@ -74,6 +82,7 @@ case "$image" in
     ;;
 esac
 
+arch="$(arch_of "$binary")"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 rootfs="${rootfs_only:-$work/rootfs}"
@@ -140,7 +149,7 @@ labels = {
 }
 config = {
     "created": "$created",
-    "architecture": "amd64",
+    "architecture": "$arch",
     "os": "linux",
     "config": {
         "User": "$user:$user",
@@ -173,7 +182,7 @@ index = {
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
         "digest": manifest_digest,
         "size": manifest_size,
-        "platform": {"architecture": "amd64", "os": "linux"},
+        "platform": {"architecture": "$arch", "os": "linux"},
         "annotations": {
             "io.containerd.image.name": "docker.io/library/$image:$tag",
             "org.opencontainers.image.ref.name": "$tag",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes tests/fixtures/v1alpha1-release/: the stores a build serving only demo.k8s.io/v1alpha1 leaves behind (a sled
-# data directory, and etcd's keys), and what that build served from them. tests/versions.rs starts this release on
-# them. Run once with the old build's binary, e.g. for the last release before v1beta1:
+# data directory, and etcd's keys), and what that build served from them. tests/versions.rs starts that build on
+# them. Run once with the old build's binary, e.g. for the last build before v1beta1:
 #   git worktree add /tmp/old 1e229b9 && (cd /tmp/old && cargo build --release --bin podset-apiserver)
 #   hack/make-upgrade-fixture.sh /tmp/old/target/release/podset-apiserver
 set -euo pipefail
@@ -46,7 +46,7 @@ call() { # METHOD PATH CONTENT-TYPE BODY
     case "$code" in 2*) ;; *) echo "$1 $2: $code $(cat "$work/answer")" >&2; exit 1 ;; esac
 }
 
-# What users of the old release had: plain objects, one applied and then scaled by another manager, status written,
+# What users of the old build had: plain objects, one applied and then scaled by another manager, status written,
 # one waiting on a finalizer, the annotation v1beta1 reads as spec.minReadySeconds (and one it cannot read so).
 write_objects() {
     local tmpl='"template":{"metadata":{"labels":{"app":"APP"}},"spec":{"containers":[{"name":"main","image":"busybox"}]}}'

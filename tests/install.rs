@@ -10,6 +10,8 @@
 mod common;
 
 use std::path::Path;
+
+use serde::Deserialize;
 use std::process::Command;
 
 use common::cluster::{in_namespace, server_pod_field};
@@ -79,7 +81,7 @@ fn web(cluster: &Cluster) -> (String, String) {
 /// deploy/backup/ as docs/operate.md uses it, on the installed server: the CronJob's Job backs up to a volume of
 /// its own, the data volume is lost, restore.yaml's Job restores the newest backup into a new one, and the server
 /// comes back with the same PodSet and the same Pods.
-fn backup_by_cronjob_and_restore_by_job(cluster: &Cluster, before: &(String, String)) {
+fn backup_by_cronjob_and_restore_by_job(cluster: &Cluster, before: &(String, String)) -> std::path::PathBuf {
     // The only free volume, so the backups' claim takes it (the spare one comes once the claim is bound).
     let backups = cluster.add_local_volume("backups");
     // The image as installed; on 1.20 (no batch/v1 CronJob before 1.21) the CronJob as batch/v1beta1.
@@ -146,6 +148,28 @@ fn backup_by_cronjob_and_restore_by_job(cluster: &Cluster, before: &(String, Str
         c.kubectl_try(&["wait", "--for=condition=Ready", "podset/web", "--timeout=5s"]).is_ok()
     });
     assert_eq!(&web(cluster), before, "the PodSet or its Pods changed across the restore");
+    backups
+}
+
+/// Every object the installed manifests make (the local overlay, the backup, the metrics reader), as
+/// (kind, namespace, name), from `kubectl kustomize` and the files: never a list written by hand.
+fn made_by_deploy(cluster: &Cluster, dir: &Path) -> Vec<(String, Option<String>, String)> {
+    let mut text = cluster.kubectl(&["kustomize", dir.join("deploy/local").to_str().unwrap()]);
+    for file in ["deploy/backup/backup.yaml", "deploy/metrics-reader.yaml"] {
+        text.push_str("\n---\n");
+        text.push_str(&std::fs::read_to_string(repo().join(file)).unwrap());
+    }
+    let mut out = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let Ok(v) = serde_yaml::Value::deserialize(doc) else { continue };
+        let s = |p: &[&str]| p.iter().try_fold(&v, |v, k| v.get(*k)).and_then(|v| v.as_str()).map(str::to_owned);
+        if let (Some(kind), Some(name)) = (s(&["kind"]), s(&["metadata", "name"])) {
+            out.push((kind, s(&["metadata", "namespace"]), name));
+        }
+    }
+    // The Binding the docs have an admin create for Prometheus.
+    out.push(("ClusterRoleBinding".into(), None, "prometheus-podset-metrics".into()));
+    out
 }
 
 #[test]
@@ -189,13 +213,54 @@ fn installed_upgraded_rolled_back_and_uninstalled_as_the_docs_say() {
         assert_ne!(rolled_back_pod, upgraded_pod, "the server's Pod was not replaced");
         assert_eq!(web(&cluster), before, "the PodSet or its Pods changed across the rollback");
 
-        backup_by_cronjob_and_restore_by_job(&cluster, &before);
+        let backups = backup_by_cronjob_and_restore_by_job(&cluster, &before);
+
+        // What docs/operate.md adds: the metrics reader, bound to a Prometheus.
+        cluster.kubectl(&["apply", "-f", repo().join("deploy/metrics-reader.yaml").to_str().unwrap()]);
+        cluster.kubectl(&[
+            "create",
+            "clusterrolebinding",
+            "prometheus-podset-metrics",
+            "--clusterrole=podset-apiserver-metrics-reader",
+            "--serviceaccount=monitoring:prometheus",
+        ]);
+        let rendered = made_by_deploy(&cluster, dir.path());
+        assert!(rendered.len() > 20, "{rendered:?}");
 
         step(4);
-        let gone = |args: &[&str]| cluster.kubectl_try(args).is_err_and(|e| e.contains("NotFound"));
-        assert!(gone(&["get", "apiservice", "v1alpha1.demo.k8s.io"]));
-        assert!(gone(&["get", "namespace", "podset-system"]));
-        assert!(gone(&["get", "clusterrole", "podset-controller"]), "the overlay's ClusterRole is left");
+        // Nothing the manifests make is left, but the namespace and the backups' claim, which stays bound.
+        for (kind, namespace, name) in &rendered {
+            let kept = (kind == "Namespace" && name == "podset-system")
+                || (kind == "PersistentVolumeClaim" && name == "podset-backups");
+            let mut args = vec!["get", kind.as_str(), name.as_str(), "-o", "name"];
+            if let Some(ns) = namespace {
+                args.extend(["-n", ns.as_str()]);
+            }
+            match (kept, cluster.kubectl_try(&args)) {
+                (true, Ok(_)) => {}
+                (false, Err(e)) if e.contains("NotFound") => {}
+                (kept, found) => panic!("{kind} {namespace:?}/{name}: kept {kept}, found {found:?}"),
+            }
+        }
+        let claim =
+            cluster.kubectl(&["-n", "podset-system", "get", "pvc", "podset-backups", "-o", "jsonpath={.status.phase}"]);
+        assert_eq!(claim, "Bound");
+        assert!(backups.join("latest.json").exists(), "the backups are gone");
+        // And nothing the server made at run time, nor any cluster-scoped object of ours by another way.
+        let left = cluster.kubectl(&[
+            "-n",
+            "podset-system",
+            "get",
+            "pods,services,statefulsets,deployments,pvc,serviceaccounts,roles,rolebindings,leases,cronjobs,jobs",
+            "-o",
+            "name",
+        ]);
+        let left: Vec<&str> = left.lines().filter(|l| *l != "serviceaccount/default").collect();
+        assert_eq!(left, ["persistentvolumeclaim/podset-backups"]);
+        let cluster_wide = cluster.kubectl(&["get", "clusterroles,clusterrolebindings,apiservices", "-o", "name"]);
+        let ours: Vec<&str> =
+            cluster_wide.lines().filter(|l| l.contains("podset") || l.contains("demo.k8s.io")).collect();
+        assert!(ours.is_empty(), "{ours:?}");
         // Foreground deletion returned only once the Pods were gone.
         assert_eq!(cluster.kubectl(&["get", "pods", "-A", "-l", "app=web", "-o", "name"]), "");
     });

@@ -12,7 +12,17 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-const VERSION: &str = "v0.1.0-test.1";
+/// Cargo.toml's version: the only one hack/release.sh builds.
+const VERSION: &str = podset_apiserver::version::GIT_VERSION;
+
+/// The architecture this machine builds for, as OCI names it.
+fn arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => panic!("no release for {other}"),
+    }
+}
 
 fn release(out: &Path) -> PathBuf {
     let target_dir = Path::new(common::BIN).parent().and_then(Path::parent).expect("target directory");
@@ -51,13 +61,15 @@ fn a_release_is_complete_verifiable_and_reproducible() {
 
     let files = sums(&dir);
     let mut expected = vec![
-        format!("{name}-linux-amd64"),
+        format!("{name}-linux-{}", arch()),
         format!("{name}.oci.tar"),
-        "manifests/backup.yaml".into(),
-        "manifests/cert-manager.yaml".into(),
-        "manifests/ha-etcd.yaml".into(),
-        "manifests/restore.yaml".into(),
-        "manifests/self-signed.yaml".into(),
+        "image.digest".into(),
+        "image.ref".into(),
+        "manifests/backup/backup.yaml".into(),
+        "manifests/cert-manager/podset-apiserver.yaml".into(),
+        "manifests/ha-etcd/podset-apiserver.yaml".into(),
+        "manifests/self-signed/podset-apiserver.yaml".into(),
+        "restore/restore.yaml".into(),
         "sbom.cdx.json".into(),
     ];
     expected.sort();
@@ -72,8 +84,15 @@ fn a_release_is_complete_verifiable_and_reproducible() {
     let index: serde_json::Value = serde_json::from_slice(&tar.stdout).unwrap();
     let digest = index["manifests"][0]["digest"].as_str().unwrap().to_owned();
     assert_eq!(index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"], VERSION);
+    assert_eq!(index["manifests"][0]["platform"]["architecture"], arch(), "labelled with what it was built for");
+    let written = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+    assert_eq!(written("image.digest").trim(), digest, "the digest, in a file");
+    assert_eq!(written("image.ref").trim(), format!("docker.io/library/podset-apiserver:{VERSION}@{digest}"));
+    // No directory mixes installs: `kubectl apply -f manifests/` finds nothing to apply.
+    let loose = std::fs::read_dir(dir.join("manifests")).unwrap().flatten().filter(|e| e.path().is_file()).count();
+    assert_eq!(loose, 0);
     for overlay in ["cert-manager", "ha-etcd", "self-signed"] {
-        let yaml = std::fs::read_to_string(dir.join(format!("manifests/{overlay}.yaml"))).unwrap();
+        let yaml = std::fs::read_to_string(dir.join(format!("manifests/{overlay}/podset-apiserver.yaml"))).unwrap();
         let images: Vec<&str> = yaml.lines().filter_map(|l| l.trim().strip_prefix("image: ")).collect();
         assert!(!images.is_empty(), "{overlay}");
         for image in images {
@@ -81,8 +100,8 @@ fn a_release_is_complete_verifiable_and_reproducible() {
         }
         assert!(yaml.contains("kind: APIService"), "{overlay}");
     }
-    for (file, kind) in [("backup", "kind: CronJob"), ("restore", "kind: Job")] {
-        let yaml = std::fs::read_to_string(dir.join(format!("manifests/{file}.yaml"))).unwrap();
+    for (file, kind) in [("manifests/backup/backup.yaml", "kind: CronJob"), ("restore/restore.yaml", "kind: Job")] {
+        let yaml = std::fs::read_to_string(dir.join(file)).unwrap();
         let images: Vec<&str> = yaml.lines().filter_map(|l| l.trim().strip_prefix("image: ")).collect();
         assert_eq!(images, [format!("docker.io/library/podset-apiserver@{digest}")], "{file}");
         assert!(yaml.contains(kind), "{file}");
@@ -105,6 +124,7 @@ fn a_release_is_complete_verifiable_and_reproducible() {
     let version = Command::new(bundle.join("rootfs/podset-apiserver")).arg("--version").output().unwrap();
     let version = String::from_utf8_lossy(&version.stdout).into_owned();
     assert!(version.contains(podset_apiserver::version::GIT_COMMIT), "{version}");
+    assert!(version.contains("gitTreeState: clean"), "{version}");
     // The bugs planted for the fault harness's own test (feature planted-bugs) are not in a release.
     let planted =
         Command::new(bundle.join("rootfs/podset-apiserver")).arg("--planted-bug=stale-list").output().unwrap();
@@ -114,7 +134,7 @@ fn a_release_is_complete_verifiable_and_reproducible() {
     );
     let same = Command::new("cmp")
         .arg(bundle.join("rootfs/podset-apiserver"))
-        .arg(dir.join(format!("{name}-linux-amd64")))
+        .arg(dir.join(format!("{name}-linux-{}", arch())))
         .status();
     assert!(same.unwrap().success(), "the image holds the released binary");
 
@@ -133,4 +153,35 @@ fn a_release_is_complete_verifiable_and_reproducible() {
             assert_eq!(again.get(file), Some(sum), "{file} is not reproducible");
         }
     }
+}
+
+/// hack/release.sh run with `args` from a copy of the repository's script and Cargo.toml in `root`.
+fn release_in(root: &Path, args: &[&str]) -> std::process::Output {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::fs::create_dir_all(root.join("hack")).unwrap();
+    std::fs::copy(manifest_dir.join("hack/release.sh"), root.join("hack/release.sh")).unwrap();
+    std::fs::copy(manifest_dir.join("Cargo.toml"), root.join("Cargo.toml")).unwrap();
+    Command::new(root.join("hack/release.sh")).args(args).output().unwrap()
+}
+
+/// Before building anything, a VERSION that is not Cargo.toml's and a tree that is not a commit are refused.
+#[test]
+fn a_release_of_another_version_or_of_uncommitted_changes_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let git = |args: &[&str]| {
+        let ok = Command::new("git").args(args).current_dir(tmp.path()).output().unwrap().status.success();
+        assert!(ok, "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    let out = release_in(tmp.path(), &["v9.9.9", "out"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("is not Cargo.toml's version"), "{err}");
+
+    git(&["-c", "user.name=t", "-c", "user.email=t@t", "add", "-A"]);
+    git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a commit"]);
+    std::fs::write(tmp.path().join("stray.txt"), "not committed").unwrap();
+    let out = release_in(tmp.path(), &[VERSION, "out"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("the tree has changes or untracked files"), "{err}");
+    assert!(!tmp.path().join("out").exists(), "refused before writing anything");
 }
