@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
-# podset-apiserver's image for those who build with Docker: the same files, user, entrypoint and labels as
-# hack/build-image.sh's OCI archive, which needs no container engine (see docs/install.md).
+# podset-apiserver's image for those who build with Docker: the same files, user, entrypoint and labels (but
+# `version` and `created`) as hack/build-image.sh's OCI archive, which needs no container engine (docs/install.md).
 #
 #   docker build -t podset-apiserver:dev \
 #     --build-arg PODSET_GIT_COMMIT="$(git rev-parse HEAD)" \

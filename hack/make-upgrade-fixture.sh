@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes tests/fixtures/v1alpha1-release/: the stores a build serving only demo.k8s.io/v1alpha1 leaves behind (a sled
-# data directory, and etcd's keys), and what that build served from them. tests/versions.rs starts that build on
+# data directory, and etcd's keys), and what that build served from them. tests/versions.rs starts the current build on
 # them. Run once with the old build's binary, e.g. for the last build before v1beta1:
 #   git worktree add /tmp/old 1e229b9 && (cd /tmp/old && cargo build --release --bin podset-apiserver)
 #   hack/make-upgrade-fixture.sh /tmp/old/target/release/podset-apiserver

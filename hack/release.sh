@@ -10,7 +10,8 @@
 #     manifests/<overlay>/podset-apiserver.yaml   each overlay of deploy/overlays rendered, the image pinned by
 #                                             digest: one directory per overlay, as they exclude each other
 #     manifests/backup/backup.yaml            deploy/backup's CronJob, the same image (beside any overlay)
-#     restore/restore.yaml                    the restore Job (docs/operate.md's steps only; not for `apply -f`)
+#     restore/restore.yaml                    the restore Job, applied alone by docs/operate.md's steps (never
+#                                             with the manifests)
 #     sbom.cdx.json                           the binary's dependencies, CycloneDX (cargo-cyclonedx)
 #     SHA256SUMS                              of all of the above
 #

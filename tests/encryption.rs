@@ -681,3 +681,29 @@ async fn a_restore_encrypts_what_it_writes() {
     assert_eq!(code, 200);
     assert!(String::from_utf8_lossy(&body).contains(MARKER));
 }
+
+/// KMS v2 on sled: after a restart the load (on a blocking thread) reads the seed back through the plugin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kms_v2_on_sled_reads_back_after_a_restart() {
+    use common::{raw, TestServer};
+    use http::Request;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kms.sock");
+    let plugin = podset_envtest::kms::KmsPlugin::start(&socket);
+    let file = dir.path().join("encryption.yaml");
+    let provider =
+        format!("  - kms:\n      apiVersion: v2\n      name: sled-kms\n      endpoint: unix://{}\n", socket.display());
+    std::fs::write(&file, config(&provider)).unwrap();
+    let flag = format!("--encryption-provider-config={}", file.display());
+    let mut server = TestServer::start(&[&flag]);
+    let path = "/apis/demo.k8s.io/v1alpha1/namespaces/default/podsets";
+    let body = serde_json::to_vec(&common::podset("web", 0)).unwrap();
+    let req = Request::post(path).header("content-type", "application/json").body(body).unwrap();
+    assert_eq!(raw(&server.client(), req).await.0, 201);
+    server.terminate();
+    let server = server.restart();
+    let (code, _, _) = raw(&server.client(), Request::get(format!("{path}/web")).body(vec![]).unwrap()).await;
+    assert_eq!(code, 200);
+    assert!(plugin.calls().1 >= 1, "the seed was decrypted by the plugin at the load");
+    assert_eq!(files_contain(&server.data_dir.join("db"), b"\"app\":\"web\""), Vec::<String>::new());
+}

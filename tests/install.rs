@@ -2,7 +2,8 @@
 //! as `hack/local-cluster.sh --no-podset-apiserver` opens it (the same cluster, the same environment), from a
 //! copy of the checkout's deploy/ (the blocks write an overlay of their own there). Between the steps, the test
 //! checks what the docs promise: the server runs the image named, PodSets keep their uids and their Pods across the
-//! upgrade and the rollback, and nothing of ours is left after the uninstall.
+//! upgrade and the rollback, and after the uninstall nothing of ours is left but the namespace holding the backups'
+//! claim.
 //!
 //! The image is packed from the tests' static build (`PODSET_STATIC_BIN`, hack/build-image.sh's own switch) rather
 //! than the release build the docs' command makes: the same files, minutes sooner.

@@ -24,10 +24,44 @@ fn arch() -> &'static str {
     }
 }
 
-fn release(out: &Path) -> PathBuf {
+/// The commit a release is built from. hack/release.sh builds only a commit; in a checkout with changes (a
+/// developer's, before committing), the changes are committed to a repository of the test's own, which git is
+/// pointed at (`GIT_DIR`), so the checkout's own history and index stay as they are.
+struct Source {
+    commit: String,
+    git_dir: Option<tempfile::TempDir>,
+}
+
+fn source() -> Source {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let git = |git_dir: Option<&Path>, args: &[&str]| {
+        let mut cmd = Command::new("git");
+        if let Some(dir) = git_dir {
+            cmd.env("GIT_DIR", dir).env("GIT_WORK_TREE", manifest_dir);
+        }
+        let out = cmd.args(args).current_dir(manifest_dir).output().unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    if git(None, &["status", "--porcelain"]).is_empty() {
+        return Source { commit: podset_apiserver::version::GIT_COMMIT.to_owned(), git_dir: None };
+    }
+    let dir = tempfile::tempdir().unwrap();
+    git(None, &["init", "-q", "--bare", dir.path().to_str().unwrap()]);
+    git(Some(dir.path()), &["add", "-A"]);
+    let who = ["-c", "user.name=tests/release.rs", "-c", "user.email=tests@localhost", "-c", "core.bare=false"];
+    git(Some(dir.path()), &[&who[..], &["commit", "-qm", "the checkout as it is"]].concat());
+    Source { commit: git(Some(dir.path()), &["rev-parse", "HEAD"]), git_dir: Some(dir) }
+}
+
+fn release(out: &Path, source: &Source) -> PathBuf {
     let target_dir = Path::new(common::BIN).parent().and_then(Path::parent).expect("target directory");
     let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let output = Command::new(manifest_dir.join("hack/release.sh"))
+    let mut cmd = Command::new(manifest_dir.join("hack/release.sh"));
+    if let Some(dir) = &source.git_dir {
+        cmd.env("GIT_DIR", dir.path()).env("GIT_WORK_TREE", manifest_dir);
+    }
+    let output = cmd
         .args([VERSION, out.to_str().unwrap()])
         .current_dir(manifest_dir)
         .env("PROFILE", "static-test")
@@ -55,7 +89,8 @@ fn sums(dir: &Path) -> BTreeMap<String, String> {
 #[test]
 fn a_release_is_complete_verifiable_and_reproducible() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = release(&tmp.path().join("first"));
+    let source = source();
+    let dir = release(&tmp.path().join("first"), &source);
     let name = format!("podset-apiserver-{VERSION}");
     assert_eq!(dir.file_name().unwrap().to_str(), Some(name.as_str()));
 
@@ -123,7 +158,7 @@ fn a_release_is_complete_verifiable_and_reproducible() {
     assert!(unpack.status.success(), "umoci unpack: {unpack:?}");
     let version = Command::new(bundle.join("rootfs/podset-apiserver")).arg("--version").output().unwrap();
     let version = String::from_utf8_lossy(&version.stdout).into_owned();
-    assert!(version.contains(podset_apiserver::version::GIT_COMMIT), "{version}");
+    assert!(version.contains(&source.commit), "{version}");
     assert!(version.contains("gitTreeState: clean"), "{version}");
     // The bugs planted for the fault harness's own test (feature planted-bugs) are not in a release.
     let planted =
@@ -147,7 +182,7 @@ fn a_release_is_complete_verifiable_and_reproducible() {
     }
 
     // Again, from the same commit: the same binary, archive and manifests (the SBOM has its own time and serial).
-    let again = sums(&release(&tmp.path().join("second")));
+    let again = sums(&release(&tmp.path().join("second"), &source));
     for (file, sum) in &files {
         if file != "sbom.cdx.json" {
             assert_eq!(again.get(file), Some(sum), "{file} is not reproducible");

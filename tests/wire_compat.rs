@@ -75,7 +75,7 @@ async fn discovery_answers_the_aggregator_as_k8s_io_apiserver_does() {
         raw(&client, get("/apis").header("accept", V2).header("if-none-match", "\"0\"").body(vec![]).unwrap()).await;
     assert_eq!(status, 200);
 
-    // Aggregators before 1.33 may settle for v2beta1.
+    // Aggregators before 1.37 may settle for v2beta1.
     let (status, headers, body) = raw(&client, get("/apis").header("accept", V2BETA1).body(vec![]).unwrap()).await;
     assert_eq!(status, 200);
     assert_eq!(headers["content-type"], V2BETA1);

@@ -14,7 +14,7 @@ use crate::apiserver::health::{self, named_check, Endpoint, HealthChecks};
 use crate::apiserver::{tls, Server, ServerConfig};
 use crate::controller::InformerSync;
 use crate::registry::Registry;
-use crate::storage::Store;
+use crate::storage::{Revision, Store};
 
 /// Runs the server until SIGTERM or SIGINT.
 pub async fn run(mut opts: Options) -> anyhow::Result<()> {
@@ -167,13 +167,15 @@ async fn migrate_storage(registry: Registry, again: Arc<tokio::sync::Notify>, sh
     }
 }
 
-/// Keeps the whole store's count by stored version current: counted again a second after any change.
+/// Keeps the whole store's count by stored version current: counted again a second after any change, and every
+/// 30 s (a KMS plugin's new key makes objects stale without a change to the store).
 async fn count_storage_versions(registry: Registry, shutdown: CancellationToken) {
-    let mut counted_at = None;
+    let mut counted: Option<(Revision, std::time::Instant)> = None;
     loop {
         let revision = registry.current_revision();
-        if counted_at != Some(revision) && registry.count_storage_versions().await.is_ok() {
-            counted_at = Some(revision);
+        let due = counted.is_none_or(|(r, at)| r != revision || at.elapsed() > std::time::Duration::from_secs(30));
+        if due && registry.count_storage_versions().await.is_ok() {
+            counted = Some((revision, std::time::Instant::now()));
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,

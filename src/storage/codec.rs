@@ -72,14 +72,20 @@ pub fn decode_object(key: &str, record: &IVec, values: &Transformer) -> Result<O
     let mod_revision = record_revision(record)?;
     if values.is_plain() {
         if let Err(e) = value::check_plain(&record[8..]) {
-            return Ok(Object::unreadable(key, mod_revision, e.to_string()));
+            return Ok(unreadable(key, mod_revision, e));
         }
         return Object::from_json(key, Bytes::from_owner(record.clone()).slice(8..), mod_revision);
     }
     match values.from_storage(&record[8..], key.as_bytes()) {
         Ok(plain) => Ok(Object::from_json(key, Bytes::from(plain.bytes), mod_revision)?.stored_with(plain.provider)),
-        Err(e) => Ok(Object::unreadable(key, mod_revision, e.to_string())),
+        Err(e) => Ok(unreadable(key, mod_revision, e)),
     }
+}
+
+/// A value no provider reads, named in the log (its reads fail with the reason).
+pub fn unreadable(key: &str, mod_revision: Revision, e: value::ValueError) -> Object {
+    tracing::warn!(key, revision = mod_revision, error = %e, "a stored value no configured encryption provider reads");
+    Object::unreadable(key, mod_revision, e.to_string())
 }
 
 /// What a delete at `revision` reports: the last state, `last`, stamped with the delete's revision. Made when the

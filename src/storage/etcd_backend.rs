@@ -152,13 +152,13 @@ fn write_error(e: etcd_client::Error) -> StorageError {
 fn read_value(values: &Transformer, key: &str, etcd_key: &[u8], value: &[u8], rev: Revision) -> Result<Object> {
     if values.is_plain() {
         if let Err(e) = value::check_plain(value) {
-            return Ok(Object::unreadable(key, rev, e.to_string()));
+            return Ok(super::codec::unreadable(key, rev, e));
         }
         return Object::from_unstamped_json(key, value, rev);
     }
     match values.from_storage(value, etcd_key) {
         Ok(plain) => Ok(Object::from_unstamped_json(key, &plain.bytes, rev)?.stored_with(plain.provider)),
-        Err(e) => Ok(Object::unreadable(key, rev, e.to_string())),
+        Err(e) => Ok(super::codec::unreadable(key, rev, e)),
     }
 }
 

@@ -56,7 +56,7 @@ pub struct StorageOptions {
     /// readable and are rewritten in this one by a migration pass at start. v1alpha1, the default, is what builds
     /// that serve only v1alpha1 read: keep it while any replica, or a build you may roll back to, is one of them.
     /// Every replica on one store must have the same value.
-    #[arg(long, default_value = "v1alpha1", value_parser = clap::value_parser!(crate::api::Version))]
+    #[arg(long, default_value_t = crate::api::Version::STORAGE, value_parser = clap::value_parser!(crate::api::Version))]
     pub storage_version: crate::api::Version,
 
     /// Directory of the embedded database (sled) and self-signed certificates.

@@ -109,8 +109,21 @@ fn backend(e: sled::Error) -> StorageError {
     StorageError::Backend(e.to_string())
 }
 
+/// Opens sled in `dir`. A handle just dropped (a reopen, a restart in the same process) may still hold the
+/// directory's lock for a moment while sled's flusher thread lets go: that is waited for, up to 5 s.
 fn open_db(dir: &Path, options: &SledOptions) -> Result<sled::Db> {
-    sled::Config::new().path(dir).cache_capacity(options.cache_capacity).open().map_err(backend)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match sled::Config::new().path(dir).cache_capacity(options.cache_capacity).open() {
+            // sled words it `could not acquire lock on "<dir>": ... WouldBlock ...`, as an `Other` error.
+            Err(sled::Error::Io(e))
+                if e.to_string().starts_with("could not acquire lock") && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            opened => return opened.map_err(backend),
+        }
+    }
 }
 
 /// Brings a store written by an older layout to `codec::FORMAT`. Format 1 kept each event's object and previous

@@ -206,7 +206,7 @@ fn shown_prefix(stored: &[u8]) -> String {
 pub fn check_plain(stored: &[u8]) -> Result<(), ValueError> {
     match stored.starts_with(ENCRYPTED) {
         true => Err(ValueError::new(format!(
-            "identity transformer tried to read encrypted data (the value starts {}; is --encryption-provider-config              missing a key?)",
+            "identity transformer tried to read encrypted data (the value starts {}; is --encryption-provider-config missing a key?)",
             shown_prefix(stored)
         ))),
         false => Ok(()),
