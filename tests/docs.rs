@@ -230,6 +230,7 @@ fn load() -> Docs {
 /// The headings of a Markdown text as GitHub anchors them: outside code blocks, a repeated one with `-1`, `-2`.
 fn anchors(text: &str) -> Vec<String> {
     let (mut out, mut fenced) = (Vec::<String>::new(), false);
+    let mut seen = std::collections::HashMap::<String, usize>::new();
     for line in text.lines() {
         if line.trim_start().starts_with("```") {
             fenced = !fenced;
@@ -239,8 +240,9 @@ fn anchors(text: &str) -> Vec<String> {
             continue;
         }
         let base = slug(line.trim_start_matches('#'));
-        let seen = out.iter().filter(|a| **a == base || a.starts_with(&format!("{base}-"))).count();
-        out.push(if seen == 0 { base } else { format!("{base}-{seen}") });
+        let n = seen.entry(base.clone()).or_insert(0);
+        out.push(if *n == 0 { base } else { format!("{base}-{n}") });
+        *n += 1;
     }
     out
 }
@@ -328,8 +330,10 @@ fn check_version_ranges(docs: &Docs) -> Vec<String> {
         for (i, _) in text.match_indices("1.").filter(|(i, _)| text[i + 2..].starts_with(|c: char| c.is_ascii_digit()))
         {
             let rest = &text[i..];
-            let range: String = rest.chars().take_while(|c| c.is_ascii_digit() || *c == '.' || *c == '–').collect();
-            let range = range.trim_end_matches('.').to_owned();
+            // An en dash as written, or a hyphen.
+            let range: String =
+                rest.chars().take_while(|c| c.is_ascii_digit() || matches!(c, '.' | '–' | '-')).collect();
+            let range = range.trim_end_matches(['.', '-']).replace('-', "–");
             // Kubernetes minors: `1.30–1.37`, not a ratio like `1.4–1.6`.
             let minors = range.split('–').all(|v| v.strip_prefix("1.").is_some_and(|m| m.len() == 2));
             if range.contains('–') && minors {
@@ -550,6 +554,7 @@ fn each_check_fails_on_a_planted_mismatch() {
 #[test]
 fn headings_in_code_blocks_are_not_anchors_and_repeats_are_numbered() {
     assert_eq!(anchors("# A b\n```\n# not\n```\n## A b\n### `c` d"), ["a-b", "a-b-1", "c-d"]);
+    assert_eq!(anchors("# Steps and more\n# Steps"), ["steps-and-more", "steps"]);
     assert_eq!(number(&["2", "725", "031", "calls"]), Some((2_725_031, 3)));
     assert_eq!(hashes("at 6a24cb6, e48d28b and 1.30–1.37"), ["6a24cb6", "e48d28b"]);
 }

@@ -46,21 +46,21 @@ fn short_form_under_faults_keeps_every_guarantee() {
     });
 }
 
-/// A rolling upgrade from the release before v1beta1 and back (docs/install.md): three replicas start on the old
-/// release, are replaced one at a time by this build under the same traffic, watches and informers, and rolled back
+/// A rolling upgrade from the build before v1beta1 and back (docs/install.md): three replicas start on the old
+/// build, are replaced one at a time by this build under the same traffic, watches and informers, and rolled back
 /// one at a time once v1beta1 is unregistered. Beside every guarantee above: every v1alpha1 URL answered v1alpha1
-/// objects, spec.minReadySeconds written through v1beta1 outlived the old release's writes, and the rollback left
+/// objects, spec.minReadySeconds written through v1beta1 outlived the old build's writes, and the rollback left
 /// no namespace deletion stalled and no APIService without a server.
 #[test]
-fn rolling_upgrade_from_the_v1alpha1_release_and_back_keeps_every_guarantee() {
-    in_namespace("rolling_upgrade_from_the_v1alpha1_release_and_back_keeps_every_guarantee", || {
+fn rolling_upgrade_from_the_v1alpha1_only_build_and_back_keeps_every_guarantee() {
+    in_namespace("rolling_upgrade_from_the_v1alpha1_only_build_and_back_keeps_every_guarantee", || {
         let seed = seed();
         let old = ServerCommand { program: common::old_release_binary(), args: Vec::new() };
         let opts = harness::Options::upgrade(seed, this_build(), old);
         let run = harness::run(&opts);
         checked(&run, seed, "replacements", run.replacements.iter().map(String::as_str));
         assert_eq!(run.history.rollout.len(), 2 * opts.replicas);
-        // spec.minReadySeconds went in through v1beta1 and was stored, so the old release's writes had one to keep.
+        // spec.minReadySeconds went in through v1beta1 and was stored, so the old build's writes had one to keep.
         let beta_writes =
             run.history.version_answers.iter().filter(|a| a.asked == "v1beta1" && a.call.starts_with("patch"));
         assert!(beta_writes.count() > 0, "no write through v1beta1 was answered");

@@ -73,6 +73,8 @@ async fn replicas_over_one_etcd_agree() {
 
     // Concurrent read-modify-write through both replicas: every increment lands once.
     a.create("/podsets/ns/counter", obj("counter", 0)).await.unwrap();
+    // B's cache reads its own pace: a consistent read first, as the registry makes one before a read-modify-write.
+    b.sync().await.unwrap();
     let mut tasks = Vec::new();
     for s in [a.clone(), b.clone(), a.clone(), b.clone()] {
         tasks.push(tokio::spawn(async move {

@@ -567,7 +567,7 @@ fn through_the_aggregator_kubectl_prefers_v1beta1_and_the_controller_counts_avai
     });
 }
 
-/// Made by hack/make-upgrade-fixture.sh with the last release that served only v1alpha1 (its `VERSION` file).
+/// Made by hack/make-upgrade-fixture.sh with the last build that served only v1alpha1 (its `VERSION` file).
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/v1alpha1-release");
 
 fn without_resource_version(mut item: Value) -> Value {
@@ -585,11 +585,11 @@ fn by_name(list: &Value) -> std::collections::BTreeMap<String, Value> {
         .collect()
 }
 
-/// This build on a store the previous release wrote (what it served then in `served`), with the default storage
+/// This build on a store the previous build wrote (what it served then in `served`), with the default storage
 /// version (v1alpha1: nothing to rewrite) or v1beta1 (`migrated`: every object rewritten in it): read in v1alpha1
-/// as that release served it (but the resourceVersion when the migration rewrote it), in v1beta1 with the
+/// as that build served it (but the resourceVersion when the migration rewrote it), in v1beta1 with the
 /// annotation as the field; still writable, a pending deletion finishing.
-async fn serves_what_the_previous_release_served(server: &TestServer, served: &str, migrated: bool) {
+async fn serves_what_the_previous_build_served(server: &TestServer, served: &str, migrated: bool) {
     let client = server.client();
     let before =
         by_name(&serde_json::from_str(&std::fs::read_to_string(format!("{FIXTURE}/{served}")).unwrap()).unwrap());
@@ -642,7 +642,7 @@ async fn serves_what_the_previous_release_served(server: &TestServer, served: &s
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sled_store_of_the_previous_release_is_served_as_stored() {
+async fn a_sled_store_of_the_previous_build_is_served_as_stored() {
     let dir = tempfile::tempdir().unwrap();
     let untar = std::process::Command::new("tar")
         .args(["-xzf", &format!("{FIXTURE}/sled.tar.gz"), "-C"])
@@ -651,11 +651,11 @@ async fn a_sled_store_of_the_previous_release_is_served_as_stored() {
         .unwrap();
     assert!(untar.success());
     let server = TestServer::start_in(dir.path().to_owned(), None, vec!["--insecure-allow-all".into()]);
-    serves_what_the_previous_release_served(&server, "served-sled.json", false).await;
+    serves_what_the_previous_build_served(&server, "served-sled.json", false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_etcd_store_of_the_previous_release_is_served_and_migrated() {
+async fn an_etcd_store_of_the_previous_build_is_served_and_migrated() {
     let dir = tempfile::tempdir().unwrap();
     let etcd = podset_envtest::etcd::Etcd::start(&dir.path().join("etcd"));
     let keys: Vec<Value> =
@@ -671,5 +671,5 @@ async fn an_etcd_store_of_the_previous_release_is_served_and_migrated() {
         "--storage-version=v1beta1".into(),
     ];
     let server = TestServer::start_in(dir.path().join("replica"), None, args);
-    serves_what_the_previous_release_served(&server, "served-etcd.json", true).await;
+    serves_what_the_previous_build_served(&server, "served-etcd.json", true).await;
 }

@@ -49,7 +49,7 @@ pub struct Options {
     pub compaction: Option<Duration>,
     /// Some of a replica's faults come with one of etcd's at the same time.
     pub overlap: bool,
-    /// Start on an older release instead, upgrade every replica to `server` and roll back, under the traffic.
+    /// Start on an older build instead, upgrade every replica to `server` and roll back, under the traffic.
     pub rollout: Option<Rollout>,
 }
 
@@ -74,7 +74,7 @@ impl Options {
         }
     }
 
-    /// Three replicas on `old`, the release before v1beta1, replaced one at a time by `server` (this build), held
+    /// Three replicas on `old`, the build before v1beta1, replaced one at a time by `server` (this build), held
     /// there, then rolled back one at a time, as docs/install.md gives it; no faults, but the replacements.
     pub fn upgrade(seed: u64, server: ServerCommand, old: ServerCommand) -> Self {
         Self {
@@ -242,7 +242,7 @@ pub fn run(opts: &Options) -> Run {
         .collect();
     // The harness compacts etcd, behind its record; the servers do not. Caches keep all of a run's history, so
     // each begins where its process read the store (or where it reloaded after etcd compacted past it), and a
-    // watch from later must never be told 410. The release before v1beta1 has these flags too.
+    // watch from later must never be told 410. The build before v1beta1 has these flags too.
     let with_history = |command: &ServerCommand| {
         let mut command = command.clone();
         command.args.extend(
@@ -395,7 +395,7 @@ pub fn run(opts: &Options) -> Run {
             let done = rollout::replace(&mut c, &rt, &rec, &routes, &serving, replica, build, command);
             replacements.push(format!("{:>6.1}s: {}", at.as_secs_f64(), done.what));
         }
-        // Traffic on the old release again.
+        // Traffic on the old build again.
         std::thread::sleep(r.every);
     }
     // Traffic on a healed system for a while, then quiet until it settles.

@@ -353,7 +353,7 @@ pub fn validate(ps: &PodSet) -> Vec<FieldError> {
 
 /// Validates an update of the whole object: everything `validate` checks, plus immutable fields. A problem the stored
 /// object already has, left as it is, does not refuse the update (ratcheting, as kube-apiserver does for CRDs): it
-/// was stored under older rules (a v1alpha1-only release kept annotations v1beta1 reads as minReadySeconds), and it
+/// was stored under older rules (a v1alpha1-only build kept annotations v1beta1 reads as minReadySeconds), and it
 /// stays writable, and migratable, until someone changes that field.
 pub fn validate_update(new: &PodSet, old: &PodSet) -> Vec<FieldError> {
     let mut errs = validate(new);
@@ -439,7 +439,7 @@ mod tests {
     #[test]
     fn an_update_is_refused_only_for_problems_it_makes() {
         let old = podset(serde_json::json!({"metadata": {"name": "web", "annotations": {MIN_READY_SECONDS: "soon"}}}));
-        assert_eq!(validate(&old).len(), 1, "stored by a release that knew no such annotation");
+        assert_eq!(validate(&old).len(), 1, "stored by a build that knew no such annotation");
         let mut new = old.clone();
         new.spec.replicas = Some(3);
         assert_eq!(validate_update(&new, &old), vec![], "left as it was");

@@ -315,6 +315,8 @@ async fn list(c: Call<'_>) -> ApiResult<Response> {
             continue_token: q.continue_token.clone(),
             resource_version: q.revision()?,
             exact,
+            // A client's list fails on a PodSet no key reads, naming it.
+            skip_unreadable: false,
         })
         .await?;
     list_response(c.out, &page, q.include_object, c.r.version)

@@ -122,3 +122,17 @@ fn load(path: &Path, values: &Transformer, timing: Timing) -> Result<EncryptionC
     values.replace(providers(&config, timing)?.unwrap_or_else(super::options::storage::identity_only));
     Ok(config)
 }
+
+/// Waits until every KMS plugin has answered once, so the store's load reads what they encrypted (as the cache
+/// waits for etcd). Logged every 10 s meanwhile.
+pub async fn wait_for_providers(values: &Transformer) {
+    let started = std::time::Instant::now();
+    let mut logged = started;
+    while !values.ready() {
+        if logged.elapsed() >= Duration::from_secs(10) || logged == started {
+            tracing::warn!(waited = ?started.elapsed(), "waiting for the KMS v2 plugins to answer before loading the store");
+            logged = std::time::Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}

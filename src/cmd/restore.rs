@@ -42,7 +42,9 @@ pub async fn run(opts: RestoreOptions) -> anyhow::Result<()> {
         Box::new(std::fs::File::open(&opts.from).with_context(|| format!("opening {}", opts.from.display()))?)
     };
     // Written through the configured providers, as the server writes.
-    let store = opts.storage.open(opts.storage.transformer()?.0).await?;
+    let values = opts.storage.transformer()?.0;
+    super::encryption::wait_for_providers(&values).await;
+    let store = opts.storage.open(values).await?;
     let registry = Registry::new(store.clone());
     anyhow::ensure!(
         registry.is_empty().await?,

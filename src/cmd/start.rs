@@ -60,6 +60,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     let admission = opts.admission.build(main_client, shutdown.clone())?;
 
     let (values, encryption) = opts.storage.transformer()?;
+    super::encryption::wait_for_providers(&values).await;
     let store = opts.storage.open(values.clone()).await?;
     if let (Some(client), true, false) =
         (&controller_client, opts.storage.looks_new(store.as_ref()), opts.storage.allow_empty_store)

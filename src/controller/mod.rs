@@ -161,7 +161,7 @@ async fn resync(ctx: Arc<Context>) {
     let mut tick = tokio::time::interval(ctx.cfg.resync);
     loop {
         tick.tick().await;
-        if let Ok(list) = ctx.registry.list(ListRequest::default()).await {
+        if let Ok(list) = ctx.registry.list(ListRequest::readable()).await {
             for o in list.items {
                 ctx.queue.add(&o.key());
             }
@@ -175,7 +175,7 @@ async fn watch_podsets(ctx: Arc<Context>, synced: InformerHandle) {
     let mut pace = watcher::DefaultBackoff::default();
     let wait = |pace: &mut watcher::DefaultBackoff| pace.next().unwrap_or(Duration::from_secs(30));
     loop {
-        let list = match ctx.registry.list(ListRequest::default()).await {
+        let list = match ctx.registry.list(ListRequest::readable()).await {
             Ok(l) => l,
             Err(e) => {
                 tracing::warn!(error = %e, "listing PodSets failed");
@@ -274,7 +274,9 @@ async fn watch_pods(ctx: Arc<Context>, api: Api<Pod>, writer: reflector::store::
 async fn enqueue_matching(ctx: &Context, pod: &Pod) {
     let Some(ns) = pod.namespace() else { return };
     let labels = pod.labels().clone();
-    let Ok(list) = ctx.registry.list(ListRequest { namespace: Some(ns), ..Default::default() }).await else { return };
+    let Ok(list) = ctx.registry.list(ListRequest { namespace: Some(ns), ..ListRequest::readable() }).await else {
+        return;
+    };
     for o in list.items {
         let Ok(ps) = o.decode() else { continue };
         if ps.selector().is_some_and(|s| !s.is_empty() && s.matches(&labels)) {

@@ -203,6 +203,7 @@ impl Registry {
             start_key: start_key.clone(),
             limit: req.limit,
             predicate,
+            skip_unreadable: req.skip_unreadable,
         };
         let result = match self.store.list(opts).await {
             Err(StorageError::Expired { .. }) if req.continue_token.is_some() => {

@@ -58,6 +58,9 @@ pub struct ListOptions {
     pub limit: Option<usize>,
     /// Items that fail this are skipped (they do not count toward `limit`).
     pub predicate: Option<Predicate>,
+    /// Leave out objects whose stored value no provider reads, instead of failing the list: for the server's own
+    /// readers (the controller, the migration, counts), which cannot act on them anyway. Clients' lists fail.
+    pub skip_unreadable: bool,
 }
 
 pub type Predicate = Box<dyn Fn(&Object) -> bool + Send + Sync>;

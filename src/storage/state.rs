@@ -157,7 +157,10 @@ impl State {
         let mut remaining = 0u64;
         let limit = opts.limit.unwrap_or(usize::MAX);
         for obj in merged {
-            // Never a silent skip: a list that would hold a value no provider reads fails, naming it.
+            // Never a silent skip for a client: a list that would hold a value no provider reads fails, naming it.
+            if obj.unreadable.is_some() && opts.skip_unreadable {
+                continue;
+            }
             obj.check_readable()?;
             if let Some(pred) = &opts.predicate {
                 if !pred(obj) {

@@ -1,4 +1,4 @@
-//! A rolling upgrade from the release that serves only v1alpha1 to this build, and the rollback, as docs/install.md
+//! A rolling upgrade from the build that serves only v1alpha1 to this build, and the rollback, as docs/install.md
 //! gives them: replicas replaced one at a time, as a Deployment's rolling update does (out of the Endpoints, SIGTERM,
 //! the other build started, back in once ready). v1beta1 is registered (its own Service, listing only replicas that
 //! serve it) once the first replica of this build is ready; before the first replica goes back, with no object
@@ -18,7 +18,7 @@ const STORED_IN_V1BETA1: &str = "podset_storage_version_objects{version=\"v1beta
 /// The run's builds and its pace.
 #[derive(Debug, Clone)]
 pub struct Rollout {
-    /// The release the run starts on and rolls back to.
+    /// The build the run starts on and rolls back to.
     pub old: ServerCommand,
     /// From the start of traffic to the first replacement, and from one replica ready to the next replacement.
     pub every: Duration,

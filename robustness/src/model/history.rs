@@ -456,7 +456,7 @@ pub struct History {
     /// How each change etcd recorded (a deletion's excepted) was stored.
     #[serde(default)]
     pub stored: Vec<StoredForm>,
-    /// What a rollback to the release that serves only v1alpha1 left.
+    /// What a rollback to the build that serves only v1alpha1 left.
     #[serde(default)]
     pub after_rollback: Option<AfterRollback>,
 }
@@ -464,7 +464,7 @@ pub struct History {
 /// A build a replica runs in a rolling upgrade and rollback.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Build {
-    /// The release before demo.k8s.io/v1beta1: it serves only v1alpha1.
+    /// The build before demo.k8s.io/v1beta1: it serves only v1alpha1.
     Old,
     /// This build: v1beta1 and v1alpha1.
     New,

@@ -1,7 +1,7 @@
-//! Traffic of a rolling upgrade between the release that serves only v1alpha1 and this build. A prober reads every
+//! Traffic of a rolling upgrade between the build that serves only v1alpha1 and this build. A prober reads every
 //! route's PodSets as JSON (lists, their items, one object, a watch's events), so that the apiVersion and kind of
 //! each object answered are known. A client writes spec.minReadySeconds through v1beta1 (where a route serves it)
-//! and writes the same PodSets through v1alpha1 on any route, the old release's replicas included.
+//! and writes the same PodSets through v1alpha1 on any route, the old build's replicas included.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

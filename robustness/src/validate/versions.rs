@@ -1,5 +1,5 @@
-//! The checks of a rolling upgrade and rollback between the release that serves only v1alpha1 and this build:
-//! every URL answers objects of its version; objects are stored as the old release reads them, and keep the
+//! The checks of a rolling upgrade and rollback between the build that serves only v1alpha1 and this build:
+//! every URL answers objects of its version; objects are stored as the old build reads them, and keep the
 //! spec.minReadySeconds written through v1beta1 whatever writes them after; the rollback went as docs/install.md
 //! gives it, and left no namespace deletion stalled and no APIService without a server.
 
@@ -9,7 +9,7 @@ use super::truth::Finding;
 use super::SHOWN;
 use crate::model::history::{secs, Build, History, Operation, StoredForm, AGGREGATOR};
 
-/// What the release that serves only v1alpha1 reads, and so what objects are stored in while it may run.
+/// What the build that serves only v1alpha1 reads, and so what objects are stored in while it may run.
 const STORAGE_API_VERSION: &str = "demo.k8s.io/v1alpha1";
 const V1BETA1_APISERVICE_GONE: &str = "v1alpha1.demo.k8s.io";
 
@@ -151,7 +151,7 @@ fn rollback(history: &History) -> Vec<Finding> {
     out
 }
 
-/// In a rollout, every object was stored in v1alpha1: the old release reads stored objects as they are.
+/// In a rollout, every object was stored in v1alpha1: the old build reads stored objects as they are.
 fn storage_version(history: &History) -> Vec<Finding> {
     if history.rollout.is_empty() {
         return Vec::new();
@@ -165,7 +165,7 @@ fn storage_version(history: &History) -> Vec<Finding> {
     if wrong.is_empty() {
         Vec::new()
     } else {
-        vec![("an object stored in another version than the old release reads".into(), shown(wrong))]
+        vec![("an object stored in another version than the old build reads".into(), shown(wrong))]
     }
 }
 
@@ -417,6 +417,6 @@ mod tests {
         assert!(super::check_stored(&h).is_empty(), "a run of one build stores in what it is told");
         let h = History { rollout: rollout().rollout, ..h };
         let f: Vec<String> = super::check_stored(&h).into_iter().map(|f| f.0).collect();
-        assert_eq!(f, ["an object stored in another version than the old release reads"]);
+        assert_eq!(f, ["an object stored in another version than the old build reads"]);
     }
 }

@@ -56,6 +56,10 @@ pub trait Transform: Send + Sync {
     fn healthz(&self) -> Option<futures::future::BoxFuture<'static, Result<(), String>>> {
         None
     }
+    /// Whether it can read and write yet (a KMS provider: once its plugin has answered).
+    fn ready(&self) -> bool {
+        true
+    }
 }
 
 /// What every encrypted value starts with; identity refuses to read such a value as plain JSON.
@@ -253,6 +257,12 @@ impl Transformer {
         if let Some(current) = &self.0 {
             *current.write() = Arc::new(providers);
         }
+    }
+
+    /// Whether every provider can read and write yet: a store loaded before would hold what a KMS plugin not yet
+    /// answering wrote as unreadable.
+    pub fn ready(&self) -> bool {
+        self.providers().is_none_or(|p| p.list.iter().all(|p| p.transform.as_ref().is_none_or(|t| t.ready())))
     }
 
     /// The probes of the KMS plugins the providers depend on, named `kms-provider-<n>` in configuration order.

@@ -426,6 +426,10 @@ impl Transform for KmsV2 {
     fn healthz(&self) -> Option<BoxFuture<'static, Result<(), String>>> {
         Some(KmsV2::healthz(self))
     }
+
+    fn ready(&self) -> bool {
+        self.0.state.read().is_some()
+    }
 }
 
 #[cfg(test)]
