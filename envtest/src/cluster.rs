@@ -83,7 +83,7 @@ impl Cluster {
         Self::start_replicated_serving(server, replicas, etcd_servers, &all_versions())
     }
 
-    /// [`Self::start_replicated_on`] with a build that serves only `versions` (an older release): only their
+    /// [`Self::start_replicated_on`] with a build that serves only `versions` (an older build): only their
     /// APIServices are registered.
     pub fn start_replicated_serving(
         server: ServerCommand,

@@ -313,7 +313,7 @@ pub fn static_binary() -> PathBuf {
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
-/// The release before demo.k8s.io/v1beta1 (1e229b9), for rolling upgrades and rollbacks:
+/// The build before demo.k8s.io/v1beta1 (1e229b9), for rolling upgrades and rollbacks:
 /// `PODSET_OLD_RELEASE_BIN`, or `hack/install-old-release.sh`'s build of it (once, into the test-asset cache).
 #[allow(dead_code)] // not every test binary runs it
 pub fn old_release_binary() -> PathBuf {
