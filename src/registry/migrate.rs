@@ -69,7 +69,7 @@ impl Registry {
     }
 
     /// Whether a stored PodSet is to be written again: in another version, or by another encryption provider.
-    fn needs_migration(&self, o: &Stored) -> bool {
+    pub(super) fn needs_migration(&self, o: &Stored) -> bool {
         o.version() != self.storage_version || self.store.is_stale(o.object())
     }
 
@@ -110,11 +110,10 @@ impl Registry {
             version: self.storage_version,
         };
         let mut rewritten = false;
-        let (storage, store) = (self.storage_version, &self.store);
         self.write(&w, |current| {
             let Some((old, stored)) = current else { return Err(Error::not_found(&key.name)) };
             // Unchanged: the write path stores it only because it is in another version or by another key.
-            rewritten = stored.version() != storage || store.is_stale(stored.object());
+            rewritten = self.needs_migration(stored);
             // Its managedFields as the write path reads them (converted to the storage version), not as sent.
             let mut same = old.clone();
             same.metadata.managed_fields = None;

@@ -328,7 +328,7 @@ impl Registry {
         let said = review.said;
         // Unchanged, stored in the storage version and by the encryption provider that writes now (else it is
         // rewritten: a storage migration, or a move to the current key).
-        if new == *old && current.version() == storage && !self.store.is_stale(current.object()) {
+        if new == *old && !self.needs_migration(current) {
             let object = current.clone();
             return Ok(Step::Done(Outcome::Put { object, said, created: false }));
         }

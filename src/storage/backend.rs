@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::value::Transformer;
 use super::{Draft, Event, EventType, HistoryLimits, Object, Result, Revision};
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -79,10 +80,10 @@ pub trait Backend: Send + Sync + 'static {
     fn check_alive(&self) -> Result<()> {
         Ok(())
     }
-    /// Whether `object`'s stored value should be written again: it was read by another encryption provider than the
-    /// one that writes now.
-    fn is_stale(&self, _object: &Object) -> bool {
-        false
+    /// How the backend transforms the values it stores (encryption at rest); plain by default.
+    fn values(&self) -> &Transformer {
+        static PLAIN: Transformer = Transformer::plain();
+        &PLAIN
     }
     /// Bytes the backend's files take, if it can tell.
     fn size_on_disk(&self) -> Option<u64> {

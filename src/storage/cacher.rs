@@ -303,7 +303,7 @@ impl Store for Cacher {
     }
 
     fn is_stale(&self, object: &Object) -> bool {
-        self.backend.is_stale(object)
+        self.backend.values().is_stale(object.stored_with.as_ref())
     }
 
     fn check_alive(&self) -> Result<()> {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use sled::IVec;
 
-use super::value::{self, Transformer};
+use super::value::{Read, Transformer};
 use super::{Draft, EventType, Object, Result, Revision, StorageError};
 
 pub const OBJECT_PREFIX: &[u8] = b"o/";
@@ -53,9 +53,7 @@ pub fn stamp(key: &str, draft: Draft, revision: Revision, values: &Transformer) 
         return Ok((Object::from_parts(key, meta, json, revision), record));
     }
     let (json, meta) = draft.stamp(revision, &[]);
-    let (value, provider) = values
-        .to_storage(&json, key.as_bytes())
-        .map_err(|e| StorageError::Unwritable { key: key.to_owned(), reason: e.to_string() })?;
+    let (value, provider) = values.seal(key, &json, key.as_bytes())?;
     let record = IVec::from([&header[..], &value].concat());
     Ok((Object::from_parts(key, meta, Bytes::from(json), revision).stored_with(provider), record))
 }
@@ -70,29 +68,18 @@ pub fn record_revision(record: &[u8]) -> Result<Revision> {
 /// provider reads becomes an unreadable object, so the load goes on and reads of that one key fail.
 pub fn decode_object(key: &str, record: &IVec, values: &Transformer) -> Result<Object> {
     let mod_revision = record_revision(record)?;
-    if values.is_plain() {
-        if let Err(e) = value::check_plain(&record[8..]) {
-            return Ok(unreadable(key, mod_revision, e));
-        }
-        return Object::from_json(key, Bytes::from_owner(record.clone()).slice(8..), mod_revision);
+    match values.read(&record[8..], key.as_bytes()) {
+        Ok(Read::AsStored(_)) => Object::from_json(key, Bytes::from_owner(record.clone()).slice(8..), mod_revision),
+        Ok(Read::Plain(p)) => Ok(Object::from_json(key, Bytes::from(p.bytes), mod_revision)?.stored_with(p.provider)),
+        Err(e) => Ok(Object::unreadable(key, mod_revision, &e)),
     }
-    match values.from_storage(&record[8..], key.as_bytes()) {
-        Ok(plain) => Ok(Object::from_json(key, Bytes::from(plain.bytes), mod_revision)?.stored_with(plain.provider)),
-        Err(e) => Ok(unreadable(key, mod_revision, e)),
-    }
-}
-
-/// A value no provider reads, named in the log (its reads fail with the reason).
-pub fn unreadable(key: &str, mod_revision: Revision, e: value::ValueError) -> Object {
-    tracing::warn!(key, revision = mod_revision, error = %e, "a stored value no configured encryption provider reads");
-    Object::unreadable(key, mod_revision, e.to_string())
 }
 
 /// What a delete at `revision` reports: the last state, `last`, stamped with the delete's revision. Made when the
 /// delete is written, and made again the same way when the log is read.
 pub fn deletion(last: &Object, revision: Revision) -> Result<Object> {
-    if let Some(reason) = &last.unreadable {
-        return Ok(Object::unreadable(&last.key, revision, reason.to_string()));
+    if let Some(gone) = last.unreadable_at(revision) {
+        return Ok(gone);
     }
     let key = &last.key;
     let value =

@@ -19,7 +19,7 @@ use futures::future::{BoxFuture, FutureExt, Shared};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use super::value::{self, Transformer};
+use super::value::{Read, Transformer};
 use super::{
     Backend, Change, ChangeStream, EventType, HistoryLimits, Object, Result, Revision, Snapshot, StorageError, Write,
 };
@@ -150,15 +150,10 @@ fn write_error(e: etcd_client::Error) -> StorageError {
 /// The object a value etcd holds at `etcd_key` stands for: its JSON (without resourceVersion) once the configured
 /// providers have read it, stamped with `rev`. A value none reads becomes an unreadable object.
 fn read_value(values: &Transformer, key: &str, etcd_key: &[u8], value: &[u8], rev: Revision) -> Result<Object> {
-    if values.is_plain() {
-        if let Err(e) = value::check_plain(value) {
-            return Ok(super::codec::unreadable(key, rev, e));
-        }
-        return Object::from_unstamped_json(key, value, rev);
-    }
-    match values.from_storage(value, etcd_key) {
-        Ok(plain) => Ok(Object::from_unstamped_json(key, &plain.bytes, rev)?.stored_with(plain.provider)),
-        Err(e) => Ok(super::codec::unreadable(key, rev, e)),
+    match values.read(value, etcd_key) {
+        Ok(Read::AsStored(json)) => Object::from_unstamped_json(key, json, rev),
+        Ok(Read::Plain(p)) => Ok(Object::from_unstamped_json(key, &p.bytes, rev)?.stored_with(p.provider)),
+        Err(e) => Ok(Object::unreadable(key, rev, &e)),
     }
 }
 
@@ -252,13 +247,6 @@ impl EtcdBackend {
     /// A write's transaction. Once the request may have reached etcd, a failure may hide an applied write: it is
     /// a timeout (504, "may have been applied"), never "unavailable" (503), which clients retry as a write that
     /// failed (kube-rs does, by default) and then see their own write as a conflict or a 404.
-    /// The value etcd keeps for `json` at `etcd_key`, and the provider that wrote it.
-    fn to_storage(&self, key: &str, etcd_key: &[u8], json: &[u8]) -> Result<(Vec<u8>, Option<Arc<str>>)> {
-        self.values
-            .to_storage(json, etcd_key)
-            .map_err(|e| StorageError::Unwritable { key: key.to_owned(), reason: e.to_string() })
-    }
-
     async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse> {
         let mut kv = kv_client(&self.client);
         match tokio::time::timeout(self.timeout, kv.txn(txn)).await {
@@ -320,7 +308,7 @@ impl Backend for EtcdBackend {
                 let k = self.etcd_key(&key);
                 // The JSON etcd keeps: the object without `metadata.resourceVersion`.
                 let json = object.into_unstamped();
-                let (value, provider) = self.to_storage(&key, &k, &json)?;
+                let (value, provider) = self.values.seal(&key, &json, &k)?;
                 let txn = Txn::new()
                     .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
                     .and_then([TxnOp::put(k, value, None), self.touch()]);
@@ -334,7 +322,7 @@ impl Backend for EtcdBackend {
             Write::Update { key, object, expected } => {
                 let k = self.etcd_key(&key);
                 let json = object.into_unstamped();
-                let (value, provider) = self.to_storage(&key, &k, &json)?;
+                let (value, provider) = self.values.seal(&key, &json, &k)?;
                 let cmp = match expected {
                     Some(e) => Compare::mod_revision(k.clone(), CompareOp::Equal, e as i64),
                     None => Compare::create_revision(k.clone(), CompareOp::Greater, 0),
@@ -403,8 +391,8 @@ impl Backend for EtcdBackend {
         read.await.map(Some)
     }
 
-    fn is_stale(&self, object: &Object) -> bool {
-        self.values.is_stale(object.stored_with.as_ref())
+    fn values(&self) -> &Transformer {
+        &self.values
     }
 
     /// etcd's history is compacted by time (the compactor), not by what the cache keeps.

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::value::ValueError;
 use super::{Result, Revision, StorageError};
 
 /// The metadata the cache indexes: namespace, name, uid and labels.
@@ -270,12 +271,20 @@ impl Object {
         Self { key: key.to_owned(), meta, bytes, mod_revision, stored_with, unreadable, memo }
     }
 
-    /// A stored value no provider could read, kept in place of the object.
-    pub fn unreadable(key: &str, mod_revision: Revision, reason: String) -> Self {
-        Self {
-            unreadable: Some(reason.into()),
-            ..Self::assemble(key, ObjectMeta::default(), Bytes::new(), mod_revision)
-        }
+    /// A stored value no provider could read, kept in place of the object (and named in the log: its reads fail
+    /// with the reason).
+    pub fn unreadable(key: &str, mod_revision: Revision, e: &ValueError) -> Self {
+        tracing::warn!(key, revision = mod_revision, error = %e, "a stored value no configured encryption provider reads");
+        Self::unreadable_because(key, mod_revision, e.to_string().into())
+    }
+
+    fn unreadable_because(key: &str, mod_revision: Revision, reason: Box<str>) -> Self {
+        Self { unreadable: Some(reason), ..Self::assemble(key, ObjectMeta::default(), Bytes::new(), mod_revision) }
+    }
+
+    /// An unreadable object as it stood at `mod_revision` (its deletion, say), for the same reason.
+    pub fn unreadable_at(&self, mod_revision: Revision) -> Option<Self> {
+        self.unreadable.clone().map(|reason| Self::unreadable_because(&self.key, mod_revision, reason))
     }
 
     /// Records the provider that read the stored value.

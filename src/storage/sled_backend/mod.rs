@@ -200,8 +200,8 @@ impl Backend for SledBackend {
             .map_err(|e| StorageError::Backend(format!("loading the store: {e}")))?
     }
 
-    fn is_stale(&self, object: &Object) -> bool {
-        self.shared.values.is_stale(object.stored_with.as_ref())
+    fn values(&self) -> &Transformer {
+        &self.shared.values
     }
 
     fn size_on_disk(&self) -> Option<u64> {

@@ -13,6 +13,8 @@ use std::time::Instant;
 
 use parking_lot::RwLock;
 
+use super::{Result as StoreResult, StorageError};
+
 pub use config::{ConfigError, EncryptionConfig, KmsConfiguration};
 
 /// Why a value could not be transformed.
@@ -207,7 +209,7 @@ fn shown_prefix(stored: &[u8]) -> String {
 
 /// What a plain store (no configuration, or none for this resource) does with a value: passes it through, unless it
 /// is encrypted, as k8s.io/apiserver's encrypt-check identity.
-pub fn check_plain(stored: &[u8]) -> Result<(), ValueError> {
+fn check_plain(stored: &[u8]) -> Result<(), ValueError> {
     match stored.starts_with(ENCRYPTED) {
         true => Err(ValueError::new(format!(
             "identity transformer tried to read encrypted data (the value starts {}; is --encryption-provider-config missing a key?)",
@@ -238,9 +240,17 @@ pub struct Plain {
     pub provider: Option<Arc<str>>,
 }
 
+/// How a backend takes a stored value.
+pub enum Read<'a> {
+    /// As it is stored: a plain store (the backend may share the buffer rather than copy it).
+    AsStored(&'a [u8]),
+    /// The plain bytes the providers gave.
+    Plain(Plain),
+}
+
 impl Transformer {
     /// Values stored as they are: the default, with no encryption configuration.
-    pub fn plain() -> Self {
+    pub const fn plain() -> Self {
         Self(None)
     }
 
@@ -281,12 +291,23 @@ impl Transformer {
         self.0.as_ref().map(|p| p.read().clone())
     }
 
+    /// A value stored under `context`, as a backend takes it: as stored in a plain store (which refuses an encrypted
+    /// one), else as the providers read it.
+    pub fn read<'a>(&self, stored: &'a [u8], context: &[u8]) -> Result<Read<'a>, ValueError> {
+        match self.providers() {
+            None => check_plain(stored).map(|()| Read::AsStored(stored)),
+            Some(p) => {
+                p.read(stored, context).map(|(bytes, label)| Read::Plain(Plain { bytes, provider: Some(label) }))
+            }
+        }
+    }
+
     /// The plain bytes of a value stored under `context`.
     pub fn from_storage(&self, stored: &[u8], context: &[u8]) -> Result<Plain, ValueError> {
-        match self.providers() {
-            None => Ok(Plain { bytes: stored.to_vec(), provider: None }),
-            Some(p) => p.read(stored, context).map(|(bytes, label)| Plain { bytes, provider: Some(label) }),
-        }
+        Ok(match self.read(stored, context)? {
+            Read::AsStored(bytes) => Plain { bytes: bytes.to_vec(), provider: None },
+            Read::Plain(plain) => plain,
+        })
     }
 
     /// The bytes to store for `plain` under `context`, and the provider that wrote them.
@@ -295,6 +316,18 @@ impl Transformer {
             None => Ok((plain.to_vec(), None)),
             Some(p) => p.write(plain, context).map(|stored| (stored, Some(p.writer().writer_label()))),
         }
+    }
+
+    /// [`Self::to_storage`] for the object at `key`, as a backend writes it: a value that cannot be encrypted is a
+    /// write refused.
+    pub(in crate::storage) fn seal(
+        &self,
+        key: &str,
+        plain: &[u8],
+        context: &[u8],
+    ) -> StoreResult<(Vec<u8>, Option<Arc<str>>)> {
+        self.to_storage(plain, context)
+            .map_err(|e| StorageError::Unwritable { key: key.to_owned(), reason: e.to_string() })
     }
 
     /// Whether a value read by `provider` should be written again: another provider than the writer read it.
