@@ -7,7 +7,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use podset_apiserver::storage::value::{EncryptionConfig, KmsConfiguration, Provider, Providers, Transformer};
+use podset_apiserver::cmd::encryption::config::{EncryptionConfig, KmsConfiguration};
+use podset_apiserver::storage::value::{Provider, Providers, Transformer};
 use podset_apiserver::storage::{
     Cacher, Draft, EtcdBackend, EtcdOptions, HistoryLimits, ListOptions, SledBackend, SledOptions, StorageError, Store,
 };

@@ -2,7 +2,7 @@
 //! server, as sample-apiserver's `pkg/cmd/server`.
 
 mod backup;
-mod encryption;
+pub mod encryption;
 pub mod options;
 mod restore;
 mod start;

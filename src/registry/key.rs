@@ -5,6 +5,22 @@ use std::fmt;
 
 const STORAGE_ROOT: &str = "/podsets/";
 
+/// The resource the registry stores, as a storage configuration names it (`--encryption-provider-config`'s
+/// `podsets.demo.k8s.io`).
+#[derive(Debug, Clone, Copy)]
+pub struct StoredResource {
+    pub resource: &'static str,
+    pub group: &'static str,
+}
+
+pub const STORED: StoredResource = StoredResource { resource: crate::api::PLURAL, group: crate::api::GROUP };
+
+impl fmt::Display for StoredResource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.resource, self.group)
+    }
+}
+
 /// A PodSet's identity. Displays as `namespace/name`, as kubectl and logs show it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PodSetKey {

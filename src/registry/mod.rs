@@ -28,7 +28,7 @@ use serde_json::Value;
 
 pub use self::decode::{json_object, yaml_object};
 pub use self::error::{Error, Result};
-pub use self::key::PodSetKey;
+pub use self::key::{PodSetKey, StoredResource, STORED};
 pub use self::managed::podset_field_manager;
 pub use self::migrate::{Migration, MIGRATOR};
 pub use self::options::{

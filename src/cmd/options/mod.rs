@@ -7,7 +7,7 @@ mod authorization;
 mod controller;
 mod server_run;
 mod serving;
-pub(crate) mod storage;
+mod storage;
 
 use std::path::{Path, PathBuf};
 

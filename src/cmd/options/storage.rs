@@ -8,8 +8,9 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 
 use super::duration;
+use crate::cmd::encryption::config::EncryptionConfig;
 use crate::storage::value::kmsv2::Timing;
-use crate::storage::value::{EncryptionConfig, Provider, Providers, Transformer};
+use crate::storage::value::Transformer;
 use crate::storage::{Backend, Cacher, EtcdBackend, EtcdOptions, HistoryLimits, SledBackend, SledOptions, Store};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -112,11 +113,6 @@ pub struct StorageOptions {
     pub encryption_provider_kms_write_ttl: Duration,
 }
 
-/// PodSets stored plainly, by providers a reload can replace.
-pub fn identity_only() -> Providers {
-    Providers::new(crate::api::GROUP_RESOURCE, vec![Provider::identity()])
-}
-
 impl StorageOptions {
     pub fn history_limits(&self) -> HistoryLimits {
         HistoryLimits {
@@ -190,10 +186,12 @@ impl StorageOptions {
     pub fn transformer(&self) -> anyhow::Result<(Transformer, Option<EncryptionConfig>)> {
         let Some(path) = &self.encryption_provider_config else { return Ok((Transformer::plain(), None)) };
         let config = EncryptionConfig::load(path)?;
-        let values = match super::super::encryption::providers(&config, self.kms_timing())? {
+        let values = match crate::cmd::encryption::providers(&config, self.kms_timing())? {
             Some(providers) => Transformer::new(providers),
             // A reload may cover them later: values go through providers (identity for now) that it can replace.
-            None if self.encryption_provider_config_automatic_reload => Transformer::new(identity_only()),
+            None if self.encryption_provider_config_automatic_reload => {
+                Transformer::new(crate::cmd::encryption::identity_only())
+            }
             None => {
                 tracing::warn!(
                     file = %path.display(),

@@ -202,10 +202,10 @@ mod tests {
     fn gcm_binds_the_value_to_its_key() {
         for size in [16, 24, 32] {
             let t = Gcm::new(&vec![3u8; size]).unwrap();
-            let stored = t.transform_to_storage(b"plain", b"/podsets/a/b").unwrap();
+            let stored = t.transform_to_storage(b"plain", b"/widgets/a/b").unwrap();
             assert_eq!(stored.len(), GCM_NONCE + 5 + 16);
-            assert_eq!(t.transform_from_storage(&stored, b"/podsets/a/b").unwrap(), b"plain");
-            let moved = t.transform_from_storage(&stored, b"/podsets/a/c").unwrap_err();
+            assert_eq!(t.transform_from_storage(&stored, b"/widgets/a/b").unwrap(), b"plain");
+            let moved = t.transform_from_storage(&stored, b"/widgets/a/c").unwrap_err();
             assert_eq!(moved.to_string(), "cipher: message authentication failed");
         }
         assert!(Gcm::new(&[0u8; 8]).is_err());

@@ -4,7 +4,6 @@
 //! what carries none. sled and etcd store the same bytes for the same object and key.
 
 mod aes;
-pub mod config;
 pub mod kmsv2;
 mod secretbox;
 
@@ -15,7 +14,8 @@ use parking_lot::RwLock;
 
 use super::{Result as StoreResult, StorageError};
 
-pub use config::{ConfigError, EncryptionConfig, KmsConfiguration};
+pub use aes::{Cbc, Gcm};
+pub use secretbox::Secretbox;
 
 /// Why a value could not be transformed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -115,7 +115,7 @@ impl Provider {
 /// A resource's providers, in the configuration's order: the first writes, all read.
 pub struct Providers {
     list: Vec<Provider>,
-    /// `podsets.demo.k8s.io`, for the metrics.
+    /// `<resource>.<group>`, for the metrics.
     resource: Arc<str>,
 }
 
@@ -127,6 +127,11 @@ impl Providers {
 
     pub fn writer(&self) -> &Provider {
         &self.list[0]
+    }
+
+    /// Every provider, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &Provider> {
+        self.list.iter()
     }
 
     /// k8s.io/apiserver's `prefixTransformers`: each provider whose prefix the value has is tried in order (an

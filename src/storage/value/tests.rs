@@ -10,28 +10,28 @@ fn gcm(name: &str, byte: u8) -> Provider {
 }
 
 fn transformer(list: Vec<Provider>) -> Transformer {
-    Transformer::new(Providers::new("podsets.demo.k8s.io", list))
+    Transformer::new(Providers::new("widgets.example.com", list))
 }
 
-const JSON: &[u8] = br#"{"kind":"PodSet","spec":{"secret":"hunter2"}}"#;
+const JSON: &[u8] = br#"{"kind":"Widget","spec":{"secret":"hunter2"}}"#;
 
 #[test]
 fn the_first_provider_writes_with_its_prefix_and_every_provider_reads() {
     let t = transformer(vec![cbc("new", 1), cbc("old", 2), Provider::identity()]);
-    let (stored, by) = t.to_storage(JSON, b"/podsets/a/b").unwrap();
+    let (stored, by) = t.to_storage(JSON, b"/widgets/a/b").unwrap();
     assert!(stored.starts_with(b"k8s:enc:aescbc:v1:new:"));
     assert!(!stored.windows(7).any(|w| w == b"hunter2"));
     assert_eq!(by.as_deref(), Some("k8s:enc:aescbc:v1:new:"));
-    let read = t.from_storage(&stored, b"/podsets/a/b").unwrap();
+    let read = t.from_storage(&stored, b"/widgets/a/b").unwrap();
     assert_eq!(read.bytes, JSON);
     assert!(!t.is_stale(read.provider.as_ref()));
 
     // Written by the old key, or before encryption: readable, and stale until written again.
-    let old = transformer(vec![cbc("old", 2)]).to_storage(JSON, b"/podsets/a/b").unwrap().0;
-    let read = t.from_storage(&old, b"/podsets/a/b").unwrap();
+    let old = transformer(vec![cbc("old", 2)]).to_storage(JSON, b"/widgets/a/b").unwrap().0;
+    let read = t.from_storage(&old, b"/widgets/a/b").unwrap();
     assert_eq!((read.bytes.as_slice(), read.provider.as_deref()), (JSON, Some("k8s:enc:aescbc:v1:old:")));
     assert!(t.is_stale(read.provider.as_ref()));
-    let plain = t.from_storage(JSON, b"/podsets/a/b").unwrap();
+    let plain = t.from_storage(JSON, b"/widgets/a/b").unwrap();
     assert_eq!(plain.provider.as_deref(), Some("identity"));
     assert!(t.is_stale(plain.provider.as_ref()));
 }
@@ -78,7 +78,7 @@ fn a_plain_store_refuses_encrypted_values_rather_than_serving_ciphertext() {
 fn replacing_the_providers_changes_the_writer_and_what_is_stale() {
     let t = transformer(vec![cbc("a", 1)]);
     let a = t.to_storage(JSON, b"/k").unwrap();
-    t.replace(Providers::new("podsets.demo.k8s.io", vec![cbc("b", 2), cbc("a", 1)]));
+    t.replace(Providers::new("widgets.example.com", vec![cbc("b", 2), cbc("a", 1)]));
     let b = t.to_storage(JSON, b"/k").unwrap();
     assert!(b.0.starts_with(b"k8s:enc:aescbc:v1:b:"));
     assert!(t.is_stale(a.1.as_ref()) && !t.is_stale(b.1.as_ref()));
@@ -93,9 +93,9 @@ fn transformations_are_counted_as_kube_apiserver_counts_them() {
     t.from_storage(b"k8s:enc:secretbox:v1:x:abc", b"/k").unwrap_err();
     let text = crate::metrics::encode();
     for line in [
-        r#"apiserver_storage_transformation_operations_total{resource="podsets.demo.k8s.io",transformation_type="to_storage",transformer_prefix="metered:",status="OK"}"#,
-        r#"apiserver_storage_transformation_operations_total{resource="podsets.demo.k8s.io",transformation_type="from_storage",transformer_prefix="k8s:enc:aescbc:v1:",status="OK"}"#,
-        r#"apiserver_storage_transformation_operations_total{resource="podsets.demo.k8s.io",transformation_type="from_storage",transformer_prefix="unknown",status="unknown-non-grpc"}"#,
+        r#"apiserver_storage_transformation_operations_total{resource="widgets.example.com",transformation_type="to_storage",transformer_prefix="metered:",status="OK"}"#,
+        r#"apiserver_storage_transformation_operations_total{resource="widgets.example.com",transformation_type="from_storage",transformer_prefix="k8s:enc:aescbc:v1:",status="OK"}"#,
+        r#"apiserver_storage_transformation_operations_total{resource="widgets.example.com",transformation_type="from_storage",transformer_prefix="unknown",status="unknown-non-grpc"}"#,
         r#"apiserver_storage_transformation_duration_seconds_count{transformation_type="from_storage",transformer_prefix="metered:"}"#,
     ] {
         assert!(text.contains(line), "{line} missing");

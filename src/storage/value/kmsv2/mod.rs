@@ -440,10 +440,10 @@ mod tests {
     fn a_value_of_the_seed_reads_back_only_under_its_key() {
         let seed = [7u8; 32];
         let (info, nonce) = ([1u8; INFO], [2u8; NONCE]);
-        let sealed = derive(&seed, &info).unwrap().seal(&nonce, b"{}", b"/podsets/a/b").unwrap();
-        assert_eq!(derive(&seed, &info).unwrap().open(&nonce, &sealed, b"/podsets/a/b").unwrap(), b"{}");
-        assert!(derive(&seed, &[3u8; INFO]).unwrap().open(&nonce, &sealed, b"/podsets/a/b").is_err());
-        assert!(derive(&seed, &info).unwrap().open(&nonce, &sealed, b"/podsets/a/c").is_err());
+        let sealed = derive(&seed, &info).unwrap().seal(&nonce, b"{}", b"/widgets/a/b").unwrap();
+        assert_eq!(derive(&seed, &info).unwrap().open(&nonce, &sealed, b"/widgets/a/b").unwrap(), b"{}");
+        assert!(derive(&seed, &[3u8; INFO]).unwrap().open(&nonce, &sealed, b"/widgets/a/b").is_err());
+        assert!(derive(&seed, &info).unwrap().open(&nonce, &sealed, b"/widgets/a/c").is_err());
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! Encryption at rest, wired: the providers --encryption-provider-config gives PodSets, and, with
 //! --encryption-provider-config-automatic-reload, kube-apiserver's reload controller: the file is read again when
 //! its contents change, a configuration that loads replaces the running one (whose objects the storage migration
-//! then moves to the new writing provider), and one that does not is logged and counted, the old one kept.
+//! then moves to the new writing provider), and one that does not is logged and counted, the old one kept. The
+//! file itself is read by `config`, as kube-apiserver's `encryptionconfig` reads it.
+
+pub mod config;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -9,8 +12,10 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
+use self::config::{ConfigError, EncryptionConfig, KmsConfiguration};
+use crate::registry::STORED;
 use crate::storage::value::kmsv2::{KmsV2, Timing};
-use crate::storage::value::{ConfigError, EncryptionConfig, KmsConfiguration, Provider, Providers, Transformer};
+use crate::storage::value::{Provider, Providers, Transformer};
 
 /// The providers the configuration gives PodSets; `None` when it names none of their resource names. A `kms`
 /// provider connects to its plugin (paced by `timing`).
@@ -21,7 +26,12 @@ pub fn providers(config: &EncryptionConfig, timing: Timing) -> Result<Option<Pro
         let plugin = KmsV2::new(&c.name, &c.endpoint, timeout, timing, &id)?;
         Ok(Provider::new(format!("k8s:enc:kms:v2:{}:", c.name), None, Box::new(plugin)))
     };
-    config.providers_for("podsets", crate::api::GROUP, &kms)
+    config.providers_for(STORED.resource, STORED.group, &kms)
+}
+
+/// The registry's resource stored plainly, by providers a reload can replace.
+pub fn identity_only() -> Providers {
+    Providers::new(&STORED.to_string(), vec![Provider::identity()])
 }
 
 /// `/healthz/kms-providers` (and /readyz): every KMS plugin the providers use answers `Status` as healthy.
@@ -119,7 +129,7 @@ pub async fn reload(
 fn load(path: &Path, values: &Transformer, timing: Timing) -> Result<EncryptionConfig, ConfigError> {
     let config = EncryptionConfig::load(path)?;
     // A configuration that no longer names PodSets stores them plainly from now on, as kube-apiserver's does.
-    values.replace(providers(&config, timing)?.unwrap_or_else(super::options::storage::identity_only));
+    values.replace(providers(&config, timing)?.unwrap_or_else(identity_only));
     Ok(config)
 }
 

@@ -9,9 +9,8 @@ use std::time::Duration;
 use base64::Engine;
 use serde::Deserialize;
 
-use super::aes::{Cbc, Gcm};
-use super::secretbox::Secretbox;
-use super::{Provider, Providers};
+use crate::api::validation::FieldError;
+use crate::storage::value::{Cbc, Gcm, Provider, Providers, Secretbox, Transform, ValueError};
 
 pub const API_VERSION: &str = "apiserver.config.k8s.io/v1";
 pub const KIND: &str = "EncryptionConfiguration";
@@ -87,8 +86,6 @@ enum ProviderSpec {
     Secretbox(Vec<(String, Vec<u8>)>),
     Kms(KmsConfiguration),
 }
-
-use super::{Transform, ValueError};
 
 /// A checked configuration.
 #[derive(Debug, Clone)]
@@ -267,32 +264,11 @@ fn spec(p: ProviderConfiguration) -> ProviderSpec {
     }
 }
 
-/// A field error as k8s.io/apimachinery's `field.Error` reads.
-struct FieldError {
-    path: String,
-    kind: &'static str,
-    value: Option<String>,
-    detail: String,
-}
-
-impl std::fmt::Display for FieldError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.value {
-            Some(v) => write!(f, "{}: {}: {}: {}", self.path, self.kind, v, self.detail),
-            None => write!(f, "{}: {}: {}", self.path, self.kind, self.detail),
-        }
-    }
-}
-
 fn aggregate(errors: &[FieldError]) -> String {
     match errors {
         [one] => one.to_string(),
         many => format!("[{}]", many.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")),
     }
-}
-
-fn required(path: String, detail: impl Into<String>) -> FieldError {
-    FieldError { path, kind: "Required value", value: None, detail: detail.into() }
 }
 
 /// A value shown as it is (not quoted as a string is).
@@ -304,10 +280,6 @@ impl std::fmt::Debug for Shown {
     }
 }
 
-fn invalid(path: String, value: impl std::fmt::Debug, detail: impl Into<String>) -> FieldError {
-    FieldError { path, kind: "Invalid value", value: Some(format!("{value:?}")), detail: detail.into() }
-}
-
 const MORE_THAN_ONE: &str =
     "more than one provider specified in a single element, should split into different list elements";
 
@@ -315,17 +287,23 @@ const MORE_THAN_ONE: &str =
 fn validate(file: &File) -> Vec<FieldError> {
     let mut errors = Vec::new();
     if file.resources.is_empty() {
-        errors.push(required("resources".into(), "at least one resources is required"));
+        errors.push(FieldError::required("resources", "at least one resources is required"));
     }
     let mut kms_names = std::collections::HashSet::new();
     for (i, entry) in file.resources.iter().enumerate() {
         let path = format!("resources[{i}]");
         if entry.resources.is_empty() {
-            errors.push(required(format!("{path}.resources"), format!("at least one {path}.resources is required")));
+            errors.push(FieldError::required(
+                format!("{path}.resources"),
+                format!("at least one {path}.resources is required"),
+            ));
         }
         validate_resources(&format!("{path}.resources"), &entry.resources, &mut errors);
         if entry.providers.is_empty() {
-            errors.push(required(format!("{path}.providers"), format!("at least one {path}.providers is required")));
+            errors.push(FieldError::required(
+                format!("{path}.providers"),
+                format!("at least one {path}.providers is required"),
+            ));
         }
         for (j, p) in entry.providers.iter().enumerate() {
             let at = format!("{path}.providers[{j}]");
@@ -338,13 +316,17 @@ fn validate(file: &File) -> Vec<FieldError> {
             ];
             let named: Vec<&str> = set.iter().filter(|(_, on)| *on).map(|(name, _)| *name).collect();
             match named.len() {
-                0 => errors.push(invalid(
+                0 => errors.push(FieldError::invalid(
                     at.clone(),
                     Shown("{}".into()),
                     "provider does not contain any of the expected providers: KMS, AESGCM, AESCBC, Secretbox, Identity",
                 )),
                 1 => {}
-                _ => errors.push(invalid(at.clone(), Shown(format!("{{{}}}", named.join(","))), MORE_THAN_ONE)),
+                _ => errors.push(FieldError::invalid(
+                    at.clone(),
+                    Shown(format!("{{{}}}", named.join(","))),
+                    MORE_THAN_ONE,
+                )),
             }
             for (kind, conf, sizes) in [
                 ("aesgcm", &p.aesgcm, &[16, 24, 32][..]),
@@ -383,20 +365,20 @@ fn validate_resources(path: &str, names: &[String], errors: &mut Vec<FieldError>
             None
         };
         if let Some(problem) = problem {
-            errors.push(invalid(at, name, problem));
+            errors.push(FieldError::invalid(at, name, problem));
         }
     }
     let mut seen = std::collections::HashSet::new();
     if !names.iter().all(|n| seen.insert(n)) {
-        errors.push(invalid(path.into(), list(), "the same resource cannot be specified multiple times"));
+        errors.push(FieldError::invalid(path, list(), "the same resource cannot be specified multiple times"));
     }
     let overlapping = names.iter().any(|w| {
         let (wr, wg) = group_resource(w);
         wr == "*" && names.iter().any(|n| n != w && (wg == "*" || group_resource(n).1 == wg))
     });
     if overlapping {
-        errors.push(invalid(
-            path.into(),
+        errors.push(FieldError::invalid(
+            path,
             list(),
             "using overlapping resources such as 'secrets' and '*.' in the same resource list is not allowed as they \
              will be masked",
@@ -406,20 +388,22 @@ fn validate_resources(path: &str, names: &[String], errors: &mut Vec<FieldError>
 
 fn validate_keys(path: &str, keys: &[Key], sizes: &[usize], errors: &mut Vec<FieldError>) {
     if keys.is_empty() {
-        errors.push(required(path.into(), "at least one keys is required"));
+        errors.push(FieldError::required(path, "at least one keys is required"));
     }
     for (k, key) in keys.iter().enumerate() {
         let at = format!("{path}[{k}]");
         if key.name.is_empty() {
-            errors.push(required(format!("{at}.name"), "name is a mandatory field for a key"));
+            errors.push(FieldError::required(format!("{at}.name"), "name is a mandatory field for a key"));
         }
         if key.secret.is_empty() {
-            errors.push(required(format!("{at}.secret"), "secret is a mandatory field for a key"));
+            errors.push(FieldError::required(format!("{at}.secret"), "secret is a mandatory field for a key"));
             continue;
         }
         match base64::engine::general_purpose::STANDARD.decode(key.secret.trim()) {
-            Err(_) => errors.push(invalid(format!("{at}.secret"), "REDACTED", "secrets must be base64 encoded")),
-            Ok(secret) if !sizes.contains(&secret.len()) => errors.push(invalid(
+            Err(_) => {
+                errors.push(FieldError::invalid(format!("{at}.secret"), "REDACTED", "secrets must be base64 encoded"))
+            }
+            Ok(secret) if !sizes.contains(&secret.len()) => errors.push(FieldError::invalid(
                 format!("{at}.secret"),
                 "REDACTED",
                 format!(
@@ -440,15 +424,15 @@ fn validate_kms<'a>(
     errors: &mut Vec<FieldError>,
 ) {
     if kms.name.is_empty() {
-        errors.push(required(format!("{path}.name"), "name is a mandatory field for a provider"));
+        errors.push(FieldError::required(format!("{path}.name"), "name is a mandatory field for a provider"));
     } else if kms.name.contains(':') && kms.api_version == "v2" {
-        errors.push(invalid(
+        errors.push(FieldError::invalid(
             format!("{path}.name"),
             &kms.name,
             format!("invalid KMS provider name {}, must not contain ':'", kms.name),
         ));
     } else if !names.insert(&kms.name) {
-        errors.push(invalid(
+        errors.push(FieldError::invalid(
             format!("{path}.name"),
             &kms.name,
             format!("duplicate KMS provider name {}, names must be unique", kms.name),
@@ -456,23 +440,31 @@ fn validate_kms<'a>(
     }
     // (kube's message names the field where it meant the value.)
     if !["", "v1", "v2"].contains(&kms.api_version.as_str()) {
-        errors.push(invalid(
+        errors.push(FieldError::invalid(
             format!("{path}.apiVersion"),
             &kms.api_version,
             "unsupported apiVersion apiVersion for KMS provider, only v1 and v2 are supported",
         ));
     }
     if let (Some(size), "v2") = (kms.cachesize, kms.api_version.as_str()) {
-        errors.push(invalid(format!("{path}.cachesize"), Shown(size.to_string()), "cachesize is not supported in v2"));
+        errors.push(FieldError::invalid(
+            format!("{path}.cachesize"),
+            Shown(size.to_string()),
+            "cachesize is not supported in v2",
+        ));
     }
     if kms.timeout.is_some_and(|t| t.is_zero()) {
-        errors.push(invalid(format!("{path}.timeout"), Shown("0s".into()), "timeout should be a positive value"));
+        errors.push(FieldError::invalid(
+            format!("{path}.timeout"),
+            Shown("0s".into()),
+            "timeout should be a positive value",
+        ));
     }
     if kms.endpoint.is_empty() {
-        errors.push(invalid(format!("{path}.endpoint"), "", "endpoint is a mandatory field for a kms"));
+        errors.push(FieldError::invalid(format!("{path}.endpoint"), "", "endpoint is a mandatory field for a kms"));
     } else if !kms.endpoint.starts_with("unix://") {
         let scheme = kms.endpoint.split_once("://").map_or("", |(s, _)| s);
-        errors.push(invalid(
+        errors.push(FieldError::invalid(
             format!("{path}.endpoint"),
             &kms.endpoint,
             format!("unsupported scheme {scheme:?} for KMS provider, only unix is supported"),
@@ -488,8 +480,7 @@ mod go_duration {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
         let Some(text) = Option::<String>::deserialize(d)? else { return Ok(None) };
-        let d: jiff::SignedDuration = text.parse().map_err(serde::de::Error::custom)?;
-        Duration::try_from(d).map(Some).map_err(|_| serde::de::Error::custom(format!("{text:?} is negative")))
+        crate::api::duration::parse(&text).map(Some).map_err(serde::de::Error::custom)
     }
 }
 

@@ -13,7 +13,7 @@ fn no_kms(_: &KmsConfiguration) -> Result<Provider, String> {
 
 fn labels(config: &EncryptionConfig) -> Option<Vec<String>> {
     let providers = config.providers_for("podsets", "demo.k8s.io", &no_kms).unwrap()?;
-    Some(providers.list.iter().map(|p| p.label().to_string()).collect())
+    Some(providers.iter().map(|p| p.label().to_string()).collect())
 }
 
 fn doc(resources: &str, providers: &str) -> String {
