@@ -137,11 +137,11 @@ fn load(path: &Path, values: &Transformer, timing: Timing) -> Result<EncryptionC
 /// waits for etcd). Logged every 10 s meanwhile.
 pub async fn wait_for_providers(values: &Transformer) {
     let started = std::time::Instant::now();
-    let mut logged = started;
+    let mut next_log = started;
     while !values.ready() {
-        if logged.elapsed() >= Duration::from_secs(10) || logged == started {
+        if std::time::Instant::now() >= next_log {
             tracing::warn!(waited = ?started.elapsed(), "waiting for the KMS v2 plugins to answer before loading the store");
-            logged = std::time::Instant::now();
+            next_log += Duration::from_secs(10);
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

@@ -28,7 +28,7 @@ pub struct ValueError {
 
 impl ValueError {
     pub fn new(message: impl Into<String>) -> Self {
-        Self { message: message.into(), status: "unknown-non-grpc" }
+        Self { message: message.into(), status: UNKNOWN_NON_GRPC }
     }
 
     /// A failure a KMS plugin answered with `code` (a gRPC code's name).
@@ -46,9 +46,10 @@ impl ValueError {
 pub trait Transform: Send + Sync {
     fn transform_from_storage(&self, data: &[u8], context: &[u8]) -> Result<Vec<u8>, ValueError>;
     fn transform_to_storage(&self, data: &[u8], context: &[u8]) -> Result<Vec<u8>, ValueError>;
-    /// For a provider whose key changes under one prefix (KMS): the key a stored value was written with ...
-    fn stored_key(&self, _data: &[u8]) -> Option<String> {
-        None
+    /// The plain bytes and, for a provider whose key changes under one prefix (KMS), the key they were written
+    /// with ...
+    fn read(&self, data: &[u8], context: &[u8]) -> Result<(Vec<u8>, Option<String>), ValueError> {
+        self.transform_from_storage(data, context).map(|plain| (plain, None))
     }
     /// ... and the one it writes with now, so a value of an older key is stale.
     fn current_key(&self) -> Option<String> {
@@ -143,7 +144,7 @@ impl Providers {
                 if stored.starts_with(ENCRYPTED) {
                     continue;
                 }
-                self.record(FROM_STORAGE, "identity", Instant::now(), None);
+                self.record(FROM_STORAGE, "identity", Instant::now(), "OK");
                 return Ok((stored.to_vec(), p.label.clone()));
             };
             if !stored.starts_with(p.label.as_bytes()) {
@@ -151,14 +152,14 @@ impl Providers {
             }
             let started = Instant::now();
             let data = &stored[p.label.len()..];
-            let read = t.transform_from_storage(data, context);
+            let read = t.read(data, context);
             self.record_provider(FROM_STORAGE, p, started, read.as_ref().err());
             match read {
-                Ok(plain) => return Ok((plain, p.keyed_label(t.stored_key(data)))),
+                Ok((plain, key)) => return Ok((plain, p.keyed_label(key))),
                 Err(e) => errors.push(e),
             }
         }
-        self.record(FROM_STORAGE, "unknown", Instant::now(), Some(&ValueError::new("")));
+        self.record(FROM_STORAGE, "unknown", Instant::now(), UNKNOWN_NON_GRPC);
         Err(match errors.len() {
             0 => ValueError::new(format!("no matching prefix found (the value starts {})", shown_prefix(stored))),
             1 => errors.remove(0),
@@ -181,20 +182,22 @@ impl Providers {
 
     /// Counted at both levels a provider with keys has, as k8s.io/apiserver's nested prefix transformers count.
     fn record_provider(&self, direction: &str, p: &Provider, started: Instant, error: Option<&ValueError>) {
+        let status = error.map_or("OK", |e| e.status);
         if let Some(inner) = &p.inner {
-            self.record(direction, inner, started, error);
+            self.record(direction, inner, started, status);
         }
-        self.record(direction, &p.outer, started, error);
+        self.record(direction, &p.outer, started, status);
     }
 
-    fn record(&self, direction: &str, prefix: &str, started: Instant, error: Option<&ValueError>) {
-        let status = error.map_or("OK", |e| e.status);
+    fn record(&self, direction: &str, prefix: &str, started: Instant, status: &str) {
         let metrics = &crate::metrics::global().storage_transformation;
         metrics.observe(&self.resource, direction, prefix, started.elapsed(), status);
     }
 }
 
 const FROM_STORAGE: &str = "from_storage";
+/// The metrics' status of a failure that is not a KMS plugin's gRPC answer.
+const UNKNOWN_NON_GRPC: &str = "unknown-non-grpc";
 const TO_STORAGE: &str = "to_storage";
 
 /// The prefix of a stored value, up to its key name, for errors: `"k8s:enc:aescbc:v1:key1:"`.

@@ -55,6 +55,8 @@ impl Default for Timing {
 /// The seed writes use now.
 struct WriteState {
     key_id: String,
+    /// `hash(key_id)`, as the metrics label it.
+    key_id_hash: String,
     seed: Arc<[u8; 32]>,
     encrypted_seed: Vec<u8>,
     annotations: std::collections::BTreeMap<String, Vec<u8>>,
@@ -240,6 +242,7 @@ impl Shared {
         self.remember(&object, seed.clone());
         tracing::info!(provider = %self.name, key_id_hash = %hash(&key_id), "KMS v2: new seed for the plugin's key");
         *self.state.write() = Some(WriteState {
+            key_id_hash: hash(&key_id),
             key_id,
             seed,
             encrypted_seed: response.ciphertext,
@@ -309,24 +312,16 @@ fn validate(object: &EncryptedObject) -> Result<(), String> {
     if object.encrypted_data.is_empty() {
         return Err("encrypted data is empty".into());
     }
-    match object.encrypted_dek_source.len() {
-        0 => return Err("failed to validate encrypted DEK source: encrypted DEK source is empty".into()),
-        n if n > DEK_SOURCE_MAX => {
-            return Err(format!(
-                "failed to validate encrypted DEK source: encrypted DEK source is {n} bytes, which exceeds the max size of {DEK_SOURCE_MAX}"
-            ))
+    // kube's messages: "failed to validate <what>: <field> is empty" or "... is N bytes, which exceeds ...".
+    let bounded = |what: &str, field: &str, len: usize, max: usize| match len {
+        0 => Err(format!("failed to validate {what}: {field} is empty")),
+        n if n > max => {
+            Err(format!("failed to validate {what}: {field} is {n} bytes, which exceeds the max size of {max}"))
         }
-        _ => {}
-    }
-    match object.key_id.len() {
-        0 => return Err("failed to validate key id: keyID is empty".into()),
-        n if n > KEY_ID_MAX => {
-            return Err(format!(
-                "failed to validate key id: keyID is {n} bytes, which exceeds the max size of {KEY_ID_MAX}"
-            ))
-        }
-        _ => {}
-    }
+        _ => Ok(()),
+    };
+    bounded("encrypted DEK source", "encrypted DEK source", object.encrypted_dek_source.len(), DEK_SOURCE_MAX)?;
+    bounded("key id", "keyID", object.key_id.len(), KEY_ID_MAX)?;
     let size: usize = object.annotations.iter().map(|(k, v)| k.len() + v.len()).sum();
     if size > ANNOTATIONS_MAX {
         return Err(format!(
@@ -378,21 +373,27 @@ impl Transform for KmsV2 {
             encrypted_dek_source_type: EncryptedDekSourceType::HkdfSha256XnonceAesGcmSeed as i32,
         };
         let envelope = &crate::metrics::global().envelope;
-        envelope.key_id_used("to_storage", &self.0.name, &hash(&state.key_id), &self.0.apiserver_id_hash);
+        envelope.key_id_used("to_storage", &self.0.name, &state.key_id_hash, &self.0.apiserver_id_hash);
         Ok(object.encode_to_vec())
     }
 
     fn transform_from_storage(&self, data: &[u8], context: &[u8]) -> Result<Vec<u8>, ValueError> {
+        self.read(data, context).map(|(plain, _)| plain)
+    }
+
+    /// The key a value was written with is its key ID and kind of seed: a value of another key ID, or with a plain
+    /// key rather than a seed, is stale, and rewriting it moves it to the current key.
+    fn read(&self, data: &[u8], context: &[u8]) -> Result<(Vec<u8>, Option<String>), ValueError> {
         let object = EncryptedObject::decode(data)
             .map_err(|e| ValueError::new(format!("failed to unmarshal encrypted object: {e}")))?;
         validate(&object).map_err(ValueError::new)?;
-        let plain = {
-            let shared = self.0.clone();
-            let object = object.clone();
-            let cached = self.0.sources.lock().get(&source_key(&object)).cloned();
-            match cached {
-                Some(p) => p,
-                None => self.0.client.block(async move { shared.source(&object).await })?,
+        let cached = self.0.sources.lock().get(&source_key(&object)).cloned();
+        let plain = match cached {
+            Some(p) => p,
+            None => {
+                // A seed not seen yet (after a restart, or another replica's): asked of the plugin.
+                let (shared, object) = (self.0.clone(), object.clone());
+                self.0.client.block(async move { shared.source(&object).await })?
             }
         };
         let data = &object.encrypted_data;
@@ -405,16 +406,13 @@ impl Transform for KmsV2 {
             }
             _ => Gcm::new(&plain[..])?.transform_from_storage(data, context)?,
         };
+        let key_id_hash = match self.0.state.read().as_ref().filter(|s| s.key_id == object.key_id) {
+            Some(s) => s.key_id_hash.clone(),
+            None => hash(&object.key_id),
+        };
         let envelope = &crate::metrics::global().envelope;
-        envelope.key_id_used("from_storage", &self.0.name, &hash(&object.key_id), &self.0.apiserver_id_hash);
-        Ok(opened)
-    }
-
-    /// A value of another key ID, or with a plain key rather than a seed, is stale: rewriting it moves it to the
-    /// current key.
-    fn stored_key(&self, data: &[u8]) -> Option<String> {
-        let object = EncryptedObject::decode(data).ok()?;
-        Some(format!("{}/{}", object.key_id, object.encrypted_dek_source_type))
+        envelope.key_id_used("from_storage", &self.0.name, &key_id_hash, &self.0.apiserver_id_hash);
+        Ok((opened, Some(format!("{}/{}", object.key_id, object.encrypted_dek_source_type))))
     }
 
     fn current_key(&self) -> Option<String> {
