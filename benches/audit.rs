@@ -11,13 +11,12 @@ mod common;
 #[path = "../tests/common/webhook.rs"]
 mod webhook;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::StreamExt;
 use http::Request;
 
-use common::workload::{podset, CONCURRENCY};
-use common::{cpu_us, send, Server, PATH};
+use common::workload::{podset, throughput_for};
+use common::{send, Server, PATH};
 
 const OBJECTS: usize = 1000;
 
@@ -27,27 +26,8 @@ fn phase_seconds() -> Duration {
 
 /// Gets for `how_long`, 32 in flight: (requests a second, server CPU µs per request).
 async fn gets_for(server: &Server, how_long: Duration) -> (f64, f64) {
-    let client = server.client();
-    let cpu_before = cpu_us(server.pid());
-    let started = Instant::now();
-    let mut done = 0usize;
-    while started.elapsed() < how_long {
-        let batch = 2000;
-        let codes: Vec<u16> = futures::stream::iter(done..done + batch)
-            .map(|i| {
-                let client = client.clone();
-                async move {
-                    send(&client, Request::get(format!("{PATH}/b{:05}", i % OBJECTS)).body(vec![]).unwrap()).await.0
-                }
-            })
-            .buffer_unordered(CONCURRENCY)
-            .collect()
-            .await;
-        assert!(codes.iter().all(|c| *c == 200), "a get failed: {:?}", codes.iter().find(|c| **c != 200));
-        done += batch;
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    (done as f64 / elapsed, (cpu_us(server.pid()) - cpu_before) / done as f64)
+    let get = |i: usize| Request::get(format!("{PATH}/b{:05}", i % OBJECTS)).body(vec![]).unwrap();
+    throughput_for(&[server.client()], &[server.pid()], how_long, get).await
 }
 
 async fn fill(server: &Server) {

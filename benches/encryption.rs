@@ -11,13 +11,12 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::StreamExt;
 use http::Request;
 
-use common::workload::{podset, CONCURRENCY};
-use common::{cpu_us, send, Server, PATH};
+use common::workload::{podset, throughput, throughput_for};
+use common::{Server, PATH};
 
 const KEY: &str = "YWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWE=";
 
@@ -25,48 +24,19 @@ fn env(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
 }
 
-/// Creates `n` PodSets named `<round>-<i>`, 32 in flight: (per second, server CPU µs per request).
+/// Creates `n` PodSets named `r<round>-<i>`, 32 in flight: (per second, server CPU µs per request).
 async fn creates(server: &Server, round: usize, n: usize) -> (f64, f64) {
-    let client = server.client();
-    let cpu_before = cpu_us(server.pid());
-    let started = Instant::now();
-    let codes: Vec<u16> = futures::stream::iter(0..n)
-        .map(|i| {
-            let client = client.clone();
-            async move {
-                let req = Request::post(PATH).header("content-type", "application/json");
-                send(&client, req.body(podset("demo.k8s.io/v1alpha1", &format!("r{round}-{i:05}"))).unwrap()).await.0
-            }
-        })
-        .buffer_unordered(CONCURRENCY)
-        .collect()
-        .await;
-    assert!(codes.iter().all(|c| *c == 201), "a create failed: {:?}", codes.iter().find(|c| **c != 201));
-    let elapsed = started.elapsed().as_secs_f64();
-    (n as f64 / elapsed, (cpu_us(server.pid()) - cpu_before) / n as f64)
+    let create = move |i: usize| {
+        let req = Request::post(PATH).header("content-type", "application/json");
+        req.body(podset("demo.k8s.io/v1alpha1", &format!("r{round}-{i:05}"))).unwrap()
+    };
+    throughput(&[server.client()], &[server.pid()], n, create).await
 }
 
 /// Gets of those PodSets for `how_long`, 32 in flight.
 async fn gets(server: &Server, round: usize, n: usize, how_long: Duration) -> (f64, f64) {
-    let client = server.client();
-    let cpu_before = cpu_us(server.pid());
-    let started = Instant::now();
-    let mut done = 0usize;
-    while started.elapsed() < how_long {
-        let batch = 2000;
-        let codes: Vec<u16> = futures::stream::iter(done..done + batch)
-            .map(|i| {
-                let client = client.clone();
-                let path = format!("{PATH}/r{round}-{:05}", i % n);
-                async move { send(&client, Request::get(path).body(vec![]).unwrap()).await.0 }
-            })
-            .buffer_unordered(CONCURRENCY)
-            .collect()
-            .await;
-        assert!(codes.iter().all(|c| *c == 200), "a get failed: {:?}", codes.iter().find(|c| **c != 200));
-        done += batch;
-    }
-    (done as f64 / started.elapsed().as_secs_f64(), (cpu_us(server.pid()) - cpu_before) / done as f64)
+    let get = move |i: usize| Request::get(format!("{PATH}/r{round}-{:05}", i % n)).body(vec![]).unwrap();
+    throughput_for(&[server.client()], &[server.pid()], how_long, get).await
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

@@ -53,6 +53,24 @@ where
     (n as f64 / elapsed, (cpu() - cpu_before) / n as f64)
 }
 
+/// [`throughput`] for `how_long` rather than a count: requests `0, 1, ...` in batches of 2000 until the time is up;
+/// requests per second and the CPU time per request (µs) of `pids`.
+pub async fn throughput_for<F>(clients: &[kube::Client], pids: &[u32], how_long: Duration, make: F) -> (f64, f64)
+where
+    F: Fn(usize) -> Request<Vec<u8>> + Send + Sync + 'static,
+{
+    const BATCH: usize = 2000;
+    let make = Arc::new(make);
+    let (started, mut done, mut cpu) = (Instant::now(), 0usize, 0.0);
+    while started.elapsed() < how_long {
+        let (from, make) = (done, make.clone());
+        let (_, cpu_each) = throughput(clients, pids, BATCH, move |i| make(from + i)).await;
+        cpu += cpu_each * BATCH as f64;
+        done += BATCH;
+    }
+    (done as f64 / started.elapsed().as_secs_f64(), cpu / done as f64)
+}
+
 /// A PodSet of about 0.7 KB as a client sends it (the server adds managedFields, uid, timestamps).
 pub fn podset(api_version: &str, name: &str) -> Vec<u8> {
     serde_json::to_vec(&json!({
