@@ -35,6 +35,22 @@ fn aescbc(name: &str, secret: &str) -> String {
     format!("  - aescbc:\n      keys:\n      - name: {name}\n        secret: {secret}\n")
 }
 
+/// `providers` (as `config` takes them) written to `dir/encryption.yaml`: the file, and the flag naming it.
+fn config_file(dir: &Path, providers: &str) -> (std::path::PathBuf, String) {
+    let file = dir.join("encryption.yaml");
+    std::fs::write(&file, config(providers)).unwrap();
+    let flag = format!("--encryption-provider-config={}", file.display());
+    (file, flag)
+}
+
+/// A PodSet named `name` whose template carries `MARKER` in an env value.
+fn marked_podset(name: &str) -> serde_json::Value {
+    let mut ps = common::podset(name, 0);
+    ps["spec"]["template"] = json!({"metadata": {"labels": {"app": name}}, "spec": {"containers": [
+        {"name": "c", "image": "busybox", "env": [{"name": "TOKEN", "value": MARKER}]}]}});
+    ps
+}
+
 fn providers(text: &str) -> Providers {
     let config = EncryptionConfig::parse("test.yaml", text.as_bytes().to_vec()).expect("valid configuration");
     config.providers_for("podsets", "demo.k8s.io", &no_kms).unwrap().expect("covers podsets")
@@ -305,10 +321,8 @@ fn kube_apiserver_and_we_encrypt_values_alike() {
                 c.restart_podset_apiserver();
                 let name = format!("{provider}-web");
                 c.apply_text(&name, &manifest.replace("NAME", &name).replace("MARKER", MARKER));
-                let mut ps = common::podset(&name, 0);
+                let mut ps = marked_podset(&name);
                 ps["metadata"]["namespace"] = "enc".into();
-                ps["spec"]["template"] = json!({"metadata": {"labels": {"app": &name}}, "spec": {"containers": [
-                    {"name": "c", "image": "busybox", "env": [{"name": "TOKEN", "value": MARKER}]}]}});
                 c.apply_text(&format!("ps-{name}"), &serde_json::to_string(&ps).unwrap());
 
                 let kube_key = format!("/registry/{resource}/enc/{name}");
@@ -399,9 +413,7 @@ async fn keys_rotate_by_reload_and_a_lost_key_is_a_clear_error() {
     use common::{json, podset, raw, TestServer};
     use http::Request;
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("encryption.yaml");
-    std::fs::write(&file, config(&aescbc("a", KEY_A))).unwrap();
-    let flag = format!("--encryption-provider-config={}", file.display());
+    let (file, flag) = config_file(dir.path(), &aescbc("a", KEY_A));
     let server = TestServer::start(&[
         &flag,
         "--encryption-provider-config-automatic-reload",
@@ -480,13 +492,12 @@ async fn keys_rotate_by_reload_and_a_lost_key_is_a_clear_error() {
 #[test]
 fn a_bad_configuration_stops_the_start() {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("encryption.yaml");
-    std::fs::write(&file, config("  - aescbc:\n      keys:\n      - name: short\n        secret: MTIzNDU2Nzg=\n"))
-        .unwrap();
+    let (_, flag) =
+        config_file(dir.path(), "  - aescbc:\n      keys:\n      - name: short\n        secret: MTIzNDU2Nzg=\n");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_podset-apiserver"))
         .args(["--insecure-allow-all", "--secure-port=0", "--data-dir"])
         .arg(dir.path().join("data"))
-        .arg(format!("--encryption-provider-config={}", file.display()))
+        .arg(flag)
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -504,7 +515,7 @@ fn a_bad_configuration_stops_the_start() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kms_v2_encrypts_through_its_plugin_and_survives_its_outage() {
     use aes_gcm::aead::{Aead, KeyInit, Payload};
-    use common::{json, podset, raw, TestServer};
+    use common::{json, raw, TestServer};
     use http::Request;
     use podset_apiserver::storage::value::kmsv2::api::EncryptedObject;
     use prost::Message;
@@ -513,16 +524,15 @@ async fn kms_v2_encrypts_through_its_plugin_and_survives_its_outage() {
     let socket = dir.path().join("kms.sock");
     let plugin = podset_envtest::kms::KmsPlugin::start(&socket);
     let etcd = podset_envtest::etcd::Etcd::start(&dir.path().join("etcd"));
-    let file = dir.path().join("encryption.yaml");
     let provider = format!(
         "  - kms:\n      apiVersion: v2\n      name: test-kms\n      endpoint: unix://{}\n      timeout: 2s\n",
         socket.display()
     );
-    std::fs::write(&file, config(&provider)).unwrap();
+    let (_, flag) = config_file(dir.path(), &provider);
     let args = [
         "--storage-backend=etcd".to_owned(),
         format!("--etcd-servers={}", etcd.url()),
-        format!("--encryption-provider-config={}", file.display()),
+        flag,
         "--encryption-provider-kms-poll-interval=500ms".into(),
         "--encryption-provider-kms-write-ttl=3s".into(),
     ];
@@ -532,9 +542,7 @@ async fn kms_v2_encrypts_through_its_plugin_and_survives_its_outage() {
     let create = |name: String| {
         let client = client.clone();
         async move {
-            let mut ps = podset(&name, 0);
-            ps["spec"]["template"] = json!({"metadata": {"labels": {"app": &name}}, "spec": {"containers": [
-                {"name": "c", "image": "busybox", "env": [{"name": "TOKEN", "value": MARKER}]}]}});
+            let ps = marked_podset(&name);
             let req = Request::post(path).header("content-type", "application/json");
             let (code, _, body) = raw(&client, req.body(serde_json::to_vec(&ps).unwrap()).unwrap()).await;
             (code, json(&body))
@@ -546,6 +554,14 @@ async fn kms_v2_encrypts_through_its_plugin_and_survives_its_outage() {
     let (encrypts, decrypts, _) = plugin.calls();
     assert_eq!((encrypts, decrypts), (1, 0), "one seed for every write, no call per write");
     assert!(plugin.authorities().iter().all(|a| a == "localhost"), "{:?}", plugin.authorities());
+    let text = metrics(&client).await;
+    for series in [
+        r#"apiserver_envelope_encryption_key_id_hash_total{transformation_type="to_storage",provider_name="test-kms","#,
+        r#"apiserver_envelope_encryption_kms_operations_latency_seconds_count{provider_name="test-kms",method_name="/v2.KeyManagementService/Encrypt",grpc_status_code="OK"}"#,
+        r#"apiserver_envelope_encryption_dek_source_cache_size{provider_name="test-kms"} 1"#,
+    ] {
+        assert!(text.contains(series), "{series}");
+    }
 
     // The values: kube-apiserver's envelope, read here without our code: HKDF-SHA256 from the seed the plugin
     // was given, AES-256-GCM bound to the etcd key.
@@ -651,18 +667,14 @@ async fn kms_v2_encrypts_through_its_plugin_and_survives_its_outage() {
 /// given, so the restored store holds nothing in the clear, and a server with the same configuration reads them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_encrypts_what_it_writes() {
-    use common::{podset, raw, TestServer};
+    use common::{raw, TestServer};
     use http::Request;
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("encryption.yaml");
-    std::fs::write(&file, config(&aescbc("a", KEY_A))).unwrap();
-    let flag = format!("--encryption-provider-config={}", file.display());
+    let (_, flag) = config_file(dir.path(), &aescbc("a", KEY_A));
     let source = TestServer::start(&[&flag]);
     let client = source.client();
     let path = "/apis/demo.k8s.io/v1alpha1/namespaces/default/podsets";
-    let mut ps = podset("web", 0);
-    ps["spec"]["template"] = json!({"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [
-        {"name": "c", "image": "busybox", "env": [{"name": "TOKEN", "value": MARKER}]}]}});
+    let ps = marked_podset("web");
     let req = Request::post(path).header("content-type", "application/json");
     assert_eq!(raw(&client, req.body(serde_json::to_vec(&ps).unwrap()).unwrap()).await.0, 201);
     let (_, _, list) = raw(&client, Request::get("/apis/demo.k8s.io/v1alpha1/podsets").body(vec![]).unwrap()).await;
@@ -687,7 +699,8 @@ async fn a_restore_encrypts_what_it_writes() {
     assert!(String::from_utf8_lossy(&body).contains(MARKER));
 }
 
-/// KMS v2 on sled: after a restart the load (on a blocking thread) reads the seed back through the plugin.
+/// KMS v2 on sled: after a restart the load (on a blocking thread) reads the seed back through the plugin; a
+/// restart while the plugin is down waits for it before loading, so nothing reads as unreadable once it is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kms_v2_on_sled_reads_back_after_a_restart() {
     use common::{raw, TestServer};
@@ -695,11 +708,9 @@ async fn kms_v2_on_sled_reads_back_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("kms.sock");
     let plugin = podset_envtest::kms::KmsPlugin::start(&socket);
-    let file = dir.path().join("encryption.yaml");
     let provider =
         format!("  - kms:\n      apiVersion: v2\n      name: sled-kms\n      endpoint: unix://{}\n", socket.display());
-    std::fs::write(&file, config(&provider)).unwrap();
-    let flag = format!("--encryption-provider-config={}", file.display());
+    let (_, flag) = config_file(dir.path(), &provider);
     let mut server = TestServer::start(&[&flag]);
     let path = "/apis/demo.k8s.io/v1alpha1/namespaces/default/podsets";
     let body = serde_json::to_vec(&common::podset("web", 0)).unwrap();
@@ -711,4 +722,21 @@ async fn kms_v2_on_sled_reads_back_after_a_restart() {
     assert_eq!(code, 200);
     assert!(plugin.calls().1 >= 1, "the seed was decrypted by the plugin at the load");
     assert_eq!(files_contain(&server.data_dir.join("db"), b"\"app\":\"web\""), Vec::<String>::new());
+
+    let mut server = server;
+    server.terminate();
+    plugin.stop();
+    let plugin = std::sync::Arc::new(plugin);
+    let back = {
+        let plugin = plugin.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(3));
+            plugin.resume();
+        })
+    };
+    let server = server.restart();
+    back.join().unwrap();
+    assert!(server.log_contains("waiting for the KMS v2 plugins to answer before loading the store"));
+    let (code, _, body) = raw(&server.client(), Request::get(format!("{path}/web")).body(vec![]).unwrap()).await;
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
 }
