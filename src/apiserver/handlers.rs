@@ -117,7 +117,7 @@ async fn dispatch(app: &App, info: &RequestInfo, req: Request, user: Arc<UserInf
             Ok(resp)
         }
         Target::Version => plain_doc(&d.version, headers),
-        Target::Metrics => metrics_response(&app.registry).await,
+        Target::Metrics => Ok(metrics_response(&app.registry)),
         Target::Health(endpoint, check) => {
             if method != Method::GET && method != Method::HEAD {
                 return Err(ApiError::method_not_allowed(&method, "health"));
@@ -128,13 +128,13 @@ async fn dispatch(app: &App, info: &RequestInfo, req: Request, user: Arc<UserInf
 }
 
 /// `/metrics`: the object count is read now (kube-apiserver polls it; a count from the cache is cheap).
-async fn metrics_response(registry: &Registry) -> ApiResult<Response> {
+fn metrics_response(registry: &Registry) -> Response {
     let objects = registry.object_count();
     let resource = crate::metrics::ResourceLabel { resource: format!("{PLURAL}.{GROUP}") };
     crate::metrics::global().storage_objects.get_or_create(&resource).set(objects as i64);
     let mut resp = bytes_response(StatusCode::OK, crate::metrics::CONTENT_TYPE, Bytes::from(crate::metrics::encode()));
     resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    Ok(resp)
+    resp
 }
 
 fn plain_doc(doc: &Doc, headers: &HeaderMap) -> ApiResult<Response> {
