@@ -24,11 +24,11 @@ use std::time::Duration;
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 pub use handlers::{App, MAX_BODY_BYTES};
@@ -36,6 +36,7 @@ pub use watch::WatchConfig;
 
 use crate::registry::Registry;
 use auth::{Authenticator, Authorizer, ConnInfo};
+use filters::goaway::ConnectionGoaway;
 use filters::FilterLayer;
 
 /// How long a client has to finish the TLS handshake.
@@ -59,6 +60,8 @@ pub struct ServerConfig {
     pub min_request_timeout: Duration,
     /// `--audit-*`: where audit events go.
     pub audit: Option<audit::Auditor>,
+    /// `--goaway-chance`.
+    pub goaway_chance: f64,
 }
 
 /// HTTP/1.1 and HTTP/2 as k8s.io/apiserver serves them: at most `max_streams` streams a connection, 256 KiB
@@ -90,6 +93,7 @@ struct Filters {
     max_in_flight: FilterLayer<filters::MaxInFlight>,
     authorization: FilterLayer<filters::authorization::Authorization>,
     timeout: filters::RequestTimeoutLayer,
+    goaway: FilterLayer<filters::goaway::ProbabilisticGoaway>,
 }
 
 /// A bound, not yet serving, server.
@@ -122,6 +126,7 @@ impl Server {
             audit: FilterLayer::new(filters::audit::Audit(cfg.audit)),
             max_in_flight: FilterLayer::new(cfg.max_in_flight),
             authorization: FilterLayer::new(filters::authorization::Authorization(cfg.authorizer)),
+            goaway: FilterLayer::new(filters::goaway::ProbabilisticGoaway::new(cfg.goaway_chance)),
         };
         let app = Arc::new(App {
             registry,
@@ -157,6 +162,7 @@ impl Server {
             .layer(FilterLayer::new(filters::audit_init::AuditInit))
             .layer(FilterLayer::new(filters::panics::PanicRecovery))
             .layer(filters::RequestInfoLayer)
+            .layer(f.goaway)
             .layer(f.timeout)
             .layer(FilterLayer::new(filters::httplog::HttpLog))
             .layer(f.authentication)
@@ -165,7 +171,8 @@ impl Server {
             .layer(f.max_in_flight)
             .layer(f.authorization)
             .service(handler);
-        let graceful = GracefulShutdown::new();
+        // Every connection's task, so shutdown can wait for them.
+        let connections = TaskTracker::new();
         let shutdown = self.app.watch.shutdown.clone();
         loop {
             let (tcp, remote) = tokio::select! {
@@ -183,8 +190,8 @@ impl Server {
             let acceptor = self.acceptor.clone();
             let chain = chain.clone();
             let builder = self.connections.clone();
-            let watcher = graceful.watcher();
-            tokio::spawn(async move {
+            let shutdown = shutdown.clone();
+            connections.spawn(async move {
                 let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                     Ok(Ok(tls)) => tls,
                     Ok(Err(e)) => {
@@ -194,21 +201,35 @@ impl Server {
                     Err(_) => return,
                 };
                 let conn = ConnInfo::new(remote, tls.get_ref().1.peer_certificates());
+                let goaway = ConnectionGoaway::default();
+                let asked = goaway.clone();
                 let svc = chain.map_request(move |req: axum::extract::Request<hyper::body::Incoming>| {
                     let mut req = req.map(axum::body::Body::new);
                     req.extensions_mut().insert(conn.clone());
+                    req.extensions_mut().insert(goaway.clone());
                     req
                 });
                 let connection =
                     builder.serve_connection_with_upgrades(TokioIo::new(tls), TowerToHyperService::new(svc));
-                if let Err(e) = watcher.watch(connection.into_owned()).await {
+                let mut connection = std::pin::pin!(connection);
+                // Shutdown, or a GOAWAY asked for by a request: a graceful close (HTTP/2's GOAWAY, or no
+                // keep-alive), open requests answered first.
+                let ended = tokio::select! {
+                    ended = connection.as_mut() => ended,
+                    _ = async { tokio::select! { _ = shutdown.cancelled() => {}, _ = asked.requested() => {} } } => {
+                        connection.as_mut().graceful_shutdown();
+                        connection.await
+                    }
+                };
+                if let Err(e) = ended {
                     tracing::debug!(%remote, error = %e, "connection ended with an error");
                 }
             });
         }
         drop(self.listener);
+        connections.close();
         tracing::info!("shutting down: waiting for in-flight requests");
-        if tokio::time::timeout(self.shutdown_grace, graceful.shutdown()).await.is_err() {
+        if tokio::time::timeout(self.shutdown_grace, connections.wait()).await.is_err() {
             tracing::warn!("in-flight requests did not finish within {:?}", self.shutdown_grace);
         }
     }

@@ -93,6 +93,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
         bookmark_interval: opts.serving.bookmark_interval(),
         shutdown_grace: opts.serving.shutdown_grace(),
         http2_max_streams: opts.serving.http2_max_streams(),
+        goaway_chance: opts.serving.goaway_chance,
         max_in_flight: MaxInFlight::new(
             opts.server_run.max_requests_inflight,
             opts.server_run.max_mutating_requests_inflight,

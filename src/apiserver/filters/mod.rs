@@ -7,6 +7,7 @@
 //! | [`panics`] | a panicking request is answered 500, and the server goes on |
 //! | [`requestinfo`] | the request's RequestInfo, worked out once, read by every filter after it |
 //! | tracing | (the slot where a request's span starts) |
+//! | [`goaway`] | `--goaway-chance`: a GOAWAY to the connection after a share of HTTP/2 answers |
 //! | [`timeout`] | `--request-timeout`: 504 when a request runs too long |
 //! | [`httplog`] | request metrics and the request log line |
 //! | [`authentication`] | who is asking; 401 otherwise |
@@ -23,6 +24,7 @@ pub mod audit;
 pub mod audit_init;
 pub mod authentication;
 pub mod authorization;
+pub mod goaway;
 pub mod httplog;
 pub mod impersonation;
 pub mod maxinflight;

@@ -67,6 +67,22 @@ pub struct ServingOptions {
     /// client default, as in k8s.io/apiserver, whose aggregated servers default to 1000.
     #[arg(long, default_value_t = 1000)]
     pub http2_max_streams_per_connection: u32,
+
+    /// To keep HTTP/2 clients (kube-apiserver's proxy among them) from sticking to one replica, send a GOAWAY after
+    /// this share of their requests: the client's requests in flight go on, its next ones reconnect and likely land
+    /// on another replica behind the Service. Watches never get one. 0 (off) to 0.02 (1 in 50); 0.001 is a good
+    /// start. Leave it off with one replica, or without a Service spreading connections.
+    #[arg(long, default_value_t = 0.0, value_parser = goaway_chance)]
+    pub goaway_chance: f64,
+}
+
+fn goaway_chance(s: &str) -> Result<f64, String> {
+    let chance: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    let max = crate::apiserver::filters::goaway::MAX_CHANCE;
+    if !(0.0..=max).contains(&chance) {
+        return Err(format!("--goaway-chance can not be less than 0 or greater than {max}"));
+    }
+    Ok(chance)
 }
 
 /// Where a Pod finds its namespace when the downward API does not say.
