@@ -11,4 +11,5 @@ pub mod metrics;
 pub mod planted;
 pub mod registry;
 pub mod storage;
+pub mod trace;
 pub mod version;

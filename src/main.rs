@@ -1,5 +1,6 @@
 use clap::Parser;
-use podset_apiserver::cmd::{init_tracing, run, Options};
+use podset_apiserver::cmd::telemetry::{self, TracingConfiguration};
+use podset_apiserver::cmd::{run, Options};
 
 /// jemalloc instead of glibc's malloc: a request allocates and frees many small and mid-sized buffers, which glibc
 /// serves with bin consolidation on the request path (about a quarter of the server's CPU per create).
@@ -18,6 +19,7 @@ pub static malloc_conf: &[u8] =
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let opts = Options::parse();
-    init_tracing(opts.log_format);
+    let tracing = opts.tracing_config_file.as_deref().map(TracingConfiguration::load).transpose()?;
+    let _telemetry = telemetry::init(opts.log_format, tracing.as_ref())?;
     run(opts).await
 }

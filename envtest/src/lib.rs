@@ -16,6 +16,7 @@ pub mod etcd;
 pub mod kms;
 mod kubectl;
 pub mod node;
+pub mod otlp;
 mod pki;
 mod process;
 mod replicas;

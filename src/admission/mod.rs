@@ -35,6 +35,7 @@ use async_trait::async_trait;
 use kube::core::{GroupVersionKind, GroupVersionResource};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 pub use error::{denial_code, Error, GroupResource};
 pub use namespace::{NamespaceLifecycle, Namespaces};
@@ -393,7 +394,8 @@ impl Chain {
         loop {
             for (plugin, p) in plugins {
                 let started = std::time::Instant::now();
-                let result = p.admit(a, object.as_deref_mut(), old, out, &mut reinvocation).await;
+                let span = tracing::info_span!("admission.plugin", otel.name = plugin.name(), phase = "admit");
+                let result = p.admit(a, object.as_deref_mut(), old, out, &mut reinvocation).instrument(span).await;
                 observe_plugin(*plugin, "admit", a, started, result.is_err());
                 result?;
             }
@@ -425,7 +427,8 @@ impl Admission for Chain {
             .filter(|h| h.handles(a.operation))
             .filter_map(|h| h.mutating().map(|m| (h.plugin(), m)))
             .collect();
-        let result = self.admit_rounds(&plugins, a, object, old, out).await;
+        let span = tracing::info_span!("admission", otel.name = "Admit", operation = a.operation.as_str());
+        let result = self.admit_rounds(&plugins, a, object, old, out).instrument(span).await;
         observe_step("admit", a, started, result.is_err());
         result
     }
@@ -447,14 +450,18 @@ impl Admission for Chain {
             .filter(|h| h.handles(a.operation))
             .filter_map(|h| h.validating().map(|v| (h.plugin(), v)));
         let mut result = Ok(());
+        let phase = tracing::info_span!("admission", otel.name = "Validate", operation = a.operation.as_str());
         for (plugin, p) in plugins {
             let begun = std::time::Instant::now();
-            result = p.validate(a, object, old, out).await;
+            let span =
+                tracing::info_span!(parent: &phase, "admission.plugin", otel.name = plugin.name(), phase = "validate");
+            result = p.validate(a, object, old, out).instrument(span).await;
             observe_plugin(plugin, "validate", a, begun, result.is_err());
             if result.is_err() {
                 break;
             }
         }
+        drop(phase);
         observe_step("validate", a, started, result.is_err());
         result
     }

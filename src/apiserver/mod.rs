@@ -166,6 +166,7 @@ impl Server {
             .layer(f.timeout)
             .layer(FilterLayer::new(filters::httplog::HttpLog))
             .layer(f.authentication)
+            .layer(FilterLayer::new(filters::traces::Tracing))
             .layer(f.audit)
             .layer(FilterLayer::new(filters::impersonation::Impersonation))
             .layer(f.max_in_flight)

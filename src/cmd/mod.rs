@@ -2,23 +2,19 @@
 //! server, as sample-apiserver's `pkg/cmd/server`.
 
 mod backup;
+pub mod config_file;
 pub mod encryption;
 pub mod options;
 mod restore;
 mod start;
+pub mod telemetry;
 
 pub use backup::BackupOptions;
 pub use options::{Command, LogFormat, Options};
 pub use restore::RestoreOptions;
 pub use start::run;
 
-pub fn init_tracing(format: LogFormat) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
+/// Logs, without traces (for the tools that share the server's flags).
+pub fn init_logs(format: LogFormat) -> telemetry::Telemetry {
+    telemetry::init(format, None).expect("logs alone need no configuration")
 }

@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use parking_lot::RwLock;
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use super::state::State;
 use super::{
@@ -94,6 +95,18 @@ impl Cacher {
     }
 
     async fn write(&self, write: Write) -> Result<Arc<Object>> {
+        // k8s.io/apiserver's etcd3 store names its spans so (`Create etcd3`); the backend's own span is its child.
+        let (verb, key) = match &write {
+            Write::Create { key, .. } => ("Create", key),
+            Write::Update { key, .. } => ("GuaranteedUpdate", key),
+            Write::Delete { key, .. } => ("Delete", key),
+        };
+        let span = tracing::info_span!("cacher.write", otel.name = verb, key = %key);
+        self.write_in_cache(write).instrument(span).await
+    }
+
+    /// A write, answered once the cache holds it.
+    async fn write_in_cache(&self, write: Write) -> Result<Arc<Object>> {
         match self.backend.write(write).await {
             Ok(obj) => {
                 // Read-your-writes: reply once the cache holds the write. If the change stream is down, the write
@@ -216,15 +229,17 @@ async fn follow(
 #[async_trait]
 impl Store for Cacher {
     async fn get(&self, key: &str) -> Result<Option<Arc<Object>>> {
-        let object = self.inner.state.read().objects.get(key).cloned();
-        if let Some(o) = &object {
-            o.check_readable()?;
-        }
-        Ok(object)
+        tracing::info_span!("cacher.Get", key).in_scope(|| {
+            let object = self.inner.state.read().objects.get(key).cloned();
+            if let Some(o) = &object {
+                o.check_readable()?;
+            }
+            Ok(object)
+        })
     }
 
     async fn list(&self, opts: ListOptions) -> Result<ListResult> {
-        self.inner.state.read().list(&opts)
+        tracing::info_span!("cacher.GetList").in_scope(|| self.inner.state.read().list(&opts))
     }
 
     async fn create(&self, key: &str, object: Draft) -> Result<Arc<Object>> {

@@ -18,6 +18,7 @@ use etcd_client::{
 use futures::future::{BoxFuture, FutureExt, Shared};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
+use tracing::Instrument;
 
 use super::value::{Read, Transformer};
 use super::{
@@ -249,7 +250,8 @@ impl EtcdBackend {
     /// failed (kube-rs does, by default) and then see their own write as a conflict or a 404.
     async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse> {
         let mut kv = kv_client(&self.client);
-        match tokio::time::timeout(self.timeout, kv.txn(txn)).await {
+        let span = tracing::info_span!("etcd3.txn", otel.name = "Txn etcd3", otel.kind = "client");
+        match tokio::time::timeout(self.timeout, kv.txn(txn)).instrument(span).await {
             Ok(r) => r.map_err(write_error),
             Err(_) => Err(StorageError::Timeout(format!("etcd transaction took longer than {:?}", self.timeout))),
         }

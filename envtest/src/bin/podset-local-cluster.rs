@@ -92,7 +92,7 @@ fn serve(flags: Vec<OsString>) -> ExitCode {
     let mut argv = vec![OsString::from("podset-apiserver")];
     argv.extend(flags);
     let opts = podset_apiserver::cmd::Options::parse_from(argv);
-    podset_apiserver::cmd::init_tracing(opts.log_format);
+    let _logs = podset_apiserver::cmd::init_logs(opts.log_format);
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
     match rt.block_on(podset_apiserver::cmd::run(opts)) {
         Ok(()) => ExitCode::SUCCESS,

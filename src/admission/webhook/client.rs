@@ -345,7 +345,8 @@ impl WebhookClients {
             Credentials::Basic(b) => req = req.header(http::header::AUTHORIZATION, format!("Basic {b}")),
             _ => {}
         }
-        let req = req.body(Full::new(body)).map_err(|e| CallError::Url(e.to_string()))?;
+        let mut req = req.body(Full::new(body)).map_err(|e| CallError::Url(e.to_string()))?;
+        crate::trace::inject_current(req.headers_mut());
         let call = async {
             let resp = client.request(req).await.map_err(|source| CallError::Transport { url: url.clone(), source })?;
             let code = resp.status().as_u16();

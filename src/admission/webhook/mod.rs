@@ -11,6 +11,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::{
@@ -349,7 +350,18 @@ async fn call(
     let version = ReviewVersion::pick(&hook.review_versions).map_err(calling)?;
     let uid = uuid::Uuid::new_v4().to_string();
     let request = review::request(version, &uid, &invocation.attributes, a, invocation.object(), invocation.old());
-    let body = clients.post(&hook.client_config, &request, hook.timeout).await.map_err(calling)?;
+    // k8s.io/apiserver's span for a webhook call; the call carries its context.
+    let span = tracing::info_span!(
+        "webhook",
+        otel.name = if mutating { "Call mutating webhook" } else { "Call validating webhook" },
+        configuration = %hook.configuration,
+        webhook = %hook.name,
+        resource = %format_args!("{}/{}, Resource={}", a.resource.group, a.resource.version, a.resource.resource),
+        subresource = a.subresource.as_str(),
+        operation = a.operation.as_str(),
+        UID = %uid,
+    );
+    let body = clients.post(&hook.client_config, &request, hook.timeout).instrument(span).await.map_err(calling)?;
     let answer = review::answer(version, &uid, mutating, &body).map_err(calling)?;
     for (k, v) in &answer.audit_annotations {
         out.audit_annotations.insert(format!("{}/{k}", hook.name), v.clone());

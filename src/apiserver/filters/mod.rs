@@ -6,11 +6,11 @@
 //! | [`audit_init`] | the request's audit ID (kube-apiserver's `Audit-ID`, or a new one), echoed in the answer |
 //! | [`panics`] | a panicking request is answered 500, and the server goes on |
 //! | [`requestinfo`] | the request's RequestInfo, worked out once, read by every filter after it |
-//! | tracing | (the slot where a request's span starts) |
 //! | [`goaway`] | `--goaway-chance`: a GOAWAY to the connection after a share of HTTP/2 answers |
 //! | [`timeout`] | `--request-timeout`: 504 when a request runs too long |
 //! | [`httplog`] | request metrics and the request log line |
 //! | [`authentication`] | who is asking; 401 otherwise |
+//! | [`traces`] | the request's span (with `--tracing-config-file`), a trusted caller's `traceparent` its parent |
 //! | [`audit`] | the audit events of the request, as the policy asks |
 //! | [`impersonation`] | impersonation headers refused |
 //! | [`maxinflight`] | 429 when too many requests run at once |
@@ -31,6 +31,7 @@ pub mod maxinflight;
 pub mod panics;
 pub mod requestinfo;
 pub mod timeout;
+pub mod traces;
 
 use std::convert::Infallible;
 use std::future::Future;

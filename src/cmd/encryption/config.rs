@@ -10,6 +10,7 @@ use base64::Engine;
 use serde::Deserialize;
 
 use crate::api::validation::FieldError;
+use crate::cmd::config_file::{aggregate, decode_strict};
 use crate::storage::value::{Cbc, Gcm, Provider, Providers, Secretbox, Transform, ValueError};
 
 pub const API_VERSION: &str = "apiserver.config.k8s.io/v1";
@@ -129,18 +130,7 @@ impl EncryptionConfig {
             format!("error while parsing file: error decoding encryption provider configuration file \"{path}\": {e}")
         };
         let text = std::str::from_utf8(&content).map_err(|e| decoding(&e))?;
-        let mut unknown = Vec::new();
-        let file: File = serde_ignored::deserialize(serde_yaml::Deserializer::from_str(text), |p| {
-            unknown.push(format!("{:?}", field_path(&p)))
-        })
-        .map_err(|e| decoding(&e))?;
-        // Strict, as kube-apiserver 1.31+ decodes it: a typo is an error, not a key silently left out.
-        if !unknown.is_empty() {
-            return Err(decoding(&format!(
-                "strict decoding error: unknown field {}",
-                unknown.join(", unknown field ")
-            )));
-        }
+        let file: File = decode_strict(text).map_err(|e| decoding(&e))?;
         if file.kind.is_empty() {
             return Err(decoding(&"Object 'Kind' is missing"));
         }
@@ -234,20 +224,6 @@ fn masked(file: &File) -> Result<(), String> {
     Ok(())
 }
 
-/// A field's path as kube reports it (`resources[0].providers[1].kms.pandas`).
-fn field_path(path: &serde_ignored::Path<'_>) -> String {
-    use serde_ignored::Path;
-    match path {
-        Path::Root => String::new(),
-        Path::Seq { parent, index } => format!("{}[{index}]", field_path(parent)),
-        Path::Map { parent, key } => match field_path(parent) {
-            p if p.is_empty() => key.clone(),
-            p => format!("{p}.{key}"),
-        },
-        Path::Some { parent } | Path::NewtypeStruct { parent } | Path::NewtypeVariant { parent } => field_path(parent),
-    }
-}
-
 fn spec(p: ProviderConfiguration) -> ProviderSpec {
     let keys = |c: AesConfiguration| {
         c.keys
@@ -261,13 +237,6 @@ fn spec(p: ProviderConfiguration) -> ProviderSpec {
         ProviderConfiguration { secretbox: Some(c), .. } => ProviderSpec::Secretbox(keys(c)),
         ProviderConfiguration { kms: Some(c), .. } => ProviderSpec::Kms(c),
         _ => ProviderSpec::Identity,
-    }
-}
-
-fn aggregate(errors: &[FieldError]) -> String {
-    match errors {
-        [one] => one.to_string(),
-        many => format!("[{}]", many.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")),
     }
 }
 

@@ -81,6 +81,12 @@ pub struct Options {
     #[arg(long, value_enum, hide = true)]
     pub planted_bug: Option<crate::planted::Bug>,
 
+    /// An apiserver.config.k8s.io TracingConfiguration (v1, v1beta1 or v1alpha1), as kube-apiserver takes: spans
+    /// are exported over OTLP/gRPC to its `endpoint` (default localhost:4317), `samplingRatePerMillion` of new
+    /// traces sampled. Without it, no span is made.
+    #[arg(long, help_heading = "Tracing")]
+    pub tracing_config_file: Option<PathBuf>,
+
     /// Log format.
     #[arg(long, value_enum, default_value = "text", help_heading = "Logging")]
     pub log_format: LogFormat,
@@ -119,8 +125,9 @@ pub(crate) async fn client_from(path: Option<&Path>, retry: bool) -> anyhow::Res
     };
     cfg.default_retry = retry;
     let auth = cfg.auth_info.clone();
-    match kube::Client::try_from(cfg) {
-        Ok(client) => Ok(Some(client)),
+    // Each request a client span, carrying the trace context of the request or reconcile that makes it.
+    match kube::client::ClientBuilder::try_from(cfg) {
+        Ok(builder) => Ok(Some(builder.with_layer(&crate::trace::ClientTracing).build())),
         Err(e) => {
             check_client_certificate(&auth, &origin)?;
             Err(anyhow::Error::new(e).context(format!("a client from {origin}")))

@@ -50,7 +50,8 @@ impl Default for SledOptions {
 }
 
 enum Op {
-    Write(Write, oneshot::Sender<Result<Arc<Object>>>),
+    /// With the span of the request that asked, which the group commit's span follows.
+    Write(Write, oneshot::Sender<Result<Arc<Object>>>, tracing::Span),
     /// Drop history up to `compact_to`, even if no write comes to carry it.
     Compact,
     /// Can the store write? (Recovers first if it could not.)
@@ -211,7 +212,7 @@ impl Backend for SledBackend {
     async fn write(&self, write: Write) -> Result<Arc<Object>> {
         let (reply, rx) = oneshot::channel();
         let requests = self.requests.as_ref().ok_or(StorageError::Closed)?;
-        requests.send(Op::Write(write, reply)).await.map_err(|_| StorageError::Closed)?;
+        requests.send(Op::Write(write, reply, tracing::Span::current())).await.map_err(|_| StorageError::Closed)?;
         rx.await.map_err(|_| StorageError::Closed)?
     }
 
@@ -406,10 +407,13 @@ impl Writer {
     fn commit(&mut self, group: Vec<Op>) {
         // Any compaction queued is taken up by this group, or dropped with it if it is refused: let the next one queue.
         self.shared.compact_queued.store(false, Ordering::Release);
-        let (mut writes, mut checks) = (Vec::new(), Vec::new());
+        let (mut writes, mut checks, mut asked) = (Vec::new(), Vec::new(), Vec::new());
         for op in group {
             match op {
-                Op::Write(write, reply) => writes.push((write, reply)),
+                Op::Write(write, reply, span) => {
+                    writes.push((write, reply));
+                    asked.push(span);
+                }
                 Op::Check(reply) => checks.push(reply),
                 Op::Compact => {}
             }
@@ -446,6 +450,13 @@ impl Writer {
         batch.insert(META_COMPACTED, &codec::encode_u64(compacted));
         batch.insert(META_REVISION, &codec::encode_u64(revision));
 
+        // One span for the group's batch and fsync, a child of the first request's span and linked to the others'.
+        let span =
+            tracing::info_span!(parent: asked.first().and_then(|s| s.id()), "sled.commit", writes = changes.len());
+        for other in asked.iter().skip(1) {
+            span.follows_from(other);
+        }
+        let _commit = span.enter();
         let started = std::time::Instant::now();
         // Under the publish lock: a replay from the log (`watch`) or a load never sees a batch not yet published.
         let mut published = self.shared.published.lock();

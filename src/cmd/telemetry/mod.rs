@@ -1,0 +1,124 @@
+//! Logs and traces. Logs go to stderr (text or JSON, `RUST_LOG` filtering); with `--tracing-config-file` the
+//! server's spans (requests, admission, storage, the controller's reconciles and calls) are exported over OTLP/gRPC
+//! as kube-apiserver exports its own: batched in a bounded queue on a thread of their own, so a slow or missing
+//! collector costs dropped spans, never a waiting request. Without the file no span is made at all.
+
+pub mod config;
+
+use std::time::Duration;
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry::KeyValue;
+use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
+use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider};
+use tracing_subscriber::filter::{filter_fn, FilterExt};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+pub use config::TracingConfiguration;
+
+use super::LogFormat;
+
+/// The service our spans come from (kube-apiserver's are `apiserver`).
+pub const SERVICE_NAME: &str = "podset-apiserver";
+
+/// How long one export may take before the batch is given up.
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Spans waiting for export; more are dropped (and counted by the SDK's log).
+const MAX_QUEUE: usize = 2048;
+
+/// The exporter, flushed when dropped.
+#[must_use = "dropping it stops the export"]
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        if let Some(p) = self.provider.take() {
+            // Spans still queued go out, within the export timeout.
+            let _ = p.shutdown();
+        }
+    }
+}
+
+/// Sets up logging, and tracing when `tracing` is given. Must run inside the Tokio runtime (the exporter's gRPC
+/// channel lives there).
+pub fn init(format: LogFormat, tracing: Option<&TracingConfiguration>) -> anyhow::Result<Telemetry> {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // Spans are for the exporter: the log lines stay as they are, without span context.
+    let events = filter.and(filter_fn(|m| !m.is_span()));
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi);
+    let logs = match format {
+        LogFormat::Text => fmt.with_filter(events).boxed(),
+        LogFormat::Json => fmt.json().with_filter(events).boxed(),
+    };
+    let (provider, spans) = match tracing {
+        None => (None, None),
+        Some(config) => {
+            let provider = provider(config)?;
+            let layer = tracing_opentelemetry::layer()
+                .with_tracer(provider.tracer(SERVICE_NAME))
+                .with_location(false)
+                .with_threads(false)
+                .with_level(false)
+                .with_target(false)
+                .with_tracked_inactivity(false)
+                // Only this server's spans; its log events stay logs.
+                .with_filter(filter_fn(|m| m.is_span() && m.target().starts_with("podset_apiserver")));
+            (Some(provider), Some(layer))
+        }
+    };
+    tracing_subscriber::registry().with(logs).with(spans).init();
+    Ok(Telemetry { provider })
+}
+
+/// kube's `NewProvider`: OTLP/gRPC without TLS, batched; sampled as the caller's trusted context says, else
+/// `samplingRatePerMillion` of new traces.
+fn provider(config: &TracingConfiguration) -> anyhow::Result<SdkTracerProvider> {
+    let exporter = opentelemetry_otlp::SpanExporter::builder().with_tonic().with_timeout(EXPORT_TIMEOUT);
+    let exporter = match config.endpoint() {
+        config::Endpoint::Tcp(address) => exporter.with_endpoint(format!("http://{address}")),
+        config::Endpoint::Unix(path) => {
+            let channel = tonic::transport::Endpoint::from_static("http://localhost").connect_with_connector_lazy(
+                tower::service_fn(move |_| {
+                    let path = path.clone();
+                    async move {
+                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                            tokio::net::UnixStream::connect(&path).await?,
+                        ))
+                    }
+                }),
+            );
+            exporter.with_channel(channel)
+        }
+    }
+    .build()?;
+    let sampler = match config.sampling_ratio() {
+        r if r > 0.0 => Sampler::TraceIdRatioBased(r),
+        _ => Sampler::AlwaysOff,
+    };
+    let batch = BatchSpanProcessor::builder(exporter)
+        .with_batch_config(BatchConfigBuilder::default().with_max_queue_size(MAX_QUEUE).build())
+        .build();
+    let resource = opentelemetry_sdk::Resource::builder()
+        .with_service_name(SERVICE_NAME)
+        .with_attribute(KeyValue::new("service.instance.id", instance()))
+        .build();
+    Ok(SdkTracerProvider::builder()
+        .with_sampler(Sampler::ParentBased(Box::new(sampler)))
+        .with_span_processor(batch)
+        .with_resource(resource)
+        .build())
+}
+
+/// This replica's name: the Pod's, as its host name.
+fn instance() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default()
+}
