@@ -3,6 +3,8 @@
 //! never holds a request; a bad file stops the start.
 
 mod common;
+#[path = "common/webhook.rs"]
+mod webhook;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -164,4 +166,96 @@ fn a_bad_tracing_configuration_stops_the_start() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(want) && err.contains(&path.display().to_string()), "{content}: {err}");
     }
+}
+
+/// Through kube-apiserver's aggregator (which passes `traceparent` on, as 1.31+ sends its own): the admin's
+/// context is the parent of our request span, admission's spans are its children and the webhook is called with
+/// the same trace; a user outside system:masters and system:monitoring gets a trace of its own, linked to theirs.
+#[test]
+fn through_the_aggregator_a_trusted_trace_goes_on_to_the_webhook_and_another_user_s_is_a_link() {
+    common::cluster::in_namespace(
+        "through_the_aggregator_a_trusted_trace_goes_on_to_the_webhook_and_another_user_s_is_a_link",
+        || {
+            use podset_envtest::{Cluster, Credential, ServerCommand};
+            let collector = OtlpReceiver::start();
+            let dir = tempfile::tempdir().unwrap();
+            let flag = format!(
+                "--tracing-config-file={}",
+                tracing_config(dir.path(), &collector.endpoint(), 1_000_000).display()
+            );
+            let c = Cluster::start(ServerCommand {
+                program: env!("CARGO_BIN_EXE_podset-apiserver").into(),
+                args: vec![flag.into()],
+            });
+            common::cluster::runtime().block_on(async {
+                let hook = webhook::WebhookServer::start(podset_envtest::NODE_IP.parse().unwrap()).await;
+                let admin = c.client().await;
+                let config: k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration =
+                    serde_json::from_value(serde_json::json!({
+                        "metadata": {"name": "traced"},
+                        "webhooks": [{
+                            "name": "traced.demo.k8s.io",
+                            "clientConfig": {"url": hook.url("/allow"), "caBundle": base64_of(&hook.ca_pem)},
+                            "rules": [{"apiGroups": ["demo.k8s.io"], "apiVersions": ["*"], "resources": ["podsets"],
+                                       "operations": ["CREATE"]}],
+                            "sideEffects": "None", "admissionReviewVersions": ["v1"], "failurePolicy": "Fail",
+                        }],
+                    }))
+                    .unwrap();
+                kube::Api::all(admin.clone()).create(&Default::default(), &config).await.unwrap();
+
+                // Creates until the webhook sees one (our admission chain picks the configuration up by watch).
+                let trace = "5bf92f3577b34da6a3ce929d0e0e4736";
+                let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                let mut n = 0;
+                while hook.received("/allow").is_empty() {
+                    assert!(std::time::Instant::now() < deadline, "the webhook was never called");
+                    n += 1;
+                    let tp = format!("00-{trace}-{:016x}-01", n);
+                    create(&admin, &format!("traced-{n}"), &format!("agg-{n}"), Some(&tp)).await;
+                }
+                let parent = format!("{n:016x}");
+                let id = format!("agg-{n}");
+                let spans = collector.wait_for(Duration::from_secs(20), |s| {
+                    with_audit_id(s, &id)
+                        .is_some_and(|r| descendants(s, r).iter().any(|c| c.name == "Call validating webhook"))
+                });
+                let request = with_audit_id(&spans, &id).unwrap_or_else(|| panic!("no span for {id}: {spans:#?}"));
+                assert_eq!((request.trace_id.as_str(), request.parent_span_id.as_str()), (trace, parent.as_str()));
+                let below = descendants(&spans, request);
+                let names: Vec<&str> = below.iter().map(|s| s.name.as_str()).collect();
+                for want in ["Admit", "Validate", "Call validating webhook", "Create"] {
+                    assert!(names.contains(&want), "{want} under the request: {names:?}");
+                }
+                let call = below.iter().find(|s| s.name == "Call validating webhook").unwrap();
+                assert_eq!(call.attribute("webhook"), Some("traced.demo.k8s.io"));
+                assert_eq!(call.attribute("operation"), Some("CREATE"));
+                let sent =
+                    hook.received("/allow").last().unwrap().traceparent.clone().expect("a traceparent to the webhook");
+                assert!(sent.starts_with(&format!("00-{trace}-{}-", call.span_id)), "{sent} names the call's span");
+
+                // Jane (not trusted) straight at our server: 403 from authorization, but traced, and linked.
+                let jane = c.client_cert("ca", "jane", Some("dev"));
+                let jane = c.podset_client(Credential::Cert(&jane));
+                let theirs = "6bf92f3577b34da6a3ce929d0e0e4736";
+                let req = Request::get(PODSETS)
+                    .header("Audit-ID", "jane-1")
+                    .header("traceparent", format!("00-{theirs}-00f067aa0ba902b7-01"))
+                    .body(vec![])
+                    .unwrap();
+                assert_eq!(raw(&jane, req).await.0, 403);
+                let spans = collector.wait_for(Duration::from_secs(20), |s| with_audit_id(s, "jane-1").is_some());
+                let span = with_audit_id(&spans, "jane-1").unwrap_or_else(|| panic!("no span for jane: {spans:#?}"));
+                assert_ne!(span.trace_id, theirs, "not in her trace");
+                assert_eq!(span.parent_span_id, "");
+                assert_eq!(span.links, vec![(theirs.to_owned(), "00f067aa0ba902b7".to_owned())]);
+                assert_eq!(span.attribute("http.response.status_code"), Some("403"));
+            });
+        },
+    );
+}
+
+fn base64_of(pem: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(pem)
 }

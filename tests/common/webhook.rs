@@ -25,11 +25,12 @@ use serde_json::{json, Value};
 /// How long `/slow` takes to answer: longer than the 1 s timeout the tests give it.
 pub const SLOW: Duration = Duration::from_secs(4);
 
-/// One review the webhook got: its path, its `Authorization` header, and the review.
+/// One review the webhook got: its path, its `Authorization` and `traceparent` headers, and the review.
 #[derive(Debug, Clone)]
 pub struct Received {
     pub path: String,
     pub authorization: Option<String>,
+    pub traceparent: Option<String>,
     pub review: Value,
 }
 
@@ -150,12 +151,13 @@ async fn handle(
     received: Arc<Mutex<Vec<Received>>>,
 ) -> Result<http::Response<Full<Bytes>>, std::convert::Infallible> {
     let path = req.uri().path().to_owned();
-    let authorization = req.headers().get("authorization").and_then(|v| v.to_str().ok()).map(String::from);
+    let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok()).map(String::from);
+    let (authorization, traceparent) = (header("authorization"), header("traceparent"));
     let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let calls = {
         let mut r = received.lock().unwrap();
-        r.push(Received { path: path.clone(), authorization, review: review.clone() });
+        r.push(Received { path: path.clone(), authorization, traceparent, review: review.clone() });
         r.iter().filter(|x| x.path == path).count()
     };
     let reply = |status: u16, body: Vec<u8>| {
