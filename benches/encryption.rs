@@ -13,36 +13,10 @@ mod common;
 
 use std::time::Duration;
 
-use http::Request;
-
-use common::workload::{podset, throughput, throughput_for};
-use common::{Server, PATH};
+use common::workload::{creates, env, gets, median};
+use common::Server;
 
 const KEY: &str = "YWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWE=";
-
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
-}
-
-/// Creates `n` PodSets named `r<round>-<i>`, 32 in flight: (per second, server CPU µs per request).
-async fn creates(server: &Server, round: usize, n: usize) -> (f64, f64) {
-    let create = move |i: usize| {
-        let req = Request::post(PATH).header("content-type", "application/json");
-        req.body(podset("demo.k8s.io/v1alpha1", &format!("r{round}-{i:05}"))).unwrap()
-    };
-    throughput(&[server.client()], &[server.pid()], n, create).await
-}
-
-/// Gets of those PodSets for `how_long`, 32 in flight.
-async fn gets(server: &Server, round: usize, n: usize, how_long: Duration) -> (f64, f64) {
-    let get = move |i: usize| Request::get(format!("{PATH}/r{round}-{:05}", i % n)).body(vec![]).unwrap();
-    throughput_for(&[server.client()], &[server.pid()], how_long, get).await
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 #[tokio::main]
 async fn main() {

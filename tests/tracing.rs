@@ -61,6 +61,17 @@ fn descendants<'a>(spans: &'a [Span], root: &Span) -> Vec<&'a Span> {
     found
 }
 
+/// `root` and what is under it, indented (what docs/operate.md shows).
+fn tree(spans: &[Span], root: &Span, depth: usize) -> String {
+    let mut out = format!("{}{}\n", "  ".repeat(depth), root.name);
+    let mut children: Vec<&Span> = spans.iter().filter(|s| s.parent_span_id == root.span_id).collect();
+    children.sort_by_key(|s| s.start_unix_nanos);
+    for c in children {
+        out.push_str(&tree(spans, c, depth + 1));
+    }
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_is_a_request_span_with_its_storage_children_and_a_trusted_traceparent_is_its_parent() {
     let dir = tempfile::tempdir().unwrap();
@@ -79,6 +90,7 @@ async fn a_create_is_a_request_span_with_its_storage_children_and_a_trusted_trac
     for (key, want) in [("http.response.status_code", "201"), ("verb", "create"), ("resource", "podsets")] {
         assert_eq!(request.attribute(key), Some(want), "{key}: {request:#?}");
     }
+    eprintln!("{}", tree(&spans, request, 0));
     let below: Vec<&str> = descendants(&spans, request).iter().map(|s| s.name.as_str()).collect();
     for want in ["Create", "sled.commit"] {
         assert!(below.contains(&want), "{want} under the request: {below:?}");
@@ -222,6 +234,7 @@ fn through_the_aggregator_a_trusted_trace_goes_on_to_the_webhook_and_another_use
                 });
                 let request = with_audit_id(&spans, &id).unwrap_or_else(|| panic!("no span for {id}: {spans:#?}"));
                 assert_eq!((request.trace_id.as_str(), request.parent_span_id.as_str()), (trace, parent.as_str()));
+                eprintln!("{}", tree(&spans, request, 0));
                 let below = descendants(&spans, request);
                 let names: Vec<&str> = below.iter().map(|s| s.name.as_str()).collect();
                 for want in ["Admit", "Validate", "Call validating webhook", "Create"] {

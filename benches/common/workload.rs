@@ -262,3 +262,29 @@ pub async fn watch_latency(t: &Target, pids: &[u32], how: &Watchers<'_>, watcher
     lat.sort_by(f64::total_cmp);
     (percentile(&lat, 0.5), percentile(&lat, 0.99), cpu_per_write)
 }
+
+/// A bench's setting from the environment, else `default`.
+pub fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Creates `n` PodSets named `r<round>-<i>` on `server`, `CONCURRENCY` in flight: (per second, server CPU µs per
+/// request).
+pub async fn creates(server: &super::Server, round: usize, n: usize) -> (f64, f64) {
+    let create = move |i: usize| {
+        let req = Request::post(super::PATH).header("content-type", "application/json");
+        req.body(podset("demo.k8s.io/v1alpha1", &format!("r{round}-{i:05}"))).unwrap()
+    };
+    throughput(&[server.client()], &[server.pid()], n, create).await
+}
+
+/// Gets of the PodSets [`creates`] made for `how_long`, `CONCURRENCY` in flight.
+pub async fn gets(server: &super::Server, round: usize, n: usize, how_long: Duration) -> (f64, f64) {
+    let get = move |i: usize| Request::get(format!("{}/r{round}-{:05}", super::PATH, i % n)).body(vec![]).unwrap();
+    throughput_for(&[server.client()], &[server.pid()], how_long, get).await
+}

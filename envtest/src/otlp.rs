@@ -28,6 +28,8 @@ pub struct Span {
     pub attributes: BTreeMap<String, String>,
     /// (trace ID, span ID) of each link.
     pub links: Vec<(String, String)>,
+    pub start_unix_nanos: u64,
+    pub end_unix_nanos: u64,
 }
 
 impl Span {
@@ -169,6 +171,8 @@ impl TraceService for Receiver {
                         kind: s.kind,
                         attributes: attributes(&s.attributes),
                         links: s.links.iter().map(|l| (hex(&l.trace_id), hex(&l.span_id))).collect(),
+                        start_unix_nanos: s.start_time_unix_nano,
+                        end_unix_nanos: s.end_time_unix_nano,
                     });
                 }
             }
