@@ -13,6 +13,28 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+tokio::task_local! {
+    /// Set while a trace that is not sampled runs: its spans would be dropped, so they are not made.
+    static UNSAMPLED: ();
+}
+
+/// Whether the running task's trace is known not to be sampled (the exporter's filter asks, per span).
+pub fn unsampled() -> bool {
+    UNSAMPLED.try_with(|_| ()).is_ok()
+}
+
+/// Runs `f` in `span`. When the span's trace is not sampled, the spans `f` would make under it are not made at
+/// all: an unsampled request costs one span, not one per step.
+pub async fn in_span<F: Future>(span: tracing::Span, f: F) -> F::Output {
+    if span.is_disabled() {
+        return f.await;
+    }
+    match span.context().span().span_context().is_sampled() {
+        true => f.instrument(span).await,
+        false => UNSAMPLED.scope((), f.instrument(span)).await,
+    }
+}
+
 /// The span context a request's `traceparent` names, when it names a valid one.
 pub fn remote(headers: &HeaderMap) -> Option<SpanContext> {
     if !headers.contains_key("traceparent") {

@@ -109,8 +109,12 @@ fn pod_from_template(ps: &PodSet) -> Pod {
 }
 
 /// One pass over one PodSet: a root span of its own, each call to kube-apiserver its child.
-#[tracing::instrument(name = "reconcile", skip_all, fields(namespace = %key.namespace, name = %key.name))]
 pub(crate) async fn reconcile(ctx: &Arc<Context>, key: &PodSetKey) -> Result<(), Error> {
+    let span = tracing::info_span!("reconcile", namespace = %key.namespace, name = %key.name);
+    crate::trace::in_span(span, reconcile_once(ctx, key)).await
+}
+
+async fn reconcile_once(ctx: &Arc<Context>, key: &PodSetKey) -> Result<(), Error> {
     let ns = key.namespace.as_str();
     // From the cache: the change that queued this key is in it, and writes compare revisions anyway.
     let obj = match ctx.registry.get(key, Some(0)).await {

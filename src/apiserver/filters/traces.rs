@@ -9,7 +9,6 @@ use std::sync::Arc;
 use axum::extract::Request;
 use axum::response::Response;
 use opentelemetry::trace::TraceContextExt;
-use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::audit_init::AuditId;
@@ -77,7 +76,7 @@ impl Filter for Tracing {
                 }
             }
         }
-        let resp = next.run(req).instrument(span.clone()).await;
+        let resp = crate::trace::in_span(span.clone(), next.run(req)).await;
         let code = resp.status();
         span.record("http.response.status_code", code.as_u16());
         if code.is_server_error() {

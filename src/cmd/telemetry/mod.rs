@@ -66,8 +66,10 @@ pub fn init(format: LogFormat, tracing: Option<&TracingConfiguration>) -> anyhow
                 .with_level(false)
                 .with_target(false)
                 .with_tracked_inactivity(false)
-                // Only this server's spans; its log events stay logs.
-                .with_filter(filter_fn(|m| m.is_span() && m.target().starts_with("podset_apiserver")));
+                // Only this server's spans (its log events stay logs), and none under a trace not sampled.
+                .with_filter(filter_fn(|m| {
+                    m.is_span() && m.target().starts_with("podset_apiserver") && !crate::trace::unsampled()
+                }));
             (Some(provider), Some(layer))
         }
     };

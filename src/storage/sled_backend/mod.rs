@@ -212,7 +212,8 @@ impl Backend for SledBackend {
     async fn write(&self, write: Write) -> Result<Arc<Object>> {
         let (reply, rx) = oneshot::channel();
         let requests = self.requests.as_ref().ok_or(StorageError::Closed)?;
-        requests.send(Op::Write(write, reply, tracing::Span::current())).await.map_err(|_| StorageError::Closed)?;
+        let asking = if crate::trace::unsampled() { tracing::Span::none() } else { tracing::Span::current() };
+        requests.send(Op::Write(write, reply, asking)).await.map_err(|_| StorageError::Closed)?;
         rx.await.map_err(|_| StorageError::Closed)?
     }
 
@@ -450,10 +451,14 @@ impl Writer {
         batch.insert(META_COMPACTED, &codec::encode_u64(compacted));
         batch.insert(META_REVISION, &codec::encode_u64(revision));
 
-        // One span for the group's batch and fsync, a child of the first request's span and linked to the others'.
-        let span =
-            tracing::info_span!(parent: asked.first().and_then(|s| s.id()), "sled.commit", writes = changes.len());
-        for other in asked.iter().skip(1) {
+        // One span for the group's batch and fsync, a child of the first traced request's span and linked to the
+        // other ones'; none when no request of the group is traced.
+        let mut traced = asked.iter().filter_map(tracing::Span::id);
+        let span = match traced.next() {
+            Some(first) => tracing::info_span!(parent: first, "sled.commit", writes = changes.len()),
+            None => tracing::Span::none(),
+        };
+        for other in traced {
             span.follows_from(other);
         }
         let _commit = span.enter();
