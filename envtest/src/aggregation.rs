@@ -140,7 +140,8 @@ impl Cluster {
 
     /// Lists only these replicas in the Services' Endpoints (the others as not ready), as the endpoints controller
     /// does once a pod fails its readiness probe; a Service's Endpoints name only replicas whose build serves every
-    /// version routed to it.
+    /// version routed to it. Behind a ClusterIP ([`Self::start_replicated_behind_cluster_ip`]), returns once
+    /// kube-proxy routes new connections to exactly those.
     pub fn set_ready_replicas(&self, ready: &[usize]) {
         *self.ready.lock().unwrap() = ready.to_vec();
         self.write_endpoints();
@@ -154,6 +155,7 @@ impl Cluster {
             all.iter().filter(|a| self.registered.contains(&a.version)).map(|a| a.service.as_str()).collect();
         services.sort_unstable();
         services.dedup();
+        let mut routes = Vec::new();
         let docs: Vec<String> = services
             .into_iter()
             .map(|service| {
@@ -172,6 +174,7 @@ impl Cluster {
                         .map(|&i| format!("\n    - ip: {}", REPLICA_IPS[i]))
                         .collect()
                 };
+                routes.push((service, serving.iter().copied().filter(|i| ready.contains(i)).collect::<Vec<_>>()));
                 let (up, down) = (list(true), list(false));
                 let mut subset = String::new();
                 if !up.is_empty() {
@@ -193,6 +196,16 @@ impl Cluster {
             .collect();
         if !docs.is_empty() {
             self.apply_text("endpoints-ready.yaml", &docs.join("---\n"));
+        }
+        if self.cluster_ip_routing {
+            // Until kube-proxy has synced, new connections may still go to a replica just taken out.
+            for (service, want) in routes {
+                self.wait_for(
+                    &format!("kube-proxy to route {service} to replicas {want:?}"),
+                    Duration::from_secs(30),
+                    |_| Self::routed_replicas(service) == want,
+                );
+            }
         }
     }
 }

@@ -17,6 +17,9 @@ use crate::sandbox::{assets_dir, free_port};
 use crate::aggregation::all_versions;
 use crate::{etcd, node, NAMESPACE_YAML, NODE_IP, RBAC_YAML, REPLICA_IPS};
 
+/// The Services' ClusterIPs.
+const SERVICE_CIDR: &str = "10.96.0.0/24";
+
 /// What a client straight at podset-apiserver presents.
 pub enum Credential<'a> {
     None,
@@ -60,6 +63,9 @@ pub struct Cluster {
     /// Logs of replicas killed for good, printed if the test fails.
     pub(crate) dead: Vec<Proc>,
     pub(crate) node: Option<node::Node>,
+    /// kube-apiserver dials each APIService's Service at its ClusterIP, which kube-proxy routes to one endpoint per
+    /// connection, instead of picking an endpoint per request (`--enable-aggregator-routing`).
+    pub(crate) cluster_ip_routing: bool,
     /// The demo workload's image on the node (`podset-demo`), once there is one.
     pub(crate) demo_image: Option<String>,
 }
@@ -74,7 +80,17 @@ impl Cluster {
     /// `--enable-aggregator-routing`, so it picks one per request). With more than one they store PodSets in the cluster's etcd (`--storage-backend=etcd`) and elect a
     /// leader for the controller.
     pub fn start_replicated(server: ServerCommand, replicas: usize) -> Self {
-        Self::start_with(Some(server), replicas, false, Vec::new(), all_versions())
+        Self::start_with(Some(server), replicas, false, false, Vec::new(), all_versions())
+    }
+
+    /// [`Self::start_replicated`] with aggregated requests routed as in a real cluster: kube-apiserver, without
+    /// `--enable-aggregator-routing`, dials each APIService's Service at its ClusterIP, and kube-proxy (iptables
+    /// mode, no node) sends each new connection to one of the Endpoints. kube-apiserver keeps one HTTP/2 connection
+    /// per Service, so a version's requests all go to one replica until that connection ends
+    /// (kubernetes/kubernetes#61296). [`Self::set_ready_replicas`] returns once kube-proxy routes as it says.
+    pub fn start_replicated_behind_cluster_ip(server: ServerCommand, replicas: usize) -> Self {
+        assert!((1..=REPLICA_IPS.len()).contains(&replicas));
+        Self::start_with(Some(server), replicas, false, true, Vec::new(), all_versions())
     }
 
     /// [`Self::start_replicated`] with replica `i` storing PodSets at `etcd_servers[i]` (an etcd of its own, not
@@ -92,20 +108,20 @@ impl Cluster {
         versions: &[String],
     ) -> Self {
         assert!((1..=REPLICA_IPS.len()).contains(&replicas));
-        Self::start_with(Some(server), replicas, false, etcd_servers, versions.to_vec())
+        Self::start_with(Some(server), replicas, false, false, etcd_servers, versions.to_vec())
     }
 
     /// [`Self::start`] with a node ([`node`]): the PodSets' Pods are scheduled, pulled from the images imported
     /// into containerd, and run. Takes about half a minute more.
     pub fn start_with_node(server: ServerCommand) -> Self {
-        Self::start_with(Some(server), 1, true, Vec::new(), all_versions())
+        Self::start_with(Some(server), 1, true, false, Vec::new(), all_versions())
     }
 
     /// The control plane and a node, without podset-apiserver: for deploying it to the node as an admin would
     /// (deploy/, with an image given to [`Self::import_image`]). The node has one 1 Gi PersistentVolume for the
     /// server's claim, as a cluster's storage class would make it.
     pub fn start_node_only() -> Self {
-        let cluster = Self::start_with(None, 0, true, Vec::new(), Vec::new());
+        let cluster = Self::start_with(None, 0, true, false, Vec::new(), Vec::new());
         cluster.add_local_volume("podset-apiserver-data");
         cluster
     }
@@ -142,14 +158,19 @@ impl Cluster {
         server: Option<ServerCommand>,
         replicas: usize,
         with_node: bool,
+        cluster_ip_routing: bool,
         etcd_servers: Vec<String>,
         versions: Vec<String>,
     ) -> Self {
         assert!(replicas <= REPLICA_IPS.len() && (replicas > 0) == server.is_some());
+        assert!(!(with_node && cluster_ip_routing), "a node runs its own kube-proxy");
         let assets = assets_dir();
         let mut needed = vec!["etcd", "kube-apiserver", "kube-controller-manager", "kubectl"];
         if with_node {
             needed.extend(node::NODE_BINARIES);
+        }
+        if cluster_ip_routing {
+            needed.push("kube-proxy");
         }
         for bin in needed {
             assert!(
@@ -178,9 +199,13 @@ impl Cluster {
             replica_etcd: etcd_servers,
             dead: Vec::new(),
             node: None,
+            cluster_ip_routing,
             demo_image: None,
         };
         cluster.start_etcd_and_apiserver(&assets, with_node);
+        if cluster_ip_routing {
+            cluster.start_service_proxy(&assets);
+        }
         if cluster.server.is_some() {
             // The namespace and the controller's RBAC exist before our server starts, as in deploy/.
             cluster.apply_text("namespace.yaml", NAMESPACE_YAML);
@@ -217,7 +242,7 @@ impl Cluster {
         self.import_image(&demo);
         self.demo_image = Some(node::image_reference(&demo));
 
-        for user in ["kubelet", "scheduler", "proxy"] {
+        for user in ["kubelet", "scheduler"] {
             std::fs::write(self.dir.path().join(format!("{user}.kubeconfig")), self.kubeconfig_for(user)).unwrap();
         }
         let kubeconfig = |user: &str| self.dir.path().join(format!("{user}.kubeconfig"));
@@ -233,18 +258,8 @@ impl Cluster {
             "--leader-elect=false",
         ]);
         self.procs.push(Proc::spawn("kube-scheduler", &mut scheduler));
-        let mut proxy = Command::new(assets.join("kube-proxy"));
-        proxy
-            .arg(format!("--kubeconfig={}", kubeconfig("proxy").display()))
-            .args(["--proxy-mode=iptables", "--cluster-cidr", node::POD_SUBNET])
-            .arg(format!("--hostname-override={}", node::NODE_NAME))
-            .arg("--bind-address=127.0.0.1")
-            .arg(format!("--healthz-bind-address=127.0.0.1:{}", free_port()))
-            .arg(format!("--metrics-bind-address=127.0.0.1:{}", free_port()))
-            // Conntrack's table sizes are the machine's (read-only in a network namespace): leave them.
-            .args(["--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0"])
-            .args(["--conntrack-tcp-timeout-close-wait=0"])
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+        let mut proxy = self.kube_proxy(assets);
+        proxy.args(["--cluster-cidr", node::POD_SUBNET]);
         self.procs.push(Proc::spawn("kube-proxy", &mut proxy));
 
         self.wait_for("the node to be Ready and untainted", Duration::from_secs(120), |c| {
@@ -257,12 +272,69 @@ impl Cluster {
             ])
             .is_ok_and(|s| s == "True/")
         });
+        self.wait_for_kube_proxy();
+    }
+
+    /// kube-proxy in iptables mode, as a node runs it (its kubeconfig written first).
+    fn kube_proxy(&self, assets: &Path) -> Command {
+        let kubeconfig = self.dir.path().join("proxy.kubeconfig");
+        std::fs::write(&kubeconfig, self.kubeconfig_for("proxy")).unwrap();
+        let mut proxy = Command::new(assets.join("kube-proxy"));
+        proxy
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg("--proxy-mode=iptables")
+            .arg(format!("--hostname-override={}", node::NODE_NAME))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--healthz-bind-address=127.0.0.1:{}", free_port()))
+            .arg(format!("--metrics-bind-address=127.0.0.1:{}", free_port()))
+            // Conntrack's table sizes are the machine's (read-only in a network namespace): leave them.
+            .args(["--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0"])
+            .args(["--conntrack-tcp-timeout-close-wait=0"])
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+        proxy
+    }
+
+    fn wait_for_kube_proxy(&self) {
         self.wait_for("kube-proxy to route the kubernetes Service", Duration::from_secs(60), |_| {
             Command::new("iptables")
                 .args(["-t", "nat", "-S", "KUBE-SERVICES"])
                 .output()
                 .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("10.96.0.1/32"))
         });
+    }
+
+    /// kube-proxy alone, for kube-apiserver to reach our Services at their ClusterIPs
+    /// ([`Self::start_replicated_behind_cluster_ip`]).
+    fn start_service_proxy(&mut self, assets: &Path) {
+        assert!(
+            crate::inside_namespace(),
+            "kube-proxy's rules need the cluster's private network namespace (envtest::namespace_command)"
+        );
+        // A connection to a ClusterIP needs a route before kube-proxy's DNAT (OUTPUT) gives it a replica's address,
+        // which is on this loopback too.
+        let out = Command::new("ip").args(["route", "replace", SERVICE_CIDR, "dev", "lo"]).output().expect("ip");
+        assert!(out.status.success(), "ip route: {}", String::from_utf8_lossy(&out.stderr));
+        let mut proxy = self.kube_proxy(assets);
+        // Endpoints rather than the EndpointSlices kube-controller-manager mirrors from them: it starts only once
+        // the APIServices are Available, which now takes kube-proxy's routes.
+        proxy.arg("--feature-gates=EndpointSliceProxying=false");
+        self.procs.push(Proc::spawn("kube-proxy", &mut proxy));
+        self.wait_for_kube_proxy();
+    }
+
+    /// The replicas kube-proxy's rules send `service` (in podset-system) to: each endpoint's DNAT.
+    pub(crate) fn routed_replicas(service: &str) -> Vec<usize> {
+        let out = Command::new("iptables").args(["-t", "nat", "-S"]).output().expect("iptables");
+        let comment = format!("--comment \"podset-system/{service}:https\"");
+        let mut routed: Vec<usize> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains(&comment))
+            .filter_map(|l| l.split("--to-destination ").nth(1)?.split(':').next())
+            .filter_map(|ip| REPLICA_IPS.iter().position(|r| *r == ip))
+            .collect();
+        routed.sort_unstable();
+        routed.dedup();
+        routed
     }
 
     /// `ctr` in the node's containerd (`k8s.io` namespace, the kubelet's): its output, or the error.
@@ -307,7 +379,7 @@ impl Cluster {
             "--bind-address=127.0.0.1".into(),
             format!("--secure-port={port}"),
             format!("--advertise-address={NODE_IP}"),
-            "--service-cluster-ip-range=10.96.0.0/24".into(),
+            format!("--service-cluster-ip-range={SERVICE_CIDR}"),
             format!("--cert-dir={}", self.dir.path().join("apiserver-certs").display()),
             format!("--tls-cert-file={}", p("apiserver.crt")),
             format!("--tls-private-key-file={}", p("apiserver.key")),
@@ -326,6 +398,10 @@ impl Cluster {
             format!("--proxy-client-key-file={}", p("front-proxy-client.key")),
             "--enable-aggregator-routing=true".into(),
         ];
+        if self.cluster_ip_routing {
+            // Its default: Services at their ClusterIPs.
+            self.apiserver_args.retain(|a| a != "--enable-aggregator-routing=true");
+        }
         if self.replicas > 1 {
             // Each replica dials it at an address of its own (APISERVER_ROUTES).
             self.apiserver_args.retain(|a| !a.starts_with("--bind-address="));

@@ -8,6 +8,10 @@
 //!
 //! Without a node (the default) Pods are created and stay `Pending`. [`Cluster::start_with_node`] adds one
 //! ([`node`]: containerd, runc, CNI, kubelet, kube-scheduler, kube-proxy), so they run.
+//!
+//! kube-apiserver reaches our replicas at their endpoints (`--enable-aggregator-routing`), one picked per request;
+//! [`Cluster::start_replicated_behind_cluster_ip`] has it reach them as in a real cluster instead, at the Service's
+//! ClusterIP through kube-proxy, one picked per connection.
 #![allow(clippy::missing_panics_doc)]
 
 mod aggregation;
