@@ -40,6 +40,8 @@ pub fn in_namespace(test: &str, body: impl FnOnce()) {
         "{test} failed inside its namespace ({:?}):\n{text}",
         out.status
     );
+    // What it printed (figures to report, say) shows with --nocapture, as a test's own output does.
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr).trim_end());
     eprintln!("{test}: passed inside its namespace in {:.1}s", started.elapsed().as_secs_f64());
 }
 
