@@ -3,7 +3,9 @@
 //! and SubjectAccessReview, the controller's calls), so one trace follows a request across servers. Spans are
 //! `tracing` spans; with `--tracing-config-file` they are exported over OTLP, without it none is made.
 
+use std::cell::Cell;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use http::HeaderMap;
@@ -13,26 +15,61 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-tokio::task_local! {
-    /// Set while a trace that is not sampled runs: its spans would be dropped, so they are not made.
-    static UNSAMPLED: ();
+/// The target of the spans that start a trace (a request, a reconcile, a call made outside both): the only spans
+/// the exporter lets be made outside a sampled trace.
+pub const ROOT: &str = "podset_apiserver::trace";
+
+/// Whether spans are exported (`--tracing-config-file`), and the share of new traces sampled, as f64 bits.
+static ON: AtomicBool = AtomicBool::new(false);
+static RATIO: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// Set while a sampled trace's work runs on this thread: spans may be made.
+    static SAMPLED: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Whether the running task's trace is known not to be sampled (the exporter's filter asks, per span).
-pub fn unsampled() -> bool {
-    UNSAMPLED.try_with(|_| ()).is_ok()
+/// Turns tracing on, sampling `ratio` (0 to 1) of new traces (the exporter's setup calls it).
+pub fn configure(ratio: f64) {
+    RATIO.store(ratio.to_bits(), Ordering::Relaxed);
+    ON.store(true, Ordering::Relaxed);
 }
 
-/// Runs `f` in `span`. When the span's trace is not sampled, the spans `f` would make under it are not made at
-/// all: an unsampled request costs one span, not one per step.
-pub async fn in_span<F: Future>(span: tracing::Span, f: F) -> F::Output {
-    if span.is_disabled() {
+pub fn enabled() -> bool {
+    ON.load(Ordering::Relaxed)
+}
+
+/// Whether the work running on this thread belongs to a sampled trace (the exporter's filter asks, per span).
+pub fn sampled() -> bool {
+    SAMPLED.with(Cell::get)
+}
+
+/// Whether a new trace is sampled: kube's `TraceIDRatioBased(samplingRatePerMillion / 1e6)`, decided before any
+/// span is made, so a trace not sampled costs nothing.
+pub fn sample_new_trace() -> bool {
+    let ratio = f64::from_bits(RATIO.load(Ordering::Relaxed));
+    enabled() && ratio > 0.0 && rand::random::<f64>() < ratio
+}
+
+/// Runs `f` as part of a sampled trace: spans made while it runs are exported.
+pub async fn in_sampled<F: Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    std::future::poll_fn(|cx| in_sampled_sync(|| f.as_mut().poll(cx))).await
+}
+
+/// [`in_sampled`] for synchronous work (a thread of the server's own).
+pub fn in_sampled_sync<T>(f: impl FnOnce() -> T) -> T {
+    let before = SAMPLED.with(|s| s.replace(true));
+    let out = f();
+    SAMPLED.with(|s| s.set(before));
+    out
+}
+
+/// Runs `f` in the root span `make` makes (with target [`ROOT`]) when a new trace is sampled, else untraced.
+pub async fn new_trace<F: Future>(make: impl FnOnce() -> tracing::Span, f: F) -> F::Output {
+    if !sample_new_trace() {
         return f.await;
     }
-    match span.context().span().span_context().is_sampled() {
-        true => f.instrument(span).await,
-        false => UNSAMPLED.scope((), f.instrument(span)).await,
-    }
+    in_sampled(f).instrument(make()).await
 }
 
 /// The span context a request's `traceparent` names, when it names a valid one.
@@ -105,23 +142,29 @@ where
     }
 
     fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
-        let span = tracing::info_span!(
-            "HTTP",
-            otel.name = %format_args!("HTTP {}", req.method()),
-            otel.kind = "client",
-            http.request.method = %req.method(),
-            url.full = %req.uri(),
-            http.response.status_code = tracing::field::Empty,
-        );
+        // A call within a sampled trace is a span of it; one outside any trace (a TokenReview, before the request's
+        // span) may start one.
+        let within = sampled();
+        if !within && !sample_new_trace() {
+            return Box::pin(self.0.call(req));
+        }
+        let (method, url) = (req.method().clone(), req.uri().clone());
+        let span = match within {
+            true => tracing::info_span!("HTTP", otel.name = %format_args!("HTTP {method}"), otel.kind = "client",
+                http.request.method = %method, url.full = %url, http.response.status_code = tracing::field::Empty),
+            false => tracing::info_span!(target: ROOT, "HTTP", otel.name = %format_args!("HTTP {method}"),
+                otel.kind = "client", http.request.method = %method, url.full = %url,
+                http.response.status_code = tracing::field::Empty),
+        };
         span.in_scope(|| inject_current(req.headers_mut()));
         let answer = self.0.call(req);
         let recorded = span.clone();
         Box::pin(
-            async move {
+            in_sampled(async move {
                 let resp = answer.await?;
                 recorded.record("http.response.status_code", resp.status().as_u16());
                 Ok(resp)
-            }
+            })
             .instrument(span),
         )
     }

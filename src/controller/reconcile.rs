@@ -110,8 +110,9 @@ fn pod_from_template(ps: &PodSet) -> Pod {
 
 /// One pass over one PodSet: a root span of its own, each call to kube-apiserver its child.
 pub(crate) async fn reconcile(ctx: &Arc<Context>, key: &PodSetKey) -> Result<(), Error> {
-    let span = tracing::info_span!("reconcile", namespace = %key.namespace, name = %key.name);
-    crate::trace::in_span(span, reconcile_once(ctx, key)).await
+    let span =
+        || tracing::info_span!(target: crate::trace::ROOT, "reconcile", namespace = %key.namespace, name = %key.name);
+    crate::trace::new_trace(span, reconcile_once(ctx, key)).await
 }
 
 async fn reconcile_once(ctx: &Arc<Context>, key: &PodSetKey) -> Result<(), Error> {

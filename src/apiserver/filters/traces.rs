@@ -9,6 +9,7 @@ use std::sync::Arc;
 use axum::extract::Request;
 use axum::response::Response;
 use opentelemetry::trace::TraceContextExt;
+use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::audit_init::AuditId;
@@ -50,9 +51,26 @@ fn trusted(req: &Request) -> bool {
 
 impl Filter for Tracing {
     async fn filter<N: Next>(self: Arc<Self>, mut req: Request, next: N) -> Response {
+        if !crate::trace::enabled() {
+            return next.run(req).await;
+        }
+        // Sampled as kube's ParentBased(TraceIDRatioBased) samples, decided before any span is made: a trusted
+        // caller's context decides for its trace, anything else is a new trace.
+        let (parent, link) = match crate::trace::remote(req.headers()) {
+            Some(remote) if trusted(&req) => (Some(remote), None),
+            other => (None, other),
+        };
+        let sampled = match &parent {
+            Some(p) => p.is_sampled(),
+            None => crate::trace::sample_new_trace(),
+        };
+        if !sampled {
+            return next.run(req).await;
+        }
         let info = info_of(&mut req);
         let resource = info.attributes.resource.as_ref();
         let span = tracing::info_span!(
+            target: crate::trace::ROOT,
             "KubernetesAPI",
             otel.name = %span_name(req.method(), &info),
             otel.kind = "server",
@@ -67,16 +85,13 @@ impl Filter for Tracing {
             subresource = resource.map(|r| r.subresource.as_str()).filter(|s| !s.is_empty()),
             namespace = resource.map(|r| r.namespace.as_str()).filter(|s| !s.is_empty()),
         );
-        if !span.is_disabled() {
-            if let Some(remote) = crate::trace::remote(req.headers()) {
-                if trusted(&req) {
-                    let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(remote));
-                } else {
-                    span.add_link(remote);
-                }
-            }
+        if let Some(parent) = parent {
+            let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(parent));
         }
-        let resp = crate::trace::in_span(span.clone(), next.run(req)).await;
+        if let Some(link) = link {
+            span.add_link(link);
+        }
+        let resp = crate::trace::in_sampled(next.run(req)).instrument(span.clone()).await;
         let code = resp.status();
         span.record("http.response.status_code", code.as_u16());
         if code.is_server_error() {

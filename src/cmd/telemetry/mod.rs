@@ -11,7 +11,8 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::KeyValue;
 use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
 use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider};
-use tracing_subscriber::filter::{filter_fn, FilterExt};
+use tracing::subscriber::Interest;
+use tracing_subscriber::filter::{dynamic_filter_fn, FilterExt};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
@@ -48,8 +49,12 @@ impl Drop for Telemetry {
 pub fn init(format: LogFormat, tracing: Option<&TracingConfiguration>) -> anyhow::Result<Telemetry> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    // Spans are for the exporter: the log lines stay as they are, without span context.
-    let events = filter.and(filter_fn(|m| !m.is_span()));
+    // Spans are for the exporter: the log lines stay as they are, without span context, and without the exporter
+    // a span is never made (its callsite is off for good).
+    let events = filter.and(dynamic_filter_fn(|m, _| !m.is_span()).with_callsite_filter(|m| match m.is_span() {
+        true => Interest::never(),
+        false => Interest::always(),
+    }));
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi);
     let logs = match format {
         LogFormat::Text => fmt.with_filter(events).boxed(),
@@ -66,10 +71,17 @@ pub fn init(format: LogFormat, tracing: Option<&TracingConfiguration>) -> anyhow
                 .with_level(false)
                 .with_target(false)
                 .with_tracked_inactivity(false)
-                // Only this server's spans (its log events stay logs), and none under a trace not sampled.
-                .with_filter(filter_fn(|m| {
-                    m.is_span() && m.target().starts_with("podset_apiserver") && !crate::trace::unsampled()
-                }));
+                // Only this server's spans (its log events stay logs): a trace's first span, which is made only
+                // for a sampled trace, and the spans of a sampled trace's work.
+                // Asked per span (the answer depends on the thread's work), for this server's span callsites only.
+                .with_filter(
+                    dynamic_filter_fn(|m, _| m.target() == crate::trace::ROOT || crate::trace::sampled())
+                        .with_callsite_filter(|m| match m.is_span() && m.target().starts_with("podset_apiserver") {
+                            true => Interest::sometimes(),
+                            false => Interest::never(),
+                        }),
+                );
+            crate::trace::configure(config.sampling_ratio());
             (Some(provider), Some(layer))
         }
     };
@@ -98,10 +110,9 @@ fn provider(config: &TracingConfiguration) -> anyhow::Result<SdkTracerProvider> 
         }
     }
     .build()?;
-    let sampler = match config.sampling_ratio() {
-        r if r > 0.0 => Sampler::TraceIdRatioBased(r),
-        _ => Sampler::AlwaysOff,
-    };
+    // New traces are sampled before their first span is made (trace::sample_new_trace), so every span that
+    // reaches the SDK is one to keep.
+    let sampler = Sampler::ParentBased(Box::new(Sampler::AlwaysOn));
     let batch = BatchSpanProcessor::builder(exporter)
         .with_batch_config(BatchConfigBuilder::default().with_max_queue_size(MAX_QUEUE).build())
         .build();
@@ -109,11 +120,7 @@ fn provider(config: &TracingConfiguration) -> anyhow::Result<SdkTracerProvider> 
         .with_service_name(SERVICE_NAME)
         .with_attribute(KeyValue::new("service.instance.id", instance()))
         .build();
-    Ok(SdkTracerProvider::builder()
-        .with_sampler(Sampler::ParentBased(Box::new(sampler)))
-        .with_span_processor(batch)
-        .with_resource(resource)
-        .build())
+    Ok(SdkTracerProvider::builder().with_sampler(sampler).with_span_processor(batch).with_resource(resource).build())
 }
 
 /// This replica's name: the Pod's, as its host name.

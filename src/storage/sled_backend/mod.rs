@@ -212,7 +212,7 @@ impl Backend for SledBackend {
     async fn write(&self, write: Write) -> Result<Arc<Object>> {
         let (reply, rx) = oneshot::channel();
         let requests = self.requests.as_ref().ok_or(StorageError::Closed)?;
-        let asking = if crate::trace::unsampled() { tracing::Span::none() } else { tracing::Span::current() };
+        let asking = if crate::trace::sampled() { tracing::Span::current() } else { tracing::Span::none() };
         requests.send(Op::Write(write, reply, asking)).await.map_err(|_| StorageError::Closed)?;
         rx.await.map_err(|_| StorageError::Closed)?
     }
@@ -455,7 +455,9 @@ impl Writer {
         // other ones'; none when no request of the group is traced.
         let mut traced = asked.iter().filter_map(tracing::Span::id);
         let span = match traced.next() {
-            Some(first) => tracing::info_span!(parent: first, "sled.commit", writes = changes.len()),
+            Some(first) => crate::trace::in_sampled_sync(
+                || tracing::info_span!(parent: first, "sled.commit", writes = changes.len()),
+            ),
             None => tracing::Span::none(),
         };
         for other in traced {
