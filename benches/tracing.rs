@@ -12,7 +12,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::workload::{creates, env, gets, median};
+use common::workload::{creates_and_gets_in_turn, env};
 use common::Server;
 use podset_envtest::otlp::OtlpReceiver;
 
@@ -45,31 +45,7 @@ async fn main() {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         servers.push(Server::start(&dir.path().join(name.replace(' ', "-")), &args));
     }
-    let mut results = vec![(Vec::new(), Vec::new(), Vec::new(), Vec::new()); targets.len()];
-    for round in 0..rounds {
-        for (i, server) in servers.iter().enumerate() {
-            let (c, c_cpu) = creates(server, round, n).await;
-            let (g, g_cpu) = gets(server, round, n, get_for).await;
-            results[i].0.push(c);
-            results[i].1.push(c_cpu);
-            results[i].2.push(g);
-            results[i].3.push(g_cpu);
-        }
-    }
-    println!("{n} creates then {}s of gets, 32 in flight, {rounds} rounds (medians)", get_for.as_secs());
-    let medians: Vec<[f64; 4]> =
-        results.into_iter().map(|(a, b, c, d)| [median(a), median(b), median(c), median(d)]).collect();
-    let off = medians[0];
-    for ((name, _), m) in targets.iter().zip(&medians) {
-        println!(
-            "{name:<9} create {:>7.0}/s {:>6.1} us CPU ({:.2}x off's rate)   get {:>7.0}/s {:>6.1} us CPU ({:.2}x off's rate)",
-            m[0],
-            m[1],
-            m[0] / off[0],
-            m[2],
-            m[3],
-            m[2] / off[2]
-        );
-    }
+    let servers: Vec<(&str, Server)> = targets.iter().map(|(name, _)| *name).zip(servers).collect();
+    creates_and_gets_in_turn(&servers, n, get_for, rounds).await;
     println!("spans received by the collector: {}", collector.spans().len());
 }

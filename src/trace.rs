@@ -58,10 +58,15 @@ pub async fn in_sampled<F: Future>(f: F) -> F::Output {
 
 /// [`in_sampled`] for synchronous work (a thread of the server's own).
 pub fn in_sampled_sync<T>(f: impl FnOnce() -> T) -> T {
-    let before = SAMPLED.with(|s| s.replace(true));
-    let out = f();
-    SAMPLED.with(|s| s.set(before));
-    out
+    /// Puts the flag back however `f` ends, a panic included: the thread goes on serving other traces.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SAMPLED.with(|s| s.set(self.0));
+        }
+    }
+    let _restore = Restore(SAMPLED.with(|s| s.replace(true)));
+    f()
 }
 
 /// Runs `f` in the root span `make` makes (with target [`ROOT`]) when a new trace is sampled, else untraced.
@@ -112,8 +117,9 @@ impl Injector for HeadersMut<'_> {
     }
 }
 
-/// A tower layer for the server's kube clients: each request is a client span (`HTTP GET`, with the URL and the
-/// answer's code) and carries its context, as kube's `tracing.WrapperFor` does for its clients.
+/// A tower layer for the server's kube clients: each request made within a trace (a SubjectAccessReview in a
+/// request's, a controller's call in its reconcile's, a TokenReview in its own) is a client span (`HTTP GET`, with
+/// the URL and the answer's code) and carries its context, as kube's `tracing.WrapperFor` does for its clients.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ClientTracing;
 
@@ -142,30 +148,49 @@ where
     }
 
     fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
-        // A call within a sampled trace is a span of it; one outside any trace (a TokenReview, before the request's
-        // span) may start one.
-        let within = sampled();
-        if !within && !sample_new_trace() {
+        // kube's client runs this in its buffer's worker task, which enters the caller's span but not its sampled
+        // flag: a call is part of a trace when the caller is in a span (spans exist only in sampled traces).
+        if tracing::Span::current().id().is_none() {
             return Box::pin(self.0.call(req));
         }
-        let (method, url) = (req.method().clone(), req.uri().clone());
-        let span = match within {
-            true => tracing::info_span!("HTTP", otel.name = %format_args!("HTTP {method}"), otel.kind = "client",
-                http.request.method = %method, url.full = %url, http.response.status_code = tracing::field::Empty),
-            false => tracing::info_span!(target: ROOT, "HTTP", otel.name = %format_args!("HTTP {method}"),
-                otel.kind = "client", http.request.method = %method, url.full = %url,
-                http.response.status_code = tracing::field::Empty),
-        };
+        let method = req.method().clone();
+        let span = tracing::info_span!(
+            target: ROOT,
+            "HTTP",
+            otel.name = %format_args!("HTTP {method}"),
+            otel.kind = "client",
+            http.request.method = %method,
+            url.full = %req.uri(),
+            http.response.status_code = tracing::field::Empty,
+        );
         span.in_scope(|| inject_current(req.headers_mut()));
         let answer = self.0.call(req);
         let recorded = span.clone();
         Box::pin(
-            in_sampled(async move {
+            async move {
                 let resp = answer.await?;
                 recorded.record("http.response.status_code", resp.status().as_u16());
                 Ok(resp)
-            })
+            }
             .instrument(span),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sampled_flag_is_put_back_however_the_work_ends() {
+        assert!(!sampled());
+        assert!(in_sampled_sync(sampled));
+        let panicked = std::panic::catch_unwind(|| in_sampled_sync(|| panic!("a handler's panic")));
+        assert!(panicked.is_err());
+        assert!(!sampled(), "a panic left the thread marked as in a sampled trace");
+        in_sampled_sync(|| {
+            in_sampled_sync(|| ());
+            assert!(sampled(), "nested work keeps the outer flag");
+        });
     }
 }

@@ -229,7 +229,7 @@ fn through_the_aggregator_a_trusted_trace_goes_on_to_the_webhook_and_another_use
                 "--tracing-config-file={}",
                 tracing_config(dir.path(), &collector.endpoint(), 1_000_000).display()
             );
-            let c = Cluster::start(ServerCommand {
+            let mut c = Cluster::start(ServerCommand {
                 program: env!("CARGO_BIN_EXE_podset-apiserver").into(),
                 args: vec![flag.into()],
             });
@@ -297,6 +297,66 @@ fn through_the_aggregator_a_trusted_trace_goes_on_to_the_webhook_and_another_use
                 assert_eq!(span.parent_span_id, "");
                 assert_eq!(span.links, vec![(theirs.to_owned(), "00f067aa0ba902b7".to_owned())]);
                 assert_eq!(span.attribute("http.response.status_code"), Some("403"));
+                // Her SubjectAccessReview is a client span of her request's, carrying its context.
+                let calls: Vec<String> = descendants(&spans, span)
+                    .iter()
+                    .map(|s| format!("{} {}", s.name, s.attribute("url.full").unwrap_or("")))
+                    .collect();
+                assert!(
+                    calls.iter().any(|c| c.starts_with("HTTP POST") && c.contains("subjectaccessreviews")),
+                    "{calls:?}"
+                );
+
+                // The controller's pass over a PodSet is a trace of its own, its calls to kube-apiserver in it.
+                let spans = collector.wait_for(Duration::from_secs(20), |s| {
+                    s.iter()
+                        .any(|r| r.name == "reconcile" && descendants(s, r).iter().any(|c| c.name.starts_with("HTTP ")))
+                });
+                let reconciles: Vec<&Span> = spans.iter().filter(|s| s.name == "reconcile").collect();
+                let calls = reconciles
+                    .iter()
+                    .flat_map(|r| descendants(&spans, r))
+                    .filter(|c| c.name.starts_with("HTTP "))
+                    .count();
+                assert!(calls > 0, "no call under {} reconciles", reconciles.len());
+                assert!(reconciles.iter().all(|r| r.parent_span_id.is_empty()));
+            });
+
+            // At rate 0 only a trusted caller's sampled context makes a trace: system:monitoring's does, and the
+            // SubjectAccessReview its request needs is in it (kube's client calls it from its own task); the same
+            // request again, untraced, makes nothing (its review is cached by then).
+            std::fs::write(
+                dir.path().join("tracing.yaml"),
+                std::fs::read_to_string(dir.path().join("tracing.yaml")).unwrap().replace("1000000", "0"),
+            )
+            .unwrap();
+            c.restart_podset_apiserver();
+            collector.clear();
+            common::cluster::runtime().block_on(async {
+                let watcher = c.client_cert("ca", "watcher", Some("system:monitoring"));
+                let watcher = c.podset_client(Credential::Cert(&watcher));
+                let theirs = "7bf92f3577b34da6a3ce929d0e0e4736";
+                for (id, tp) in
+                    [("mon-traced", Some(format!("00-{theirs}-00f067aa0ba902b7-01"))), ("mon-untraced", None)]
+                {
+                    let mut req = Request::get(PODSETS).header("Audit-ID", id);
+                    if let Some(tp) = tp {
+                        req = req.header("traceparent", tp);
+                    }
+                    raw(&watcher, req.body(vec![]).unwrap()).await;
+                }
+                let spans = collector.wait_for(Duration::from_secs(20), |s| with_audit_id(s, "mon-traced").is_some());
+                let span = with_audit_id(&spans, "mon-traced").unwrap_or_else(|| panic!("no span: {spans:#?}"));
+                assert_eq!((span.trace_id.as_str(), span.parent_span_id.as_str()), (theirs, "00f067aa0ba902b7"));
+                let calls: Vec<String> = descendants(&spans, span)
+                    .iter()
+                    .map(|s| format!("{} {}", s.name, s.attribute("url.full").unwrap_or("")))
+                    .collect();
+                assert!(
+                    calls.iter().any(|c| c.starts_with("HTTP POST") && c.contains("subjectaccessreviews")),
+                    "{calls:?}"
+                );
+                assert!(with_audit_id(&spans, "mon-untraced").is_none(), "rate 0 and no context: no trace");
             });
         },
     );

@@ -288,3 +288,32 @@ pub async fn gets(server: &super::Server, round: usize, n: usize, how_long: Dura
     let get = move |i: usize| Request::get(format!("{}/r{round}-{:05}", super::PATH, i % n)).body(vec![]).unwrap();
     throughput_for(&[server.client()], &[server.pid()], how_long, get).await
 }
+
+/// [`creates`] then [`gets`] on each server in turn, `rounds` times (so a busy moment on a shared machine falls on
+/// all alike); prints each one's median rates and CPU per request, with the ratios to the first server's.
+pub async fn creates_and_gets_in_turn(servers: &[(&str, super::Server)], n: usize, get_for: Duration, rounds: usize) {
+    let mut results = vec![[Vec::new(), Vec::new(), Vec::new(), Vec::new()]; servers.len()];
+    for round in 0..rounds {
+        for (i, (_, server)) in servers.iter().enumerate() {
+            let (c, c_cpu) = creates(server, round, n).await;
+            let (g, g_cpu) = gets(server, round, n, get_for).await;
+            for (all, x) in results[i].iter_mut().zip([c, c_cpu, g, g_cpu]) {
+                all.push(x);
+            }
+        }
+    }
+    println!("{n} creates then {}s of gets, {CONCURRENCY} in flight, {rounds} rounds (medians)", get_for.as_secs());
+    let medians: Vec<[f64; 4]> = results.into_iter().map(|r| r.map(median)).collect();
+    let (first, base) = (servers[0].0, medians[0]);
+    for ((name, _), m) in servers.iter().zip(&medians) {
+        println!(
+            "{name:<10} create {:>7.0}/s {:>6.1} us CPU ({:.2}x {first}'s rate)   get {:>7.0}/s {:>6.1} us CPU ({:.2}x {first}'s rate)",
+            m[0],
+            m[1],
+            m[0] / base[0],
+            m[2],
+            m[3],
+            m[2] / base[2]
+        );
+    }
+}

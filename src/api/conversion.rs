@@ -52,8 +52,6 @@ pub fn from_hub(ps: &mut PodSet, to: Version) {
 
 /// `ps` from version `from` to version `to`.
 pub fn convert(ps: &mut PodSet, from: Version, to: Version) {
-    let _span =
-        (from != to).then(|| tracing::info_span!("conversion", from = from.as_str(), to = to.as_str()).entered());
     to_hub(ps, from);
     from_hub(ps, to);
 }

@@ -90,9 +90,10 @@ impl TokenReviewer {
         let api: kube::Api<TokenReview> = kube::Api::all(self.client.clone());
         let review =
             TokenReview { spec: TokenReviewSpec { token: token.to_owned(), audiences: None }, ..Default::default() };
-        let answer = super::review::review(&api, &review, self.timeout, &crate::metrics::global().authn)
-            .await
-            .map_err(|e| format!("TokenReview: {e}"))?;
+        // Before the request's span (authentication comes first): a trace of its own, sampled as new traces are.
+        let span = || tracing::info_span!(target: crate::trace::ROOT, "TokenReview");
+        let asked = super::review::review(&api, &review, self.timeout, &crate::metrics::global().authn);
+        let answer = crate::trace::new_trace(span, asked).await.map_err(|e| format!("TokenReview: {e}"))?;
         let status = answer.status.unwrap_or_default();
         let user = status
             .user

@@ -1,8 +1,9 @@
 //! `--goaway-chance`, as k8s.io/apiserver's `WithProbabilisticGoaway`: after answering a share of HTTP/2 requests,
 //! the server sends the connection a GOAWAY. The client finishes what it has open on that connection (a watch goes
 //! on to its end) and opens a new one for its next request, which a Service's load balancing may send to another
-//! replica; so a replica that restarts gets its share of a long-lived client's requests back. Long-running requests
-//! (watches) never cause one; HTTP/1.1 requests neither (a client reconnects for those by itself).
+//! replica; so a replica that restarts gets its share of a long-lived client's requests back. Only HTTP/2 has a
+//! GOAWAY (an HTTP/1.1 client opens a connection per request in flight, which spreads already); long-running
+//! requests (watches) never cause one, so a watch is never the reason its connection goes.
 
 use std::sync::Arc;
 

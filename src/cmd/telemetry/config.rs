@@ -48,7 +48,9 @@ impl TracingConfiguration {
     }
 
     pub fn parse(text: &str) -> Result<Self, String> {
-        let decoding = |e: &dyn std::fmt::Display| format!("failed to read tracing config: {e}");
+        let decoding = |e: &dyn std::fmt::Display| {
+            format!("failed to read tracing config: unable to decode tracing configuration data: {e}")
+        };
         let config: Self = decode_strict(text).map_err(|e| decoding(&e))?;
         if config.kind.is_empty() {
             return Err(decoding(&"Object 'Kind' is missing"));
@@ -102,8 +104,12 @@ impl TracingConfiguration {
 
 /// An endpoint as gRPC names them (grpc/doc/naming.md), with kube's rule: no `//` means `dns://`.
 fn parse_endpoint(endpoint: &str) -> Result<Endpoint, String> {
+    let lowered;
     let (scheme, rest) = match endpoint.split_once(':').filter(|_| endpoint.contains("//")) {
-        Some((scheme, rest)) => (scheme, rest),
+        Some((scheme, rest)) => {
+            lowered = scheme.to_ascii_lowercase();
+            (lowered.as_str(), rest)
+        }
         None if endpoint.starts_with("unix:") => ("unix", &endpoint["unix:".len()..]),
         None if endpoint.starts_with("unix-abstract:") => ("unix-abstract", &endpoint["unix-abstract:".len()..]),
         None => ("dns", endpoint),
@@ -169,6 +175,7 @@ mod tests {
         for (endpoint, want) in [
             ("collector:4317", Endpoint::Tcp("collector:4317".into())),
             ("dns:///collector:4317", Endpoint::Tcp("collector:4317".into())),
+            ("DNS:///collector:4317", Endpoint::Tcp("collector:4317".into())),
             ("dns://8.8.8.8/collector:4317", Endpoint::Tcp("collector:4317".into())),
             ("collector", Endpoint::Tcp("collector:443".into())),
             ("unix:///run/otel.sock", Endpoint::Unix("/run/otel.sock".into())),

@@ -11,6 +11,7 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::KeyValue;
 use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
 use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider};
+use tracing::level_filters::LevelFilter;
 use tracing::subscriber::Interest;
 use tracing_subscriber::filter::{dynamic_filter_fn, FilterExt};
 use tracing_subscriber::layer::SubscriberExt;
@@ -26,7 +27,7 @@ pub const SERVICE_NAME: &str = "podset-apiserver";
 
 /// How long one export may take before the batch is given up.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Spans waiting for export; more are dropped (and counted by the SDK's log).
+/// Spans waiting for export; more are dropped (the SDK's log, at warn, says so, as it says an export failed).
 const MAX_QUEUE: usize = 2048;
 
 /// The exporter, flushed when dropped.
@@ -39,7 +40,7 @@ impl Drop for Telemetry {
     fn drop(&mut self) {
         if let Some(p) = self.provider.take() {
             // Spans still queued go out, within the export timeout.
-            let _ = p.shutdown();
+            let _ = p.shutdown_with_timeout(EXPORT_TIMEOUT);
         }
     }
 }
@@ -49,8 +50,7 @@ impl Drop for Telemetry {
 pub fn init(format: LogFormat, tracing: Option<&TracingConfiguration>) -> anyhow::Result<Telemetry> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    // Spans are for the exporter: the log lines stay as they are, without span context, and without the exporter
-    // a span is never made (its callsite is off for good).
+    // Spans are for the exporter: the log lines stay as they are, without span context.
     let events = filter.and(dynamic_filter_fn(|m, _| !m.is_span()).with_callsite_filter(|m| match m.is_span() {
         true => Interest::never(),
         false => Interest::always(),
@@ -61,7 +61,11 @@ pub fn init(format: LogFormat, tracing: Option<&TracingConfiguration>) -> anyhow
         LogFormat::Json => fmt.json().with_filter(events).boxed(),
     };
     let (provider, spans) = match tracing {
-        None => (None, None),
+        None => {
+            // Without the exporter no layer wants a span: their callsites are off for good.
+            tracing_subscriber::registry().with(logs).init();
+            return Ok(Telemetry { provider: None });
+        }
         Some(config) => {
             let provider = provider(config)?;
             let layer = tracing_opentelemetry::layer()
@@ -75,18 +79,25 @@ pub fn init(format: LogFormat, tracing: Option<&TracingConfiguration>) -> anyhow
                 // for a sampled trace, and the spans of a sampled trace's work.
                 // Asked per span (the answer depends on the thread's work), for this server's span callsites only.
                 .with_filter(
-                    dynamic_filter_fn(|m, _| m.target() == crate::trace::ROOT || crate::trace::sampled())
-                        .with_callsite_filter(|m| match m.is_span() && m.target().starts_with("podset_apiserver") {
+                    dynamic_filter_fn(|m, _| {
+                        m.is_span()
+                            && m.target().starts_with("podset_apiserver")
+                            && (m.target() == crate::trace::ROOT || crate::trace::sampled())
+                    })
+                    .with_max_level_hint(LevelFilter::INFO)
+                    .with_callsite_filter(|m| {
+                        match m.is_span() && m.target().starts_with("podset_apiserver") {
                             true => Interest::sometimes(),
                             false => Interest::never(),
-                        }),
+                        }
+                    }),
                 );
             crate::trace::configure(config.sampling_ratio());
-            (Some(provider), Some(layer))
+            (provider, layer)
         }
     };
     tracing_subscriber::registry().with(logs).with(spans).init();
-    Ok(Telemetry { provider })
+    Ok(Telemetry { provider: Some(provider) })
 }
 
 /// kube's `NewProvider`: OTLP/gRPC without TLS, batched; sampled as the caller's trusted context says, else
