@@ -48,6 +48,22 @@ fn with_audit_id<'a>(spans: &'a [Span], id: &str) -> Option<&'a Span> {
     spans.iter().find(|s| s.attribute("audit-id") == Some(id))
 }
 
+/// Every span received once the request `id`'s span is in (up to 20 s), and that span.
+fn request_span(collector: &OtlpReceiver, id: &str) -> (Vec<Span>, Span) {
+    let spans = collector.wait_for(Duration::from_secs(20), |s| with_audit_id(s, id).is_some());
+    let span = with_audit_id(&spans, id).unwrap_or_else(|| panic!("no span for {id}: {spans:#?}")).clone();
+    (spans, span)
+}
+
+/// Asserts that `request`'s trace holds the SubjectAccessReview it made, as a client span under it.
+fn assert_reviewed_in_trace(spans: &[Span], request: &Span) {
+    let calls: Vec<String> = descendants(spans, request)
+        .iter()
+        .map(|s| format!("{} {}", s.name, s.attribute("url.full").unwrap_or("")))
+        .collect();
+    assert!(calls.iter().any(|c| c.starts_with("HTTP POST") && c.contains("subjectaccessreviews")), "{calls:?}");
+}
+
 /// The spans under `root` (children, their children, ...), by name.
 fn descendants<'a>(spans: &'a [Span], root: &Span) -> Vec<&'a Span> {
     let mut found: Vec<&Span> = Vec::new();
@@ -100,8 +116,7 @@ async fn a_create_is_a_request_span_with_its_storage_children_and_a_trusted_trac
     // The server's user here (--insecure-allow-all) is in system:masters: its traceparent is the parent.
     let (trace, parent) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
     create(&client, "child", "trace-child", Some(&format!("00-{trace}-{parent}-01"))).await;
-    let spans = collector.wait_for(Duration::from_secs(20), |s| with_audit_id(s, "trace-child").is_some());
-    let child = with_audit_id(&spans, "trace-child").unwrap_or_else(|| panic!("no span: {spans:#?}"));
+    let (_, child) = request_span(&collector, "trace-child");
     assert_eq!((child.trace_id.as_str(), child.parent_span_id.as_str()), (trace, parent));
     assert!(child.links.is_empty());
 }
@@ -291,21 +306,13 @@ fn through_the_aggregator_a_trusted_trace_goes_on_to_the_webhook_and_another_use
                     .body(vec![])
                     .unwrap();
                 assert_eq!(raw(&jane, req).await.0, 403);
-                let spans = collector.wait_for(Duration::from_secs(20), |s| with_audit_id(s, "jane-1").is_some());
-                let span = with_audit_id(&spans, "jane-1").unwrap_or_else(|| panic!("no span for jane: {spans:#?}"));
+                let (spans, span) = request_span(&collector, "jane-1");
                 assert_ne!(span.trace_id, theirs, "not in her trace");
                 assert_eq!(span.parent_span_id, "");
                 assert_eq!(span.links, vec![(theirs.to_owned(), "00f067aa0ba902b7".to_owned())]);
                 assert_eq!(span.attribute("http.response.status_code"), Some("403"));
                 // Her SubjectAccessReview is a client span of her request's, carrying its context.
-                let calls: Vec<String> = descendants(&spans, span)
-                    .iter()
-                    .map(|s| format!("{} {}", s.name, s.attribute("url.full").unwrap_or("")))
-                    .collect();
-                assert!(
-                    calls.iter().any(|c| c.starts_with("HTTP POST") && c.contains("subjectaccessreviews")),
-                    "{calls:?}"
-                );
+                assert_reviewed_in_trace(&spans, &span);
 
                 // The controller's pass over a PodSet is a trace of its own, its calls to kube-apiserver in it.
                 let spans = collector.wait_for(Duration::from_secs(20), |s| {
@@ -345,17 +352,9 @@ fn through_the_aggregator_a_trusted_trace_goes_on_to_the_webhook_and_another_use
                     }
                     raw(&watcher, req.body(vec![]).unwrap()).await;
                 }
-                let spans = collector.wait_for(Duration::from_secs(20), |s| with_audit_id(s, "mon-traced").is_some());
-                let span = with_audit_id(&spans, "mon-traced").unwrap_or_else(|| panic!("no span: {spans:#?}"));
+                let (spans, span) = request_span(&collector, "mon-traced");
                 assert_eq!((span.trace_id.as_str(), span.parent_span_id.as_str()), (theirs, "00f067aa0ba902b7"));
-                let calls: Vec<String> = descendants(&spans, span)
-                    .iter()
-                    .map(|s| format!("{} {}", s.name, s.attribute("url.full").unwrap_or("")))
-                    .collect();
-                assert!(
-                    calls.iter().any(|c| c.starts_with("HTTP POST") && c.contains("subjectaccessreviews")),
-                    "{calls:?}"
-                );
+                assert_reviewed_in_trace(&spans, &span);
                 assert!(with_audit_id(&spans, "mon-untraced").is_none(), "rate 0 and no context: no trace");
             });
         },

@@ -72,14 +72,12 @@ impl TracingConfiguration {
     fn validate(&self) -> Vec<FieldError> {
         let mut errors = Vec::new();
         match self.sampling_rate_per_million {
-            Some(rate) if rate < 0 => errors.push(FieldError::invalid(
-                "samplingRatePerMillion",
-                Shown(rate.to_string()),
-                "sampling rate must be positive",
-            )),
+            Some(rate) if rate < 0 => {
+                errors.push(FieldError::invalid("samplingRatePerMillion", rate, "sampling rate must be positive"))
+            }
             Some(rate) if rate > 1_000_000 => errors.push(FieldError::invalid(
                 "samplingRatePerMillion",
-                Shown(rate.to_string()),
+                rate,
                 "sampling rate per million must be less than or equal to one million",
             )),
             _ => {}
@@ -139,15 +137,6 @@ fn parse_endpoint(endpoint: &str) -> Result<Endpoint, String> {
         },
         "unix-abstract" => Ok(Endpoint::Unix(format!("\0{}", rest.trim_start_matches("//")))),
         _ => Err(unsupported()),
-    }
-}
-
-/// A value shown as it is (not quoted as a string is).
-struct Shown(String);
-
-impl std::fmt::Debug for Shown {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
     }
 }
 
