@@ -4,6 +4,7 @@
 pub mod admission;
 pub mod api;
 pub mod apiserver;
+pub mod cel;
 pub mod cmd;
 pub mod controller;
 pub mod metrics;
