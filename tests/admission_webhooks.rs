@@ -512,3 +512,86 @@ async fn an_equivalent_webhook_gets_the_request_in_the_version_its_rules_name() 
     assert_eq!(ps["spec"]["minReadySeconds"], 30);
     assert!(ps["metadata"].get("annotations").is_none(), "{ps}");
 }
+
+fn bob() -> UserInfo {
+    UserInfo::named("bob", vec!["system:authenticated".into()])
+}
+
+/// `matchConditions`, as k8s.io/apiserver's `ShouldCallHook` weighs them after rules and selectors: a webhook is
+/// called only when all hold; a false one excludes it even where another failed; an error excludes it under
+/// `failurePolicy: Ignore` and refuses the request (403, no validating webhook called) under `Fail`. Mutating
+/// webhooks' conditions see the object as the webhooks before them left it.
+#[tokio::test]
+async fn match_conditions_decide_whether_a_webhook_is_called() {
+    use podset_apiserver::metrics::{global, MatchConditionLabels};
+    let s = WebhookServer::start(LOCALHOST).await;
+    let not_jane = json!({"matchConditions": [
+        {"name": "not-jane", "expression": "request.userInfo.username != 'jane'"},
+        {"name": "two-or-more", "expression": "object.spec.replicas >= 2"},
+    ]});
+    let c = chain(vec![], vec![validating("cond", vec![hook(&s, "cond.test.io", "/allow", not_jane)])]);
+    admit(&c, &create("default"), &mut podset()).await.0.unwrap();
+    assert_eq!(s.received("/allow").len(), 0, "excluded for jane");
+    let as_bob = admission_attributes(Operation::Create, Subresource::Main, "default", "web", bob(), update_options());
+    admit(&c, &as_bob, &mut podset()).await.0.unwrap();
+    assert_eq!(s.received("/allow").len(), 1, "called for bob");
+    let exclusions = MatchConditionLabels {
+        name: "cond.test.io".into(),
+        kind: "webhook".into(),
+        r#type: "validate".into(),
+        operation: "CREATE".into(),
+    };
+    assert_eq!(global().admission.match_condition_exclusions.get_or_create(&exclusions).get(), 1);
+
+    // A mutating webhook's conditions see what the webhook before it did.
+    s.clear();
+    let labelled = json!({"matchConditions": [{"name": "labelled", "expression": "has(object.metadata.labels) && object.metadata.labels.mutated == 'yes'"}]});
+    let c = chain(
+        vec![mutating(
+            "m",
+            vec![
+                hook(&s, "first.test.io", "/allow", labelled.clone()),
+                hook(&s, "label.test.io", "/label", json!({})),
+                hook(&s, "after.test.io", "/allow", labelled),
+            ],
+        )],
+        vec![],
+    );
+    admit(&c, &create("default"), &mut podset()).await.0.unwrap();
+    assert_eq!(s.received("/allow").len(), 1, "only the webhook after the labelling one");
+    assert_eq!(s.received("/label").len(), 1);
+
+    // An error: Fail refuses before any validating webhook is called, Ignore skips the webhook.
+    s.clear();
+    let broken = |policy: &str| json!({"failurePolicy": policy, "matchConditions": [{"name": "broken", "expression": "object.spec.nope == 1"}]});
+    let c = chain(
+        vec![],
+        vec![
+            validating("a", vec![hook(&s, "plain.test.io", "/allow", json!({}))]),
+            validating("b", vec![hook(&s, "broken.test.io", "/allow", broken("Fail"))]),
+        ],
+    );
+    let status = status_of(&admit(&c, &create("default"), &mut podset()).await.0.unwrap_err());
+    assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        status.message,
+        "podsets.demo.k8s.io \"web\" is forbidden: expression 'object.spec.nope == 1' resulted in error: no such key: nope"
+    );
+    assert_eq!(s.received("/allow").len(), 0, "no validating webhook is called");
+    let c = chain(vec![], vec![validating("b", vec![hook(&s, "broken.test.io", "/deny", broken("Ignore"))])]);
+    admit(&c, &create("default"), &mut podset()).await.0.unwrap();
+    assert_eq!(s.received("/deny").len(), 0);
+    let errors = MatchConditionLabels {
+        name: "broken.test.io".into(),
+        kind: "webhook".into(),
+        r#type: "validating".into(),
+        operation: "CREATE".into(),
+    };
+    assert_eq!(global().admission.match_condition_errors.get_or_create(&errors).get(), 2);
+
+    // Without an authorizer to ask, a check errs (and says so) rather than allowing.
+    let asks = json!({"matchConditions": [{"name": "asks", "expression": "authorizer.requestResource.check('create').errored() && !authorizer.requestResource.check('create').allowed()"}]});
+    let c = chain(vec![], vec![validating("authz", vec![hook(&s, "asks.test.io", "/allow", asks)])]);
+    admit(&c, &create("default"), &mut podset()).await.0.unwrap();
+    assert_eq!(s.received("/allow").len(), 1);
+}

@@ -89,6 +89,15 @@ pub enum Error {
     #[error("{}", chain(&**source))]
     QuotaAccess { source: std::sync::Arc<kube::Error> },
 
+    /// A webhook's matchConditions failed to evaluate under `failurePolicy: Fail` (403, as `apierrors.NewForbidden`).
+    #[error("{} is forbidden: {message}", target(resource, name))]
+    MatchConditions { resource: GroupResource, name: String, message: String },
+
+    /// A ValidatingAdmissionPolicy denied the request: `message` names the policy and binding and says why,
+    /// `reason` is the validation's (`Invalid` when it gave none).
+    #[error("{} is forbidden: {message}", target(resource, name))]
+    PolicyDenied { resource: GroupResource, name: String, message: String, reason: String },
+
     /// A webhook configuration this server cannot use (a selector that does not parse).
     #[error("webhook \"{webhook}\": {message}")]
     Configuration { webhook: String, message: String },
@@ -161,5 +170,15 @@ mod tests {
         let e = Error::QuotaAccess { source: std::sync::Arc::new(kube::Error::Service(Box::new(Connect(refused)))) };
         // kube's own Display already quotes its source: it is not repeated.
         assert_eq!(e.to_string(), "ServiceError: client error (Connect): Connection refused");
+    }
+}
+
+/// The code of a policy's denial by its reason, as `validating/policy_decision.go`'s `reasonToCode`.
+pub fn policy_reason_code(reason: &str) -> u16 {
+    match reason {
+        "Forbidden" => 403,
+        "Unauthorized" => 401,
+        "RequestEntityTooLarge" => 413,
+        _ => 422,
     }
 }

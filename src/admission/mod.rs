@@ -20,8 +20,10 @@
 //! - `status` and `scale` writes are `Update`s with their subresource; `/scale`'s objects are `autoscaling/v1`
 //!   Scales, which carry no labels (so an objectSelector never selects them, as for a Deployment's scale).
 
+pub mod activation;
 mod cache;
 mod error;
+pub mod matchconditions;
 mod namespace;
 mod options;
 pub mod quota;
@@ -37,7 +39,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-pub use error::{denial_code, Error, GroupResource};
+pub use error::{denial_code, policy_reason_code, Error, GroupResource};
 pub use namespace::{NamespaceLifecycle, Namespaces};
 pub use options::{RequestOptions, WriteKind};
 pub use quota::{LimitedResource, Quotas, ResourceQuota};
@@ -280,6 +282,8 @@ pub struct WebhookPluginConfig {
 #[derive(Debug, Clone, Default)]
 pub struct PluginConfig {
     pub webhooks: WebhookPluginConfig,
+    /// What the `authorizer` of CEL expressions asks (match conditions, policies).
+    pub authorizer: activation::ExpressionAuthorizer,
     /// ResourceQuota's `limitedResources`.
     pub limited_resources: Vec<LimitedResource>,
 }
@@ -329,12 +333,18 @@ impl Chain {
         for plugin in Plugin::ALL.into_iter().filter(|p| plugins.contains(p)) {
             let handler: Arc<dyn Handler> = match (plugin, &configurations, &quotas) {
                 (Plugin::NamespaceLifecycle, _, _) => Arc::new(NamespaceLifecycle::new(namespaces.clone())),
-                (Plugin::MutatingAdmissionWebhook, Some(c), _) => {
-                    Arc::new(MutatingWebhooks::new(c.clone(), namespaces.clone(), config.webhooks.mutating.clone()))
-                }
-                (Plugin::ValidatingAdmissionWebhook, Some(c), _) => {
-                    Arc::new(ValidatingWebhooks::new(c.clone(), namespaces.clone(), config.webhooks.validating.clone()))
-                }
+                (Plugin::MutatingAdmissionWebhook, Some(c), _) => Arc::new(MutatingWebhooks::new(
+                    c.clone(),
+                    namespaces.clone(),
+                    config.webhooks.mutating.clone(),
+                    config.authorizer.clone(),
+                )),
+                (Plugin::ValidatingAdmissionWebhook, Some(c), _) => Arc::new(ValidatingWebhooks::new(
+                    c.clone(),
+                    namespaces.clone(),
+                    config.webhooks.validating.clone(),
+                    config.authorizer.clone(),
+                )),
                 (Plugin::ResourceQuota, _, Some(q)) => {
                     Arc::new(ResourceQuota::new(q.clone(), config.limited_resources.clone()))
                 }

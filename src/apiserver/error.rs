@@ -123,6 +123,19 @@ impl From<&admission::Error> for ApiError {
                 &resource.resource,
                 Vec::new(),
             )),
+            E::MatchConditions { resource, name, .. } => ApiError::new(403, "Forbidden", message)
+                .with_details(status_details(name, &resource.group, &resource.resource, Vec::new())),
+            // `validating/dispatcher.go`: NewForbidden's Status with the validation's reason, its code, and the
+            // policy's message as the one cause.
+            E::PolicyDenied { resource, name, message: cause, reason } => {
+                let cause = StatusCause { reason: String::new(), message: cause.clone(), field: String::new() };
+                ApiError::new(admission::policy_reason_code(reason), reason, message).with_details(status_details(
+                    name,
+                    &resource.group,
+                    &resource.resource,
+                    vec![cause],
+                ))
+            }
             E::NamespaceLookup { source, .. } => internal_with_cause(source.to_string()),
             E::Denied { webhook, status } => denied(webhook, status.as_deref().cloned()),
             E::DryRunUnsupported { .. } => ApiError::bad_request(message),

@@ -45,7 +45,8 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct ServerConfig {
     pub tls: rustls::ServerConfig,
     pub authenticator: Authenticator,
-    pub authorizer: Authorizer,
+    /// Shared with admission's CEL expressions (`authorizer`).
+    pub authorizer: Arc<Authorizer>,
     pub bookmark_interval: Duration,
     /// How long in-flight requests may take to finish after shutdown starts.
     pub shutdown_grace: Duration,

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::options::{client_from, in_cluster, Options};
 use crate::admission::Chain;
-use crate::apiserver::auth::DynamicTrust;
+use crate::apiserver::auth::{DynamicTrust, ExpressionAuthorizer};
 use crate::apiserver::filters::MaxInFlight;
 use crate::apiserver::health::{self, named_check, Endpoint, HealthChecks};
 use crate::apiserver::{tls, Server, ServerConfig};
@@ -39,7 +39,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let kubeconfig = opts.kubeconfig.as_deref();
     let authenticator = opts.authentication.build(kubeconfig, opts.insecure_allow_all, &shutdown).await?;
-    let authorizer = opts.authorization.build(kubeconfig, opts.insecure_allow_all).await?;
+    let authorizer = Arc::new(opts.authorization.build(kubeconfig, opts.insecure_allow_all).await?);
 
     // The main API server, for admission (namespaces, webhook configurations) and the controller.
     let main_client = match (kubeconfig, in_cluster()) {
@@ -57,7 +57,8 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
         }
         (Some(client), true) => Some(client.clone()),
     };
-    let admission = opts.admission.build(main_client, shutdown.clone())?;
+    let expression_authorizer = Arc::new(ExpressionAuthorizer::new(authorizer.clone()));
+    let admission = opts.admission.build(main_client, Some(expression_authorizer), shutdown.clone())?;
 
     let (values, encryption) = opts.storage.transformer()?;
     super::encryption::wait_for_providers(&values).await;

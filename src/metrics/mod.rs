@@ -199,6 +199,16 @@ pub struct AdmissionRejectionLabels {
     pub rejection_code: String,
 }
 
+/// A webhook's or a policy's match conditions: `name` the webhook's or policy's, `kind` `webhook` or `policy`,
+/// `type` as kube labels it (`admit`, `validating`, `validate`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MatchConditionLabels {
+    pub name: String,
+    pub kind: String,
+    pub r#type: String,
+    pub operation: String,
+}
+
 /// Admission, as k8s.io/apiserver's `admission/metrics`.
 #[derive(Debug)]
 pub struct AdmissionMetrics {
@@ -206,6 +216,9 @@ pub struct AdmissionMetrics {
     pub controller_duration: HistogramFamily<AdmissionControllerLabels>,
     pub webhook_duration: HistogramFamily<AdmissionWebhookLabels>,
     pub webhook_rejections: Family<AdmissionRejectionLabels, Counter>,
+    pub match_condition_errors: Family<MatchConditionLabels, Counter>,
+    pub match_condition_exclusions: Family<MatchConditionLabels, Counter>,
+    pub match_condition_duration: HistogramFamily<MatchConditionLabels>,
 }
 
 /// k8s.io/apiserver's admission latency buckets.
@@ -481,6 +494,11 @@ impl Metrics {
                 controller_duration: Family::new_with_constructor(admission_histogram),
                 webhook_duration: Family::new_with_constructor(admission_histogram),
                 webhook_rejections: Family::default(),
+                match_condition_errors: Family::default(),
+                match_condition_exclusions: Family::default(),
+                match_condition_duration: Family::new_with_constructor(|| {
+                    Histogram::new([0.001, 0.005, 0.01, 0.025, 0.1, 0.2, 0.25])
+                }),
             },
             storage_commit_duration: Histogram::new(exponential_buckets(0.0001, 2., 16)),
             storage_commit_group_size: Histogram::new(exponential_buckets(1., 2., 10)),
@@ -715,6 +733,26 @@ impl Metrics {
              code is greater or equal to 400). Codes greater than 600 are truncated to 600, to keep the metrics \
              cardinality bounded.",
             a.webhook_rejections.clone(),
+        );
+        r.register(
+            "apiserver_admission_match_condition_evaluation_errors",
+            "Admission match condition evaluation errors count, identified by name of resource containing the match \
+             condition and broken out for each kind containing matchConditions (webhook or policy), operation and \
+             admission type (validate or admit).",
+            a.match_condition_errors.clone(),
+        );
+        r.register(
+            "apiserver_admission_match_condition_exclusions",
+            "Admission match condition evaluation exclusions count, identified by name of resource containing the \
+             match condition and broken out for each kind containing matchConditions (webhook or policy), operation \
+             and admission type (validate or admit).",
+            a.match_condition_exclusions.clone(),
+        );
+        r.register(
+            "apiserver_admission_match_condition_evaluation_seconds",
+            "Admission match condition evaluation time in seconds, identified by name and broken out for each kind \
+             containing matchConditions (webhook or policy), operation and type (validate or admit).",
+            a.match_condition_duration.clone(),
         );
         r.register_collector(Box::new(process::ProcessCollector));
     }

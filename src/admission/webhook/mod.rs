@@ -15,7 +15,7 @@ use tracing::Instrument;
 
 use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhook,
+    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhook,
     ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use kube::runtime::reflector::{self, Store};
@@ -30,6 +30,8 @@ pub use client::{CallError, WebhookClients};
 use review::ReviewVersion;
 pub use verify::san_names;
 
+use super::activation::{self, ExpressionAuthorizer};
+use super::matchconditions::{self, MatchConditions, Matched};
 use super::namespace::resource_name;
 use super::{Attributes, Error, Handler, Mutating, Namespaces, Outcome, Plugin, Reinvocation, Validating, READY_WAIT};
 use crate::api::selector::Selector;
@@ -55,6 +57,8 @@ pub(crate) struct Hook {
     review_versions: Vec<String>,
     reinvoke_if_needed: bool,
     client_config: WebhookClientConfig,
+    /// Compiled when the configuration is read; an expression that does not compile fails when evaluated.
+    match_conditions: Arc<MatchConditions>,
 }
 
 impl Hook {
@@ -76,6 +80,7 @@ struct HookSpec<'a> {
     review_versions: &'a [String],
     reinvocation_policy: Option<&'a str>,
     client_config: &'a WebhookClientConfig,
+    match_conditions: &'a Option<Vec<MatchCondition>>,
 }
 
 fn selector(s: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>) -> Result<Selector, String> {
@@ -95,6 +100,7 @@ fn mutating_spec(h: &MutatingWebhook) -> HookSpec<'_> {
         review_versions: &h.admission_review_versions,
         reinvocation_policy: h.reinvocation_policy.as_deref(),
         client_config: &h.client_config,
+        match_conditions: &h.match_conditions,
     }
 }
 
@@ -111,6 +117,7 @@ fn validating_spec(h: &ValidatingWebhook) -> HookSpec<'_> {
         review_versions: &h.admission_review_versions,
         reinvocation_policy: None,
         client_config: &h.client_config,
+        match_conditions: &h.match_conditions,
     }
 }
 
@@ -146,6 +153,10 @@ fn hooks_of<'a, C: 'a>(
                 review_versions: h.review_versions.to_vec(),
                 reinvoke_if_needed: h.reinvocation_policy == Some("IfNeeded"),
                 client_config: h.client_config.clone(),
+                match_conditions: Arc::new(MatchConditions::compile(
+                    h.match_conditions.as_deref().unwrap_or_default(),
+                    activation::DECLARED,
+                )),
             }));
         }
     }
@@ -419,11 +430,49 @@ fn fails_open(hook: &Hook, e: &Error) -> bool {
     open
 }
 
+/// Whether `hook`'s matchConditions let it be called for `invocation`, as the last step of k8s.io/apiserver's
+/// `ShouldCallHook`: any false skips it; an error skips it under `failurePolicy: Ignore` and refuses the request
+/// (403) under `Fail`. `kind` is the matcher's type label (`admit` or `validating`), `exclusion` the hook's own
+/// (`admit` or `validate`): kube labels the two metrics differently.
+async fn conditions_hold(
+    hook: &Hook,
+    requested: &Attributes,
+    invocation: &Invocation<'_>,
+    authorizer: &ExpressionAuthorizer,
+    (kind, exclusion): (&str, &str),
+) -> Result<bool, Error> {
+    if hook.match_conditions.is_empty() {
+        return Ok(true);
+    }
+    let act =
+        activation::activation(&invocation.attributes, requested, invocation.object(), invocation.old(), authorizer);
+    let labels = |t: &str| crate::metrics::MatchConditionLabels {
+        name: hook.name.clone(),
+        kind: "webhook".into(),
+        r#type: t.to_owned(),
+        operation: requested.operation.as_str().to_owned(),
+    };
+    let excluded = || {
+        crate::metrics::global().admission.match_condition_exclusions.get_or_create(&labels(exclusion)).inc();
+        Ok(false)
+    };
+    match matchconditions::evaluate(&hook.match_conditions, act, &labels(kind)).await {
+        Matched::Yes => Ok(true),
+        Matched::No(_) => excluded(),
+        Matched::Error(_) if hook.ignore_failures => excluded(),
+        Matched::Error(message) => {
+            tracing::warn!(webhook = %hook.name, error = %message, "Failed evaluating match conditions, failing closed");
+            Err(Error::MatchConditions { resource: requested.group_resource(), name: requested.name.clone(), message })
+        }
+    }
+}
+
 /// MutatingAdmissionWebhook.
 pub struct MutatingWebhooks {
     configurations: WebhookConfigurations,
     namespaces: Namespaces,
     clients: WebhookClients,
+    authorizer: ExpressionAuthorizer,
 }
 
 impl Handler for MutatingWebhooks {
@@ -459,8 +508,14 @@ impl Mutating for MutatingWebhooks {
 }
 
 impl MutatingWebhooks {
-    pub fn new(configurations: WebhookConfigurations, namespaces: Namespaces, clients: WebhookClients) -> Self {
-        Self { configurations, namespaces, clients }
+    /// `authorizer` answers the `authorizer` of match conditions.
+    pub fn new(
+        configurations: WebhookConfigurations,
+        namespaces: Namespaces,
+        clients: WebhookClients,
+        authorizer: ExpressionAuthorizer,
+    ) -> Self {
+        Self { configurations, namespaces, clients, authorizer }
     }
 
     /// One round of the mutating webhooks, as `mutatingDispatcher.Dispatch`.
@@ -505,7 +560,11 @@ impl MutatingWebhooks {
                 continue;
             }
             let started = std::time::Instant::now();
-            let result = self.call_one(hook, a, &version, object, old, out).await;
+            let result = match self.call_one(hook, a, &version, object, old, out).await {
+                Ok(None) => continue,
+                Ok(Some(called)) => Ok(called),
+                Err(e) => Err(e),
+            };
             observe(hook, "admit", a, started.elapsed(), result.as_ref().err());
             let changed = matches!(result, Ok((true, _)));
             let key = |what| format!("{what}.webhook.admission.k8s.io/round_{round}_index_{i}");
@@ -531,7 +590,8 @@ impl MutatingWebhooks {
         Ok(())
     }
 
-    /// Calls one webhook and applies its patch: whether the object changed, and the patch's audit annotation.
+    /// Calls one webhook and applies its patch: whether the object changed, and the patch's audit annotation; None
+    /// when its match conditions exclude it.
     async fn call_one(
         &self,
         hook: &Hook,
@@ -540,11 +600,15 @@ impl MutatingWebhooks {
         object: &mut Option<&mut Value>,
         old: Option<&Value>,
         out: &mut Outcome,
-    ) -> Result<(bool, Option<String>), Error> {
+    ) -> Result<Option<(bool, Option<String>)>, Error> {
         let invocation = Invocation::new(a, version, object.as_deref(), old)?;
+        // The conditions see the object as the webhooks before this one left it.
+        if !conditions_hold(hook, a, &invocation, &self.authorizer, ("admit", "admit")).await? {
+            return Ok(None);
+        }
         let answer = call(&self.clients, hook, a, &invocation, true, out).await?;
         if answer.patch.is_empty() {
-            return Ok((false, None));
+            return Ok(Some((false, None)));
         }
         let patch_error = |what, source: Box<dyn std::error::Error + Send + Sync>| Error::Patch {
             webhook: hook.name.clone(),
@@ -554,7 +618,7 @@ impl MutatingWebhooks {
         let patch: json_patch::Patch =
             serde_json::from_slice(&answer.patch).map_err(|e| patch_error("is not a JSON patch", Box::new(e)))?;
         if patch.0.is_empty() {
-            return Ok((false, None));
+            return Ok(Some((false, None)));
         }
         // The patch is to the object as the webhook was sent it; what it makes goes back to the request's version.
         let sent = invocation.object().cloned();
@@ -585,7 +649,7 @@ impl MutatingWebhooks {
             patch: &patch,
             patch_type: "JSONPatch",
         };
-        Ok((changed, serde_json::to_string(&annotation).ok()))
+        Ok(Some((changed, serde_json::to_string(&annotation).ok())))
     }
 }
 
@@ -594,6 +658,7 @@ pub struct ValidatingWebhooks {
     configurations: WebhookConfigurations,
     namespaces: Namespaces,
     clients: WebhookClients,
+    authorizer: ExpressionAuthorizer,
 }
 
 impl Handler for ValidatingWebhooks {
@@ -628,8 +693,14 @@ impl Validating for ValidatingWebhooks {
 }
 
 impl ValidatingWebhooks {
-    pub fn new(configurations: WebhookConfigurations, namespaces: Namespaces, clients: WebhookClients) -> Self {
-        Self { configurations, namespaces, clients }
+    /// `authorizer` answers the `authorizer` of match conditions.
+    pub fn new(
+        configurations: WebhookConfigurations,
+        namespaces: Namespaces,
+        clients: WebhookClients,
+        authorizer: ExpressionAuthorizer,
+    ) -> Self {
+        Self { configurations, namespaces, clients, authorizer }
     }
 
     /// Every matching webhook at once, as `validatingDispatcher.Dispatch`; of several refusals the first
@@ -645,16 +716,24 @@ impl ValidatingWebhooks {
             return Err(Error::NotReady { resource: a.group_resource(), name: resource_name(a, object) });
         }
         let hooks = self.configurations.validating.get();
+        // Every webhook's rules, selectors and match conditions are weighed before any is called; a condition
+        // that fails closed refuses the request with no webhook called.
         let mut relevant = Vec::new();
         for hook in hooks.iter() {
-            if let Some(version) = rules::should_call(hook, a, object, old, &self.namespaces).await? {
-                relevant.push((hook.clone(), version));
+            let Some(version) = rules::should_call(hook, a, object, old, &self.namespaces).await? else { continue };
+            let invocation = Invocation::new(a, &version, object, old);
+            if let Ok(i) = &invocation {
+                if !conditions_hold(hook, a, i, &self.authorizer, ("validating", "validate")).await? {
+                    continue;
+                }
             }
+            relevant.push((hook.clone(), invocation));
         }
-        let calls = relevant.iter().map(|(hook, version)| async move {
+        let (called, invocations): (Vec<_>, Vec<_>) = relevant.into_iter().unzip();
+        let calls = called.iter().zip(invocations).map(|(hook, invocation)| async move {
             let mut own = Outcome::default();
             let started = std::time::Instant::now();
-            let result = match Invocation::new(a, version, object, old) {
+            let result = match invocation {
                 Ok(invocation) => call(&self.clients, hook, a, &invocation, false, &mut own).await,
                 Err(e) => Err(e),
             };
@@ -662,7 +741,7 @@ impl ValidatingWebhooks {
             (own, result)
         });
         let mut first_error = None;
-        for ((own, result), (hook, _)) in futures::future::join_all(calls).await.into_iter().zip(&relevant) {
+        for ((own, result), hook) in futures::future::join_all(calls).await.into_iter().zip(&called) {
             out.warnings.extend(own.warnings);
             out.audit_annotations.extend(own.audit_annotations);
             match result {

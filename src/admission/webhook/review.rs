@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use kube::core::Status;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::CallError;
 use crate::admission::Attributes;
@@ -48,39 +48,10 @@ pub(crate) fn request(
     object: Option<&Value>,
     old: Option<&Value>,
 ) -> Value {
-    let kind_of = |a: &Attributes| json!({"group": a.kind.group, "version": a.kind.version, "kind": a.kind.kind});
-    let resource_of = |a: &Attributes| json!({"group": a.resource.group, "version": a.resource.version, "resource": a.resource.resource});
-    let (kind, resource) = (kind_of(a), resource_of(a));
-    let mut user = Map::new();
-    let put = |m: &mut Map<String, Value>, k: &str, v: Value, empty: bool| {
-        if !empty {
-            m.insert(k.to_owned(), v);
-        }
-    };
-    let u = &a.user;
-    put(&mut user, "username", json!(u.name), u.name.is_empty());
-    put(&mut user, "uid", json!(u.uid), u.uid.is_empty());
-    put(&mut user, "groups", json!(u.groups), u.groups.is_empty());
-    put(&mut user, "extra", json!(u.extra), u.extra.is_empty());
-
-    let mut r = Map::new();
+    let mut r = crate::admission::activation::request_fields(a, requested);
     r.insert("uid".into(), json!(uid));
-    r.insert("kind".into(), kind.clone());
-    r.insert("resource".into(), resource.clone());
-    let sub = a.subresource.as_str();
-    put(&mut r, "subResource", json!(sub), sub.is_empty());
-    // The kind and resource the request was made for.
-    r.insert("requestKind".into(), kind_of(requested));
-    r.insert("requestResource".into(), resource_of(requested));
-    put(&mut r, "requestSubResource", json!(sub), sub.is_empty());
-    put(&mut r, "name", json!(a.name), a.name.is_empty());
-    put(&mut r, "namespace", json!(a.namespace), a.namespace.is_empty());
-    r.insert("operation".into(), json!(a.operation.as_str()));
-    r.insert("userInfo".into(), Value::Object(user));
     r.insert("object".into(), object.cloned().unwrap_or(Value::Null));
     r.insert("oldObject".into(), old.cloned().unwrap_or(Value::Null));
-    r.insert("dryRun".into(), json!(a.dry_run));
-    r.insert("options".into(), a.options.to_value());
     json!({"kind": "AdmissionReview", "apiVersion": version.api_version(), "request": r})
 }
 

@@ -6,6 +6,7 @@ pub mod authn;
 pub mod authz;
 pub mod cache;
 pub mod delegation;
+pub mod expressions;
 mod review;
 pub mod trust;
 
@@ -13,4 +14,5 @@ pub use crate::api::UserInfo;
 pub use authn::{Authenticator, ConnInfo, TokenReviewer};
 pub use authz::{AlwaysAllowPaths, Authorizer, AuthorizerConfig};
 pub use cache::CacheLimits;
+pub use expressions::ExpressionAuthorizer;
 pub use trust::{DynamicTrust, RequestHeader, Trust};

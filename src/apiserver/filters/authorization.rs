@@ -16,7 +16,7 @@ use crate::apiserver::error::ApiError;
 pub const DECISION_ANNOTATION: &str = "authorization.k8s.io/decision";
 pub const REASON_ANNOTATION: &str = "authorization.k8s.io/reason";
 
-pub struct Authorization(pub Authorizer);
+pub struct Authorization(pub std::sync::Arc<Authorizer>);
 
 impl Filter for Authorization {
     async fn filter<N: Next>(self: Arc<Self>, mut req: Request, next: N) -> Response {

@@ -8,6 +8,7 @@ use clap::Args;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
+use crate::admission::activation::ExpressionAuthorizer;
 use crate::admission::{Chain, LimitedResource, Plugin, PluginConfig, WebhookClients};
 
 #[derive(Debug, Clone, Default, Args)]
@@ -73,7 +74,12 @@ impl AdmissionOptions {
     /// Without a main API server (no --kubeconfig, not in a cluster: development with --insecure-allow-all)
     /// there are no namespaces or webhook configurations to read, so the chain is empty; naming a plugin in
     /// --enable-admission-plugins then is an error rather than a plugin silently not running.
-    pub fn build(&self, client: Option<kube::Client>, stop: CancellationToken) -> anyhow::Result<Chain> {
+    pub fn build(
+        &self,
+        client: Option<kube::Client>,
+        authorizer: ExpressionAuthorizer,
+        stop: CancellationToken,
+    ) -> anyhow::Result<Chain> {
         self.validate()?;
         let plugins = self.enabled_plugins();
         let Some(client) = client else {
@@ -90,10 +96,11 @@ impl AdmissionOptions {
             );
             return Ok(Chain::empty());
         };
-        let config = match &self.admission_control_config_file {
+        let mut config = match &self.admission_control_config_file {
             Some(path) => plugin_config(path)?,
             None => PluginConfig::default(),
         };
+        config.authorizer = authorizer;
         let names: Vec<&str> = plugins.iter().map(|p| p.name()).collect();
         tracing::info!(plugins = ?names, "admission");
         Ok(Chain::start(&plugins, client, config, stop))
@@ -268,9 +275,9 @@ mod tests {
 
     #[tokio::test]
     async fn without_a_main_api_server_the_chain_is_empty_unless_a_plugin_is_asked_for() {
-        let chain = parse(&[]).build(None, CancellationToken::new()).unwrap();
+        let chain = parse(&[]).build(None, None, CancellationToken::new()).unwrap();
         assert!(chain.plugins().is_empty() && chain.has_synced());
-        let e = parse(&["--enable-admission-plugins=NamespaceLifecycle"]).build(None, CancellationToken::new());
+        let e = parse(&["--enable-admission-plugins=NamespaceLifecycle"]).build(None, None, CancellationToken::new());
         assert!(e.unwrap_err().to_string().contains("pass --kubeconfig"));
     }
 

@@ -1,0 +1,103 @@
+//! What admission's CEL expressions (webhook matchConditions, policies) see of a request, as k8s.io/apiserver's
+//! `admission/plugin/cel` builds it: `object`, `oldObject`, `request` (an AdmissionRequest without uid and
+//! objects), `namespaceObject`, `authorizer`; each built once per request and version, and only when an
+//! expression that reads it runs.
+
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+
+use super::Attributes;
+use crate::cel::{self, value, Activation, ResourceCheck};
+
+/// The fields of an AdmissionRequest both a webhook's review and CEL's `request` have, as
+/// `CreateAdmissionRequest` fills them: empty optional fields are absent. `a` is the request in the version it is
+/// evaluated or sent in (an equivalent one under `matchPolicy: Equivalent`), `requested` as it was made.
+pub(crate) fn request_fields(a: &Attributes, requested: &Attributes) -> Map<String, Value> {
+    let kind_of = |a: &Attributes| json!({"group": a.kind.group, "version": a.kind.version, "kind": a.kind.kind});
+    let resource_of = |a: &Attributes| json!({"group": a.resource.group, "version": a.resource.version, "resource": a.resource.resource});
+    let put = |m: &mut Map<String, Value>, k: &str, v: Value, empty: bool| {
+        if !empty {
+            m.insert(k.to_owned(), v);
+        }
+    };
+    let mut user = Map::new();
+    let u = &a.user;
+    put(&mut user, "username", json!(u.name), u.name.is_empty());
+    put(&mut user, "uid", json!(u.uid), u.uid.is_empty());
+    put(&mut user, "groups", json!(u.groups), u.groups.is_empty());
+    put(&mut user, "extra", json!(u.extra), u.extra.is_empty());
+
+    let mut r = Map::new();
+    r.insert("kind".into(), kind_of(a));
+    r.insert("resource".into(), resource_of(a));
+    let sub = a.subresource.as_str();
+    put(&mut r, "subResource", json!(sub), sub.is_empty());
+    r.insert("requestKind".into(), kind_of(requested));
+    r.insert("requestResource".into(), resource_of(requested));
+    put(&mut r, "requestSubResource", json!(sub), sub.is_empty());
+    put(&mut r, "name", json!(a.name), a.name.is_empty());
+    put(&mut r, "namespace", json!(a.namespace), a.namespace.is_empty());
+    r.insert("operation".into(), json!(a.operation.as_str()));
+    r.insert("userInfo".into(), Value::Object(user));
+    r.insert("dryRun".into(), json!(a.dry_run));
+    r.insert("options".into(), a.options.to_value());
+    r
+}
+
+/// The names every admission expression may use; `params` and `variables` only where a policy declares them.
+pub(crate) const DECLARED: &[&str] = &["object", "oldObject", "request", "namespaceObject", "authorizer"];
+
+/// The authorizer expressions check with: the server's own, through the main API server's
+/// SubjectAccessReviews and its cache. None (tests, no main API server): every check errors.
+pub type ExpressionAuthorizer = Option<Arc<dyn cel::Authorizer>>;
+
+/// Answers every check with an error: there is no authorizer to ask.
+#[derive(Debug)]
+struct NoAuthorizer;
+
+impl cel::Authorizer for NoAuthorizer {
+    fn authorize(&self, _: &crate::api::UserInfo, _: &str, _: &cel::Check) -> cel::Decision {
+        cel::Decision { allowed: false, reason: String::new(), error: Some("no authorizer is configured".into()) }
+    }
+}
+
+/// The activation for one request in one version: `a` as evaluated, `requested` as made.
+pub(crate) fn activation(
+    a: &Attributes,
+    requested: &Attributes,
+    object: Option<&Value>,
+    old: Option<&Value>,
+    authorizer: &ExpressionAuthorizer,
+) -> Activation {
+    let mut act = Activation::new();
+    act.bind("object", object.map_or(cel::Value::Null, value::from_json));
+    act.bind("oldObject", old.map_or(cel::Value::Null, value::from_json));
+    act.bind("request", value::from_json(&Value::Object(request_fields(a, requested))));
+    act.bind("namespaceObject", cel::Value::Null);
+    let check = ResourceCheck {
+        group: requested.resource.group.clone(),
+        version: requested.resource.version.clone(),
+        resource: requested.resource.resource.clone(),
+        subresource: requested.subresource.as_str().to_owned(),
+        namespace: requested.namespace.clone(),
+        name: requested.name.clone(),
+        ..Default::default()
+    };
+    let authorizer = authorizer.clone().unwrap_or_else(|| Arc::new(NoAuthorizer));
+    act.bind("authorizer", cel::AuthorizerValue::new(authorizer, requested.user.clone(), check).into_value());
+    act
+}
+
+/// Runs `f` where an authorizer may block: on a blocking thread when `blocking`, else in place (most expressions
+/// never ask, and are not worth a thread hop). `stopped` is the answer when the runtime shuts down first.
+pub(crate) async fn evaluate<T: Send + 'static>(
+    blocking: bool,
+    f: impl FnOnce() -> T + Send + 'static,
+    stopped: impl FnOnce() -> T,
+) -> T {
+    if !blocking {
+        return f();
+    }
+    tokio::task::spawn_blocking(f).await.unwrap_or_else(|_| stopped())
+}
