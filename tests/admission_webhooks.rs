@@ -69,8 +69,12 @@ fn chain_with(
     v: Vec<ValidatingWebhookConfiguration>,
     clients: WebhookPluginConfig,
 ) -> Chain {
-    let sources =
-        Sources { namespaces: namespaces(), configurations: Some(WebhookConfigurations::fixed(&m, &v)), quotas: None };
+    let sources = Sources {
+        namespaces: namespaces(),
+        configurations: Some(WebhookConfigurations::fixed(&m, &v)),
+        quotas: None,
+        policies: None,
+    };
     Chain::with_sources(&Plugin::ALL, sources, PluginConfig { webhooks: clients, ..Default::default() })
 }
 

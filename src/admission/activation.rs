@@ -3,11 +3,12 @@
 //! objects), `namespaceObject`, `authorizer`; each built once per request and version, and only when an
 //! expression that reads it runs.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use super::Attributes;
+use super::{Attributes, Error};
 use crate::cel::{self, value, Activation, ResourceCheck};
 
 /// The fields of an AdmissionRequest both a webhook's review and CEL's `request` have, as
@@ -84,9 +85,18 @@ pub(crate) fn activation(
         name: requested.name.clone(),
         ..Default::default()
     };
-    let authorizer = authorizer.clone().unwrap_or_else(|| Arc::new(NoAuthorizer));
-    act.bind("authorizer", cel::AuthorizerValue::new(authorizer, requested.user.clone(), check).into_value());
+    act.bind("authorizer", authorizer_value(authorizer, requested.user.clone(), check));
     act
+}
+
+/// The `authorizer` variable for `user`, its `requestResource` being `request`.
+pub(crate) fn authorizer_value(
+    authorizer: &ExpressionAuthorizer,
+    user: crate::api::UserInfo,
+    request: ResourceCheck,
+) -> cel::Value {
+    let authorizer = authorizer.clone().unwrap_or_else(|| Arc::new(NoAuthorizer));
+    cel::AuthorizerValue::new(authorizer, user, request).into_value()
 }
 
 /// Runs `f` where an authorizer may block: on a blocking thread when `blocking`, else in place (most expressions
@@ -100,4 +110,48 @@ pub(crate) async fn evaluate<T: Send + 'static>(
         return f();
     }
     tokio::task::spawn_blocking(f).await.unwrap_or_else(|_| stopped())
+}
+
+/// A request in the version a webhook's or a policy's rules select it in: as it was (borrowed), or converted to
+/// another served version of the resource (`matchPolicy: Equivalent`), with its objects converted to it.
+pub(crate) struct Invocation<'a> {
+    pub(crate) attributes: Cow<'a, Attributes>,
+    object: Option<Cow<'a, Value>>,
+    old: Option<Cow<'a, Value>>,
+}
+
+impl<'a> Invocation<'a> {
+    pub(crate) fn new(
+        a: &'a Attributes,
+        version: &str,
+        object: Option<&'a Value>,
+        old: Option<&'a Value>,
+    ) -> Result<Self, Error> {
+        if version == a.resource.version {
+            let (object, old) = (object.map(Cow::Borrowed), old.map(Cow::Borrowed));
+            return Ok(Self { attributes: Cow::Borrowed(a), object, old });
+        }
+        let mut converted = a.clone();
+        converted.resource.version = version.to_owned();
+        // A kind of the resource's own group changes version with it; another (`/scale`'s Scale) stays.
+        if converted.kind.group == converted.resource.group {
+            converted.kind.version = version.to_owned();
+        }
+        let convert = |v: Option<&Value>| -> Result<Option<Cow<'a, Value>>, Error> {
+            let Some(mut v) = v.cloned() else { return Ok(None) };
+            a.interfaces
+                .convert(&mut v, version)
+                .map_err(|source| Error::Conversion { version: version.to_owned(), source })?;
+            Ok(Some(Cow::Owned(v)))
+        };
+        Ok(Self { object: convert(object)?, old: convert(old)?, attributes: Cow::Owned(converted) })
+    }
+
+    pub(crate) fn object(&self) -> Option<&Value> {
+        self.object.as_deref()
+    }
+
+    pub(crate) fn old(&self) -> Option<&Value> {
+        self.old.as_deref()
+    }
 }

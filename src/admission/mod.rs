@@ -23,9 +23,11 @@
 pub mod activation;
 mod cache;
 mod error;
+pub mod manifest;
 pub mod matchconditions;
 mod namespace;
 mod options;
+pub mod policy;
 pub mod quota;
 pub mod webhook;
 
@@ -42,6 +44,7 @@ use tracing::Instrument;
 pub use error::{denial_code, policy_reason_code, Error, GroupResource};
 pub use namespace::{NamespaceLifecycle, Namespaces};
 pub use options::{RequestOptions, WriteKind};
+pub use policy::{Policies, ValidatingAdmissionPolicyPlugin};
 pub use quota::{LimitedResource, Quotas, ResourceQuota};
 pub use webhook::{MutatingWebhooks, ValidatingWebhooks, WebhookClients, WebhookConfigurations};
 
@@ -226,6 +229,7 @@ impl Reinvocation {
 pub enum Plugin {
     NamespaceLifecycle,
     MutatingAdmissionWebhook,
+    ValidatingAdmissionPolicy,
     ValidatingAdmissionWebhook,
     ResourceQuota,
 }
@@ -233,9 +237,10 @@ pub enum Plugin {
 impl Plugin {
     /// Every plugin, in order; all are on by default, as in k8s.io/apiserver's `RecommendedPluginOrder` and
     /// kube-apiserver's default set (ResourceQuota last, as there: it charges only what the others let through).
-    pub const ALL: [Plugin; 4] = [
+    pub const ALL: [Plugin; 5] = [
         Plugin::NamespaceLifecycle,
         Plugin::MutatingAdmissionWebhook,
+        Plugin::ValidatingAdmissionPolicy,
         Plugin::ValidatingAdmissionWebhook,
         Plugin::ResourceQuota,
     ];
@@ -244,6 +249,7 @@ impl Plugin {
         match self {
             Plugin::NamespaceLifecycle => "NamespaceLifecycle",
             Plugin::MutatingAdmissionWebhook => "MutatingAdmissionWebhook",
+            Plugin::ValidatingAdmissionPolicy => "ValidatingAdmissionPolicy",
             Plugin::ValidatingAdmissionWebhook => "ValidatingAdmissionWebhook",
             Plugin::ResourceQuota => "ResourceQuota",
         }
@@ -284,6 +290,10 @@ pub struct PluginConfig {
     pub webhooks: WebhookPluginConfig,
     /// What the `authorizer` of CEL expressions asks (match conditions, policies).
     pub authorizer: activation::ExpressionAuthorizer,
+    /// ValidatingAdmissionPolicy's `staticManifestsDir`.
+    pub policy_manifests: Option<std::path::PathBuf>,
+    /// ValidatingAdmissionPolicy's policies, with those of its `staticManifestsDir` already loaded.
+    pub policies: Option<Policies>,
     /// ResourceQuota's `limitedResources`.
     pub limited_resources: Vec<LimitedResource>,
 }
@@ -295,6 +305,7 @@ pub struct Sources {
     pub namespaces: Namespaces,
     pub configurations: Option<WebhookConfigurations>,
     pub quotas: Option<Quotas>,
+    pub policies: Option<Policies>,
 }
 
 impl Chain {
@@ -321,6 +332,11 @@ impl Chain {
             namespaces: Namespaces::watch(client.clone(), stop.clone()),
             configurations: has_webhooks.then(|| WebhookConfigurations::watch(client.clone(), stop.clone())),
             quotas: on(Plugin::ResourceQuota).then(|| Quotas::watch(client, stop)),
+            policies: on(Plugin::ValidatingAdmissionPolicy).then(|| {
+                let policies = config.policies.clone().unwrap_or_default();
+                policies.cluster_absent();
+                policies
+            }),
         };
         Self::with_sources(plugins, sources, config)
     }
@@ -328,7 +344,7 @@ impl Chain {
     /// The chain over sources already made (watched, or filled by hand for tests), its plugins in
     /// [`Plugin::ALL`]'s order.
     pub fn with_sources(plugins: &[Plugin], sources: Sources, config: PluginConfig) -> Self {
-        let Sources { namespaces, configurations, quotas } = sources;
+        let Sources { namespaces, configurations, quotas, policies } = sources;
         let mut handlers: Vec<Arc<dyn Handler>> = Vec::new();
         for plugin in Plugin::ALL.into_iter().filter(|p| plugins.contains(p)) {
             let handler: Arc<dyn Handler> = match (plugin, &configurations, &quotas) {
@@ -345,6 +361,14 @@ impl Chain {
                     config.webhooks.validating.clone(),
                     config.authorizer.clone(),
                 )),
+                (Plugin::ValidatingAdmissionPolicy, _, _) => match &policies {
+                    Some(p) => Arc::new(ValidatingAdmissionPolicyPlugin::new(
+                        p.clone(),
+                        namespaces.clone(),
+                        config.authorizer.clone(),
+                    )),
+                    None => continue,
+                },
                 (Plugin::ResourceQuota, _, Some(q)) => {
                     Arc::new(ResourceQuota::new(q.clone(), config.limited_resources.clone()))
                 }

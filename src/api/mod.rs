@@ -6,6 +6,7 @@ pub mod duration;
 pub mod request;
 pub mod schema;
 pub mod selector;
+pub mod strict;
 pub mod table;
 mod types;
 pub mod validation;

@@ -43,6 +43,12 @@ const STACK_SIZE: usize = 2 * STACK_RED_ZONE;
 #[error("{0}")]
 pub struct CompileError(String);
 
+impl CompileError {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self(message.into())
+    }
+}
+
 /// Why an evaluation produced no value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EvalError {

@@ -30,6 +30,16 @@ impl Variables {
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.defs.iter().map(|(n, _)| n.as_str())
     }
+
+    /// Each variable's name and compiled expression (or why it did not compile).
+    pub fn definitions(&self) -> impl Iterator<Item = (&str, &Result<Arc<Program>, CompileError>)> {
+        self.defs.iter().map(|(n, p)| (n.as_str(), p))
+    }
+
+    /// Whether a variable's expression asks the authorizer.
+    pub fn use_authorizer(&self) -> bool {
+        self.defs.iter().any(|(_, p)| p.as_ref().is_ok_and(|p| p.uses("authorizer")))
+    }
 }
 
 /// The `variables` value of one activation: each variable's value once it has been read.

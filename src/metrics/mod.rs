@@ -209,6 +209,33 @@ pub struct MatchConditionLabels {
     pub operation: String,
 }
 
+/// One ValidatingAdmissionPolicy check (`validating/metrics`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyCheckLabels {
+    pub policy: String,
+    pub policy_binding: String,
+    /// `no_error`, `compile_error`, `invalid_error` or `out_of_budget`.
+    pub error_type: String,
+    /// `allow`, `deny`, `warn` or `audit`.
+    pub enforcement_action: String,
+}
+
+/// A manifest directory's reloads (k8s.io/apiserver's `manifest` controller metrics).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ManifestReloadLabels {
+    /// `success` or `failure`.
+    pub status: String,
+    pub plugin: String,
+    pub apiserver_id_hash: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ManifestConfigLabels {
+    pub plugin: String,
+    pub apiserver_id_hash: String,
+    pub hash: String,
+}
+
 /// Admission, as k8s.io/apiserver's `admission/metrics`.
 #[derive(Debug)]
 pub struct AdmissionMetrics {
@@ -219,6 +246,38 @@ pub struct AdmissionMetrics {
     pub match_condition_errors: Family<MatchConditionLabels, Counter>,
     pub match_condition_exclusions: Family<MatchConditionLabels, Counter>,
     pub match_condition_duration: HistogramFamily<MatchConditionLabels>,
+    pub policy_checks: Family<PolicyCheckLabels, Counter>,
+    pub policy_check_duration: HistogramFamily<PolicyCheckLabels>,
+    pub manifest_reloads: Family<ManifestReloadLabels, Counter>,
+    pub manifest_reload_last_timestamp: Family<ManifestReloadLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub manifest_config_info: Family<ManifestConfigLabels, Gauge>,
+    /// Each plugin's series of `manifest_config_info`, to replace when its manifests change.
+    manifest_last: parking_lot::Mutex<std::collections::BTreeMap<String, ManifestConfigLabels>>,
+}
+
+impl AdmissionMetrics {
+    /// A manifest directory read again: `ok` whether its objects are now in force.
+    pub fn manifest_reloaded(&self, plugin: &str, apiserver_id_hash: &str, ok: bool) {
+        let status = if ok { "success" } else { "failure" }.to_owned();
+        let labels =
+            ManifestReloadLabels { status, plugin: plugin.to_owned(), apiserver_id_hash: apiserver_id_hash.to_owned() };
+        self.manifest_reloads.get_or_create(&labels).inc();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        self.manifest_reload_last_timestamp.get_or_create(&labels).set(now.as_secs_f64());
+    }
+
+    /// The manifests now in force for `plugin`: its series alone is 1.
+    pub fn manifest_loaded(&self, plugin: &str, apiserver_id_hash: &str, hash: &str) {
+        let labels = ManifestConfigLabels {
+            plugin: plugin.to_owned(),
+            apiserver_id_hash: apiserver_id_hash.to_owned(),
+            hash: hash.to_owned(),
+        };
+        if let Some(old) = self.manifest_last.lock().insert(plugin.to_owned(), labels.clone()) {
+            self.manifest_config_info.remove(&old);
+        }
+        self.manifest_config_info.get_or_create(&labels).set(1);
+    }
 }
 
 /// k8s.io/apiserver's admission latency buckets.
@@ -499,6 +558,14 @@ impl Metrics {
                 match_condition_duration: Family::new_with_constructor(|| {
                     Histogram::new([0.001, 0.005, 0.01, 0.025, 0.1, 0.2, 0.25])
                 }),
+                policy_checks: Family::default(),
+                policy_check_duration: Family::new_with_constructor(|| {
+                    Histogram::new([0.0000005, 0.001, 0.01, 0.1, 1.0])
+                }),
+                manifest_reloads: Family::default(),
+                manifest_reload_last_timestamp: Family::default(),
+                manifest_config_info: Family::default(),
+                manifest_last: Default::default(),
             },
             storage_commit_duration: Histogram::new(exponential_buckets(0.0001, 2., 16)),
             storage_commit_group_size: Histogram::new(exponential_buckets(1., 2., 10)),
@@ -753,6 +820,36 @@ impl Metrics {
             "Admission match condition evaluation time in seconds, identified by name and broken out for each kind \
              containing matchConditions (webhook or policy), operation and type (validate or admit).",
             a.match_condition_duration.clone(),
+        );
+        r.register(
+            "apiserver_validating_admission_policy_check",
+            "Validation admission policy check total, labeled by policy and further identified by binding and \
+             enforcement action taken.",
+            a.policy_checks.clone(),
+        );
+        r.register(
+            "apiserver_validating_admission_policy_check_duration_seconds",
+            "Validation admission latency for individual validation expressions in seconds, labeled by policy and \
+             further including binding and enforcement action taken.",
+            a.policy_check_duration.clone(),
+        );
+        r.register(
+            "apiserver_manifest_admission_config_controller_automatic_reloads",
+            "Total number of automatic reloads of manifest-based admission configuration split by status, plugin, \
+             and apiserver identity.",
+            a.manifest_reloads.clone(),
+        );
+        r.register(
+            "apiserver_manifest_admission_config_controller_automatic_reload_last_timestamp_seconds",
+            "Timestamp of the last automatic reload of manifest-based admission configuration split by status, \
+             plugin, and apiserver identity.",
+            a.manifest_reload_last_timestamp.clone(),
+        );
+        r.register(
+            "apiserver_manifest_admission_config_controller_last_config_info",
+            "Information about the last applied manifest-based admission configuration with hash as label, split by \
+             plugin and apiserver identity.",
+            a.manifest_config_info.clone(),
         );
         r.register_collector(Box::new(process::ProcessCollector));
     }

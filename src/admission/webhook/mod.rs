@@ -4,10 +4,9 @@
 
 mod client;
 mod review;
-mod rules;
+pub(crate) mod rules;
 mod verify;
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,7 +29,7 @@ pub use client::{CallError, WebhookClients};
 use review::ReviewVersion;
 pub use verify::san_names;
 
-use super::activation::{self, ExpressionAuthorizer};
+use super::activation::{self, ExpressionAuthorizer, Invocation};
 use super::matchconditions::{self, MatchConditions, Matched};
 use super::namespace::resource_name;
 use super::{Attributes, Error, Handler, Mutating, Namespaces, Outcome, Plugin, Reinvocation, Validating, READY_WAIT};
@@ -299,45 +298,6 @@ struct PatchAnnotation<'a> {
     webhook: &'a str,
     patch: &'a json_patch::Patch,
     patch_type: &'a str,
-}
-
-/// What one webhook is sent: the request as it was (borrowed), or converted to the version of the resource its
-/// rules name (`matchPolicy: Equivalent`), with the objects converted to it.
-struct Invocation<'a> {
-    attributes: Cow<'a, Attributes>,
-    object: Option<Cow<'a, Value>>,
-    old: Option<Cow<'a, Value>>,
-}
-
-impl<'a> Invocation<'a> {
-    fn new(a: &'a Attributes, version: &str, object: Option<&'a Value>, old: Option<&'a Value>) -> Result<Self, Error> {
-        if version == a.resource.version {
-            let (object, old) = (object.map(Cow::Borrowed), old.map(Cow::Borrowed));
-            return Ok(Self { attributes: Cow::Borrowed(a), object, old });
-        }
-        let mut converted = a.clone();
-        converted.resource.version = version.to_owned();
-        // A kind of the resource's own group changes version with it; another (`/scale`'s Scale) stays.
-        if converted.kind.group == converted.resource.group {
-            converted.kind.version = version.to_owned();
-        }
-        let convert = |v: Option<&Value>| -> Result<Option<Cow<'a, Value>>, Error> {
-            let Some(mut v) = v.cloned() else { return Ok(None) };
-            a.interfaces
-                .convert(&mut v, version)
-                .map_err(|source| Error::Conversion { version: version.to_owned(), source })?;
-            Ok(Some(Cow::Owned(v)))
-        };
-        Ok(Self { object: convert(object)?, old: convert(old)?, attributes: Cow::Owned(converted) })
-    }
-
-    fn object(&self) -> Option<&Value> {
-        self.object.as_deref()
-    }
-
-    fn old(&self) -> Option<&Value> {
-        self.old.as_deref()
-    }
 }
 
 /// Calls `hook` for `a` (after the dry-run check) and checks its answer. Warnings and audit annotations go to

@@ -9,7 +9,8 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::activation::ExpressionAuthorizer;
-use crate::admission::{Chain, LimitedResource, Plugin, PluginConfig, WebhookClients};
+use crate::admission::{Chain, LimitedResource, Plugin, PluginConfig, Policies, WebhookClients};
+use crate::cmd::encryption::apiserver_id_hash;
 
 #[derive(Debug, Clone, Default, Args)]
 #[command(next_help_heading = "Admission")]
@@ -101,6 +102,12 @@ impl AdmissionOptions {
             None => PluginConfig::default(),
         };
         config.authorizer = authorizer;
+        if let (Some(dir), true) = (&config.policy_manifests, plugins.contains(&Plugin::ValidatingAdmissionPolicy)) {
+            let policies = Policies::default();
+            crate::admission::policy::manifests::start(dir.clone(), &policies, apiserver_id_hash(), stop.clone())
+                .map_err(|e| anyhow::anyhow!("--admission-control-config-file: ValidatingAdmissionPolicy: {e}"))?;
+            config.policies = Some(policies);
+        }
         let names: Vec<&str> = plugins.iter().map(|p| p.name()).collect();
         tracing::info!(plugins = ?names, "admission");
         Ok(Chain::start(&plugins, client, config, stop))
@@ -136,6 +143,18 @@ struct WebhookAdmission {
     kind: String,
     #[serde(default)]
     kube_config_file: String,
+    #[serde(default)]
+    static_manifests_dir: String,
+}
+
+/// ValidatingAdmissionPolicy's part: where its manifests are.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PolicyConfiguration {
+    api_version: String,
+    kind: String,
+    #[serde(default)]
+    static_manifests_dir: String,
 }
 
 /// ResourceQuota's part of an AdmissionConfiguration.
@@ -188,6 +207,29 @@ fn plugin_config(path: &Path) -> anyhow::Result<PluginConfig> {
         let slot = match which {
             Plugin::MutatingAdmissionWebhook => &mut out.webhooks.mutating,
             Plugin::ValidatingAdmissionWebhook => &mut out.webhooks.validating,
+            Plugin::ValidatingAdmissionPolicy => {
+                let c: PolicyConfiguration =
+                    serde_yaml::from_value(value).with_context(|| format!("{}: {}", what(), plugin.name))?;
+                if (c.api_version.as_str(), c.kind.as_str())
+                    != ("apiserver.config.k8s.io/v1", "ValidatingAdmissionPolicyConfiguration")
+                {
+                    anyhow::bail!(
+                        "{}: {}: expected a ValidatingAdmissionPolicyConfiguration of apiserver.config.k8s.io/v1, got \
+                         kind {:?} of {:?}",
+                        what(),
+                        plugin.name,
+                        c.kind,
+                        c.api_version
+                    );
+                }
+                if !c.static_manifests_dir.is_empty() {
+                    let dir = PathBuf::from(&c.static_manifests_dir);
+                    crate::admission::manifest::validate_dir(&dir)
+                        .map_err(|e| anyhow::anyhow!("{}: {}: {e}", what(), plugin.name))?;
+                    out.policy_manifests = Some(dir);
+                }
+                continue;
+            }
             _ => {
                 let q: ResourceQuotaConfiguration =
                     serde_yaml::from_value(value).with_context(|| format!("{}: {}", what(), plugin.name))?;
@@ -221,6 +263,10 @@ fn plugin_config(path: &Path) -> anyhow::Result<PluginConfig> {
                 w.kind,
                 w.api_version
             );
+        }
+        // Only manifests: there is no kubeconfig to read.
+        if w.kube_config_file.is_empty() && !w.static_manifests_dir.is_empty() {
+            continue;
         }
         if !Path::new(&w.kube_config_file).is_absolute() {
             anyhow::bail!(
