@@ -57,7 +57,12 @@ impl cel::Authorizer for Recording {
 }
 
 fn chain(policies: Policies, authorizer: Option<Arc<dyn cel::Authorizer>>) -> Chain {
-    let sources = Sources { namespaces: namespaces(), configurations: None, quotas: None, policies: Some(policies) };
+    let sources = Sources {
+        namespaces: namespaces(),
+        configurations: None,
+        quotas: None,
+        policies: Some((policies, Default::default())),
+    };
     Chain::with_sources(&Plugin::ALL, sources, PluginConfig { authorizer, ..Default::default() })
 }
 

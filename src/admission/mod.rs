@@ -305,7 +305,8 @@ pub struct Sources {
     pub namespaces: Namespaces,
     pub configurations: Option<WebhookConfigurations>,
     pub quotas: Option<Quotas>,
-    pub policies: Option<Policies>,
+    /// ValidatingAdmissionPolicy's policies, and the param caches of the cluster's.
+    pub policies: Option<(Policies, policy::Params)>,
 }
 
 impl Chain {
@@ -331,11 +332,12 @@ impl Chain {
         let sources = Sources {
             namespaces: Namespaces::watch(client.clone(), stop.clone()),
             configurations: has_webhooks.then(|| WebhookConfigurations::watch(client.clone(), stop.clone())),
-            quotas: on(Plugin::ResourceQuota).then(|| Quotas::watch(client, stop)),
+            quotas: on(Plugin::ResourceQuota).then(|| Quotas::watch(client.clone(), stop.clone())),
             policies: on(Plugin::ValidatingAdmissionPolicy).then(|| {
                 let policies = config.policies.clone().unwrap_or_default();
-                policies.cluster_absent();
-                policies
+                let params = policy::Params::new(client.clone(), stop.clone());
+                policy::cluster::watch(client.clone(), policies.clone(), params.clone(), stop.clone());
+                (policies, params)
             }),
         };
         Self::with_sources(plugins, sources, config)
@@ -362,8 +364,9 @@ impl Chain {
                     config.authorizer.clone(),
                 )),
                 (Plugin::ValidatingAdmissionPolicy, _, _) => match &policies {
-                    Some(p) => Arc::new(ValidatingAdmissionPolicyPlugin::new(
+                    Some((p, params)) => Arc::new(ValidatingAdmissionPolicyPlugin::new(
                         p.clone(),
+                        params.clone(),
                         namespaces.clone(),
                         config.authorizer.clone(),
                     )),

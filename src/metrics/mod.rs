@@ -220,6 +220,14 @@ pub struct PolicyCheckLabels {
     pub enforcement_action: String,
 }
 
+/// Whether a policy plugin watches the cluster's policies, or why not (one state of a plugin is 1).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicySourceLabels {
+    pub plugin: String,
+    /// `watching`, `not_served`, `forbidden` or `unreachable`.
+    pub state: String,
+}
+
 /// A manifest directory's reloads (k8s.io/apiserver's `manifest` controller metrics).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ManifestReloadLabels {
@@ -251,6 +259,7 @@ pub struct AdmissionMetrics {
     pub manifest_reloads: Family<ManifestReloadLabels, Counter>,
     pub manifest_reload_last_timestamp: Family<ManifestReloadLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub manifest_config_info: Family<ManifestConfigLabels, Gauge>,
+    pub policy_source: Family<PolicySourceLabels, Gauge>,
     /// Each plugin's series of `manifest_config_info`, to replace when its manifests change.
     manifest_last: parking_lot::Mutex<std::collections::BTreeMap<String, ManifestConfigLabels>>,
 }
@@ -566,6 +575,7 @@ impl Metrics {
                 manifest_reload_last_timestamp: Family::default(),
                 manifest_config_info: Family::default(),
                 manifest_last: Default::default(),
+                policy_source: Family::default(),
             },
             storage_commit_duration: Histogram::new(exponential_buckets(0.0001, 2., 16)),
             storage_commit_group_size: Histogram::new(exponential_buckets(1., 2., 10)),
@@ -850,6 +860,12 @@ impl Metrics {
             "Information about the last applied manifest-based admission configuration with hash as label, split by \
              plugin and apiserver identity.",
             a.manifest_config_info.clone(),
+        );
+        r.register(
+            "podset_admission_policy_source",
+            "Whether an admission policy plugin watches the cluster's policies (state=watching) or why it does not \
+             (not_served: the main API server has no such API; forbidden: RBAC; unreachable).",
+            a.policy_source.clone(),
         );
         r.register_collector(Box::new(process::ProcessCollector));
     }

@@ -8,10 +8,12 @@
 //! for every write (status and scale included) and dry runs. Order: manifests first, then policies by name, and a
 //! policy's bindings by name (kube's order is a map's, unspecified).
 
+pub mod cluster;
 mod compiled;
 mod evaluate;
 pub mod manifests;
 mod matching;
+mod params;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,6 +26,7 @@ use tokio::sync::watch;
 
 pub use compiled::{Binding, Origin, Policy};
 use evaluate::{Action, Annotation, Decision, Evaluation, Input};
+pub use params::Params;
 
 use super::activation::{self, ExpressionAuthorizer, Invocation};
 use super::namespace::resource_name;
@@ -138,13 +141,14 @@ impl Policies {
 /// The ValidatingAdmissionPolicy plugin.
 pub struct ValidatingAdmissionPolicyPlugin {
     policies: Policies,
+    params: Params,
     namespaces: Namespaces,
     authorizer: ExpressionAuthorizer,
 }
 
 impl ValidatingAdmissionPolicyPlugin {
-    pub fn new(policies: Policies, namespaces: Namespaces, authorizer: ExpressionAuthorizer) -> Self {
-        Self { policies, namespaces, authorizer }
+    pub fn new(policies: Policies, params: Params, namespaces: Namespaces, authorizer: ExpressionAuthorizer) -> Self {
+        Self { policies, params, namespaces, authorizer }
     }
 }
 
@@ -408,21 +412,15 @@ impl ValidatingAdmissionPolicyPlugin {
             let params = match (&policy.param_kind, &binding.param_ref) {
                 (None, _) => vec![None],
                 (Some(_), None) => vec![Some(cel::Value::Null)],
-                (Some(kind), Some(_)) => {
-                    let kind = format!(
-                        "&ParamKind{{APIVersion:{},Kind:{},}}",
-                        kind.api_version.as_deref().unwrap_or_default(),
-                        kind.kind.as_deref().unwrap_or_default()
-                    );
-                    self.config_error(
-                        state,
-                        a,
-                        object,
-                        (policy, Some(binding)),
-                        &format!("paramKind kind `{kind}` not known"),
-                    );
-                    continue;
-                }
+                (Some(kind), Some(r)) => match self.params.collect(kind, r, &a.namespace).await {
+                    // No param and `parameterNotFoundAction: Allow`: the binding does not apply.
+                    Ok(found) if found.is_empty() => continue,
+                    Ok(found) => found.into_iter().map(Some).collect(),
+                    Err(e) => {
+                        self.config_error(state, a, object, (policy, Some(binding)), &e);
+                        continue;
+                    }
+                },
             };
             let versioned = match Self::versioned(cache, a, &version, object, old) {
                 Ok(v) => v,
