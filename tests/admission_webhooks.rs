@@ -432,6 +432,7 @@ async fn webhooks_are_called_with_the_kubeconfigs_credentials_over_reused_connec
     let clients = WebhookPluginConfig {
         validating: WebhookClients::from_kubeconfig(&kubeconfig).unwrap(),
         mutating: WebhookClients::anonymous(),
+        ..Default::default()
     };
     let c = chain_with(vec![], vec![validating("v", vec![hook(&s, "auth.test.io", "/allow", json!({}))])], clients);
     for _ in 0..5 {
@@ -598,4 +599,54 @@ async fn match_conditions_decide_whether_a_webhook_is_called() {
     let c = chain(vec![], vec![validating("authz", vec![hook(&s, "asks.test.io", "/allow", asks)])]);
     admit(&c, &create("default"), &mut podset()).await.0.unwrap();
     assert_eq!(s.received("/allow").len(), 1);
+}
+
+/// A webhook from `staticManifestsDir` is called before the cluster's, with its match conditions, and a
+/// manifest that breaks the manifest rules is refused with the file and the reason.
+#[tokio::test]
+async fn manifest_webhooks_are_called_with_their_match_conditions() {
+    use podset_apiserver::admission::webhook::manifests;
+    use podset_apiserver::admission::StaticWebhooks;
+    let s = WebhookServer::start(LOCALHOST).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = hook(
+        &s,
+        "static-deny.test.io",
+        "/deny",
+        json!({"matchConditions": [
+        {"name": "not-bob", "expression": "request.userInfo.username != 'bob'"}]}),
+    );
+    h["clientConfig"]["caBundle"] =
+        json!(base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &s.ca_pem));
+    let config = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "deny.static.k8s.io"}, "webhooks": [h]});
+    std::fs::write(dir.path().join("deny.json"), config.to_string()).unwrap();
+    let statics = StaticWebhooks::default();
+    let stop = tokio_util::sync::CancellationToken::new();
+    manifests::start((None, Some(dir.path().to_owned())), &statics, "test", &stop).unwrap();
+    let configurations = WebhookConfigurations::fixed(&[], &[]).with_statics(statics);
+    let sources =
+        Sources { namespaces: namespaces(), configurations: Some(configurations), quotas: None, policies: None };
+    let c = Chain::with_sources(&Plugin::ALL, sources, PluginConfig::default());
+    let status = status_of(&admit(&c, &create("default"), &mut podset()).await.0.unwrap_err());
+    assert_eq!(status.message, "admission webhook \"static-deny.test.io\" denied the request: no PodSets here");
+    let as_bob = admission_attributes(Operation::Create, Subresource::Main, "default", "web", bob(), update_options());
+    admit(&c, &as_bob, &mut podset()).await.0.unwrap();
+    assert_eq!(s.received("/deny").len(), 1, "called for jane, not for bob");
+    stop.cancel();
+
+    let refused = |config: Value| {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("w.json"), config.to_string()).unwrap();
+        manifests::load_validating(d.path()).map(|_| ()).unwrap_err()
+    };
+    let mut by_service = config.clone();
+    by_service["webhooks"][0]["clientConfig"] = json!({"service": {"namespace": "x", "name": "y"}});
+    assert!(refused(by_service).contains("clientConfig.service is not supported for static manifests"));
+    let mut plain_name = config.clone();
+    plain_name["metadata"]["name"] = json!("deny");
+    assert!(refused(plain_name).contains("must have a name ending with \".static.k8s.io\""));
+    let mut bad_condition = config;
+    bad_condition["webhooks"][0]["matchConditions"][0]["expression"] = json!("params.x");
+    assert!(refused(bad_condition).contains("undeclared reference to 'params'"));
 }

@@ -46,7 +46,7 @@ pub use namespace::{NamespaceLifecycle, Namespaces};
 pub use options::{RequestOptions, WriteKind};
 pub use policy::{Policies, ValidatingAdmissionPolicyPlugin};
 pub use quota::{LimitedResource, Quotas, ResourceQuota};
-pub use webhook::{MutatingWebhooks, ValidatingWebhooks, WebhookClients, WebhookConfigurations};
+pub use webhook::{MutatingWebhooks, StaticWebhooks, ValidatingWebhooks, WebhookClients, WebhookConfigurations};
 
 use crate::api::{Operation, Subresource, UserInfo};
 
@@ -282,6 +282,11 @@ impl std::fmt::Debug for Chain {
 pub struct WebhookPluginConfig {
     pub mutating: WebhookClients,
     pub validating: WebhookClients,
+    /// Each plugin's `staticManifestsDir`.
+    pub mutating_manifests: Option<std::path::PathBuf>,
+    pub validating_manifests: Option<std::path::PathBuf>,
+    /// The webhooks of those directories, once loaded.
+    pub statics: webhook::StaticWebhooks,
 }
 
 /// The plugins' configuration (`--admission-control-config-file`).
@@ -331,7 +336,9 @@ impl Chain {
         let has_webhooks = on(Plugin::MutatingAdmissionWebhook) || on(Plugin::ValidatingAdmissionWebhook);
         let sources = Sources {
             namespaces: Namespaces::watch(client.clone(), stop.clone()),
-            configurations: has_webhooks.then(|| WebhookConfigurations::watch(client.clone(), stop.clone())),
+            configurations: has_webhooks.then(|| {
+                WebhookConfigurations::watch(client.clone(), stop.clone()).with_statics(config.webhooks.statics.clone())
+            }),
             quotas: on(Plugin::ResourceQuota).then(|| Quotas::watch(client.clone(), stop.clone())),
             policies: on(Plugin::ValidatingAdmissionPolicy).then(|| {
                 let policies = config.policies.clone().unwrap_or_default();

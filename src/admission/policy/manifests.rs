@@ -216,64 +216,11 @@ pub fn start(
     apiserver_id_hash: String,
     stop: CancellationToken,
 ) -> Result<(), String> {
-    manifest::validate_dir(&dir)?;
-    let loaded =
-        load(&dir).map_err(|e| format!("failed to load static policy manifests from {:?}: {e}", dir.display()))?;
-    let metrics = &crate::metrics::global().admission;
-    tracing::info!(plugin = PLUGIN, count = loaded.policies + loaded.bindings, dir = %dir.display(),
-        "Loaded manifest-based admission policy configurations");
-    metrics.manifest_reloaded(PLUGIN, &apiserver_id_hash, true);
-    metrics.manifest_loaded(PLUGIN, &apiserver_id_hash, &loaded.hash);
-    policies.set_manifests(loaded.hooks);
     let policies = policies.clone();
-    let mut last = loaded.hash;
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(manifest::RELOAD_INTERVAL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tick.tick() => {}
-            }
-            let d = dir.clone();
-            let result = tokio::task::spawn_blocking(move || {
-                // Only a changed directory is compiled again.
-                let read = manifest::read(&d)?;
-                Ok::<_, String>((read.hash.clone(), read))
-            })
-            .await
-            .unwrap_or_else(|e| Err(e.to_string()));
-            let changed = match &result {
-                Ok((hash, _)) => *hash != last,
-                Err(_) => true,
-            };
-            if !changed {
-                continue;
-            }
-            let d = dir.clone();
-            let loaded = tokio::task::spawn_blocking(move || load(&d)).await.unwrap_or_else(|e| Err(e.to_string()));
-            match loaded {
-                Ok(loaded) => {
-                    tracing::info!(
-                        plugin = PLUGIN,
-                        count = loaded.policies + loaded.bindings,
-                        "Reloaded manifest-based admission policy configurations"
-                    );
-                    metrics.manifest_reloaded(PLUGIN, &apiserver_id_hash, true);
-                    metrics.manifest_loaded(PLUGIN, &apiserver_id_hash, &loaded.hash);
-                    last = loaded.hash;
-                    policies.set_manifests(loaded.hooks);
-                }
-                Err(e) => {
-                    // The last good set stays; the same bad content is not reported again until it changes.
-                    tracing::error!(plugin = PLUGIN, error = %e, "reloading static policy manifests; keeping the last good set");
-                    metrics.manifest_reloaded(PLUGIN, &apiserver_id_hash, false);
-                    if let Ok((hash, _)) = result {
-                        last = hash;
-                    }
-                }
-            }
-        }
-    });
-    Ok(())
+    manifest::start(dir, PLUGIN, apiserver_id_hash, stop, load_for_start, move |hooks| policies.set_manifests(hooks))
+}
+
+fn load_for_start(dir: &Path) -> Result<manifest::Loaded<Vec<Hook>>, String> {
+    let l = load(dir)?;
+    Ok(manifest::Loaded { value: l.hooks, hash: l.hash, count: l.policies + l.bindings })
 }

@@ -3,6 +3,7 @@
 //! concerns, and calling them as k8s.io/apiserver's mutating and validating dispatchers do.
 
 mod client;
+pub mod manifests;
 mod review;
 pub(crate) mod rules;
 mod verify;
@@ -40,7 +41,7 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One webhook of a configuration, ready to match and call.
 #[derive(Debug)]
-pub(crate) struct Hook {
+pub struct Hook {
     /// `<configuration>/<webhook>/<n>`: webhook names need not be unique within a configuration.
     uid: String,
     configuration: String,
@@ -162,7 +163,9 @@ fn hooks_of<'a, C: 'a>(
     hooks
 }
 
-fn mutating_hooks<'a>(configs: impl IntoIterator<Item = &'a MutatingWebhookConfiguration>) -> Vec<Arc<Hook>> {
+pub(crate) fn mutating_hooks_of<'a>(
+    configs: impl IntoIterator<Item = &'a MutatingWebhookConfiguration>,
+) -> Vec<Arc<Hook>> {
     hooks_of(
         configs,
         |c: &MutatingWebhookConfiguration| c.metadata.name.as_deref().unwrap_or(""),
@@ -170,7 +173,9 @@ fn mutating_hooks<'a>(configs: impl IntoIterator<Item = &'a MutatingWebhookConfi
     )
 }
 
-fn validating_hooks<'a>(configs: impl IntoIterator<Item = &'a ValidatingWebhookConfiguration>) -> Vec<Arc<Hook>> {
+pub(crate) fn validating_hooks_of<'a>(
+    configs: impl IntoIterator<Item = &'a ValidatingWebhookConfiguration>,
+) -> Vec<Arc<Hook>> {
     hooks_of(
         configs,
         |c: &ValidatingWebhookConfiguration| c.metadata.name.as_deref().unwrap_or(""),
@@ -206,31 +211,58 @@ impl HookList {
     }
 }
 
-/// The cluster's Mutating- and ValidatingWebhookConfigurations.
+/// Webhooks from `staticManifestsDir`: called before the cluster's, in force from the first request.
+#[derive(Clone, Default)]
+pub struct StaticWebhooks {
+    mutating: Arc<RwLock<Arc<[Arc<Hook>]>>>,
+    validating: Arc<RwLock<Arc<[Arc<Hook>]>>>,
+}
+
+impl std::fmt::Debug for StaticWebhooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StaticWebhooks")
+            .field("mutating", &self.mutating.read().len())
+            .field("validating", &self.validating.read().len())
+            .finish()
+    }
+}
+
+impl StaticWebhooks {
+    pub(crate) fn set_mutating(&self, hooks: Vec<Arc<Hook>>) {
+        *self.mutating.write() = Arc::from(hooks);
+    }
+
+    pub(crate) fn set_validating(&self, hooks: Vec<Arc<Hook>>) {
+        *self.validating.write() = Arc::from(hooks);
+    }
+}
+
+/// The cluster's Mutating- and ValidatingWebhookConfigurations, after those of manifests.
 #[derive(Clone)]
 pub struct WebhookConfigurations {
     mutating: HookList,
     validating: HookList,
+    statics: StaticWebhooks,
 }
 
 impl WebhookConfigurations {
     /// Watches both kinds until `stop`.
     pub fn watch(client: kube::Client, stop: CancellationToken) -> Self {
-        let this = Self { mutating: HookList::new(), validating: HookList::new() };
+        let this = Self { mutating: HookList::new(), validating: HookList::new(), statics: StaticWebhooks::default() };
         spawn_watch(kube::Api::all(client.clone()), this.mutating.clone(), stop.clone(), |s| {
-            mutating_hooks(s.state().iter().map(|c| &**c))
+            mutating_hooks_of(s.state().iter().map(|c| &**c))
         });
         spawn_watch(kube::Api::all(client), this.validating.clone(), stop, |s| {
-            validating_hooks(s.state().iter().map(|c| &**c))
+            validating_hooks_of(s.state().iter().map(|c| &**c))
         });
         this
     }
 
     /// These configurations and no others, with no main API server behind them.
     pub fn fixed(mutating: &[MutatingWebhookConfiguration], validating: &[ValidatingWebhookConfiguration]) -> Self {
-        let this = Self { mutating: HookList::new(), validating: HookList::new() };
-        this.mutating.set(mutating_hooks(mutating));
-        this.validating.set(validating_hooks(validating));
+        let this = Self { mutating: HookList::new(), validating: HookList::new(), statics: StaticWebhooks::default() };
+        this.mutating.set(mutating_hooks_of(mutating));
+        this.validating.set(validating_hooks_of(validating));
         this
     }
 
@@ -238,9 +270,27 @@ impl WebhookConfigurations {
         *self.mutating.synced.borrow() && *self.validating.synced.borrow()
     }
 
+    /// These configurations with the webhooks of manifests before them.
+    pub fn with_statics(mut self, statics: StaticWebhooks) -> Self {
+        self.statics = statics;
+        self
+    }
+
     /// Whether any webhook may be called: there is one, or the first lists are still to come.
     pub fn may_call(&self) -> bool {
-        !self.has_synced() || !self.mutating.get().is_empty() || !self.validating.get().is_empty()
+        !self.has_synced()
+            || !self.mutating.get().is_empty()
+            || !self.validating.get().is_empty()
+            || !self.statics.mutating.read().is_empty()
+            || !self.statics.validating.read().is_empty()
+    }
+
+    fn mutating_hooks(&self) -> Vec<Arc<Hook>> {
+        self.statics.mutating.read().iter().chain(self.mutating.get().iter()).cloned().collect()
+    }
+
+    fn validating_hooks(&self) -> Vec<Arc<Hook>> {
+        self.statics.validating.read().iter().chain(self.validating.get().iter()).cloned().collect()
     }
 }
 
@@ -495,7 +545,7 @@ impl MutatingWebhooks {
             // Another plugin changed the object since the webhooks last saw it.
             r.require_reinvoking_previously_invoked();
         }
-        let hooks = self.configurations.mutating.get();
+        let hooks = self.configurations.mutating_hooks();
         let result = self.round(&hooks, a, &mut object, old, out, r).await;
         r.last_output = object.as_deref().cloned();
         result
@@ -675,7 +725,7 @@ impl ValidatingWebhooks {
         if !self.configurations.validating.wait_for_ready().await || !self.namespaces.wait_for_ready().await {
             return Err(Error::NotReady { resource: a.group_resource(), name: resource_name(a, object) });
         }
-        let hooks = self.configurations.validating.get();
+        let hooks = self.configurations.validating_hooks();
         // Every webhook's rules, selectors and match conditions are weighed before any is called; a condition
         // that fails closed refuses the request with no webhook called.
         let mut relevant = Vec::new();
@@ -737,7 +787,7 @@ pub(crate) mod tests {
             metadata: kube::api::ObjectMeta { name: Some("c".into()), ..Default::default() },
             webhooks: Some(vec![h]),
         };
-        Arc::into_inner(validating_hooks([&c]).remove(0)).unwrap()
+        Arc::into_inner(validating_hooks_of([&c]).remove(0)).unwrap()
     }
 
     #[test]
@@ -752,7 +802,7 @@ pub(crate) mod tests {
             ),
         };
         let hooks =
-            mutating_hooks(&[config("b", &["x.example.com"]), config("a", &["y.example.com", "y.example.com"])]);
+            mutating_hooks_of(&[config("b", &["x.example.com"]), config("a", &["y.example.com", "y.example.com"])]);
         let uids: Vec<&str> = hooks.iter().map(|h| h.uid.as_str()).collect();
         assert_eq!(uids, ["a/y.example.com/0", "a/y.example.com/1", "b/x.example.com/0"]);
         assert_eq!(hooks[0].timeout, DEFAULT_TIMEOUT);

@@ -102,6 +102,18 @@ impl AdmissionOptions {
             None => PluginConfig::default(),
         };
         config.authorizer = authorizer;
+        let on = |p| plugins.contains(&p);
+        let webhook_dirs = (
+            config.webhooks.mutating_manifests.clone().filter(|_| on(Plugin::MutatingAdmissionWebhook)),
+            config.webhooks.validating_manifests.clone().filter(|_| on(Plugin::ValidatingAdmissionWebhook)),
+        );
+        crate::admission::webhook::manifests::start(
+            webhook_dirs,
+            &config.webhooks.statics,
+            &apiserver_id_hash(),
+            &stop,
+        )
+        .map_err(|e| anyhow::anyhow!("--admission-control-config-file: {e}"))?;
         if let (Some(dir), true) = (&config.policy_manifests, plugins.contains(&Plugin::ValidatingAdmissionPolicy)) {
             let policies = Policies::default();
             crate::admission::policy::manifests::start(dir.clone(), &policies, apiserver_id_hash(), stop.clone())
@@ -264,9 +276,18 @@ fn plugin_config(path: &Path) -> anyhow::Result<PluginConfig> {
                 w.api_version
             );
         }
-        // Only manifests: there is no kubeconfig to read.
-        if w.kube_config_file.is_empty() && !w.static_manifests_dir.is_empty() {
-            continue;
+        if !w.static_manifests_dir.is_empty() {
+            let dir = PathBuf::from(&w.static_manifests_dir);
+            crate::admission::manifest::validate_dir(&dir)
+                .map_err(|e| anyhow::anyhow!("{}: {}: {e}", what(), plugin.name))?;
+            match which {
+                Plugin::MutatingAdmissionWebhook => out.webhooks.mutating_manifests = Some(dir),
+                _ => out.webhooks.validating_manifests = Some(dir),
+            }
+            // Only manifests: there is no kubeconfig to read (kubeConfigFile is optional then).
+            if w.kube_config_file.is_empty() {
+                continue;
+            }
         }
         if !Path::new(&w.kube_config_file).is_absolute() {
             anyhow::bail!(
