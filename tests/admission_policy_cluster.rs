@@ -247,3 +247,76 @@ fn rand_suffix() -> u32 {
     static N: AtomicU32 = AtomicU32::new(0);
     N.fetch_add(1, Ordering::Relaxed)
 }
+
+/// The cluster's own policies (`admissionregistration.k8s.io/v1`, served by envtest's front for kube-apiserver 1.20
+/// by its wire contract, as a 1.30+ kube-apiserver serves them): a policy created while serving is enforced, a
+/// `paramRef` to a ConfigMap of the real 1.20 cluster supplies the limit (and a changed ConfigMap a new one), and
+/// deleting the binding stops enforcement.
+#[test]
+fn the_clusters_policies_hold_for_podsets() {
+    in_namespace("the_clusters_policies_hold_for_podsets", || {
+        let c = Cluster::start_with_policy_api(podset_envtest::ServerCommand {
+            program: common::BIN.into(),
+            args: Vec::new(),
+        });
+        c.wait_for("the server watching the cluster's policies", Duration::from_secs(30), |c| {
+            c.podset_log().contains("watching the cluster's policies and bindings")
+        });
+        c.kubectl(&["create", "configmap", "podset-limits", "-n", "default", "--from-literal=maxReplicas=3"]);
+        let policy = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: replicas-limit}
+spec:
+  paramKind: {apiVersion: v1, kind: ConfigMap}
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [demo.k8s.io], apiVersions: ["*"], resources: [podsets], operations: [CREATE, UPDATE]}
+  validations:
+  - expression: object.spec.replicas <= int(params.data.maxReplicas)
+    messageExpression: "'at most ' + params.data.maxReplicas + ' replicas'"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: replicas-limit-binding}
+spec:
+  policyName: replicas-limit
+  validationActions: [Deny]
+  paramRef: {name: podset-limits, namespace: default, parameterNotFoundAction: Deny}
+"#;
+        let file = c.dir.path().join("cluster-policy.yaml");
+        std::fs::write(&file, policy).unwrap();
+        let started = std::time::Instant::now();
+        c.policy_api_kubectl(&["apply", "-f", file.to_str().unwrap()]);
+        let mut n = 0;
+        let mut next = |replicas: i64| {
+            n += 1;
+            podset("demo.k8s.io/v1beta1", &format!("cl-{n}"), "default", replicas, false, serde_json::json!({}))
+        };
+        c.wait_for("the new policy enforced", Duration::from_secs(10), |c| {
+            create(c, &next(5), None).is_err_and(|e| e.contains("at most 3 replicas"))
+        });
+        eprintln!("a policy created while serving was enforced after {:.2}s", started.elapsed().as_secs_f64());
+        let e = create(&c, &next(5), None).unwrap_err();
+        assert!(
+            e.contains("ValidatingAdmissionPolicy 'replicas-limit' with binding 'replicas-limit-binding' denied request: at most 3 replicas"),
+            "{e}"
+        );
+        create(&c, &next(3), None).unwrap();
+        // The ConfigMap in the real cluster gives the limit.
+        c.kubectl(&[
+            "patch",
+            "configmap",
+            "podset-limits",
+            "-n",
+            "default",
+            "--type=merge",
+            "-p",
+            r#"{"data":{"maxReplicas":"6"}}"#,
+        ]);
+        c.wait_for("the new limit", Duration::from_secs(10), |c| create(c, &next(5), None).is_ok());
+        // Deleting the binding stops enforcement.
+        c.policy_api_kubectl(&["delete", "validatingadmissionpolicybinding", "replicas-limit-binding"]);
+        c.wait_for("enforcement stopped", Duration::from_secs(10), |c| create(c, &next(50), None).is_ok());
+    });
+}

@@ -68,6 +68,9 @@ pub struct Cluster {
     pub(crate) cluster_ip_routing: bool,
     /// The demo workload's image on the node (`podset-demo`), once there is one.
     pub(crate) demo_image: Option<String>,
+    /// In front of kube-apiserver, serving the ValidatingAdmissionPolicies and bindings 1.20 lacks
+    /// ([`Self::start_with_policy_api`]).
+    pub(crate) policy_api: Option<crate::PolicyApi>,
 }
 
 impl Cluster {
@@ -80,7 +83,16 @@ impl Cluster {
     /// `--enable-aggregator-routing`, so it picks one per request). With more than one they store PodSets in the cluster's etcd (`--storage-backend=etcd`) and elect a
     /// leader for the controller.
     pub fn start_replicated(server: ServerCommand, replicas: usize) -> Self {
-        Self::start_with(Some(server), replicas, false, false, Vec::new(), all_versions())
+        Self::start_with(Some(server), replicas, false, false, Vec::new(), all_versions(), false)
+    }
+
+    /// [`Self::start`] with a front for kube-apiserver ([`crate::PolicyApi`]) that also serves
+    /// `admissionregistration.k8s.io/v1` ValidatingAdmissionPolicies and ValidatingAdmissionPolicyBindings from
+    /// memory, as a 1.30+ kube-apiserver would. podset-apiserver's `--kubeconfig` points at the front, so all it asks
+    /// of the cluster (informers, delegated authentication and authorization) goes through it; tests reach it with
+    /// [`Self::policy_api_kubectl`] and [`Self::policy_api_client`]. The aggregator still calls our server directly.
+    pub fn start_with_policy_api(server: ServerCommand) -> Self {
+        Self::start_with(Some(server), 1, false, false, Vec::new(), all_versions(), true)
     }
 
     /// [`Self::start_replicated`] with aggregated requests routed as in a real cluster: kube-apiserver, without
@@ -90,7 +102,7 @@ impl Cluster {
     /// (kubernetes/kubernetes#61296). [`Self::set_ready_replicas`] returns once kube-proxy routes as it says.
     pub fn start_replicated_behind_cluster_ip(server: ServerCommand, replicas: usize) -> Self {
         assert!((1..=REPLICA_IPS.len()).contains(&replicas));
-        Self::start_with(Some(server), replicas, false, true, Vec::new(), all_versions())
+        Self::start_with(Some(server), replicas, false, true, Vec::new(), all_versions(), false)
     }
 
     /// [`Self::start_replicated`] with replica `i` storing PodSets at `etcd_servers[i]` (an etcd of its own, not
@@ -108,20 +120,20 @@ impl Cluster {
         versions: &[String],
     ) -> Self {
         assert!((1..=REPLICA_IPS.len()).contains(&replicas));
-        Self::start_with(Some(server), replicas, false, false, etcd_servers, versions.to_vec())
+        Self::start_with(Some(server), replicas, false, false, etcd_servers, versions.to_vec(), false)
     }
 
     /// [`Self::start`] with a node ([`node`]): the PodSets' Pods are scheduled, pulled from the images imported
     /// into containerd, and run. Takes about half a minute more.
     pub fn start_with_node(server: ServerCommand) -> Self {
-        Self::start_with(Some(server), 1, true, false, Vec::new(), all_versions())
+        Self::start_with(Some(server), 1, true, false, Vec::new(), all_versions(), false)
     }
 
     /// The control plane and a node, without podset-apiserver: for deploying it to the node as an admin would
     /// (deploy/, with an image given to [`Self::import_image`]). The node has one 1 Gi PersistentVolume for the
     /// server's claim, as a cluster's storage class would make it.
     pub fn start_node_only() -> Self {
-        let cluster = Self::start_with(None, 0, true, false, Vec::new(), Vec::new());
+        let cluster = Self::start_with(None, 0, true, false, Vec::new(), Vec::new(), false);
         cluster.add_local_volume("podset-apiserver-data");
         cluster
     }
@@ -161,6 +173,7 @@ impl Cluster {
         cluster_ip_routing: bool,
         etcd_servers: Vec<String>,
         versions: Vec<String>,
+        policy_api: bool,
     ) -> Self {
         assert!(replicas <= REPLICA_IPS.len() && (replicas > 0) == server.is_some());
         assert!(!(with_node && cluster_ip_routing), "a node runs its own kube-proxy");
@@ -201,10 +214,15 @@ impl Cluster {
             node: None,
             cluster_ip_routing,
             demo_image: None,
+            policy_api: None,
         };
         cluster.start_etcd_and_apiserver(&assets, with_node);
         if cluster_ip_routing {
             cluster.start_service_proxy(&assets);
+        }
+        if policy_api {
+            // Before our server, whose kubeconfig points at it.
+            cluster.start_policy_api();
         }
         if cluster.server.is_some() {
             // The namespace and the controller's RBAC exist before our server starts, as in deploy/.

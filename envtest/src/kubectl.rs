@@ -1,6 +1,6 @@
 //! Talking to the cluster's kube-apiserver as its admin: kubectl and kube-rs clients, and waiting for a condition.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -20,17 +20,27 @@ impl Cluster {
     }
 
     pub fn kubectl_command(&self, args: &[&str]) -> Command {
+        self.kubectl_command_with(&self.kubeconfig, args)
+    }
+
+    /// kubectl with `kubeconfig` (its discovery cache is per server, under the cluster's directory).
+    pub(crate) fn kubectl_command_with(&self, kubeconfig: &Path, args: &[&str]) -> Command {
         let mut c = Command::new(assets_dir().join("kubectl"));
         c.stdin(Stdio::null())
             .args(args)
-            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg("--request-timeout=30s")
             .env("HOME", self.dir.path());
         c
     }
 
     pub fn kubectl_try(&self, args: &[&str]) -> Result<String, String> {
-        let out = self.kubectl_command(args).output().expect("kubectl");
+        self.kubectl_output(self.kubectl_command(args))
+    }
+
+    /// Runs a kubectl command: its output, or its output and errors.
+    pub(crate) fn kubectl_output(&self, mut command: Command) -> Result<String, String> {
+        let out = command.output().expect("kubectl");
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         if out.status.success() {
             Ok(stdout)

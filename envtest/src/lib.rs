@@ -22,11 +22,13 @@ mod kubectl;
 pub mod node;
 pub mod otlp;
 mod pki;
+mod policy_api;
 mod process;
 mod replicas;
 mod sandbox;
 
 pub use cluster::{Cluster, Credential, ServerCommand};
+pub use policy_api::{FrontRequest, PolicyApi};
 pub use sandbox::{assets_dir, free_port, inside_namespace, namespace_command, reenter_namespace, INSIDE};
 
 pub const NODE_IP: &str = "10.250.0.10";

@@ -37,6 +37,10 @@ impl Cluster {
             let text = self.kubeconfig_at("controller", &format!("https://{}:{port}", APISERVER_ROUTES[i]));
             std::fs::write(&kubeconfig, text).unwrap();
         }
+        if self.policy_api.is_some() {
+            // Everything it asks of the cluster goes through the front (then no way of its own to be cut).
+            kubeconfig = self.policy_api_controller_kubeconfig();
+        }
         let server = Proc::spawn(
             REPLICA_NAMES[i],
             command
