@@ -427,3 +427,20 @@ fn bad_manifests_are_refused_with_the_file_and_the_reason() {
         .unwrap_err()
         .contains("must be an absolute file path"));
 }
+
+/// A write builds no objects for admission unless a policy's rules could select it: policies for other resources
+/// cost a PodSet write nothing.
+#[tokio::test]
+async fn policies_for_other_resources_make_podset_writes_read_nothing() {
+    let configmaps = policy(
+        "configmaps-only",
+        json!({"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"], "operations": ["CREATE"]}]},
+            "validations": [{"expression": "false"}]}),
+    );
+    let c = fixed(vec![configmaps.clone()], vec![binding("configmaps-only-binding", "configmaps-only", &["Deny"])]);
+    assert!(!c.reads_objects(&create("default")));
+    admit(&c, &create("default"), &mut podset(1, false)).await.0.unwrap();
+    let podsets = policy("podsets", json!({"validations": [{"expression": "true"}]}));
+    let c = fixed(vec![configmaps, podsets], vec![binding("podsets-binding", "podsets", &["Deny"])]);
+    assert!(c.reads_objects(&create("default")));
+}

@@ -76,6 +76,11 @@ impl MatchConditions {
         self.conditions.is_empty()
     }
 
+    /// Whether any condition reads the top-level name `name`.
+    pub fn uses(&self, name: &str) -> bool {
+        self.conditions.iter().any(|c| c.program.as_ref().is_ok_and(|p| p.uses(name)))
+    }
+
     /// Whether any condition asks the authorizer (and so must be evaluated where it may block).
     pub fn uses_authorizer(&self) -> bool {
         self.conditions.iter().any(|c| c.program.as_ref().is_ok_and(|p| p.uses("authorizer")))

@@ -135,9 +135,9 @@ pub trait Admission: Send + Sync {
     /// Whether any plugin runs at all; when not, a caller may skip admission and what it would build for it.
     fn runs(&self) -> bool;
 
-    /// Whether the objects of a write of `operation` may be read at all (a webhook may be called, a quota may
-    /// name the object); when not, the caller may pass none and skip building them.
-    fn reads_objects(&self, operation: Operation) -> bool;
+    /// Whether the objects of the write `a` may be read at all (a webhook may be called, a policy's rules select
+    /// it, a quota may name the object); when not, the caller may pass none and skip building them.
+    fn reads_objects(&self, a: &Attributes) -> bool;
 }
 
 /// One plugin of the chain, as k8s.io/apiserver's `admission.Interface`: which operations it handles, and its
@@ -161,8 +161,9 @@ pub trait Handler: Send + Sync {
         None
     }
 
-    /// Whether it may read a request's objects (a webhook that may be called); the others never look at them.
-    fn reads_objects(&self) -> bool {
+    /// Whether it may read the objects of the request `a` (a webhook that may be called); the others never look
+    /// at them.
+    fn reads_objects(&self, _a: &Attributes) -> bool {
         false
     }
 
@@ -514,8 +515,8 @@ impl Admission for Chain {
         !self.handlers.is_empty()
     }
 
-    fn reads_objects(&self, operation: Operation) -> bool {
-        self.handlers.iter().any(|h| h.handles(operation) && h.reads_objects())
+    fn reads_objects(&self, a: &Attributes) -> bool {
+        self.handlers.iter().any(|h| h.handles(a.operation) && h.reads_objects(a))
     }
 }
 

@@ -9,7 +9,7 @@ use kube_cel::cel::common::types::{CelInt, CelString};
 
 use super::authz::REQUEST_RESOURCE;
 use super::cost::TICK;
-use super::library::{EQUALS, FUNCTIONS, NOT_EQUALS, OPT_SELECT, SELECT};
+use super::library::{EQUALS, FUNCTIONS, NOT_EQUALS, OPT_SELECT};
 use super::variables::VARIABLE;
 
 /// How deep an expression may nest: evaluation recurses once per level, on the caller's stack.
@@ -127,9 +127,6 @@ impl Walk<'_> {
                 *e = call(VARIABLE, vec![(*s.operand).clone(), string(&field)]);
             } else if s.field == "requestResource" && self.global(&s.operand, "authorizer") {
                 *e = call(REQUEST_RESOURCE, vec![(*s.operand).clone()]);
-            } else if !s.test {
-                let field = s.field.clone();
-                *e = call(SELECT, vec![(*s.operand).clone(), string(&field)]);
             }
         }
         if let Expr::Call(c) = &mut e.expr {

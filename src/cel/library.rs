@@ -1,6 +1,5 @@
 //! Where cel-rust's interpreter differs from cel-go as Kubernetes configures it, the calls compilation rewrites
 //! into (`check.rs`):
-//! - `x.f` on null or a non-map is the error `no such key: f` (cel-rust: `false`);
 //! - `x.?f` is `optional.none()` for a missing key or a null/non-map `x`, and an optional `x` is flattened;
 //! - `==` and `!=` compare numbers across int, uint and double (`1 == 1.0`, as JSON's `1.0` must equal `1`);
 //! - `size()` of a string counts code points, not bytes.
@@ -14,7 +13,6 @@ use kube_cel::cel::extractors::This;
 use kube_cel::cel::objects::{Key, OptionalValue, Value};
 use kube_cel::cel::{Context, ExecutionError};
 
-pub(crate) const SELECT: &str = "@podset.select";
 pub(crate) const OPT_SELECT: &str = "@podset.optSelect";
 pub(crate) const EQUALS: &str = "@podset.equals";
 pub(crate) const NOT_EQUALS: &str = "@podset.notEquals";
@@ -164,23 +162,10 @@ pub(crate) const FUNCTIONS: &[&str] = &[
     "jsonpatch.escapeKey",
 ];
 
-fn no_such_key(field: &str) -> ExecutionError {
-    ExecutionError::NoSuchKey(Arc::new(field.to_owned()))
-}
-
 fn lookup<'a>(v: &'a Value, field: &str) -> Option<&'a Value> {
     match v {
         Value::Map(m) => m.map.get(&Key::String(Arc::new(field.to_owned()))),
         _ => None,
-    }
-}
-
-/// `x.f`.
-fn select(target: Value, field: Arc<String>) -> Result<Value, ExecutionError> {
-    match &target {
-        Value::Map(_) => lookup(&target, &field).cloned().ok_or_else(|| no_such_key(&field)),
-        Value::Null => Err(no_such_key(&field)),
-        _ => Err(ExecutionError::NoSuchOverload),
     }
 }
 
@@ -230,7 +215,6 @@ fn size(This(this): This<Value>) -> Result<i64, ExecutionError> {
 }
 
 pub(crate) fn register(ctx: &mut Context<'static>) {
-    ctx.add_function(SELECT, select);
     ctx.add_function(OPT_SELECT, opt_select);
     ctx.add_function(EQUALS, |a: Value, b: Value| equals(&a, &b));
     ctx.add_function(NOT_EQUALS, |a: Value, b: Value| !equals(&a, &b));

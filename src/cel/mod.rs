@@ -137,10 +137,16 @@ pub fn compile(source: &str, declared: &[&str]) -> Result<Program, CompileError>
     }
 }
 
-/// The values an expression is evaluated against.
-#[derive(Default)]
+/// The values expressions are evaluated against: a scope of the root context holding them, converted into the
+/// interpreter's values once, whatever number of expressions then read them.
 pub struct Activation {
-    values: Vec<(&'static str, Value)>,
+    scope: Context<'static>,
+}
+
+impl Default for Activation {
+    fn default() -> Self {
+        Self { scope: ROOT.new_inner_scope() }
+    }
 }
 
 impl Activation {
@@ -148,15 +154,14 @@ impl Activation {
         Self::default()
     }
 
-    /// Binds `name` to `value` (a later binding of the same name wins).
+    /// Binds `name` to `value` (a later binding of the same name replaces it).
     pub fn bind(&mut self, name: &'static str, value: Value) -> &mut Self {
-        self.values.retain(|(n, _)| *n != name);
-        self.values.push((name, value));
+        self.scope.add_variable_from_value(name, value);
         self
     }
 
     /// Binds `variables` to the lazily evaluated variables of a policy; each is evaluated at most once for this
-    /// activation.
+    /// binding.
     pub fn bind_variables(&mut self, variables: Arc<Variables>) -> &mut Self {
         self.bind("variables", Value::Opaque(Arc::new(variables::Lazy::new(variables))))
     }
@@ -180,13 +185,10 @@ impl Program {
     /// Evaluates the expression, charging what it costs to `budget`.
     pub fn eval(&self, activation: &Activation, budget: &mut Budget) -> Result<Value, EvalError> {
         let limit = PER_CALL_LIMIT.min(budget.remaining);
-        let mut ctx = ROOT.new_inner_scope();
-        for (name, value) in &activation.values {
-            ctx.add_variable_from_value(*name, value.clone());
-        }
+        let ctx = &activation.scope;
         let run = || {
             stacker::maybe_grow(STACK_RED_ZONE, STACK_SIZE, || {
-                std::panic::catch_unwind(AssertUnwindSafe(|| self.resolve_within(&ctx)))
+                std::panic::catch_unwind(AssertUnwindSafe(|| self.resolve_within(ctx)))
             })
         };
         let (result, used, exceeded) = cost::metered(limit, run);

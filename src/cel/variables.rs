@@ -36,9 +36,9 @@ impl Variables {
         self.defs.iter().map(|(n, p)| (n.as_str(), p))
     }
 
-    /// Whether a variable's expression asks the authorizer.
-    pub fn use_authorizer(&self) -> bool {
-        self.defs.iter().any(|(_, p)| p.as_ref().is_ok_and(|p| p.uses("authorizer")))
+    /// Whether a variable's expression reads the top-level name `name`.
+    pub fn uses(&self, name: &str) -> bool {
+        self.defs.iter().any(|(_, p)| p.as_ref().is_ok_and(|p| p.uses(name)))
     }
 }
 

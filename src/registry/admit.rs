@@ -32,7 +32,7 @@ impl<'r> Review<'r> {
         version: Version,
     ) -> Self {
         let attrs = admission.runs().then(attrs);
-        let reads = attrs.as_ref().is_some_and(|a| admission.reads_objects(a.operation));
+        let reads = attrs.as_ref().is_some_and(|a| admission.reads_objects(a));
         Self { admission, view, attrs, reads, version, said: Outcome { warnings, ..Default::default() } }
     }
 

@@ -170,7 +170,7 @@ mod tests {
             true
         }
 
-        fn reads_objects(&self, _: Operation) -> bool {
+        fn reads_objects(&self, _: &admission::Attributes) -> bool {
             false
         }
     }

@@ -69,6 +69,16 @@ pub struct Policy {
     pub(crate) param_kind: Option<ParamKind>,
     /// Whether an expression asks the authorizer, and so must be evaluated where it may block.
     pub(crate) uses_authorizer: bool,
+    /// What its expressions read of the request, so nothing else is built for them.
+    pub(crate) reads: Reads,
+}
+
+/// The request values a policy's expressions read (the object always).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Reads {
+    pub(crate) old: bool,
+    pub(crate) request: bool,
+    pub(crate) namespace: bool,
 }
 
 /// A compiled ValidatingAdmissionPolicyBinding.
@@ -133,10 +143,21 @@ impl Policy {
             })
             .collect();
         let match_conditions = MatchConditions::compile(spec.match_conditions.as_deref().unwrap_or_default(), &full);
-        let uses = |p: &Result<Program, CompileError>| p.as_ref().is_ok_and(|p| p.uses("authorizer"));
-        let uses_authorizer = match_conditions.uses_authorizer()
-            || validations.iter().any(|v| uses(&v.program))
-            || defs.iter().any(|(_, p)| p.as_ref().is_ok_and(|p| p.uses("authorizer")));
+        let reads_name = |name: &str| {
+            let uses = |p: &Result<Program, CompileError>| p.as_ref().is_ok_and(|p| p.uses(name));
+            match_conditions.uses(name)
+                || validations
+                    .iter()
+                    .any(|v| uses(&v.program) || v.message_expression.as_ref().is_some_and(|(_, p)| uses(p)))
+                || audit_annotations.iter().any(|a| uses(&a.program))
+                || defs.iter().any(|(_, p)| p.as_ref().is_ok_and(|p| p.uses(name)))
+        };
+        let uses_authorizer = reads_name("authorizer");
+        let reads = Reads {
+            old: reads_name("oldObject"),
+            request: reads_name("request"),
+            namespace: reads_name("namespaceObject"),
+        };
         Self {
             name: p.metadata.name.clone().unwrap_or_default(),
             origin,
@@ -149,6 +170,7 @@ impl Policy {
             audit_annotations,
             param_kind: spec.param_kind,
             uses_authorizer,
+            reads,
         }
     }
 

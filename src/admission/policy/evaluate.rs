@@ -66,18 +66,16 @@ pub(crate) struct Input {
 }
 
 impl Input {
-    fn activation(&self, policy: &Policy, namespace: bool, authorizer: bool) -> Activation {
+    /// One activation for every phase: the values are converted for the interpreter once.
+    fn activation(&self) -> Activation {
         let mut a = Activation::new();
         a.bind("object", self.object.clone())
             .bind("oldObject", self.old.clone())
             .bind("request", self.request.clone())
-            .bind("namespaceObject", if namespace { self.namespace.clone() } else { cel::Value::Null })
-            .bind_variables(policy.variables.clone());
+            .bind("namespaceObject", self.namespace.clone())
+            .bind("authorizer", self.authorizer.clone());
         if let Some(p) = &self.params {
             a.bind("params", p.clone());
-        }
-        if authorizer {
-            a.bind("authorizer", self.authorizer.clone());
         }
         a
     }
@@ -98,8 +96,13 @@ fn usable_message(v: &cel::Value) -> Option<String> {
 /// Evaluates `policy` for one binding and param.
 pub(crate) fn evaluate(policy: &Arc<Policy>, input: &Input) -> Result {
     let started = Instant::now();
+    let mut activation = input.activation();
     if !policy.match_conditions.is_empty() {
-        match policy.match_conditions.evaluate(&input.activation(policy, false, true)) {
+        // Match conditions see no namespace object (kube passes none).
+        activation.bind("namespaceObject", cel::Value::Null).bind_variables(policy.variables.clone());
+        let matched = policy.match_conditions.evaluate(&activation);
+        activation.bind("namespaceObject", input.namespace.clone());
+        match matched {
             Matched::Yes => {}
             Matched::No(_) => return Result::default(),
             Matched::Error(message) => {
@@ -111,8 +114,8 @@ pub(crate) fn evaluate(policy: &Arc<Policy>, input: &Input) -> Result {
         }
     }
 
-    // Validations and their messages share one budget.
-    let activation = input.activation(policy, true, true);
+    // Validations and their messages share one budget; each phase evaluates the variables afresh, as kube's.
+    activation.bind_variables(policy.variables.clone());
     let mut budget = Budget::default();
     let mut decisions = Vec::with_capacity(policy.validations.len());
     for (i, v) in policy.validations.iter().enumerate() {
@@ -164,12 +167,13 @@ pub(crate) fn evaluate(policy: &Arc<Policy>, input: &Input) -> Result {
         decisions.push(decision);
     }
 
-    // Messages: every messageExpression, on what is left of the budget, without the authorizer.
-    let messages = input.activation(policy, true, false);
+    // Messages: every messageExpression, on what is left of the budget (compiled without the authorizer).
+    activation.bind_variables(policy.variables.clone());
+    let messages = &activation;
     for i in 0..decisions.len() {
         let v = &policy.validations[i];
         let from_expression = match &v.message_expression {
-            Some((_, Ok(p))) => match p.eval(&messages, &mut budget) {
+            Some((_, Ok(p))) => match p.eval(messages, &mut budget) {
                 Ok(value) => usable_message(&value),
                 // Out of budget: every decision not already an error becomes this one.
                 Err(EvalError::OutOfBudget) => {
@@ -177,7 +181,7 @@ pub(crate) fn evaluate(policy: &Arc<Policy>, input: &Input) -> Result {
                     for d in decisions.iter_mut().filter(|d| d.evaluation != Evaluation::Error) {
                         *d = error_decision(policy, failed.clone(), d.index, d.elapsed);
                     }
-                    return Result { decisions, annotations: annotations(policy, input) };
+                    return Result { decisions, annotations: annotations(policy, activation) };
                 }
                 Err(e) => {
                     tracing::debug!(policy = %policy.name, error = %e, "messageExpression failed");
@@ -194,15 +198,15 @@ pub(crate) fn evaluate(policy: &Arc<Policy>, input: &Input) -> Result {
         }
     }
 
-    Result { decisions, annotations: annotations(policy, input) }
+    Result { decisions, annotations: annotations(policy, activation) }
 }
 
 /// The audit annotations, on a fresh budget; the authorizer is declared for them but not bound, as in kube.
-fn annotations(policy: &Policy, input: &Input) -> Vec<Annotation> {
+fn annotations(policy: &Policy, mut activation: Activation) -> Vec<Annotation> {
     if policy.audit_annotations.is_empty() {
         return Vec::new();
     }
-    let activation = input.activation(policy, true, false);
+    activation.bind("authorizer", cel::Value::Null).bind_variables(policy.variables.clone());
     let mut budget = Budget::new(RUNTIME_BUDGET);
     let mut out = Vec::new();
     for a in &policy.audit_annotations {

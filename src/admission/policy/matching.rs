@@ -83,6 +83,12 @@ impl Matcher {
         others.into_iter().find(|v| rules.iter().any(|r| r.matches(a, v))).map(|v| v.to_string())
     }
 
+    /// Whether the rules (not the selectors, which need the objects) select the request in some version.
+    pub(crate) fn may_select(&self, a: &Attributes) -> bool {
+        (self.rules.is_empty() || self.version_in(&self.rules, a).is_some())
+            && self.version_in(&self.excluded, a).is_none()
+    }
+
     /// None when the request is not selected; else the version of the resource it is selected in. An error is
     /// worded for `failed to configure policy/binding: ...`.
     pub(crate) async fn matches(

@@ -24,6 +24,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::watch;
 
+use compiled::Reads;
 pub use compiled::{Binding, Origin, Policy};
 use evaluate::{Action, Annotation, Decision, Evaluation, Input};
 pub use params::Params;
@@ -165,8 +166,13 @@ impl Handler for ValidatingAdmissionPolicyPlugin {
         Some(self)
     }
 
-    fn reads_objects(&self) -> bool {
-        !self.policies.has_synced() || !self.policies.is_empty()
+    /// Only when a policy's rules could select the request: policies for other resources cost a write nothing.
+    fn reads_objects(&self, a: &Attributes) -> bool {
+        if !self.policies.has_synced() {
+            return true;
+        }
+        let (manifest, cluster) = self.policies.current();
+        manifest.iter().chain(cluster.iter()).any(|h| h.policy.matcher.as_ref().is_none_or(|m| m.may_select(a)))
     }
 
     fn has_synced(&self) -> bool {
@@ -222,8 +228,9 @@ fn observe(policy: &str, binding: &str, d: &Decision, action: &str) {
 struct Versioned {
     version: String,
     object: cel::Value,
-    old: cel::Value,
-    request: cel::Value,
+    /// Built the first time a policy reads it.
+    old: Option<cel::Value>,
+    request: Option<cel::Value>,
 }
 
 impl ValidatingAdmissionPolicyPlugin {
@@ -268,22 +275,31 @@ impl ValidatingAdmissionPolicyPlugin {
     fn versioned<'v>(
         cache: &'v mut Vec<Versioned>,
         a: &Attributes,
-        version: &str,
+        (version, reads): (&str, Reads),
         object: Option<&Value>,
         old: Option<&Value>,
     ) -> Result<&'v Versioned, Error> {
-        if let Some(i) = cache.iter().position(|v| v.version == version) {
-            return Ok(&cache[i]);
+        let i = match cache.iter().position(|v| v.version == version) {
+            Some(i) => i,
+            None => {
+                let inv = Invocation::new(a, version, object, old)?;
+                let object = inv.object().map_or(cel::Value::Null, value::from_json);
+                cache.push(Versioned { version: version.to_owned(), object, old: None, request: None });
+                cache.len() - 1
+            }
+        };
+        let v = &mut cache[i];
+        let (need_old, need_request) = (reads.old && v.old.is_none(), reads.request && v.request.is_none());
+        if need_old || need_request {
+            let inv = Invocation::new(a, version, object, old)?;
+            if need_old {
+                v.old = Some(inv.old().map_or(cel::Value::Null, value::from_json));
+            }
+            if need_request {
+                v.request = Some(value::from_json(&Value::Object(activation::request_fields(&inv.attributes, a))));
+            }
         }
-        let inv = Invocation::new(a, version, object, old)?;
-        let request = activation::request_fields(&inv.attributes, a);
-        cache.push(Versioned {
-            version: version.to_owned(),
-            object: inv.object().map_or(cel::Value::Null, value::from_json),
-            old: inv.old().map_or(cel::Value::Null, value::from_json),
-            request: value::from_json(&Value::Object(request)),
-        });
-        Ok(cache.last().expect("just pushed"))
+        Ok(&cache[i])
     }
 
     /// `namespaceObject`: the request's namespace as `CreateNamespaceObject` copies it; null when cluster-scoped.
@@ -422,7 +438,7 @@ impl ValidatingAdmissionPolicyPlugin {
                     }
                 },
             };
-            let versioned = match Self::versioned(cache, a, &version, object, old) {
+            let versioned = match Self::versioned(cache, a, (&version, policy.reads), object, old) {
                 Ok(v) => v,
                 Err(e) => {
                     let e = format!("failed to convert object version: {e}");
@@ -430,9 +446,12 @@ impl ValidatingAdmissionPolicyPlugin {
                     continue;
                 }
             };
-            let namespace = self.namespace_object(a).await?;
-            let (object_v, old_v, request_v) =
-                (versioned.object.clone(), versioned.old.clone(), versioned.request.clone());
+            let (object_v, old_v, request_v) = (
+                versioned.object.clone(),
+                versioned.old.clone().unwrap_or(cel::Value::Null),
+                versioned.request.clone().unwrap_or(cel::Value::Null),
+            );
+            let namespace = if policy.reads.namespace { self.namespace_object(a).await? } else { cel::Value::Null };
             for params in params {
                 let input = Input {
                     object: object_v.clone(),
@@ -446,7 +465,7 @@ impl ValidatingAdmissionPolicyPlugin {
                 let result = activation::evaluate(
                     policy.uses_authorizer,
                     move || evaluate::evaluate(&p, &input),
-                    || evaluate::Result::default(),
+                    evaluate::Result::default,
                 )
                 .await;
                 self.enforce(state, out, a, object, (policy, binding), &result.decisions);

@@ -39,10 +39,13 @@ pub struct Params {
     inner: Option<Arc<Inner>>,
 }
 
+/// A paramKind as `(apiVersion, kind)`.
+type KindKey = (String, String);
+
 struct Inner {
     client: kube::Client,
     stop: CancellationToken,
-    kinds: Mutex<BTreeMap<(String, String), Arc<Mutex<Slot>>>>,
+    kinds: Mutex<BTreeMap<KindKey, Arc<Mutex<Slot>>>>,
 }
 
 /// kube's rendering of a ParamKind in its messages (`&ParamKind{APIVersion:v1,Kind:ConfigMap,}`).
@@ -54,7 +57,7 @@ pub(crate) fn describe(kind: &ParamKind) -> String {
     )
 }
 
-fn key(kind: &ParamKind) -> (String, String) {
+fn key(kind: &ParamKind) -> KindKey {
     (kind.api_version.clone().unwrap_or_default(), kind.kind.clone().unwrap_or_default())
 }
 
@@ -166,7 +169,7 @@ impl Params {
 
 async fn discover_and_watch(
     client: kube::Client,
-    (api_version, kind): (String, String),
+    (api_version, kind): KindKey,
     slot: Arc<Mutex<Slot>>,
     stop: CancellationToken,
 ) {

@@ -219,7 +219,7 @@ impl Handler for ResourceQuota {
     }
 
     /// A refusal names the object, generated names included: the object is read while a quota may apply.
-    fn reads_objects(&self) -> bool {
+    fn reads_objects(&self, _: &Attributes) -> bool {
         !self.limited.is_empty() || self.quotas.may_apply()
     }
 
@@ -305,7 +305,10 @@ mod tests {
     #[tokio::test]
     async fn a_create_is_checked_charged_or_refused_as_its_quota_says() {
         let plugin = ResourceQuota::new(Quotas::fixed(vec![quota("2", "1")]), Vec::new());
-        assert!(plugin.reads_objects(), "a refusal names the object while a quota exists");
+        assert!(
+            plugin.reads_objects(&attributes(Operation::Create, Subresource::Main, "ns", "web", UserInfo::default())),
+            "a refusal names the object while a quota exists"
+        );
         create(&plugin, true).await.expect("a dry run within the limit is admitted and writes nothing");
         let e = create(&plugin, false).await.unwrap_err();
         assert!(matches!(e, Error::QuotaAccess { .. }), "a charge that cannot be written refuses the create: {e}");
@@ -330,7 +333,13 @@ mod tests {
         assert!(e.to_string().ends_with("insufficient quota to consume: count/podsets.demo.k8s.io"), "{e}");
         let free = ResourceQuota::new(Quotas::fixed(Vec::new()), Vec::new());
         create(&free, false).await.expect("no quota, nothing limited: admitted");
-        assert!(!free.reads_objects());
+        assert!(!free.reads_objects(&attributes(
+            Operation::Create,
+            Subresource::Main,
+            "ns",
+            "web",
+            UserInfo::default()
+        )));
         assert!(!free.handles(Operation::Update) && free.handles(Operation::Create));
     }
 

@@ -494,7 +494,7 @@ impl Handler for MutatingWebhooks {
         Some(self)
     }
 
-    fn reads_objects(&self) -> bool {
+    fn reads_objects(&self, _: &Attributes) -> bool {
         self.configurations.may_call()
     }
 
@@ -680,7 +680,7 @@ impl Handler for ValidatingWebhooks {
         Some(self)
     }
 
-    fn reads_objects(&self) -> bool {
+    fn reads_objects(&self, _: &Attributes) -> bool {
         self.configurations.may_call()
     }
 

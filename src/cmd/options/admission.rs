@@ -16,7 +16,8 @@ use crate::cmd::encryption::apiserver_id_hash;
 #[command(next_help_heading = "Admission")]
 pub struct AdmissionOptions {
     /// Admission plugins to enable in addition to the default ones (NamespaceLifecycle, MutatingAdmissionWebhook,
-    /// ValidatingAdmissionWebhook, ResourceQuota, which are all there are). The order does not matter.
+    /// ValidatingAdmissionPolicy, ValidatingAdmissionWebhook, ResourceQuota, which are all there are). The order
+    /// does not matter.
     #[arg(long, value_delimiter = ',')]
     pub enable_admission_plugins: Vec<String>,
 
@@ -26,7 +27,9 @@ pub struct AdmissionOptions {
 
     /// File with admission control configuration (an AdmissionConfiguration): for MutatingAdmissionWebhook and
     /// ValidatingAdmissionWebhook, a WebhookAdmissionConfiguration whose kubeConfigFile holds the credentials to
-    /// call webhooks with; for ResourceQuota, a ResourceQuotaConfiguration's limitedResources.
+    /// call webhooks with and whose staticManifestsDir holds webhook configurations in force from the start; for
+    /// ValidatingAdmissionPolicy, a ValidatingAdmissionPolicyConfiguration whose staticManifestsDir holds policies
+    /// and bindings; for ResourceQuota, a ResourceQuotaConfiguration's limitedResources.
     #[arg(long)]
     pub admission_control_config_file: Option<PathBuf>,
 }
@@ -323,7 +326,12 @@ mod tests {
         assert_eq!(parse(&[]).enabled_plugins(), Plugin::ALL);
         let o = parse(&["--disable-admission-plugins=MutatingAdmissionWebhook,NamespaceLifecycle"]);
         o.validate().unwrap();
-        assert_eq!(o.enabled_plugins(), [Plugin::ValidatingAdmissionWebhook, Plugin::ResourceQuota]);
+        assert_eq!(
+            o.enabled_plugins(),
+            [Plugin::ValidatingAdmissionPolicy, Plugin::ValidatingAdmissionWebhook, Plugin::ResourceQuota]
+        );
+        let o = parse(&["--disable-admission-plugins=ValidatingAdmissionPolicy"]);
+        assert!(!o.enabled_plugins().contains(&Plugin::ValidatingAdmissionPolicy));
         let o = parse(&["--enable-admission-plugins=NamespaceLifecycle"]);
         assert_eq!(o.enabled_plugins(), Plugin::ALL);
 
@@ -418,5 +426,45 @@ mod tests {
         assert!(plugin_config(&file).unwrap_err().to_string().contains("expected an AdmissionConfiguration"));
         let e = plugin_config(&dir.path().join("missing.yaml")).unwrap_err().to_string();
         assert!(e.starts_with("unable to read admission control configuration from \""), "{e}");
+    }
+
+    #[test]
+    fn static_manifests_dirs_are_read_from_the_admission_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        let manifests = dir.path().join("m");
+        std::fs::create_dir(&manifests).unwrap();
+        let file = dir.path().join("admission.yaml");
+        let write = |text: String| std::fs::write(&file, text).unwrap();
+        write(format!(
+            "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n\
+             - name: ValidatingAdmissionPolicy\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n    \
+             kind: ValidatingAdmissionPolicyConfiguration\n    staticManifestsDir: {m}\n\
+             - name: ValidatingAdmissionWebhook\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n    \
+             kind: WebhookAdmissionConfiguration\n    staticManifestsDir: {m}\n",
+            m = manifests.display()
+        ));
+        let config = plugin_config(&file).unwrap();
+        assert_eq!(config.policy_manifests.as_deref(), Some(manifests.as_path()));
+        assert_eq!(config.webhooks.validating_manifests.as_deref(), Some(manifests.as_path()));
+        assert!(!config.webhooks.validating.has_credentials(), "no kubeConfigFile: none needed");
+
+        write(
+            "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n\
+             - name: ValidatingAdmissionPolicy\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n    \
+             kind: ValidatingAdmissionPolicyConfiguration\n    staticManifestsDir: relative/dir\n"
+                .into(),
+        );
+        let e = format!("{:#}", plugin_config(&file).unwrap_err());
+        assert!(
+            e.ends_with("staticManifestsDir: Invalid value: \"relative/dir\": must be an absolute file path"),
+            "{e}"
+        );
+        write(
+            "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n\
+             - name: ValidatingAdmissionPolicy\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n    \
+             kind: ValidatingAdmissionPolicyConfiguration\n    staticManifestDir: /x\n"
+                .into(),
+        );
+        assert!(format!("{:#}", plugin_config(&file).unwrap_err()).contains("unknown field `staticManifestDir`"));
     }
 }
