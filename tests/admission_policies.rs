@@ -355,8 +355,8 @@ fn manifests_interval() -> std::time::Duration {
     podset_apiserver::admission::manifest::RELOAD_INTERVAL
 }
 
-fn policies_allow(c: &Chain, replicas: i64) -> impl std::future::Future<Output = bool> + '_ {
-    async move { admit(c, &create("default"), &mut podset(replicas, false)).await.0.is_ok() }
+async fn policies_allow(c: &Chain, replicas: i64) -> bool {
+    admit(c, &create("default"), &mut podset(replicas, false)).await.0.is_ok()
 }
 
 async fn wait_until<F: std::future::Future<Output = bool>>(mut f: impl FnMut() -> F) {

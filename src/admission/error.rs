@@ -157,6 +157,16 @@ pub fn denial_code(result: Option<&Status>) -> u16 {
     result.map_or(0, |s| s.code).max(400)
 }
 
+/// The code of a policy's denial by its reason, as `validating/policy_decision.go`'s `reasonToCode`.
+pub fn policy_reason_code(reason: &str) -> u16 {
+    match reason {
+        "Forbidden" => 403,
+        "Unauthorized" => 401,
+        "RequestEntityTooLarge" => 413,
+        _ => 422,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,12 +183,3 @@ mod tests {
     }
 }
 
-/// The code of a policy's denial by its reason, as `validating/policy_decision.go`'s `reasonToCode`.
-pub fn policy_reason_code(reason: &str) -> u16 {
-    match reason {
-        "Forbidden" => 403,
-        "Unauthorized" => 401,
-        "RequestEntityTooLarge" => 413,
-        _ => 422,
-    }
-}
