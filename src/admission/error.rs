@@ -182,4 +182,3 @@ mod tests {
         assert_eq!(e.to_string(), "ServiceError: client error (Connect): Connection refused");
     }
 }
-
