@@ -31,7 +31,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use base64::Engine as _;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Version};
 use http_body_util::combinators::UnsyncBoxBody;
@@ -249,19 +248,7 @@ impl Cluster {
     /// A kube-rs client at the front with `credential` (a certificate of the cluster CA, say
     /// [`Cluster::client_cert`]`("ca", ...)`, or a token). Needs a Tokio runtime context.
     pub fn policy_api_client(&self, credential: Credential<'_>) -> kube::Client {
-        provider();
-        let mut cfg = kube::Config::new(self.policy_api().url().parse().expect("the front's URL"));
-        cfg.root_cert = Some(read_certs(&self.pki.dir.join("ca.crt")).unwrap().iter().map(|c| c.to_vec()).collect());
-        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-        match credential {
-            Credential::None => {}
-            Credential::Cert((cert, key)) => {
-                cfg.auth_info.client_certificate_data = Some(b64(cert));
-                cfg.auth_info.client_key_data = Some(b64(key).into());
-            }
-            Credential::Token(t) => cfg.auth_info.token = Some(t.to_owned().into()),
-        }
-        kube::Client::try_from(cfg).expect("client")
+        crate::replicas::client_to(&self.policy_api().url(), &self.pki.dir.join("ca.crt"), credential)
     }
 
     /// A kube-rs client at the front as the admin (`system:masters`).

@@ -172,21 +172,8 @@ impl Cluster {
 
     /// [`Self::podset_client`] for replica `i`.
     pub fn replica_client(&self, i: usize, credential: Credential<'_>) -> kube::Client {
-        podset_apiserver::apiserver::tls::provider();
         let addr = format!("https://{}:{}", REPLICA_IPS[i], self.podset_addr.port());
-        let mut cfg = kube::Config::new(addr.parse().expect("address"));
-        let ca = podset_apiserver::apiserver::tls::read_certs(&self.podset_ca()).expect("our CA");
-        cfg.root_cert = Some(ca.iter().map(|c| c.to_vec()).collect());
-        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-        match credential {
-            Credential::None => {}
-            Credential::Cert((cert, key)) => {
-                cfg.auth_info.client_certificate_data = Some(b64(cert));
-                cfg.auth_info.client_key_data = Some(b64(key).into());
-            }
-            Credential::Token(t) => cfg.auth_info.token = Some(t.to_owned().into()),
-        }
-        kube::Client::try_from(cfg).expect("client")
+        client_to(&addr, &self.podset_ca(), credential)
     }
 
     /// The front proxy's own certificate (PEM certificate, key), as kube-apiserver presents it to us.
@@ -199,4 +186,23 @@ impl Cluster {
     pub fn podset_ca(&self) -> PathBuf {
         self.pki.dir.join("podset-ca.crt")
     }
+}
+
+/// A kube-rs client for the server at `url` (HTTPS), trusting the CA in `ca` and presenting `credential`. Needs a
+/// Tokio runtime context.
+pub(crate) fn client_to(url: &str, ca: &std::path::Path, credential: Credential<'_>) -> kube::Client {
+    podset_apiserver::apiserver::tls::provider();
+    let mut cfg = kube::Config::new(url.parse().expect("address"));
+    let ca = podset_apiserver::apiserver::tls::read_certs(ca).expect("the CA");
+    cfg.root_cert = Some(ca.iter().map(|c| c.to_vec()).collect());
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    match credential {
+        Credential::None => {}
+        Credential::Cert((cert, key)) => {
+            cfg.auth_info.client_certificate_data = Some(b64(cert));
+            cfg.auth_info.client_key_data = Some(b64(key).into());
+        }
+        Credential::Token(t) => cfg.auth_info.token = Some(t.to_owned().into()),
+    }
+    kube::Client::try_from(cfg).expect("client")
 }

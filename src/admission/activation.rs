@@ -76,6 +76,12 @@ pub(crate) fn activation(
     act.bind("oldObject", old.map_or(cel::Value::Null, value::from_json));
     act.bind("request", value::from_json(&Value::Object(request_fields(a, requested))));
     act.bind("namespaceObject", cel::Value::Null);
+    act.bind("authorizer", authorizer_value(authorizer, requested));
+    act
+}
+
+/// The `authorizer` variable of the request `requested`: its user, and its resource as `requestResource`.
+pub(crate) fn authorizer_value(authorizer: &ExpressionAuthorizer, requested: &Attributes) -> cel::Value {
     let check = ResourceCheck {
         group: requested.resource.group.clone(),
         version: requested.resource.version.clone(),
@@ -85,18 +91,8 @@ pub(crate) fn activation(
         name: requested.name.clone(),
         ..Default::default()
     };
-    act.bind("authorizer", authorizer_value(authorizer, requested.user.clone(), check));
-    act
-}
-
-/// The `authorizer` variable for `user`, its `requestResource` being `request`.
-pub(crate) fn authorizer_value(
-    authorizer: &ExpressionAuthorizer,
-    user: crate::api::UserInfo,
-    request: ResourceCheck,
-) -> cel::Value {
     let authorizer = authorizer.clone().unwrap_or_else(|| Arc::new(NoAuthorizer));
-    cel::AuthorizerValue::new(authorizer, user, request).into_value()
+    cel::AuthorizerValue::new(authorizer, requested.user.clone(), check).into_value()
 }
 
 /// Runs `f` where an authorizer may block: on a blocking thread when `blocking`, else in place (most expressions

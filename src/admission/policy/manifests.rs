@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::compiled::{Binding, Origin, Policy};
 use super::{hooks, Hook, Policies};
 use crate::admission::manifest::{self, check_name, Document, STATIC_SUFFIX};
+use crate::admission::matchconditions::aggregate;
 use crate::api::strict::decode_strict_value;
 use crate::api::validation::qualified_name_errors;
 
@@ -25,13 +26,6 @@ pub struct Loaded {
     pub hash: String,
     pub policies: usize,
     pub bindings: usize,
-}
-
-fn aggregate(errors: Vec<String>) -> String {
-    match errors.len() {
-        1 => errors.into_iter().next().unwrap_or_default(),
-        _ => format!("[{}]", errors.join(", ")),
-    }
 }
 
 /// kube's REST validation of a policy, for what this server checks of it.

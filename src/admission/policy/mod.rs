@@ -34,7 +34,7 @@ use super::namespace::resource_name;
 use super::{Attributes, Error, Handler, Namespaces, Outcome, Plugin, Validating, READY_WAIT};
 use crate::api::Operation;
 
-use crate::cel::{self, value, ResourceCheck};
+use crate::cel::{self, value};
 use crate::metrics::PolicyCheckLabels;
 
 /// The audit annotation of failed validations whose binding says `Audit`.
@@ -197,6 +197,8 @@ struct Dispatch {
     /// The first denial: the answer.
     denied: Option<Error>,
     failures: Vec<ValidationFailure>,
+    /// `namespaceObject`, read from the cache the first time a policy reads it.
+    namespace: Option<cel::Value>,
 }
 
 /// `ErrorType(decision)` of `validating/errors.go`.
@@ -320,19 +322,6 @@ impl ValidatingAdmissionPolicyPlugin {
         Ok(value::from_json(&v))
     }
 
-    fn authorizer_value(&self, a: &Attributes) -> cel::Value {
-        let check = ResourceCheck {
-            group: a.resource.group.clone(),
-            version: a.resource.version.clone(),
-            resource: a.resource.resource.clone(),
-            subresource: a.subresource.as_str().to_owned(),
-            namespace: a.namespace.clone(),
-            name: a.name.clone(),
-            ..Default::default()
-        };
-        activation::authorizer_value(&self.authorizer, a.user.clone(), check)
-    }
-
     /// The decisions of one binding's evaluation, enforced as its actions say.
     fn enforce(
         &self,
@@ -451,7 +440,12 @@ impl ValidatingAdmissionPolicyPlugin {
                 versioned.old.clone().unwrap_or(cel::Value::Null),
                 versioned.request.clone().unwrap_or(cel::Value::Null),
             );
-            let namespace = if policy.reads.namespace { self.namespace_object(a).await? } else { cel::Value::Null };
+            let namespace = match (&state.namespace, policy.reads.namespace) {
+                (_, false) => cel::Value::Null,
+                (Some(ns), true) => ns.clone(),
+                (None, true) => state.namespace.insert(self.namespace_object(a).await?).clone(),
+            };
+            let authorizer = activation::authorizer_value(&self.authorizer, a);
             for params in params {
                 let input = Input {
                     object: object_v.clone(),
@@ -459,7 +453,7 @@ impl ValidatingAdmissionPolicyPlugin {
                     request: request_v.clone(),
                     namespace: namespace.clone(),
                     params,
-                    authorizer: self.authorizer_value(a),
+                    authorizer: authorizer.clone(),
                 };
                 let p = policy.clone();
                 let result = activation::evaluate(

@@ -285,13 +285,23 @@ impl WebhookConfigurations {
             || !self.statics.validating.read().is_empty()
     }
 
-    fn mutating_hooks(&self) -> Vec<Arc<Hook>> {
-        self.statics.mutating.read().iter().chain(self.mutating.get().iter()).cloned().collect()
+    fn mutating_hooks(&self) -> Arc<[Arc<Hook>]> {
+        with_statics(&self.statics.mutating, self.mutating.get())
     }
 
-    fn validating_hooks(&self) -> Vec<Arc<Hook>> {
-        self.statics.validating.read().iter().chain(self.validating.get().iter()).cloned().collect()
+    fn validating_hooks(&self) -> Arc<[Arc<Hook>]> {
+        with_statics(&self.statics.validating, self.validating.get())
     }
+}
+
+/// The manifests' webhooks, then the cluster's; without manifests, the cluster's list as it is (no copy per
+/// request).
+fn with_statics(statics: &RwLock<Arc<[Arc<Hook>]>>, cluster: Arc<[Arc<Hook>]>) -> Arc<[Arc<Hook>]> {
+    let statics = statics.read().clone();
+    if statics.is_empty() {
+        return cluster;
+    }
+    statics.iter().chain(cluster.iter()).cloned().collect()
 }
 
 /// Keeps `list` equal to what a watch of `api` sees, rebuilt on every change.
