@@ -11,8 +11,8 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::core::Status;
 use podset_apiserver::admission::policy::{manifests, VALIDATION_FAILURE_ANNOTATION};
 use podset_apiserver::admission::{
-    Admission, Attributes, Chain, Error, Namespaces, Outcome, Plugin, PluginConfig, Policies, RequestOptions, Sources,
-    WriteKind,
+    Admission, Attributes, Chain, Error, Namespaces, ObjectReads, Outcome, Plugin, PluginConfig, Policies,
+    RequestOptions, Sources, WriteKind,
 };
 use podset_apiserver::api::{Operation, Subresource, UserInfo};
 use podset_apiserver::apiserver::error::ApiError;
@@ -438,9 +438,9 @@ async fn policies_for_other_resources_make_podset_writes_read_nothing() {
             "validations": [{"expression": "false"}]}),
     );
     let c = fixed(vec![configmaps.clone()], vec![binding("configmaps-only-binding", "configmaps-only", &["Deny"])]);
-    assert!(!c.reads_objects(&create("default")));
+    assert_eq!(c.reads_objects(&create("default")), ObjectReads::default());
     admit(&c, &create("default"), &mut podset(1, false)).await.0.unwrap();
     let podsets = policy("podsets", json!({"validations": [{"expression": "true"}]}));
     let c = fixed(vec![configmaps, podsets], vec![binding("podsets-binding", "podsets", &["Deny"])]);
-    assert!(c.reads_objects(&create("default")));
+    assert_eq!(c.reads_objects(&create("default")), ObjectReads { admit: false, validate: true });
 }

@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
+use super::matchconditions::MatchConditions;
 use super::{Attributes, Error};
-use crate::cel::{self, value, Activation, ResourceCheck};
+use crate::cel::{self, Activation, ResourceCheck};
 
 /// The fields of an AdmissionRequest both a webhook's review and CEL's `request` have, as
 /// `CreateAdmissionRequest` fills them: empty optional fields are absent. `a` is the request in the version it is
@@ -63,18 +64,26 @@ impl cel::Authorizer for NoAuthorizer {
     }
 }
 
-/// The activation for one request in one version: `a` as evaluated, `requested` as made.
+/// The activation for `conditions` on one request in one version (`a` as evaluated, `requested` as made): only
+/// what they read of each value is built.
 pub(crate) fn activation(
     a: &Attributes,
     requested: &Attributes,
-    object: Option<&Value>,
-    old: Option<&Value>,
+    (object, old): (Option<&Value>, Option<&Value>),
     authorizer: &ExpressionAuthorizer,
+    conditions: &MatchConditions,
 ) -> Activation {
+    let project =
+        |name: &str, v: Option<&Value>| v.map_or(cel::Value::Null, |v| conditions.projection(name).project(v));
+    let request = conditions.projection("request");
     let mut act = Activation::new();
-    act.bind("object", object.map_or(cel::Value::Null, value::from_json));
-    act.bind("oldObject", old.map_or(cel::Value::Null, value::from_json));
-    act.bind("request", value::from_json(&Value::Object(request_fields(a, requested))));
+    act.bind("object", project("object", object));
+    act.bind("oldObject", project("oldObject", old));
+    let request = match request.reads() {
+        true => request.project(&Value::Object(request_fields(a, requested))),
+        false => cel::Value::Null,
+    };
+    act.bind("request", request);
     act.bind("namespaceObject", cel::Value::Null);
     act.bind("authorizer", authorizer_value(authorizer, requested));
     act

@@ -81,6 +81,15 @@ impl MatchConditions {
         self.conditions.iter().any(|c| c.program.as_ref().is_ok_and(|p| p.uses(name)))
     }
 
+    /// What the conditions read of the top-level name `name`.
+    pub fn projection(&self, name: &str) -> cel::Projection {
+        let mut p = cel::Projection::nothing();
+        for program in self.conditions.iter().filter_map(|c| c.program.as_ref().ok()) {
+            p.merge(&program.projection(name));
+        }
+        p
+    }
+
     /// Whether any condition asks the authorizer (and so must be evaluated where it may block).
     pub fn uses_authorizer(&self) -> bool {
         self.conditions.iter().any(|c| c.program.as_ref().is_ok_and(|p| p.uses("authorizer")))

@@ -135,9 +135,23 @@ pub trait Admission: Send + Sync {
     /// Whether any plugin runs at all; when not, a caller may skip admission and what it would build for it.
     fn runs(&self) -> bool;
 
-    /// Whether the objects of the write `a` may be read at all (a webhook may be called, a policy's rules select
-    /// it, a quota may name the object); when not, the caller may pass none and skip building them.
-    fn reads_objects(&self, a: &Attributes) -> bool;
+    /// In which phase the objects of the write `a` may be read (a webhook may be called, a policy's rules select
+    /// it, a quota may name the object); in a phase where they are not, the caller may pass none and skip
+    /// building them.
+    fn reads_objects(&self, a: &Attributes) -> ObjectReads;
+}
+
+/// The phases of a request's admission that may read its objects.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ObjectReads {
+    pub admit: bool,
+    pub validate: bool,
+}
+
+impl ObjectReads {
+    pub fn any(&self) -> bool {
+        self.admit || self.validate
+    }
 }
 
 /// One plugin of the chain, as k8s.io/apiserver's `admission.Interface`: which operations it handles, and its
@@ -515,8 +529,12 @@ impl Admission for Chain {
         !self.handlers.is_empty()
     }
 
-    fn reads_objects(&self, a: &Attributes) -> bool {
-        self.handlers.iter().any(|h| h.handles(a.operation) && h.reads_objects(a))
+    fn reads_objects(&self, a: &Attributes) -> ObjectReads {
+        let reading = || self.handlers.iter().filter(|h| h.handles(a.operation) && h.reads_objects(a));
+        ObjectReads {
+            admit: reading().any(|h| h.mutating().is_some()),
+            validate: reading().any(|h| h.validating().is_some()),
+        }
     }
 }
 

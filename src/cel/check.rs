@@ -44,6 +44,8 @@ pub(crate) struct Checked {
     pub(crate) variables: Vec<String>,
     /// The number of nodes: the cost charged when the expression is evaluated.
     pub(crate) size: u64,
+    /// Every read of a top-level name, as the field path selected from it (see `projection.rs`).
+    pub(crate) paths: Vec<(String, Vec<String>)>,
 }
 
 /// Checks `e` against the declared names and rewrites it (see the module's doc).
@@ -52,7 +54,81 @@ pub(crate) fn check(e: &mut IdedExpr, declared: &[&str]) -> Result<Checked, Prob
     walk.visit(e)?;
     walk.checked.references.sort();
     walk.checked.references.dedup();
+    paths(e, declared, &mut Vec::new(), &mut walk.checked.paths);
     Ok(walk.checked)
+}
+
+/// `e` as a chain of field selections from a name (`object.spec.replicas`, `object.?spec.?paused`): the name and
+/// the fields.
+fn chain(e: &IdedExpr) -> Option<(&str, Vec<String>)> {
+    match &e.expr {
+        Expr::Ident(n) => Some((n.as_str(), Vec::new())),
+        Expr::Select(s) if !s.test => {
+            let (root, mut path) = chain(&s.operand)?;
+            path.push(s.field.clone());
+            Some((root, path))
+        }
+        Expr::Call(c) if c.func_name == OPT_SELECT && c.target.is_none() && c.args.len() == 2 => {
+            let Expr::Literal(LiteralValue::String(field)) = &c.args[1].expr else { return None };
+            let (root, mut path) = chain(&c.args[0])?;
+            path.push(field.inner().to_owned());
+            Some((root, path))
+        }
+        _ => None,
+    }
+}
+
+/// Collects into `out` every read of a declared name in the checked `e`, as the longest chain of selections from
+/// it; `scope` holds the comprehension variables around `e`, which hide declared names.
+fn paths(e: &IdedExpr, declared: &[&str], scope: &mut Vec<String>, out: &mut Vec<(String, Vec<String>)>) {
+    let global = |name: &str, scope: &[String]| declared.contains(&name) && !scope.iter().any(|s| s == name);
+    // `has(a.b.f)` reads whether `f` is there: the subtree at `a.b.f` answers it.
+    if let Expr::Select(s) = &e.expr {
+        if s.test {
+            if let Some((root, mut path)) = chain(&s.operand) {
+                if global(root, scope) {
+                    path.push(s.field.clone());
+                    out.push((root.to_owned(), path));
+                }
+                return;
+            }
+        }
+    }
+    if let Some((root, path)) = chain(e) {
+        if global(root, scope) {
+            out.push((root.to_owned(), path));
+        }
+        return;
+    }
+    match &e.expr {
+        Expr::Call(c) => {
+            for x in c.target.as_deref().into_iter().chain(&c.args) {
+                paths(x, declared, scope, out);
+            }
+        }
+        Expr::Select(s) => paths(&s.operand, declared, scope, out),
+        Expr::List(l) => l.elements.iter().for_each(|x| paths(x, declared, scope, out)),
+        Expr::Map(m) => {
+            for entry in &m.entries {
+                if let EntryExpr::MapEntry(me) = &entry.expr {
+                    paths(&me.key, declared, scope, out);
+                    paths(&me.value, declared, scope, out);
+                }
+            }
+        }
+        Expr::Comprehension(c) => {
+            paths(&c.iter_range, declared, scope, out);
+            paths(&c.accu_init, declared, scope, out);
+            let names = [Some(c.iter_var.clone()), c.iter_var2.clone(), Some(c.accu_var.clone())];
+            let before = scope.len();
+            scope.extend(names.into_iter().flatten());
+            for x in [&c.loop_cond, &c.loop_step, &c.result] {
+                paths(x, declared, scope, out);
+            }
+            scope.truncate(before);
+        }
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Struct(_) | Expr::Unspecified => {}
+    }
 }
 
 /// The number of nodes in `e`.

@@ -11,6 +11,7 @@ mod authz;
 mod check;
 mod cost;
 mod library;
+mod projection;
 pub mod value;
 mod variables;
 
@@ -25,6 +26,7 @@ use kube_cel::KubeCelExt;
 pub use authz::{Authorizer, AuthorizerValue, Check, Decision, ResourceCheck};
 pub use cost::{LIMIT_EXCEEDED, PER_CALL_LIMIT, RUNTIME_BUDGET};
 pub use kube_cel::cel::objects::Value;
+pub use projection::Projection;
 pub use variables::Variables;
 
 /// cel-go's limit on an expression's length, in code points (`expressionSizeCodePointLimit`).
@@ -175,6 +177,15 @@ impl Program {
     /// Whether the expression reads the top-level name `name` (a caller builds only what is read).
     pub fn uses(&self, name: &str) -> bool {
         self.checked.references.iter().any(|r| r == name)
+    }
+
+    /// What it can read of the top-level name `name` (see [`Projection`]).
+    pub fn projection(&self, name: &str) -> Projection {
+        let mut p = Projection::nothing();
+        for (_, path) in self.checked.paths.iter().filter(|(root, _)| root == name) {
+            p.add(path);
+        }
+        p
     }
 
     /// The policy variables it reads.

@@ -31,11 +31,43 @@ fn activation() -> Activation {
     a
 }
 
+/// Evaluates `expr` against [`object`], and again against only what it reads of it: both must agree.
 fn eval(expr: &str) -> Result<serde_json::Value, String> {
     let p = compile(expr, DECLARED).map_err(|e| e.to_string())?;
-    p.eval(&activation(), &mut Budget::default())
-        .map(|v| value::to_json(&v).unwrap_or_else(|| json!(format!("{v:?}"))))
-        .map_err(|e| e.to_string())
+    let run = |a: &Activation| {
+        p.eval(a, &mut Budget::default())
+            .map(|v| value::to_json(&v).unwrap_or_else(|| json!(format!("{v:?}"))))
+            .map_err(|e| e.to_string())
+    };
+    let whole = run(&activation());
+    let mut projected = Activation::new();
+    projected.bind("object", p.projection("object").project(&object()));
+    projected.bind("oldObject", Value::Null);
+    assert_eq!(run(&projected), whole, "{expr}: the projection of the object changes the result");
+    whole
+}
+
+/// What an expression reads of `object`.
+fn reads(expr: &str) -> serde_json::Value {
+    let p = compile(expr, DECLARED).unwrap();
+    value::to_json(&p.projection("object").project(&object())).unwrap()
+}
+
+#[test]
+fn an_expression_is_given_only_what_it_reads() {
+    assert_eq!(reads("object.spec.replicas <= 5"), json!({"spec": {"replicas": 3}}));
+    assert_eq!(
+        reads("has(object.metadata.annotations) || object.metadata.?labels.?app == optional.of('web')"),
+        json!({"metadata": {"labels": {"app": "web"}}})
+    );
+    assert_eq!(
+        reads("object.spec.template.spec.containers[0].name == 'main'"),
+        json!({"spec": {"template": {"spec": {"containers": object()["spec"]["template"]["spec"]["containers"]}}}})
+    );
+    // A comprehension's variable hides the name: nothing of the object is read.
+    assert_eq!(reads("[{'spec': 1}].all(object, object.spec == 1)"), json!(null));
+    assert_eq!(reads("object == object"), object());
+    assert_eq!(reads("1 == 1"), json!(null));
 }
 
 #[test]
@@ -131,6 +163,16 @@ fn expressions_evaluate_as_kubernetes_documents() {
         ("1 != 1.0", json!(false)),
         ("'héllo'.size()", json!(5)),
         ("size('héllo')", json!(5)),
+        // What the projection of the object must keep.
+        ("object.metadata == object.metadata", json!(true)),
+        ("size(object.metadata) == 3", json!(true)),
+        ("object.spec.template.spec.containers[1].name", json!("sidecar")),
+        ("[object.spec.replicas].all(x, x == 3)", json!(true)),
+        ("object.spec.replicas.foo", json!(false)),
+        ("[1].all(object, object == 1)", json!(true)),
+        ("object.spec.template.spec.containers.all(object, has(object.name))", json!(true)),
+        ("object.metadata.labels.exists(k, k == 'app')", json!(true)),
+        ("has(object.spec.template.spec)", json!(true)),
     ];
     let mut failures = Vec::new();
     for (expr, want) in cases {

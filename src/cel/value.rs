@@ -32,6 +32,12 @@ pub fn map<'a>(entries: impl IntoIterator<Item = (&'a str, Value)>) -> Value {
     Value::Map(Map { map: Arc::new(map) })
 }
 
+/// A map of string keys to values.
+pub(crate) fn map_owned(entries: impl IntoIterator<Item = (String, Value)>) -> Value {
+    let map: HashMap<Key, Value> = entries.into_iter().map(|(k, v)| (Key::String(Arc::new(k)), v)).collect();
+    Value::Map(Map { map: Arc::new(map) })
+}
+
 pub fn string(s: impl Into<String>) -> Value {
     Value::String(Arc::new(s.into()))
 }

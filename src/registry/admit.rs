@@ -8,7 +8,7 @@ use super::decode::versioned_value;
 use super::error::Result;
 use super::key::PodSetKey;
 use super::view::View;
-use crate::admission::{Admission, Attributes, Outcome};
+use crate::admission::{Admission, Attributes, ObjectReads, Outcome};
 use crate::api::{conversion, PodSet, Version};
 
 /// One write's admission: its attributes (none when no plugin runs), and what the plugins said.
@@ -16,8 +16,8 @@ pub(crate) struct Review<'r> {
     admission: &'r dyn Admission,
     view: &'static dyn View,
     attrs: Option<Attributes>,
-    /// Whether a plugin may read the objects; when not, none are built.
-    reads: bool,
+    /// In which phases a plugin may read the objects; in the others, none are built.
+    reads: ObjectReads,
     /// The request's version: the one admission sees PodSets in.
     version: Version,
     pub said: Outcome,
@@ -32,7 +32,7 @@ impl<'r> Review<'r> {
         version: Version,
     ) -> Self {
         let attrs = admission.runs().then(attrs);
-        let reads = attrs.as_ref().is_some_and(|a| admission.reads_objects(a));
+        let reads = attrs.as_ref().map(|a| admission.reads_objects(a)).unwrap_or_default();
         Self { admission, view, attrs, reads, version, said: Outcome { warnings, ..Default::default() } }
     }
 
@@ -53,7 +53,7 @@ impl<'r> Review<'r> {
 
     /// The stored object `old` as admission sees it, when the plugins read it; `json` is `old` as JSON.
     pub fn old(&self, old: &PodSet, json: impl FnOnce() -> Result<Value>) -> Result<Option<Value>> {
-        match self.reads {
+        match self.reads.any() {
             true => self.object(old, json).map(Some),
             false => Ok(None),
         }
@@ -64,7 +64,7 @@ impl<'r> Review<'r> {
     /// futures are moved whole.
     pub async fn admit(&mut self, proposed: &mut PodSet, old: Option<&Value>, key: &PodSetKey) -> Result<()> {
         let Some(a) = &self.attrs else { return Ok(()) };
-        if !self.reads {
+        if !self.reads.admit {
             return Ok(Box::pin(self.admission.admit(a, None, None, &mut self.said)).await?);
         }
         let mut object = self.object(proposed, || versioned_value(proposed, self.version))?;
@@ -85,7 +85,7 @@ impl<'r> Review<'r> {
         old: Option<&Value>,
     ) -> Result<()> {
         let Some(a) = &self.attrs else { return Ok(()) };
-        let object = match self.reads {
+        let object = match self.reads.validate {
             true => Some(self.object(ps, json)?),
             false => None,
         };
@@ -96,7 +96,7 @@ impl<'r> Review<'r> {
     /// if read), as kube-apiserver 1.20's `AdmissionToValidateObjectDeleteFunc`.
     pub async fn delete(&mut self, old: impl FnOnce() -> Result<Value>) -> Result<()> {
         let Some(a) = &self.attrs else { return Ok(()) };
-        let old = match self.reads {
+        let old = match self.reads.any() {
             true => Some(self.in_request_version(old()?)),
             false => None,
         };

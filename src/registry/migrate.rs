@@ -170,8 +170,8 @@ mod tests {
             true
         }
 
-        fn reads_objects(&self, _: &admission::Attributes) -> bool {
-            false
+        fn reads_objects(&self, _: &admission::Attributes) -> admission::ObjectReads {
+            admission::ObjectReads::default()
         }
     }
 

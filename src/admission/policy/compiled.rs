@@ -11,7 +11,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 
 use super::matching::Matcher;
 use crate::admission::matchconditions::MatchConditions;
-use crate::cel::{self, CompileError, Program, Variables};
+use crate::cel::{self, CompileError, Program, Projection, Variables};
 
 /// The names policy expressions may use (`compile.go`'s declarations), with `params` when the policy has a
 /// `paramKind`.
@@ -73,12 +73,13 @@ pub struct Policy {
     pub(crate) reads: Reads,
 }
 
-/// The request values a policy's expressions read (the object always).
-#[derive(Debug, Clone, Copy, Default)]
+/// What a policy's expressions read of the request's values, so only that is built for them.
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Reads {
-    pub(crate) old: bool,
-    pub(crate) request: bool,
-    pub(crate) namespace: bool,
+    pub(crate) object: Projection,
+    pub(crate) old: Projection,
+    pub(crate) request: Projection,
+    pub(crate) namespace: Projection,
 }
 
 /// A compiled ValidatingAdmissionPolicyBinding.
@@ -143,20 +144,26 @@ impl Policy {
             })
             .collect();
         let match_conditions = MatchConditions::compile(spec.match_conditions.as_deref().unwrap_or_default(), &full);
-        let reads_name = |name: &str| {
-            let uses = |p: &Result<Program, CompileError>| p.as_ref().is_ok_and(|p| p.uses(name));
-            match_conditions.uses(name)
-                || validations
-                    .iter()
-                    .any(|v| uses(&v.program) || v.message_expression.as_ref().is_some_and(|(_, p)| uses(p)))
-                || audit_annotations.iter().any(|a| uses(&a.program))
-                || defs.iter().any(|(_, p)| p.as_ref().is_ok_and(|p| p.uses(name)))
+        let reads = |name: &str| {
+            let mut p = match_conditions.projection(name);
+            let programs = validations
+                .iter()
+                .flat_map(|v| std::iter::once(&v.program).chain(v.message_expression.as_ref().map(|(_, m)| m)))
+                .chain(audit_annotations.iter().map(|a| &a.program));
+            for program in programs.filter_map(|r| r.as_ref().ok()) {
+                p.merge(&program.projection(name));
+            }
+            for program in defs.iter().filter_map(|(_, r)| r.as_ref().ok()) {
+                p.merge(&program.projection(name));
+            }
+            p
         };
-        let uses_authorizer = reads_name("authorizer");
+        let uses_authorizer = reads("authorizer").reads();
         let reads = Reads {
-            old: reads_name("oldObject"),
-            request: reads_name("request"),
-            namespace: reads_name("namespaceObject"),
+            object: reads("object"),
+            old: reads("oldObject"),
+            request: reads("request"),
+            namespace: reads("namespaceObject"),
         };
         Self {
             name: p.metadata.name.clone().unwrap_or_default(),

@@ -34,7 +34,7 @@ use super::namespace::resource_name;
 use super::{Attributes, Error, Handler, Namespaces, Outcome, Plugin, Validating, READY_WAIT};
 use crate::api::Operation;
 
-use crate::cel::{self, value};
+use crate::cel;
 use crate::metrics::PolicyCheckLabels;
 
 /// The audit annotation of failed validations whose binding says `Audit`.
@@ -198,7 +198,7 @@ struct Dispatch {
     denied: Option<Error>,
     failures: Vec<ValidationFailure>,
     /// `namespaceObject`, read from the cache the first time a policy reads it.
-    namespace: Option<cel::Value>,
+    namespace: Option<Value>,
 }
 
 /// `ErrorType(decision)` of `validating/errors.go`.
@@ -226,13 +226,11 @@ fn observe(policy: &str, binding: &str, d: &Decision, action: &str) {
     m.policy_check_duration.get_or_create(&labels).observe(d.elapsed.as_secs_f64());
 }
 
-/// The CEL values of the request in one version, built once and shared by every policy that selects it there.
-struct Versioned {
-    version: String,
-    object: cel::Value,
-    /// Built the first time a policy reads it.
-    old: Option<cel::Value>,
-    request: Option<cel::Value>,
+/// The request in one version, converted once and shared by every policy that selects it there; its `request`
+/// built the first time a policy reads it. Each policy is given only what it reads of them.
+struct Versioned<'a> {
+    invocation: Invocation<'a>,
+    request: Option<Value>,
 }
 
 impl ValidatingAdmissionPolicyPlugin {
@@ -273,41 +271,32 @@ impl ValidatingAdmissionPolicyPlugin {
         self.deny(state, a, object, message, "");
     }
 
-    /// The request's values in `version`, converted once.
-    fn versioned<'v>(
-        cache: &'v mut Vec<Versioned>,
-        a: &Attributes,
-        (version, reads): (&str, Reads),
-        object: Option<&Value>,
-        old: Option<&Value>,
-    ) -> Result<&'v Versioned, Error> {
-        let i = match cache.iter().position(|v| v.version == version) {
+    /// The request in `version`, converted once.
+    fn versioned<'v, 'a>(
+        cache: &'v mut Vec<Versioned<'a>>,
+        a: &'a Attributes,
+        (version, reads): (&str, &Reads),
+        object: Option<&'a Value>,
+        old: Option<&'a Value>,
+    ) -> Result<&'v Versioned<'a>, Error> {
+        let i = match cache.iter().position(|v| v.invocation.attributes.resource.version == version) {
             Some(i) => i,
             None => {
-                let inv = Invocation::new(a, version, object, old)?;
-                let object = inv.object().map_or(cel::Value::Null, value::from_json);
-                cache.push(Versioned { version: version.to_owned(), object, old: None, request: None });
+                cache.push(Versioned { invocation: Invocation::new(a, version, object, old)?, request: None });
                 cache.len() - 1
             }
         };
         let v = &mut cache[i];
-        let (need_old, need_request) = (reads.old && v.old.is_none(), reads.request && v.request.is_none());
-        if need_old || need_request {
-            let inv = Invocation::new(a, version, object, old)?;
-            if need_old {
-                v.old = Some(inv.old().map_or(cel::Value::Null, value::from_json));
-            }
-            if need_request {
-                v.request = Some(value::from_json(&Value::Object(activation::request_fields(&inv.attributes, a))));
-            }
+        if reads.request.reads() && v.request.is_none() {
+            v.request = Some(Value::Object(activation::request_fields(&v.invocation.attributes, a)));
         }
         Ok(&cache[i])
     }
 
     /// `namespaceObject`: the request's namespace as `CreateNamespaceObject` copies it; null when cluster-scoped.
-    async fn namespace_object(&self, a: &Attributes) -> Result<cel::Value, Error> {
+    async fn namespace_object(&self, a: &Attributes) -> Result<Value, Error> {
         if a.namespace.is_empty() {
-            return Ok(cel::Value::Null);
+            return Ok(Value::Null);
         }
         let ns = self.namespaces.get(&a.namespace).await?;
         let mut v = serde_json::to_value(&*ns).unwrap_or_default();
@@ -319,7 +308,7 @@ impl ValidatingAdmissionPolicyPlugin {
                 meta.remove("ownerReferences");
             }
         }
-        Ok(value::from_json(&v))
+        Ok(v)
     }
 
     /// The decisions of one binding's evaluation, enforced as its actions say.
@@ -375,11 +364,11 @@ impl ValidatingAdmissionPolicyPlugin {
         }
     }
 
-    async fn dispatch_hook(
+    async fn dispatch_hook<'a>(
         &self,
         hook: &Hook,
-        (a, object, old): (&Attributes, Option<&Value>, Option<&Value>),
-        cache: &mut Vec<Versioned>,
+        (a, object, old): (&'a Attributes, Option<&'a Value>, Option<&'a Value>),
+        cache: &mut Vec<Versioned<'a>>,
         state: &mut Dispatch,
         out: &mut Outcome,
     ) -> Result<(), Error> {
@@ -427,7 +416,8 @@ impl ValidatingAdmissionPolicyPlugin {
                     }
                 },
             };
-            let versioned = match Self::versioned(cache, a, (&version, policy.reads), object, old) {
+            let reads = &policy.reads;
+            let versioned = match Self::versioned(cache, a, (&version, reads), object, old) {
                 Ok(v) => v,
                 Err(e) => {
                     let e = format!("failed to convert object version: {e}");
@@ -435,15 +425,17 @@ impl ValidatingAdmissionPolicyPlugin {
                     continue;
                 }
             };
+            let project = |p: &cel::Projection, v: Option<&Value>| v.map_or(cel::Value::Null, |v| p.project(v));
+            let inv = &versioned.invocation;
             let (object_v, old_v, request_v) = (
-                versioned.object.clone(),
-                versioned.old.clone().unwrap_or(cel::Value::Null),
-                versioned.request.clone().unwrap_or(cel::Value::Null),
+                project(&reads.object, inv.object()),
+                project(&reads.old, inv.old()),
+                project(&reads.request, versioned.request.as_ref()),
             );
-            let namespace = match (&state.namespace, policy.reads.namespace) {
+            let namespace = match (&state.namespace, reads.namespace.reads()) {
                 (_, false) => cel::Value::Null,
-                (Some(ns), true) => ns.clone(),
-                (None, true) => state.namespace.insert(self.namespace_object(a).await?).clone(),
+                (Some(ns), true) => reads.namespace.project(ns),
+                (None, true) => reads.namespace.project(state.namespace.insert(self.namespace_object(a).await?)),
             };
             let authorizer = activation::authorizer_value(&self.authorizer, a);
             for params in params {

@@ -464,8 +464,8 @@ async fn conditions_hold(
     if hook.match_conditions.is_empty() {
         return Ok(true);
     }
-    let act =
-        activation::activation(&invocation.attributes, requested, invocation.object(), invocation.old(), authorizer);
+    let objects = (invocation.object(), invocation.old());
+    let act = activation::activation(&invocation.attributes, requested, objects, authorizer, &hook.match_conditions);
     let labels = |t: &str| crate::metrics::MatchConditionLabels {
         name: hook.name.clone(),
         kind: "webhook".into(),
