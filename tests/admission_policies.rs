@@ -335,7 +335,10 @@ async fn manifests_are_loaded_refused_with_the_file_and_reason_and_reloaded() {
     manifests::start(dir.path().to_owned(), &policies, "test".into(), stop.clone()).unwrap();
     policies.cluster_absent();
     let c = chain(policies.clone(), None);
-    admit(&c, &create("default"), &mut podset(3, false)).await.0.unwrap();
+    let (result, out) = admit(&c, &create("default"), &mut podset(3, false)).await;
+    result.unwrap();
+    // The audit event names the manifest policies evaluated.
+    assert_eq!(out.audit_annotations["source.admission.k8s.io/manifest-policies"], "replicas.static.k8s.io");
     let status = status_of(&admit(&c, &create("default"), &mut podset(4, false)).await.0.unwrap_err());
     assert!(status.message.contains("ValidatingAdmissionPolicy 'replicas.static.k8s.io' with binding 'replicas-binding.static.k8s.io' denied request"));
 

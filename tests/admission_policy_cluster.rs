@@ -194,6 +194,8 @@ fn manifest_policies_hold_for_podsets_through_the_aggregator() {
             serde_json::json!([{"message": "more than 10 replicas", "policy": "replicas.static.k8s.io",
                 "binding": "replicas-warn.static.k8s.io", "expressionIndex": 0, "validationActions": ["Warn", "Audit"]}])
         );
+        let sources = big["annotations"]["source.admission.k8s.io/manifest-policies"].as_str().unwrap_or_default();
+        assert!(sources.split(',').any(|p| p == "replicas.static.k8s.io"), "{sources:?}");
 
         // The namespace object: a label on the namespace decides.
         c.kubectl(&["create", "namespace", "prod"]);

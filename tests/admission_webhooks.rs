@@ -628,10 +628,14 @@ async fn manifest_webhooks_are_called_with_their_match_conditions() {
     let sources =
         Sources { namespaces: namespaces(), configurations: Some(configurations), quotas: None, policies: None };
     let c = Chain::with_sources(&Plugin::ALL, sources, PluginConfig::default());
-    let status = status_of(&admit(&c, &create("default"), &mut podset()).await.0.unwrap_err());
+    let (result, out) = admit(&c, &create("default"), &mut podset()).await;
+    let status = status_of(&result.unwrap_err());
     assert_eq!(status.message, "admission webhook \"static-deny.test.io\" denied the request: no PodSets here");
+    assert_eq!(out.audit_annotations["source.admission.k8s.io/manifest-webhooks"], "static-deny.test.io");
     let as_bob = admission_attributes(Operation::Create, Subresource::Main, "default", "web", bob(), update_options());
-    admit(&c, &as_bob, &mut podset()).await.0.unwrap();
+    let (result, out) = admit(&c, &as_bob, &mut podset()).await;
+    result.unwrap();
+    assert!(!out.audit_annotations.contains_key("source.admission.k8s.io/manifest-webhooks"), "not called for bob");
     assert_eq!(s.received("/deny").len(), 1, "called for jane, not for bob");
     stop.cancel();
 

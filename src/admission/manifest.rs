@@ -13,6 +13,22 @@ use tokio_util::sync::CancellationToken;
 /// The suffix every manifest object's name ends with, so it can never collide with an API object.
 pub const STATIC_SUFFIX: &str = ".static.k8s.io";
 
+/// The audit annotations naming the manifest policies evaluated for a request and the manifest webhooks called
+/// for it, comma-separated: an audit reader sees which of a request's decisions no API object explains.
+pub const MANIFEST_POLICIES_ANNOTATION: &str = "source.admission.k8s.io/manifest-policies";
+pub const MANIFEST_WEBHOOKS_ANNOTATION: &str = "source.admission.k8s.io/manifest-webhooks";
+
+/// Adds `name` to the list of `annotation` in `out`, once.
+pub(crate) fn record_source(out: &mut super::Outcome, annotation: &str, name: &str) {
+    let list = out.audit_annotations.entry(annotation.to_owned()).or_default();
+    if !list.split(',').any(|n| n == name) {
+        if !list.is_empty() {
+            list.push(',');
+        }
+        list.push_str(name);
+    }
+}
+
 /// How often a directory is read again for changes (kube watches with fsnotify and polls every minute; a poll
 /// alone also follows a ConfigMap volume's symlink swap).
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(2);
@@ -196,4 +212,19 @@ pub fn start<T: Send + 'static>(
         }
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_are_listed_once_each_in_order() {
+        let mut out = crate::admission::Outcome::default();
+        for name in ["b.static.k8s.io", "a.static.k8s.io", "b.static.k8s.io"] {
+            record_source(&mut out, MANIFEST_WEBHOOKS_ANNOTATION, name);
+        }
+        assert_eq!(out.audit_annotations[MANIFEST_WEBHOOKS_ANNOTATION], "b.static.k8s.io,a.static.k8s.io");
+        assert!(!out.audit_annotations.contains_key(MANIFEST_POLICIES_ANNOTATION));
+    }
 }

@@ -30,6 +30,7 @@ use evaluate::{Action, Annotation, Decision, Evaluation, Input};
 pub use params::Params;
 
 use super::activation::{self, ExpressionAuthorizer, Invocation};
+use super::manifest;
 use super::namespace::resource_name;
 use super::{Attributes, Error, Handler, Namespaces, Outcome, Plugin, Validating, READY_WAIT};
 use crate::api::Operation;
@@ -438,6 +439,9 @@ impl ValidatingAdmissionPolicyPlugin {
                 (None, true) => reads.namespace.project(state.namespace.insert(self.namespace_object(a).await?)),
             };
             let authorizer = activation::authorizer_value(&self.authorizer, a);
+            if policy.origin == Origin::Manifest {
+                manifest::record_source(out, manifest::MANIFEST_POLICIES_ANNOTATION, &policy.name);
+            }
             for params in params {
                 let input = Input {
                     object: object_v.clone(),

@@ -31,6 +31,7 @@ use review::ReviewVersion;
 pub use verify::san_names;
 
 use super::activation::{self, ExpressionAuthorizer, Invocation};
+use super::manifest;
 use super::matchconditions::{self, MatchConditions, Matched};
 use super::namespace::resource_name;
 use super::{Attributes, Error, Handler, Mutating, Namespaces, Outcome, Plugin, Reinvocation, Validating, READY_WAIT};
@@ -62,6 +63,13 @@ pub struct Hook {
 }
 
 impl Hook {
+    /// Names it in the request's audit annotations when it comes from a manifest.
+    fn record_source(&self, out: &mut Outcome) {
+        if self.configuration.ends_with(manifest::STATIC_SUFFIX) {
+            manifest::record_source(out, manifest::MANIFEST_WEBHOOKS_ANNOTATION, &self.name);
+        }
+    }
+
     fn configuration_error(&self, message: &str) -> Error {
         Error::Configuration { webhook: self.name.clone(), message: message.to_owned() }
     }
@@ -626,6 +634,7 @@ impl MutatingWebhooks {
         if !conditions_hold(hook, a, &invocation, &self.authorizer, ("admit", "admit")).await? {
             return Ok(None);
         }
+        hook.record_source(out);
         let answer = call(&self.clients, hook, a, &invocation, true, out).await?;
         if answer.patch.is_empty() {
             return Ok(Some((false, None)));
@@ -750,6 +759,7 @@ impl ValidatingWebhooks {
             relevant.push((hook.clone(), invocation));
         }
         let (called, invocations): (Vec<_>, Vec<_>) = relevant.into_iter().unzip();
+        called.iter().for_each(|hook| hook.record_source(out));
         let calls = called.iter().zip(invocations).map(|(hook, invocation)| async move {
             let mut own = Outcome::default();
             let started = std::time::Instant::now();
