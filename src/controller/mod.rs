@@ -7,6 +7,7 @@
 mod expectations;
 pub mod informers;
 pub mod leader;
+mod pods;
 mod queue;
 mod reconcile;
 

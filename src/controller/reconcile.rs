@@ -1,20 +1,23 @@
 //! One PodSet, one pass: claim Pods (adopt orphans, release mismatches), create or delete toward `spec.replicas`,
-//! then write status if it changed.
+//! then write status if it changed. The steps, events and `ReplicaFailure` are kube's ReplicaSet controller's
+//! (`syncReplicaSet`, `manageReplicas`, `calculateStatus`).
 
-use std::cmp::Reverse;
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodCondition};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
+use super::pods::{is_active, is_available, is_ready, pods_to_delete};
 use super::Context;
+use crate::api::selector::Selector;
 use crate::api::{PodSet, PodSetStatus, UserInfo, API_VERSION, KIND};
-use crate::registry::{self, PodSetKey, Revision, WriteOptions};
+use crate::registry::{self, ListRequest, PodSetKey, Revision, WriteOptions};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -24,47 +27,39 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("writing status: {0}")]
     Status(#[source] registry::Error),
-    #[error("creating pods failed: {0}")]
+    /// A create kube-apiserver refused, in its words: the message of `ReplicaFailure` as for a ReplicaSet.
+    #[error("{}", api_message(.0))]
     Create(#[source] kube::Error),
+    #[error("unable to delete pods: {}", api_message(.0))]
+    Delete(#[source] kube::Error),
+    #[error("can't adopt Pod {pod} ({uid}): {reason}")]
+    Adopt { pod: String, uid: String, reason: String },
     #[error("PodSet status changed underneath; retrying")]
     Conflict,
     #[error("the controller's Lease may have lapsed: no more writes until it is renewed")]
     NotLeading,
 }
 
-fn is_active(pod: &Pod) -> bool {
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
-    pod.metadata.deletion_timestamp.is_none() && (phase == "Pending" || phase == "Running")
-}
-
-/// The Pod's Ready condition, when it is true.
-fn ready(pod: &Pod) -> Option<&PodCondition> {
-    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref())?;
-    conditions.iter().find(|c| c.type_ == "Ready" && c.status == "True")
-}
-
-fn is_ready(pod: &Pod) -> bool {
-    ready(pod).is_some()
-}
-
-/// kube's `IsPodAvailable`: ready, and for at least `min_ready_seconds` by its Ready condition's last transition.
-fn is_available(pod: &Pod, min_ready_seconds: i32, now: jiff::Timestamp) -> bool {
-    let Some(ready) = ready(pod) else { return false };
-    if min_ready_seconds <= 0 {
-        return true;
+/// What a Go client's error says: a `Status`'s message alone, anything else as it displays.
+fn api_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
     }
-    ready
-        .last_transition_time
-        .as_ref()
-        .is_some_and(|t| t.0.as_second() + i64::from(min_ready_seconds) <= now.as_second())
 }
 
-/// Which Pods to delete first: unscheduled, then Pending, then not ready, then the newest.
-fn deletion_rank(pod: &Pod) -> (bool, bool, bool, Reverse<i64>) {
-    let scheduled = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
-    let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-    let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(0);
-    (scheduled, running, is_ready(pod), Reverse(created))
+/// A create refused because its namespace is terminating (`HasStatusCause(err, NamespaceTerminatingCause)`).
+fn namespace_terminating(e: &kube::Error) -> bool {
+    let kube::Error::Api(status) = e else { return false };
+    status.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating"))
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.is_not_found())
+}
+
+fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
+    meta.owner_references.iter().flatten().find(|r| r.controller == Some(true))
 }
 
 fn owner_reference(ps: &PodSet) -> OwnerReference {
@@ -135,32 +130,52 @@ async fn reconcile_once(ctx: &Arc<Context>, key: &PodSetKey) -> Result<(), Error
     let selector = ps.selector().unwrap_or_default();
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
 
+    let all: Vec<Arc<Pod>> = ctx.pods.state().into_iter().filter(|p| p.namespace().as_deref() == Some(ns)).collect();
     let mut owned: Vec<Arc<Pod>> = Vec::new();
-    for pod in ctx.pods.state().into_iter().filter(|p| p.namespace().as_deref() == Some(ns)) {
-        let controller = pod.owner_references().iter().find(|r| r.controller == Some(true)).cloned();
-        let matches = !selector.is_empty() && selector.matches(pod.labels());
-        match controller {
-            Some(r) if r.uid == uid => {
-                if matches {
-                    owned.push(pod);
-                } else {
-                    ctx.before_write().await?;
-                    release(&pods_api, &pod, &uid).await?;
+    let mut can_adopt: Option<Result<(), String>> = None;
+    let mut first_error: Option<Error> = None;
+    for (pod, claim) in claims(&all, &uid, &selector) {
+        let claimed = match claim {
+            Claim::Owned => Ok(true),
+            Claim::Release => {
+                ctx.before_write().await?;
+                release(&pods_api, &pod, &uid).await.map(|()| false)
+            }
+            Claim::Adopt => {
+                let allowed = match &can_adopt {
+                    Some(allowed) => allowed.clone(),
+                    None => can_adopt.insert(recheck(ctx, key, &ps).await).clone(),
+                };
+                match allowed {
+                    Err(reason) => Err(Error::Adopt {
+                        pod: format!("{ns}/{}", pod.name_any()),
+                        uid: pod.uid().unwrap_or_default(),
+                        reason,
+                    }),
+                    Ok(()) => {
+                        ctx.before_write().await?;
+                        adopt(&pods_api, &pod, &ps).await
+                    }
                 }
             }
-            None if matches && pod.metadata.deletion_timestamp.is_none() => {
-                ctx.before_write().await?;
-                adopt(&pods_api, &pod, &ps).await?;
-                owned.push(pod);
+        };
+        match claimed {
+            Ok(true) => owned.push(pod),
+            Ok(false) => {}
+            // As `ClaimPods`: claim the rest, then fail the pass with the first error.
+            Err(e) => {
+                first_error.get_or_insert(e);
             }
-            _ => {}
         }
     }
-    let active: Vec<&Pod> = owned.iter().map(|p| p.as_ref()).filter(|p| is_active(p)).collect();
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    let active: Vec<&Pod> = owned.iter().map(|p| p.as_ref()).collect();
 
     let mut failure: Option<String> = None;
     if ctx.expectations.satisfied(key) {
-        if let Err(e) = manage(ctx, key, &ps, &pods_api, &active).await {
+        if let Err(e) = manage(ctx, key, &ps, &pods_api, &active, &all).await {
             failure = Some(e.to_string());
             write_status(ctx, key, obj.resource_version(), &ps, &active, failure.as_deref()).await?;
             return Err(e);
@@ -169,20 +184,138 @@ async fn reconcile_once(ctx: &Arc<Context>, key: &PodSetKey) -> Result<(), Error
     write_status(ctx, key, obj.resource_version(), &ps, &active, failure.as_deref()).await
 }
 
-async fn adopt(api: &Api<Pod>, pod: &Pod, ps: &PodSet) -> Result<(), Error> {
-    let patch = json!({"metadata": {"ownerReferences": [owner_reference(ps)], "uid": pod.uid()}});
-    api.patch(&pod.name_any(), &PatchParams::default(), &Patch::Strategic(patch)).await?;
-    tracing::info!(pod = %pod.name_any(), podset = %ps.name_any(), "adopted orphan pod");
-    Ok(())
+/// What to do with a Pod in a claim (upstream's `ClaimObject`, for a PodSet not being deleted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Claim {
+    /// Ours, and the selector matches.
+    Owned,
+    /// An orphan the selector matches.
+    Adopt,
+    /// Ours, but the selector no longer matches.
+    Release,
 }
 
+/// The claims of one pass over the namespace's Pods: only active ones, as `syncReplicaSet` filters them before
+/// `claimPods`, so a Succeeded or Failed orphan is never adopted and a terminated Pod of ours never released.
+fn claims(pods: &[Arc<Pod>], uid: &str, selector: &Selector) -> Vec<(Arc<Pod>, Claim)> {
+    let matches = |pod: &Pod| !selector.is_empty() && selector.matches(pod.labels());
+    let claim = |pod: &Pod| match controller_of(&pod.metadata) {
+        Some(r) if r.uid != uid => None,
+        Some(_) if matches(pod) => Some(Claim::Owned),
+        Some(_) => Some(Claim::Release),
+        None if matches(pod) && pod.metadata.deletion_timestamp.is_none() => Some(Claim::Adopt),
+        None => None,
+    };
+    pods.iter().filter(|p| is_active(p)).filter_map(|p| claim(p).map(|c| (p.clone(), c))).collect()
+}
+
+/// Upstream's `canAdopt` (`RecheckDeletionTimestamp`): before the first adoption of a pass, a consistent read that
+/// the PodSet is still the one listed and not being deleted.
+async fn recheck(ctx: &Context, key: &PodSetKey, ps: &PodSet) -> Result<(), String> {
+    let fresh = match ctx.registry.get(key, None).await.and_then(|o| o.decode()) {
+        Ok(fresh) => fresh,
+        Err(e) => return Err(format!("can't recheck DeletionTimestamp: {e}")),
+    };
+    let (got, wanted) = (fresh.uid().unwrap_or_default(), ps.uid().unwrap_or_default());
+    if got != wanted {
+        return Err(format!(
+            "can't recheck DeletionTimestamp: original {KIND} {key} is gone: got uid {got}, wanted {wanted}"
+        ));
+    }
+    match &fresh.metadata.deletion_timestamp {
+        Some(t) => Err(format!("{key} has just been deleted at {}", t.0)),
+        None => Ok(()),
+    }
+}
+
+/// Upstream's `AdoptPod`; a Pod gone meanwhile is not claimed.
+async fn adopt(api: &Api<Pod>, pod: &Pod, ps: &PodSet) -> Result<bool, Error> {
+    let patch = json!({"metadata": {"ownerReferences": [owner_reference(ps)], "uid": pod.uid()}});
+    match api.patch(&pod.name_any(), &PatchParams::default(), &Patch::Strategic(patch)).await {
+        Ok(_) => {
+            tracing::info!(pod = %pod.name_any(), podset = %ps.name_any(), "adopted orphan pod");
+            Ok(true)
+        }
+        Err(e) if is_not_found(&e) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Upstream's `ReleasePod`: a Pod gone, or no longer ours (the patch is then invalid), needs nothing more.
 async fn release(api: &Api<Pod>, pod: &Pod, owner_uid: &str) -> Result<(), Error> {
     let patch = json!({"metadata": {"ownerReferences": [{"$patch": "delete", "uid": owner_uid}], "uid": pod.uid()}});
     match api.patch(&pod.name_any(), &PatchParams::default(), &Patch::Strategic(patch)).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+        Err(kube::Error::Api(s)) if s.is_not_found() || s.is_invalid() => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Upstream's `getIndirectlyRelatedPods`: the Pods selected by every PodSet with the same controller as `ps`
+/// (itself included), each once; none when `ps` has no controller.
+async fn indirectly_related_pods<'a>(ctx: &Context, ps: &PodSet, pods: &'a [Arc<Pod>]) -> Vec<&'a Pod> {
+    let Some(owner) = controller_of(&ps.metadata) else { return Vec::new() };
+    let list = ListRequest { namespace: ps.namespace(), resource_version: Some(0), ..ListRequest::readable() };
+    let siblings: Vec<PodSet> = match ctx.registry.list(list).await {
+        Ok(page) => page
+            .items
+            .iter()
+            .filter_map(|o| o.decode().ok())
+            .filter(|s| controller_of(&s.metadata).is_some_and(|r| r.uid == owner.uid))
+            .collect(),
+        Err(e) => {
+            tracing::warn!(podset = %ps.name_any(), error = %e, "listing related PodSets failed");
+            return Vec::new();
+        }
+    };
+    related_pods(&siblings, pods)
+}
+
+fn related_pods<'a>(podsets: &[PodSet], pods: &'a [Arc<Pod>]) -> Vec<&'a Pod> {
+    let mut seen = HashSet::new();
+    let mut related = Vec::new();
+    for selector in podsets.iter().filter_map(PodSet::selector).filter(|s| !s.is_empty()) {
+        for pod in pods.iter().filter(|p| selector.matches(p.labels())) {
+            if seen.insert(pod.uid().unwrap_or_default()) {
+                related.push(pod.as_ref());
+            }
+        }
+    }
+    related
+}
+
+/// An event on the PodSet for one Pod, as upstream's `RealPodControl` records them.
+#[derive(Debug, PartialEq)]
+struct PodEvent {
+    type_: EventType,
+    reason: &'static str,
+    note: String,
+}
+
+/// Event reasons, upstream's (`FailedCreatePodReason` and the others); the failures' are also `ReplicaFailure`'s.
+const FAILED_CREATE: &str = "FailedCreate";
+const SUCCESSFUL_CREATE: &str = "SuccessfulCreate";
+const FAILED_DELETE: &str = "FailedDelete";
+const SUCCESSFUL_DELETE: &str = "SuccessfulDelete";
+
+fn created(pod: &str) -> PodEvent {
+    PodEvent { type_: EventType::Normal, reason: SUCCESSFUL_CREATE, note: format!("Created pod: {pod}") }
+}
+
+/// None in a terminating namespace, where every create fails.
+fn create_failed(e: &kube::Error) -> Option<PodEvent> {
+    let note = format!("Error creating: {}", api_message(e));
+    (!namespace_terminating(e)).then_some(PodEvent { type_: EventType::Warning, reason: FAILED_CREATE, note })
+}
+
+fn deleted(pod: &str) -> PodEvent {
+    PodEvent { type_: EventType::Normal, reason: SUCCESSFUL_DELETE, note: format!("Deleted pod: {pod}") }
+}
+
+/// None for a Pod already gone.
+fn delete_failed(e: &kube::Error) -> Option<PodEvent> {
+    let note = format!("Error deleting: {}", api_message(e));
+    (!is_not_found(e)).then_some(PodEvent { type_: EventType::Warning, reason: FAILED_DELETE, note })
 }
 
 async fn manage(
@@ -191,6 +324,7 @@ async fn manage(
     ps: &PodSet,
     api: &Api<Pod>,
     active: &[&Pod],
+    namespace_pods: &[Arc<Pod>],
 ) -> Result<(), Error> {
     let want = ps.spec.replicas.unwrap_or(1).max(0) as usize;
     let reference = object_reference(ps);
@@ -208,67 +342,75 @@ async fn manage(
                 api.create(&post, &template).await.map_err(Error::Create)
             }))
             .await;
-            let mut errors: Vec<Error> = results.into_iter().filter_map(Result::err).collect();
-            let created = n - errors.len();
             done += n;
-            if created > 0 {
-                publish(ctx, &reference, EventType::Normal, "SuccessfulCreate", format!("Created {created} pod(s)"))
-                    .await;
-            }
-            if !errors.is_empty() {
-                // Give up the creates that failed and the ones never tried.
-                for _ in 0..errors.len() + (missing - done) {
-                    ctx.expectations.creation_observed(key);
+            let mut errors = Vec::new();
+            for result in results {
+                match result {
+                    Ok(pod) => publish(ctx, &reference, created(&pod.name_any())).await,
+                    // Every create fails in a terminating namespace: nothing to report, as upstream counts it done.
+                    Err(Error::Create(e)) if namespace_terminating(&e) => {}
+                    Err(e) => {
+                        if let Error::Create(k) = &e {
+                            if let Some(ev) = create_failed(k) {
+                                publish(ctx, &reference, ev).await;
+                            }
+                        }
+                        errors.push(e);
+                    }
                 }
-                let first = errors.swap_remove(0);
-                if let Error::Create(e) = &first {
-                    publish(ctx, &reference, EventType::Warning, "FailedCreate", format!("Error creating: {e}")).await;
+            }
+            let failures = errors.len();
+            if let Some(first) = errors.into_iter().next() {
+                // Give up the creates that failed and the ones never tried.
+                for _ in 0..failures + (missing - done) {
+                    ctx.expectations.creation_observed(key);
                 }
                 return Err(first);
             }
             batch *= 2;
         }
     } else if active.len() > want {
-        let mut victims: Vec<&Pod> = active.to_vec();
-        victims.sort_by_key(|p| deletion_rank(p));
-        victims.truncate((active.len() - want).min(ctx.cfg.burst_replicas));
+        let diff = (active.len() - want).min(ctx.cfg.burst_replicas);
+        let related = indirectly_related_pods(ctx, ps, namespace_pods).await;
+        let victims = pods_to_delete(active, &related, diff, jiff::Timestamp::now());
         ctx.expectations.expect_deletions(key, victims.iter().map(|p| p.uid().unwrap_or_default()));
         let results = join_all(victims.iter().map(|p| async move {
             let r = async {
                 ctx.before_write().await?;
-                api.delete(&p.name_any(), &DeleteParams::default()).await.map_err(Error::Kube)
+                api.delete(&p.name_any(), &DeleteParams::default()).await.map_err(Error::Delete)
             };
             (p, r.await)
         }))
         .await;
-        let mut deleted = 0;
         let mut failed = None;
         for (pod, r) in results {
             match r {
-                Ok(_) => deleted += 1,
-                Err(Error::Kube(kube::Error::Api(s))) if s.is_not_found() => {
-                    ctx.expectations.deletion_observed(key, &pod.uid().unwrap_or_default())
-                }
+                Ok(_) => publish(ctx, &reference, deleted(&pod.name_any())).await,
                 Err(e) => {
+                    // The watch will not show this delete: stop waiting for it.
                     ctx.expectations.deletion_observed(key, &pod.uid().unwrap_or_default());
-                    failed = Some(e);
+                    match &e {
+                        Error::Delete(k) if is_not_found(k) => continue,
+                        Error::Delete(k) => {
+                            if let Some(ev) = delete_failed(k) {
+                                publish(ctx, &reference, ev).await;
+                            }
+                        }
+                        _ => {}
+                    }
+                    failed.get_or_insert(e);
                 }
             }
-        }
-        if deleted > 0 {
-            publish(ctx, &reference, EventType::Normal, "SuccessfulDelete", format!("Deleted {deleted} pod(s)")).await;
         }
         if let Some(e) = failed {
-            if let Error::Kube(k) = &e {
-                publish(ctx, &reference, EventType::Warning, "FailedDelete", format!("Error deleting: {k}")).await;
-            }
             return Err(e);
         }
     }
     Ok(())
 }
 
-async fn publish(ctx: &Context, reference: &ObjectReference, type_: EventType, reason: &str, note: String) {
+async fn publish(ctx: &Context, reference: &ObjectReference, ev: PodEvent) {
+    let PodEvent { type_, reason, note } = ev;
     let ev = KubeEvent { type_, reason: reason.into(), note: Some(note), action: reason.into(), secondary: None };
     if let Err(e) = ctx.recorder.publish(&ev, reference).await {
         tracing::debug!(error = %e, "publishing an event failed");
@@ -288,6 +430,15 @@ fn unsettled(desired: i32, replicas: i32, available: i32, ready: i32, failure: b
         Some(("ExtraPods", format!("Pending termination: {}", replicas - desired)))
     } else {
         None
+    }
+}
+
+/// `ReplicaFailure`'s reason, by which way `manageReplicas` was going: too few Pods, too many.
+fn failure_reason(active: usize, desired: i32) -> &'static str {
+    match (active as i64).cmp(&i64::from(desired)) {
+        std::cmp::Ordering::Less => FAILED_CREATE,
+        std::cmp::Ordering::Greater => FAILED_DELETE,
+        std::cmp::Ordering::Equal => "",
     }
 }
 
@@ -337,17 +488,19 @@ fn status_of(ps: &PodSet, active: &[&Pod], failure: Option<&str>, at: jiff::Time
         };
     conditions.push(transition(&old.conditions, ready_condition));
     conditions.push(transition(&old.conditions, reconciling));
-    if let Some(message) = failure {
-        let previous = ps.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "ReplicaFailure"));
-        let since = previous.map(|c| c.last_transition_time.clone()).unwrap_or_else(now);
-        conditions.push(Condition {
+    // As `calculateStatus`: set once when manageReplicas fails, kept as it is while it keeps failing, gone after.
+    let previous = old.conditions.iter().find(|c| c.type_ == "ReplicaFailure");
+    match (failure, previous) {
+        (Some(_), Some(previous)) => conditions.push(previous.clone()),
+        (Some(message), None) => conditions.push(Condition {
             type_: "ReplicaFailure".into(),
             status: "True".into(),
-            reason: "FailedCreate".into(),
+            reason: failure_reason(active.len(), desired).into(),
             message: message.to_owned(),
-            last_transition_time: since,
+            last_transition_time: now(),
             observed_generation: ps.metadata.generation,
-        });
+        }),
+        (None, _) => {}
     }
     PodSetStatus {
         replicas: active.len() as i32,
@@ -409,36 +562,6 @@ mod tests {
 
     fn pod(v: Value) -> Pod {
         serde_json::from_value(v).unwrap()
-    }
-
-    #[test]
-    fn deletes_unscheduled_then_pending_then_unready_then_newest() {
-        let unscheduled = pod(json!({"metadata": {"name": "u", "creationTimestamp": "2026-01-01T00:00:00Z"}}));
-        let ready_old = pod(
-            json!({"metadata": {"name": "ro", "creationTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"nodeName": "n", "containers": []}, "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}),
-        );
-        let ready_new = pod(
-            json!({"metadata": {"name": "rn", "creationTimestamp": "2026-01-02T00:00:00Z"}, "spec": {"nodeName": "n", "containers": []}, "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}),
-        );
-        let not_ready = pod(
-            json!({"metadata": {"name": "nr", "creationTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"nodeName": "n", "containers": []}, "status": {"phase": "Running"}}),
-        );
-        let pending = pod(
-            json!({"metadata": {"name": "p", "creationTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"nodeName": "n", "containers": []}, "status": {"phase": "Pending"}}),
-        );
-        let mut all = [&ready_old, &ready_new, &not_ready, &pending, &unscheduled];
-        all.sort_by_key(|p| deletion_rank(p));
-        let names: Vec<String> = all.iter().map(|p| p.name_any()).collect();
-        assert_eq!(names, vec!["u", "p", "nr", "rn", "ro"]);
-    }
-
-    #[test]
-    fn only_live_pods_count() {
-        assert!(is_active(&pod(json!({"metadata": {"name": "a"}}))));
-        assert!(is_active(&pod(json!({"metadata": {"name": "a"}, "status": {"phase": "Running"}}))));
-        assert!(!is_active(&pod(json!({"metadata": {"name": "a"}, "status": {"phase": "Failed"}}))));
-        assert!(!is_active(&pod(json!({"metadata": {"name": "a"}, "status": {"phase": "Succeeded"}}))));
-        assert!(!is_active(&pod(json!({"metadata": {"name": "a", "deletionTimestamp": "2026-01-01T00:00:00Z"}}))));
     }
 
     #[test]
@@ -520,5 +643,150 @@ mod tests {
         assert_eq!((s.ready_replicas, s.available_replicas), (2, 1));
         let ready = s.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
         assert_eq!((ready.status.as_str(), ready.message.as_str()), ("False", "Available: 1/2"));
+    }
+    fn api_error(code: u16, reason: &str, message: &str, causes: Value) -> kube::Error {
+        let status = json!({"status": "Failure", "code": code, "reason": reason, "message": message,
+            "details": {"causes": causes}});
+        kube::Error::Api(Box::new(serde_json::from_value(status).unwrap()))
+    }
+
+    // Mirrors RealPodControl.createPods and DeletePod: one event per Pod, the API server's message as it is.
+    #[test]
+    fn events_name_each_pod_and_quote_the_api_servers_message() {
+        assert_eq!(
+            created("web-7xk2p"),
+            PodEvent { type_: EventType::Normal, reason: "SuccessfulCreate", note: "Created pod: web-7xk2p".into() }
+        );
+        assert_eq!(
+            deleted("web-7xk2p"),
+            PodEvent { type_: EventType::Normal, reason: "SuccessfulDelete", note: "Deleted pod: web-7xk2p".into() }
+        );
+        let quota = "pods \"web-x\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=2, limited: pods=2";
+        let refused = api_error(403, "Forbidden", quota, json!([]));
+        assert_eq!(
+            create_failed(&refused),
+            Some(PodEvent {
+                type_: EventType::Warning,
+                reason: "FailedCreate",
+                note: format!("Error creating: {quota}")
+            })
+        );
+        assert_eq!(Error::Create(refused).to_string(), quota, "ReplicaFailure's message is the API server's");
+        let terminating = api_error(
+            403,
+            "Forbidden",
+            "unable to create new content in namespace ns because it is being terminated",
+            json!([{"reason": "NamespaceTerminating", "message": "namespace ns is being terminated", "field": "metadata.namespace"}]),
+        );
+        assert_eq!(create_failed(&terminating), None, "no event while the namespace goes away");
+
+        let busy = api_error(500, "InternalError", "Internal error occurred: etcdserver: request timed out", json!([]));
+        assert_eq!(
+            delete_failed(&busy),
+            Some(PodEvent {
+                type_: EventType::Warning,
+                reason: "FailedDelete",
+                note: "Error deleting: Internal error occurred: etcdserver: request timed out".into()
+            })
+        );
+        assert_eq!(
+            Error::Delete(busy).to_string(),
+            "unable to delete pods: Internal error occurred: etcdserver: request timed out"
+        );
+        let gone = api_error(404, "NotFound", "pods \"web-x\" not found", json!([]));
+        assert_eq!(delete_failed(&gone), None, "a Pod already gone is no failure");
+    }
+
+    // Mirrors calculateStatus: ReplicaFailure's reason by direction, set once, kept while failing, removed after.
+    #[test]
+    fn replica_failure_says_whether_creates_or_deletes_failed() {
+        let ready_pod = |n: &str| {
+            pod(json!({"metadata": {"name": n}, "status": {"phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True"}]}}))
+        };
+        let (a, b, c) = (ready_pod("a"), ready_pod("b"), ready_pod("c"));
+        let mut ps: PodSet =
+            serde_json::from_value(json!({"metadata": {"name": "web", "generation": 1}, "spec": {"replicas": 2}}))
+                .unwrap();
+        let failure = |s: &PodSetStatus| {
+            let c = s.conditions.iter().find(|c| c.type_ == "ReplicaFailure")?;
+            Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+        };
+        let quota = "pods \"web-x\" is forbidden: exceeded quota: q";
+        let s = status_of(&ps, &[&a], Some(quota), jiff::Timestamp::now());
+        assert_eq!(failure(&s), Some(("True".into(), "FailedCreate".into(), quota.into())));
+        let deleting = "unable to delete pods: Internal error occurred";
+        let s = status_of(&ps, &[&a, &b, &c], Some(deleting), jiff::Timestamp::now());
+        assert_eq!(failure(&s), Some(("True".into(), "FailedDelete".into(), deleting.into())));
+
+        // Once set, a later failure leaves it as it is, reason and message included.
+        ps.status = Some(status_of(&ps, &[&a], Some(quota), jiff::Timestamp::now()));
+        let s = status_of(&ps, &[&a, &b, &c], Some(deleting), jiff::Timestamp::now());
+        assert_eq!(failure(&s), Some(("True".into(), "FailedCreate".into(), quota.into())));
+        let s = status_of(&ps, &[&a, &b], None, jiff::Timestamp::now());
+        assert_eq!(failure(&s), None, "removed once manageReplicas succeeds");
+        let ready = s.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("True", "Available"));
+    }
+
+    // Mirrors syncReplicaSet's FilterActivePods before claimPods, and ClaimObject's rules.
+    #[test]
+    fn only_active_pods_are_claimed_adopted_or_released() {
+        let selector = crate::api::selector::Selector::parse("app=web").unwrap();
+        let ours = json!([{"apiVersion": API_VERSION, "kind": KIND, "name": "web", "uid": "u1", "controller": true}]);
+        let theirs =
+            json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u2", "controller": true}]);
+        let pod_with = |name: &str, app: &str, owners: &Value, phase: &str| {
+            Arc::new(pod(json!({"metadata": {"name": name, "labels": {"app": app}, "ownerReferences": owners},
+                "status": {"phase": phase}})))
+        };
+        let none = json!([]);
+        let pods = [
+            pod_with("owned", "web", &ours, "Running"),
+            pod_with("owned-unknown", "web", &ours, "Unknown"),
+            pod_with("owned-relabelled", "db", &ours, "Running"),
+            pod_with("owned-failed-relabelled", "db", &ours, "Failed"),
+            pod_with("orphan", "web", &none, "Pending"),
+            pod_with("orphan-unknown", "web", &none, "Unknown"),
+            pod_with("orphan-failed", "web", &none, "Failed"),
+            pod_with("orphan-succeeded", "web", &none, "Succeeded"),
+            pod_with("orphan-other-app", "db", &none, "Running"),
+            pod_with("someone-elses", "web", &theirs, "Running"),
+            Arc::new(pod(json!({"metadata": {"name": "orphan-deleting", "labels": {"app": "web"},
+                "deletionTimestamp": "2026-01-01T00:00:00Z"}}))),
+        ];
+        let got: Vec<(String, Claim)> =
+            claims(&pods, "u1", &selector).into_iter().map(|(p, c)| (p.name_any(), c)).collect();
+        let want = [
+            ("owned", Claim::Owned),
+            ("owned-unknown", Claim::Owned),
+            ("owned-relabelled", Claim::Release),
+            ("orphan", Claim::Adopt),
+            ("orphan-unknown", Claim::Adopt),
+        ];
+        assert_eq!(got, want.map(|(n, c)| (n.to_owned(), c)));
+    }
+
+    // Mirrors getIndirectlyRelatedPods: every PodSet of the same controller selects related Pods, each counted once.
+    #[test]
+    fn related_pods_are_those_of_every_podset_of_the_same_controller() {
+        let podset = |name: &str, app: &str| -> PodSet {
+            serde_json::from_value(json!({"metadata": {"name": name},
+                "spec": {"selector": {"matchLabels": {"app": app}}}}))
+            .unwrap()
+        };
+        let labelled = |name: &str, labels: Value| {
+            Arc::new(pod(json!({"metadata": {"name": name, "uid": format!("uid-{name}"), "labels": labels}})))
+        };
+        let pods = [
+            labelled("a", json!({"app": "web"})),
+            labelled("b", json!({"app": "web", "tier": "front"})),
+            labelled("c", json!({"app": "api"})),
+            labelled("d", json!({"app": "db"})),
+        ];
+        let siblings = [podset("web", "web"), podset("front", "web"), podset("api", "api")];
+        let related: Vec<String> = related_pods(&siblings, &pods).iter().map(|p| p.name_any()).collect();
+        assert_eq!(related, ["a", "b", "c"]);
+        assert!(related_pods(&[], &pods).is_empty(), "no controller: no related Pods, every rank 0");
     }
 }
