@@ -127,7 +127,7 @@ fn image_runs_under_runc_read_only_as_its_user_and_names_its_commit() {
 }
 
 #[test]
-fn demo_workload_serves_readiness_and_exits_when_told() {
+fn demo_workload_serves_readiness_turns_unready_and_exits_when_told() {
     let tmp = tempfile::tempdir().unwrap();
     let archive = build_image("podset-demo", &tmp.path().join("out"), &[]);
     assert_eq!(image_config(&archive)["config"]["User"], "65532:65532");
@@ -150,6 +150,9 @@ fn demo_workload_serves_readiness_and_exits_when_told() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(seen.iter().all(|&s| s == 503 || s == 200), "{seen:?}");
+    // Told so, it stays unready: its probe fails from then on.
+    assert_eq!(get("/unready"), (200, "not ready from now on".to_owned()));
+    assert_eq!(get("/readyz").0, 503);
     assert_eq!(get("/exit?code=3"), (200, "exiting with 3".to_owned()));
     assert_eq!(container.wait(Duration::from_secs(10)), Some(3), "{}", container.log());
 }

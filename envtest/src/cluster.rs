@@ -375,7 +375,7 @@ impl Cluster {
     }
 
     /// The demo workload's image on the node (images/src/bin/podset-demo.rs): serves /healthz and /readyz on
-    /// 8080, exits on `/exit?code=N` or `--exit-after`.
+    /// 8080, unready from `/unready` on, exits on `/exit?code=N` or `--exit-after`.
     pub fn demo_image(&self) -> &str {
         self.demo_image.as_deref().expect("the cluster has no node (Cluster::start_with_node)")
     }

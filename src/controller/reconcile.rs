@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event as KubeEvent, EventType};
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use super::pods::{is_active, is_available, is_ready, pods_to_delete};
@@ -290,6 +290,11 @@ struct PodEvent {
     type_: EventType,
     reason: &'static str,
     note: String,
+    /// The Pod, when there is one, as the event's `related` object. Not for show: kube-rs's recorder folds the
+    /// events of one type, reason, action, regarding and related object into a series on the first one, note and
+    /// all, where upstream's recorder tells events apart by their message. Without it, the five creates of one
+    /// pass would show as `Created pod:` of the first Pod, five times.
+    pod: Option<ObjectReference>,
 }
 
 /// Event reasons, upstream's (`FailedCreatePodReason` and the others); the failures' are also `ReplicaFailure`'s.
@@ -298,24 +303,32 @@ const SUCCESSFUL_CREATE: &str = "SuccessfulCreate";
 const FAILED_DELETE: &str = "FailedDelete";
 const SUCCESSFUL_DELETE: &str = "SuccessfulDelete";
 
-fn created(pod: &str) -> PodEvent {
-    PodEvent { type_: EventType::Normal, reason: SUCCESSFUL_CREATE, note: format!("Created pod: {pod}") }
+fn created(pod: &Pod) -> PodEvent {
+    let note = format!("Created pod: {}", pod.name_any());
+    PodEvent { type_: EventType::Normal, reason: SUCCESSFUL_CREATE, note, pod: Some(pod.object_ref(&())) }
 }
 
 /// None in a terminating namespace, where every create fails.
 fn create_failed(e: &kube::Error) -> Option<PodEvent> {
     let note = format!("Error creating: {}", api_message(e));
-    (!namespace_terminating(e)).then_some(PodEvent { type_: EventType::Warning, reason: FAILED_CREATE, note })
+    (!namespace_terminating(e)).then_some(PodEvent {
+        type_: EventType::Warning,
+        reason: FAILED_CREATE,
+        note,
+        pod: None,
+    })
 }
 
-fn deleted(pod: &str) -> PodEvent {
-    PodEvent { type_: EventType::Normal, reason: SUCCESSFUL_DELETE, note: format!("Deleted pod: {pod}") }
+fn deleted(pod: &Pod) -> PodEvent {
+    let note = format!("Deleted pod: {}", pod.name_any());
+    PodEvent { type_: EventType::Normal, reason: SUCCESSFUL_DELETE, note, pod: Some(pod.object_ref(&())) }
 }
 
 /// None for a Pod already gone.
-fn delete_failed(e: &kube::Error) -> Option<PodEvent> {
+fn delete_failed(e: &kube::Error, pod: &Pod) -> Option<PodEvent> {
     let note = format!("Error deleting: {}", api_message(e));
-    (!is_not_found(e)).then_some(PodEvent { type_: EventType::Warning, reason: FAILED_DELETE, note })
+    let event = PodEvent { type_: EventType::Warning, reason: FAILED_DELETE, note, pod: Some(pod.object_ref(&())) };
+    (!is_not_found(e)).then_some(event)
 }
 
 async fn manage(
@@ -346,7 +359,7 @@ async fn manage(
             let mut errors = Vec::new();
             for result in results {
                 match result {
-                    Ok(pod) => publish(ctx, &reference, created(&pod.name_any())).await,
+                    Ok(pod) => publish(ctx, &reference, created(&pod)).await,
                     // Every create fails in a terminating namespace: nothing to report, as upstream counts it done.
                     Err(Error::Create(e)) if namespace_terminating(&e) => {}
                     Err(e) => {
@@ -385,14 +398,14 @@ async fn manage(
         let mut failed = None;
         for (pod, r) in results {
             match r {
-                Ok(_) => publish(ctx, &reference, deleted(&pod.name_any())).await,
+                Ok(_) => publish(ctx, &reference, deleted(pod)).await,
                 Err(e) => {
                     // The watch will not show this delete: stop waiting for it.
                     ctx.expectations.deletion_observed(key, &pod.uid().unwrap_or_default());
                     match &e {
                         Error::Delete(k) if is_not_found(k) => continue,
                         Error::Delete(k) => {
-                            if let Some(ev) = delete_failed(k) {
+                            if let Some(ev) = delete_failed(k, pod) {
                                 publish(ctx, &reference, ev).await;
                             }
                         }
@@ -410,11 +423,14 @@ async fn manage(
 }
 
 async fn publish(ctx: &Context, reference: &ObjectReference, ev: PodEvent) {
-    let PodEvent { type_, reason, note } = ev;
-    let ev = KubeEvent { type_, reason: reason.into(), note: Some(note), action: reason.into(), secondary: None };
-    if let Err(e) = ctx.recorder.publish(&ev, reference).await {
+    if let Err(e) = ctx.recorder.publish(&kube_event(ev), reference).await {
         tracing::debug!(error = %e, "publishing an event failed");
     }
+}
+
+fn kube_event(ev: PodEvent) -> KubeEvent {
+    let PodEvent { type_, reason, note, pod } = ev;
+    KubeEvent { type_, reason: reason.into(), note: Some(note), action: reason.into(), secondary: pod }
 }
 
 /// Why a PodSet has not settled, in the words kstatus (Flux, kpt, Argo CD's and cli-utils' status) uses for a
@@ -650,16 +666,32 @@ mod tests {
         kube::Error::Api(Box::new(serde_json::from_value(status).unwrap()))
     }
 
+    fn named_pod(name: &str) -> Pod {
+        pod(json!({"metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}")}}))
+    }
+
     // Mirrors RealPodControl.createPods and DeletePod: one event per Pod, the API server's message as it is.
     #[test]
     fn events_name_each_pod_and_quote_the_api_servers_message() {
+        let web = named_pod("web-7xk2p");
+        let reference = Some(web.object_ref(&()));
         assert_eq!(
-            created("web-7xk2p"),
-            PodEvent { type_: EventType::Normal, reason: "SuccessfulCreate", note: "Created pod: web-7xk2p".into() }
+            created(&web),
+            PodEvent {
+                type_: EventType::Normal,
+                reason: "SuccessfulCreate",
+                note: "Created pod: web-7xk2p".into(),
+                pod: reference.clone()
+            }
         );
         assert_eq!(
-            deleted("web-7xk2p"),
-            PodEvent { type_: EventType::Normal, reason: "SuccessfulDelete", note: "Deleted pod: web-7xk2p".into() }
+            deleted(&web),
+            PodEvent {
+                type_: EventType::Normal,
+                reason: "SuccessfulDelete",
+                note: "Deleted pod: web-7xk2p".into(),
+                pod: reference.clone()
+            }
         );
         let quota = "pods \"web-x\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=2, limited: pods=2";
         let refused = api_error(403, "Forbidden", quota, json!([]));
@@ -668,7 +700,8 @@ mod tests {
             Some(PodEvent {
                 type_: EventType::Warning,
                 reason: "FailedCreate",
-                note: format!("Error creating: {quota}")
+                note: format!("Error creating: {quota}"),
+                pod: None
             })
         );
         assert_eq!(Error::Create(refused).to_string(), quota, "ReplicaFailure's message is the API server's");
@@ -682,11 +715,12 @@ mod tests {
 
         let busy = api_error(500, "InternalError", "Internal error occurred: etcdserver: request timed out", json!([]));
         assert_eq!(
-            delete_failed(&busy),
+            delete_failed(&busy, &web),
             Some(PodEvent {
                 type_: EventType::Warning,
                 reason: "FailedDelete",
-                note: "Error deleting: Internal error occurred: etcdserver: request timed out".into()
+                note: "Error deleting: Internal error occurred: etcdserver: request timed out".into(),
+                pod: reference
             })
         );
         assert_eq!(
@@ -694,7 +728,27 @@ mod tests {
             "unable to delete pods: Internal error occurred: etcdserver: request timed out"
         );
         let gone = api_error(404, "NotFound", "pods \"web-x\" not found", json!([]));
-        assert_eq!(delete_failed(&gone), None, "a Pod already gone is no failure");
+        assert_eq!(delete_failed(&gone, &web), None, "a Pod already gone is no failure");
+    }
+
+    // Mirrors the legacy recorder's aggregation key, which holds the message: the events of two Pods in one pass
+    // stay two events. kube-rs's recorder keys on the related object instead of the note, so each relates to its Pod.
+    #[test]
+    fn each_pods_event_relates_to_its_pod_so_the_recorder_keeps_them_apart() {
+        let (a, b) = (named_pod("web-a"), named_pod("web-b"));
+        let related = |ev: PodEvent| {
+            let r = kube_event(ev).secondary.expect("the Pod as the related object");
+            (r.api_version, r.kind, r.namespace, r.name, r.uid)
+        };
+        let of = |name: &str| {
+            (Some("v1".into()), Some("Pod".into()), Some("ns".into()), Some(name.into()), Some(format!("uid-{name}")))
+        };
+        assert_eq!([related(created(&a)), related(created(&b))], [of("web-a"), of("web-b")]);
+        assert_eq!([related(deleted(&a)), related(deleted(&b))], [of("web-a"), of("web-b")]);
+        let busy = api_error(500, "InternalError", "Internal error occurred", json!([]));
+        assert_eq!(related(delete_failed(&busy, &a).unwrap()), of("web-a"));
+        let refused = api_error(403, "Forbidden", "pods \"web-\" is forbidden", json!([]));
+        assert_eq!(kube_event(create_failed(&refused).unwrap()).secondary, None, "no Pod was made");
     }
 
     // Mirrors calculateStatus: ReplicaFailure's reason by direction, set once, kept while failing, removed after.

@@ -4,6 +4,7 @@
 //!
 //! - `GET /healthz`: 200 while it runs (a liveness probe's target).
 //! - `GET /readyz`: 503 until `--ready-after` has passed, then 200 (a readiness probe's target).
+//! - `GET /unready`: answers, then `/readyz` is 503 from then on: a running Pod its probe makes unready.
 //! - `GET /exit?code=N`: answers, then exits with N (default 0): a container that ends when a test says so.
 //! - `--exit-after`: exits with `--exit-code` (default 0) that many seconds after start, untold.
 //!
@@ -69,17 +70,20 @@ fn main() {
         eprintln!("podset-demo: listening on port {}: {e}", args.port);
         std::process::exit(1);
     });
-    println!("podset-demo: serving /healthz, /readyz and /exit on port {}", args.port);
+    println!("podset-demo: serving /healthz, /readyz, /unready and /exit on port {}", args.port);
+    let mut told_unready = false;
     for stream in listener.incoming().flatten() {
-        let ready = started.elapsed() >= args.ready_after;
+        let ready = !told_unready && started.elapsed() >= args.ready_after;
         // One request per connection, in turn: probes and tests send a few.
-        if let Err(e) = serve(stream, ready) {
-            eprintln!("podset-demo: {e}");
+        match serve(stream, ready) {
+            Ok(unready) => told_unready |= unready,
+            Err(e) => eprintln!("podset-demo: {e}"),
         }
     }
 }
 
-fn serve(stream: TcpStream, ready: bool) -> std::io::Result<()> {
+/// Answers one request; whether it was `/unready`.
+fn serve(stream: TcpStream, ready: bool) -> std::io::Result<bool> {
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut request_line = String::new();
@@ -92,10 +96,12 @@ fn serve(stream: TcpStream, ready: bool) -> std::io::Result<()> {
     let target = request_line.split_whitespace().nth(1).unwrap_or("/");
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let mut exit = None;
+    let unready = path == "/unready";
     let (status, body) = match path {
         "/healthz" => ("200 OK", "ok".to_owned()),
         "/readyz" if ready => ("200 OK", "ok".to_owned()),
-        "/readyz" => ("503 Service Unavailable", "not ready yet".to_owned()),
+        "/readyz" => ("503 Service Unavailable", "not ready".to_owned()),
+        "/unready" => ("200 OK", "not ready from now on".to_owned()),
         "/exit" => {
             let code = query.split('&').find_map(|kv| kv.strip_prefix("code=")).unwrap_or("0");
             match code.parse::<i32>() {
@@ -106,7 +112,7 @@ fn serve(stream: TcpStream, ready: bool) -> std::io::Result<()> {
                 Err(_) => ("400 Bad Request", format!("code={code} is not a number")),
             }
         }
-        _ => ("404 Not Found", "try /healthz, /readyz or /exit?code=N".to_owned()),
+        _ => ("404 Not Found", "try /healthz, /readyz, /unready or /exit?code=N".to_owned()),
     };
     let mut stream = stream;
     write!(
@@ -119,5 +125,5 @@ fn serve(stream: TcpStream, ready: bool) -> std::io::Result<()> {
         println!("podset-demo: /exit: exiting with {code}");
         std::process::exit(code);
     }
-    Ok(())
+    Ok(unready)
 }
