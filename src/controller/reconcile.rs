@@ -173,15 +173,25 @@ async fn reconcile_once(ctx: &Arc<Context>, key: &PodSetKey) -> Result<(), Error
     }
     let active: Vec<&Pod> = owned.iter().map(|p| p.as_ref()).collect();
 
-    let mut failure: Option<String> = None;
     if ctx.expectations.satisfied(key) {
         if let Err(e) = manage(ctx, key, &ps, &pods_api, &active, &all).await {
-            failure = Some(e.to_string());
-            write_status(ctx, key, obj.resource_version(), &ps, &active, failure.as_deref()).await?;
+            if let Some(failure) = replica_failure(&e) {
+                write_status(ctx, key, obj.resource_version(), &ps, &active, Some(&failure)).await?;
+            }
             return Err(e);
         }
     }
-    write_status(ctx, key, obj.resource_version(), &ps, &active, failure.as_deref()).await
+    write_status(ctx, key, obj.resource_version(), &ps, &active, None).await
+}
+
+/// What `ReplicaFailure` says of a failed pass: the API server's refusal. None when this replica stopped itself
+/// because its Lease may have lapsed: that is no failure of the PodSet's, and a replica that may no longer lead
+/// writes nothing, status included.
+fn replica_failure(e: &Error) -> Option<String> {
+    match e {
+        Error::NotLeading => None,
+        e => Some(e.to_string()),
+    }
 }
 
 /// What to do with a Pod in a claim (upstream's `ClaimObject`, for a PodSet not being deleted).
@@ -749,6 +759,14 @@ mod tests {
         assert_eq!(related(delete_failed(&busy, &a).unwrap()), of("web-a"));
         let refused = api_error(403, "Forbidden", "pods \"web-\" is forbidden", json!([]));
         assert_eq!(kube_event(create_failed(&refused).unwrap()).secondary, None, "no Pod was made");
+    }
+
+    // Stricter than upstream on purpose (docs/design.md): a replica that may have lost its Lease writes no status.
+    #[test]
+    fn a_lapsed_lease_is_no_replica_failure() {
+        assert_eq!(replica_failure(&Error::NotLeading), None);
+        let quota = api_error(403, "Forbidden", "exceeded quota: q", json!([]));
+        assert_eq!(replica_failure(&Error::Create(quota)).as_deref(), Some("exceeded quota: q"));
     }
 
     // Mirrors calculateStatus: ReplicaFailure's reason by direction, set once, kept while failing, removed after.
