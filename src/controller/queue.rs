@@ -1,5 +1,7 @@
 //! A work queue of keys (PodSets') with client-go's guarantees: a key waits at most once, is never processed by two
-//! workers at a time, and a key added while processed runs again after; failures requeue with exponential backoff.
+//! workers at a time, and a key added while processed runs again after; failures requeue as client-go's
+//! `DefaultControllerRateLimiter` has them wait: the longer of a per-key exponential backoff and a bucket shared by
+//! every key.
 //! A named queue exports client-go's `workqueue_*{name}` metrics.
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -23,6 +25,26 @@ struct State<K> {
     /// When each queued key was queued, and each processing key taken (for the durations).
     queued_at: HashMap<K, Instant>,
     started_at: HashMap<K, Instant>,
+    bucket: Bucket,
+}
+
+/// Go's `rate.Limiter` as `Reserve` uses it: tokens refill at [`BUCKET_RATE`] per second up to [`BUCKET_BURST`],
+/// and a reservation that finds none waits for its token.
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn reserve(&mut self, now: Instant) -> Duration {
+        let refilled = self.tokens + now.saturating_duration_since(self.at).as_secs_f64() * BUCKET_RATE;
+        self.tokens = refilled.min(BUCKET_BURST) - 1.0;
+        self.at = now;
+        match self.tokens < 0.0 {
+            true => Duration::from_secs_f64(-self.tokens / BUCKET_RATE),
+            false => Duration::ZERO,
+        }
+    }
 }
 
 /// This queue's series of client-go's workqueue metrics.
@@ -63,6 +85,7 @@ impl<K> Default for Queue<K> {
             failures: HashMap::new(),
             queued_at: HashMap::new(),
             started_at: HashMap::new(),
+            bucket: Bucket { tokens: BUCKET_BURST, at: Instant::now() },
         };
         Self { state: Mutex::new(state), notify: Notify::new(), metrics: None }
     }
@@ -75,8 +98,12 @@ impl<K> Queue<K> {
     }
 }
 
+/// `ItemExponentialFailureRateLimiter(5ms, 1000s)`.
 const BASE_DELAY: Duration = Duration::from_millis(5);
-const MAX_DELAY: Duration = Duration::from_secs(60);
+const MAX_DELAY: Duration = Duration::from_secs(1000);
+/// `BucketRateLimiter{rate.NewLimiter(10, 100)}`: retries of all keys together, 10 a second after a burst of 100.
+const BUCKET_RATE: f64 = 10.0;
+const BUCKET_BURST: f64 = 100.0;
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> Queue<K> {
     pub fn add(&self, key: &K) {
@@ -110,18 +137,22 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Queue<K> {
         });
     }
 
-    /// Requeues a failed key after 5 ms · 2^failures, at most a minute.
+    /// Requeues a failed key after the longer of 5 ms · 2^(failures - 1), at most 1000 s, and the shared bucket's
+    /// wait.
     pub fn add_rate_limited(self: &Arc<Self>, key: &K) {
-        let delay = {
-            let mut s = self.state.lock();
-            if let Some(m) = &self.metrics {
-                m.retries.inc();
-            }
-            let n = s.failures.entry(key.clone()).or_default();
-            *n += 1;
-            BASE_DELAY.saturating_mul(2u32.saturating_pow((*n - 1).min(20))).min(MAX_DELAY)
-        };
+        let delay = self.retry_delay(key, Instant::now());
         self.add_after(key, delay);
+    }
+
+    fn retry_delay(&self, key: &K, now: Instant) -> Duration {
+        let mut s = self.state.lock();
+        if let Some(m) = &self.metrics {
+            m.retries.inc();
+        }
+        let n = s.failures.entry(key.clone()).or_default();
+        *n += 1;
+        let backoff = BASE_DELAY.saturating_mul(2u32.saturating_pow((*n - 1).min(30))).min(MAX_DELAY);
+        backoff.max(s.bucket.reserve(now))
     }
 
     pub fn forget(&self, key: &K) {
@@ -209,6 +240,29 @@ mod tests {
         assert_eq!(series("workqueue_retries_total").as_deref(), Some("1"));
         assert_eq!(series("workqueue_queue_duration_seconds_count").as_deref(), Some("1"));
         assert_eq!(series("workqueue_work_duration_seconds_count").as_deref(), Some("1"));
+    }
+
+    // Mirrors workqueue.DefaultControllerRateLimiter: MaxOf(ItemExponentialFailureRateLimiter(5ms, 1000s),
+    // BucketRateLimiter(10/s, burst 100)).
+    #[test]
+    fn retries_wait_for_the_key_and_for_the_shared_bucket() {
+        let q = Queue::<u32>::default();
+        let now = Instant::now();
+        let delays: Vec<Duration> = (1..=9).map(|_| q.retry_delay(&0, now)).collect();
+        assert_eq!(delays[0], Duration::from_millis(5));
+        assert_eq!(delays[8], Duration::from_millis(5 * 256));
+        let delays: Vec<Duration> = (0..40).map(|_| q.retry_delay(&1, now)).collect();
+        assert_eq!(delays[39], MAX_DELAY, "the backoff stops at 1000 s");
+        // 49 tokens of 100 spent above; other keys' first failures go at once until the burst is gone, then one
+        // every 100 ms.
+        let first: Vec<Duration> = (2..53).map(|k| q.retry_delay(&k, now)).collect();
+        assert!(first.iter().all(|d| *d == BASE_DELAY), "{first:?}");
+        let waiting: Vec<Duration> = (53..56).map(|k| q.retry_delay(&k, now)).collect();
+        let ms = |d: &Duration| (d.as_secs_f64() * 1000.0).round() as u64;
+        assert_eq!(waiting.iter().map(ms).collect::<Vec<_>>(), [100, 200, 300]);
+        // A second later ten tokens are back (three of them owed): the wait is the key's own again.
+        let later = now + Duration::from_secs(1);
+        assert_eq!(q.retry_delay(&99, later), BASE_DELAY);
     }
 
     #[tokio::test]
