@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use super::matchconditions::MatchConditions;
 use super::{Attributes, Error};
 use crate::cel::{self, Activation, ResourceCheck};
 
@@ -47,6 +46,31 @@ pub(crate) fn request_fields(a: &Attributes, requested: &Attributes) -> Map<Stri
     r
 }
 
+/// What a set of expressions reads of the values admission gives them, so only that is built for them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Reads {
+    pub(crate) object: cel::Projection,
+    pub(crate) old: cel::Projection,
+    pub(crate) request: cel::Projection,
+    pub(crate) namespace: cel::Projection,
+    /// Whether one asks the authorizer, and so must be evaluated where it may block.
+    pub(crate) authorizer: bool,
+}
+
+impl Reads {
+    pub(crate) fn of<'p>(programs: impl IntoIterator<Item = &'p cel::Program>) -> Self {
+        let mut r = Self::default();
+        for p in programs {
+            r.object.merge(&p.projection("object"));
+            r.old.merge(&p.projection("oldObject"));
+            r.request.merge(&p.projection("request"));
+            r.namespace.merge(&p.projection("namespaceObject"));
+            r.authorizer |= p.uses("authorizer");
+        }
+        r
+    }
+}
+
 /// The names every admission expression may use; `params` and `variables` only where a policy declares them.
 pub(crate) const DECLARED: &[&str] = &["object", "oldObject", "request", "namespaceObject", "authorizer"];
 
@@ -64,26 +88,20 @@ impl cel::Authorizer for NoAuthorizer {
     }
 }
 
-/// The activation for `conditions` on one request in one version (`a` as evaluated, `requested` as made): only
-/// what they read of each value is built.
+/// The activation for expressions that read `reads`, on one request in one version (`a` as evaluated,
+/// `requested` as made): only what they read of each value is built.
 pub(crate) fn activation(
     a: &Attributes,
     requested: &Attributes,
     (object, old): (Option<&Value>, Option<&Value>),
     authorizer: &ExpressionAuthorizer,
-    conditions: &MatchConditions,
+    reads: &Reads,
 ) -> Activation {
-    let project =
-        |name: &str, v: Option<&Value>| v.map_or(cel::Value::Null, |v| conditions.projection(name).project(v));
-    let request = conditions.projection("request");
+    let request = reads.request.reads().then(|| Value::Object(request_fields(a, requested)));
     let mut act = Activation::new();
-    act.bind("object", project("object", object));
-    act.bind("oldObject", project("oldObject", old));
-    let request = match request.reads() {
-        true => request.project(&Value::Object(request_fields(a, requested))),
-        false => cel::Value::Null,
-    };
-    act.bind("request", request);
+    act.bind("object", reads.object.project(object));
+    act.bind("oldObject", reads.old.project(old));
+    act.bind("request", reads.request.project(request.as_ref()));
     act.bind("namespaceObject", cel::Value::Null);
     act.bind("authorizer", authorizer_value(authorizer, requested));
     act

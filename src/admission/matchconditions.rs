@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::admissionregistration::v1::MatchCondition;
 
+use super::activation::Reads;
 use crate::cel::{self, Activation, Budget, EvalError};
 use crate::metrics::MatchConditionLabels;
 
@@ -24,6 +25,7 @@ struct Condition {
 #[derive(Debug, Default)]
 pub struct MatchConditions {
     conditions: Vec<Condition>,
+    reads: Reads,
 }
 
 /// What the conditions decided.
@@ -68,31 +70,23 @@ impl MatchConditions {
                 expression: c.expression.clone(),
                 program: cel::compile(&c.expression, declared),
             })
-            .collect();
-        Self { conditions }
+            .collect::<Vec<Condition>>();
+        let reads = Reads::of(conditions.iter().filter_map(|c| c.program.as_ref().ok()));
+        Self { conditions, reads }
     }
 
     pub fn is_empty(&self) -> bool {
         self.conditions.is_empty()
     }
 
-    /// Whether any condition reads the top-level name `name`.
-    pub fn uses(&self, name: &str) -> bool {
-        self.conditions.iter().any(|c| c.program.as_ref().is_ok_and(|p| p.uses(name)))
+    /// What the conditions read.
+    pub(crate) fn reads(&self) -> &Reads {
+        &self.reads
     }
 
-    /// What the conditions read of the top-level name `name`.
-    pub fn projection(&self, name: &str) -> cel::Projection {
-        let mut p = cel::Projection::nothing();
-        for program in self.conditions.iter().filter_map(|c| c.program.as_ref().ok()) {
-            p.merge(&program.projection(name));
-        }
-        p
-    }
-
-    /// Whether any condition asks the authorizer (and so must be evaluated where it may block).
-    pub fn uses_authorizer(&self) -> bool {
-        self.conditions.iter().any(|c| c.program.as_ref().is_ok_and(|p| p.uses("authorizer")))
+    /// The compiled conditions.
+    pub(crate) fn programs(&self) -> impl Iterator<Item = &cel::Program> {
+        self.conditions.iter().filter_map(|c| c.program.as_ref().ok())
     }
 
     /// The first compile error, for configurations that must compile to be accepted (manifests).
@@ -149,7 +143,7 @@ pub(crate) async fn evaluate(
     activation: Activation,
     labels: &MatchConditionLabels,
 ) -> Matched {
-    let blocking = conditions.uses_authorizer();
+    let blocking = conditions.reads.authorizer;
     let c = conditions.clone();
     let started = std::time::Instant::now();
     let (matched, errors) = super::activation::evaluate(

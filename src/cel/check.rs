@@ -39,7 +39,6 @@ impl std::fmt::Display for Problem {
 /// What a checked expression refers to, so evaluation builds only what it reads.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Checked {
-    pub(crate) references: Vec<String>,
     /// The policy variables it reads (`variables.<name>`).
     pub(crate) variables: Vec<String>,
     /// The number of nodes: the cost charged when the expression is evaluated.
@@ -52,8 +51,6 @@ pub(crate) struct Checked {
 pub(crate) fn check(e: &mut IdedExpr, declared: &[&str]) -> Result<Checked, Problem> {
     let mut walk = Walk { declared, scope: Vec::new(), checked: Checked::default(), depth: 0 };
     walk.visit(e)?;
-    walk.checked.references.sort();
-    walk.checked.references.dedup();
     paths(e, declared, &mut Vec::new(), &mut walk.checked.paths);
     Ok(walk.checked)
 }
@@ -217,9 +214,6 @@ impl Walk<'_> {
             Expr::Ident(name) => {
                 if !self.bound(name) && !self.declared.contains(&name.as_str()) {
                     return Err(Problem::Undeclared(name.clone()));
-                }
-                if !self.bound(name) {
-                    self.checked.references.push(name.clone());
                 }
             }
             Expr::Call(c) => {

@@ -176,7 +176,7 @@ impl Program {
 
     /// Whether the expression reads the top-level name `name` (a caller builds only what is read).
     pub fn uses(&self, name: &str) -> bool {
-        self.checked.references.iter().any(|r| r == name)
+        self.checked.paths.iter().any(|(root, _)| root == name)
     }
 
     /// What it can read of the top-level name `name` (see [`Projection`]).

@@ -92,11 +92,11 @@ impl Projection {
         }
     }
 
-    /// The read parts of `v` as an interpreter value (null when nothing is read).
-    pub fn project(&self, v: &serde_json::Value) -> Value {
-        match &self.0 {
-            None => Value::Null,
-            Some(n) => n.project(v),
+    /// The read parts of `v` as an interpreter value (null when nothing is read, or there is no `v`).
+    pub fn project(&self, v: Option<&serde_json::Value>) -> Value {
+        match (&self.0, v) {
+            (Some(n), Some(v)) => n.project(v),
+            _ => Value::Null,
         }
     }
 }
@@ -117,23 +117,23 @@ mod tests {
         let v = json!({"metadata": {"name": "web", "labels": {"a": "1"}, "managedFields": [{"manager": "x"}]},
             "spec": {"replicas": 3, "template": {"spec": {"containers": [{"name": "c"}]}}}});
         let mut p = Projection::nothing();
-        assert_eq!(p.project(&v), Value::Null);
+        assert_eq!(p.project(Some(&v)), Value::Null);
         p.add(&path("spec.replicas"));
         p.add(&path("metadata.labels"));
         p.add(&path("metadata.missing.deeper"));
         p.add(&path("spec.replicas.below_a_number"));
         assert_eq!(
-            to_json(&p.project(&v)).unwrap(),
+            to_json(&p.project(Some(&v))).unwrap(),
             json!({"metadata": {"labels": {"a": "1"}}, "spec": {"replicas": 3}})
         );
         // A path ending in a node makes it whole, whatever was read below it before or after.
         p.add(&path("spec"));
         p.add(&path("spec.template.spec"));
-        assert_eq!(to_json(&p.project(&v)).unwrap()["spec"], v["spec"]);
+        assert_eq!(to_json(&p.project(Some(&v))).unwrap()["spec"], v["spec"]);
         let mut q = Projection::nothing();
         q.add(&[]);
         assert_eq!(q, Projection::whole());
-        assert_eq!(to_json(&q.project(&v)).unwrap(), v);
+        assert_eq!(to_json(&q.project(Some(&v))).unwrap(), v);
     }
 
     #[test]
@@ -144,9 +144,9 @@ mod tests {
         q.add(&path("a.c"));
         q.add(&path("e"));
         p.merge(&q);
-        assert_eq!(to_json(&p.project(&v)).unwrap(), json!({"a": {"b": 1, "c": 2}, "e": 4}));
+        assert_eq!(to_json(&p.project(Some(&v))).unwrap(), json!({"a": {"b": 1, "c": 2}, "e": 4}));
         p.merge(&Projection::whole());
-        assert_eq!(to_json(&p.project(&v)).unwrap(), v);
+        assert_eq!(to_json(&p.project(Some(&v))).unwrap(), v);
         let mut n = Projection::nothing();
         n.merge(&Projection::nothing());
         assert!(!n.reads());

@@ -41,7 +41,7 @@ fn eval(expr: &str) -> Result<serde_json::Value, String> {
     };
     let whole = run(&activation());
     let mut projected = Activation::new();
-    projected.bind("object", p.projection("object").project(&object()));
+    projected.bind("object", p.projection("object").project(Some(&object())));
     projected.bind("oldObject", Value::Null);
     assert_eq!(run(&projected), whole, "{expr}: the projection of the object changes the result");
     whole
@@ -50,7 +50,7 @@ fn eval(expr: &str) -> Result<serde_json::Value, String> {
 /// What an expression reads of `object`.
 fn reads(expr: &str) -> serde_json::Value {
     let p = compile(expr, DECLARED).unwrap();
-    value::to_json(&p.projection("object").project(&object())).unwrap()
+    value::to_json(&p.projection("object").project(Some(&object()))).unwrap()
 }
 
 #[test]

@@ -28,11 +28,10 @@ pub fn from_json(v: &serde_json::Value) -> Value {
 
 /// A map of string keys to values, as CEL sees a small object built here (`request`, `userInfo`).
 pub fn map<'a>(entries: impl IntoIterator<Item = (&'a str, Value)>) -> Value {
-    let map: HashMap<Key, Value> = entries.into_iter().map(|(k, v)| (Key::String(Arc::new(k.to_owned())), v)).collect();
-    Value::Map(Map { map: Arc::new(map) })
+    map_owned(entries.into_iter().map(|(k, v)| (k.to_owned(), v)))
 }
 
-/// A map of string keys to values.
+/// [`map`] of owned keys.
 pub(crate) fn map_owned(entries: impl IntoIterator<Item = (String, Value)>) -> Value {
     let map: HashMap<Key, Value> = entries.into_iter().map(|(k, v)| (Key::String(Arc::new(k)), v)).collect();
     Value::Map(Map { map: Arc::new(map) })

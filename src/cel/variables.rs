@@ -35,11 +35,6 @@ impl Variables {
     pub fn definitions(&self) -> impl Iterator<Item = (&str, &Result<Arc<Program>, CompileError>)> {
         self.defs.iter().map(|(n, p)| (n.as_str(), p))
     }
-
-    /// Whether a variable's expression reads the top-level name `name`.
-    pub fn uses(&self, name: &str) -> bool {
-        self.defs.iter().any(|(_, p)| p.as_ref().is_ok_and(|p| p.uses(name)))
-    }
 }
 
 /// The `variables` value of one activation: each variable's value once it has been read.

@@ -10,8 +10,9 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 
 use super::matching::Matcher;
+use crate::admission::activation::Reads;
 use crate::admission::matchconditions::MatchConditions;
-use crate::cel::{self, CompileError, Program, Projection, Variables};
+use crate::cel::{self, CompileError, Program, Variables};
 
 /// The names policy expressions may use (`compile.go`'s declarations), with `params` when the policy has a
 /// `paramKind`.
@@ -67,19 +68,8 @@ pub struct Policy {
     pub(crate) validations: Vec<Validation>,
     pub(crate) audit_annotations: Vec<AuditAnnotation>,
     pub(crate) param_kind: Option<ParamKind>,
-    /// Whether an expression asks the authorizer, and so must be evaluated where it may block.
-    pub(crate) uses_authorizer: bool,
     /// What its expressions read of the request, so nothing else is built for them.
     pub(crate) reads: Reads,
-}
-
-/// What a policy's expressions read of the request's values, so only that is built for them.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Reads {
-    pub(crate) object: Projection,
-    pub(crate) old: Projection,
-    pub(crate) request: Projection,
-    pub(crate) namespace: Projection,
 }
 
 /// A compiled ValidatingAdmissionPolicyBinding.
@@ -144,27 +134,14 @@ impl Policy {
             })
             .collect();
         let match_conditions = MatchConditions::compile(spec.match_conditions.as_deref().unwrap_or_default(), &full);
-        let reads = |name: &str| {
-            let mut p = match_conditions.projection(name);
-            let programs = validations
-                .iter()
-                .flat_map(|v| std::iter::once(&v.program).chain(v.message_expression.as_ref().map(|(_, m)| m)))
-                .chain(audit_annotations.iter().map(|a| &a.program));
-            for program in programs.filter_map(|r| r.as_ref().ok()) {
-                p.merge(&program.projection(name));
-            }
-            for program in defs.iter().filter_map(|(_, r)| r.as_ref().ok()) {
-                p.merge(&program.projection(name));
-            }
-            p
-        };
-        let uses_authorizer = reads("authorizer").reads();
-        let reads = Reads {
-            object: reads("object"),
-            old: reads("oldObject"),
-            request: reads("request"),
-            namespace: reads("namespaceObject"),
-        };
+        let programs = validations
+            .iter()
+            .flat_map(|v| std::iter::once(&v.program).chain(v.message_expression.as_ref().map(|(_, m)| m)))
+            .chain(audit_annotations.iter().map(|a| &a.program))
+            .filter_map(|r| r.as_ref().ok())
+            .chain(defs.iter().filter_map(|(_, r)| r.as_deref().ok()))
+            .chain(match_conditions.programs());
+        let reads = Reads::of(programs);
         Self {
             name: p.metadata.name.clone().unwrap_or_default(),
             origin,
@@ -176,7 +153,6 @@ impl Policy {
             validations,
             audit_annotations,
             param_kind: spec.param_kind,
-            uses_authorizer,
             reads,
         }
     }

@@ -24,12 +24,11 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use compiled::Reads;
 pub use compiled::{Binding, Origin, Policy};
 use evaluate::{Action, Annotation, Decision, Evaluation, Input};
 pub use params::Params;
 
-use super::activation::{self, ExpressionAuthorizer, Invocation};
+use super::activation::{self, ExpressionAuthorizer, Invocation, Reads};
 use super::manifest;
 use super::namespace::resource_name;
 use super::{Attributes, Error, Handler, Namespaces, Outcome, Plugin, Validating, READY_WAIT};
@@ -426,17 +425,16 @@ impl ValidatingAdmissionPolicyPlugin {
                     continue;
                 }
             };
-            let project = |p: &cel::Projection, v: Option<&Value>| v.map_or(cel::Value::Null, |v| p.project(v));
             let inv = &versioned.invocation;
             let (object_v, old_v, request_v) = (
-                project(&reads.object, inv.object()),
-                project(&reads.old, inv.old()),
-                project(&reads.request, versioned.request.as_ref()),
+                reads.object.project(inv.object()),
+                reads.old.project(inv.old()),
+                reads.request.project(versioned.request.as_ref()),
             );
             let namespace = match (&state.namespace, reads.namespace.reads()) {
                 (_, false) => cel::Value::Null,
-                (Some(ns), true) => reads.namespace.project(ns),
-                (None, true) => reads.namespace.project(state.namespace.insert(self.namespace_object(a).await?)),
+                (Some(ns), true) => reads.namespace.project(Some(ns)),
+                (None, true) => reads.namespace.project(Some(state.namespace.insert(self.namespace_object(a).await?))),
             };
             let authorizer = activation::authorizer_value(&self.authorizer, a);
             if policy.origin == Origin::Manifest {
@@ -453,7 +451,7 @@ impl ValidatingAdmissionPolicyPlugin {
                 };
                 let p = policy.clone();
                 let result = activation::evaluate(
-                    policy.uses_authorizer,
+                    reads.authorizer,
                     move || evaluate::evaluate(&p, &input),
                     evaluate::Result::default,
                 )

@@ -473,7 +473,8 @@ async fn conditions_hold(
         return Ok(true);
     }
     let objects = (invocation.object(), invocation.old());
-    let act = activation::activation(&invocation.attributes, requested, objects, authorizer, &hook.match_conditions);
+    let reads = hook.match_conditions.reads();
+    let act = activation::activation(&invocation.attributes, requested, objects, authorizer, reads);
     let labels = |t: &str| crate::metrics::MatchConditionLabels {
         name: hook.name.clone(),
         kind: "webhook".into(),
