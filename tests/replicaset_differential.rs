@@ -383,6 +383,7 @@ async fn expect_events(
         let unrecorded: Vec<&Ev> = want[0].difference(&theirs).collect();
         eprintln!("{THEIR_RECORDER}: the ReplicaSet's {unrecorded:?} unrecorded");
     }
+    assert_eq!(want[0].len(), want[1].len(), "as many events expected of each");
     assert_eq!(normalised(&want[0]), normalised(&want[1]), "the same events, Pod names aside");
 }
 

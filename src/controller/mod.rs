@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, Store as PodCache};
 use kube::runtime::utils::Backoff as _;
@@ -101,9 +102,14 @@ impl Context {
     }
 }
 
+/// The owner reference that says who controls an object (`metav1.GetControllerOf`).
+fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
+    meta.owner_references.iter().flatten().find(|r| r.controller == Some(true))
+}
+
 /// The PodSet that controls `pod`, if one does.
 fn owner_key(pod: &Pod) -> Option<PodSetKey> {
-    let r = pod.owner_references().iter().find(|r| r.controller == Some(true))?;
+    let r = controller_of(&pod.metadata)?;
     // Any version of the group: the owner reference names the version it was written in, as kube's controllers
     // match their owners by group and kind.
     (Version::of_api_version(&r.api_version).is_some() && r.kind == KIND)

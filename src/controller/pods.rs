@@ -49,12 +49,7 @@ pub fn is_available(pod: &Pod, min_ready_seconds: i32, now: jiff::Timestamp) -> 
 
 /// Since when the Pod has been ready, if it is (upstream's `podReadyTime`; `None` is Go's zero time).
 fn ready_since(pod: &Pod) -> Option<jiff::Timestamp> {
-    if !is_ready(pod) {
-        return None;
-    }
-    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref())?;
-    let c = conditions.iter().find(|c| c.type_ == "Ready" && c.status == "True")?;
-    c.last_transition_time.as_ref().map(|t| t.0)
+    ready_condition(pod).filter(|c| c.status == "True")?.last_transition_time.as_ref().map(|t| t.0)
 }
 
 /// Upstream's `GetDeletionCostFromPodAnnotations`: 0 when unset or invalid (a `+` sign, leading zeros, not an
@@ -145,51 +140,68 @@ fn newer_on_log_scale(
     }
 }
 
-/// A Pod to rank and the number of active related Pods on its node.
+/// A Pod with what its rank compares, read from it once rather than on every comparison.
 #[derive(Clone, Copy)]
 struct Ranked<'a> {
     pod: &'a Pod,
+    assigned: bool,
+    phase: u8,
+    ready: bool,
+    cost: i32,
+    /// The active related Pods on its node.
     rank: usize,
+    ready_since: Option<jiff::Timestamp>,
+    restarts: (i32, i32),
+    created: Option<jiff::Timestamp>,
+}
+
+impl<'a> Ranked<'a> {
+    fn new(pod: &'a Pod, rank: usize) -> Self {
+        Self {
+            pod,
+            assigned: !node_name(pod).is_empty(),
+            phase: phase_ordinal(pod),
+            ready: is_ready(pod),
+            cost: deletion_cost(pod),
+            rank,
+            ready_since: ready_since(pod),
+            restarts: max_container_restarts(pod),
+            created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        }
+    }
 }
 
 /// Upstream's `ActivePodsWithRanks.Less`: whether `a` goes before `b` in a scale-down. Each rule in turn until one
 /// tells them apart: unassigned, earlier phase, not ready, lower deletion cost, more related Pods on its node,
 /// ready for less time, more restarts, created later.
-fn delete_before(a: Ranked<'_>, b: Ranked<'_>, now: jiff::Timestamp) -> bool {
-    let (pa, pb) = (a.pod, b.pod);
-    let (na, nb) = (node_name(pa), node_name(pb));
-    if na != nb && (na.is_empty() || nb.is_empty()) {
-        return na.is_empty();
+fn delete_before(a: &Ranked<'_>, b: &Ranked<'_>, now: jiff::Timestamp) -> bool {
+    if a.assigned != b.assigned {
+        return !a.assigned;
     }
-    if phase_ordinal(pa) != phase_ordinal(pb) {
-        return phase_ordinal(pa) < phase_ordinal(pb);
+    if a.phase != b.phase {
+        return a.phase < b.phase;
     }
-    if is_ready(pa) != is_ready(pb) {
-        return !is_ready(pa);
+    if a.ready != b.ready {
+        return !a.ready;
     }
-    if deletion_cost(pa) != deletion_cost(pb) {
-        return deletion_cost(pa) < deletion_cost(pb);
+    if a.cost != b.cost {
+        return a.cost < b.cost;
     }
     if a.rank != b.rank {
         return a.rank > b.rank;
     }
-    if is_ready(pa) && is_ready(pb) {
-        let (ra, rb) = (ready_since(pa), ready_since(pb));
-        if ra != rb {
-            return newer_on_log_scale(pa, ra, pb, rb, now);
-        }
+    // Both ready or both not (then neither has a ready time).
+    if a.ready_since != b.ready_since {
+        return newer_on_log_scale(a.pod, a.ready_since, b.pod, b.ready_since, now);
     }
-    let (restarts_a, restarts_b) = (max_container_restarts(pa), max_container_restarts(pb));
-    if restarts_a.0 != restarts_b.0 {
-        return restarts_a.0 > restarts_b.0;
+    if a.restarts.0 != b.restarts.0 {
+        return a.restarts.0 > b.restarts.0;
     }
-    if restarts_a.1 != restarts_b.1 {
-        return restarts_a.1 > restarts_b.1;
+    if a.restarts.1 != b.restarts.1 {
+        return a.restarts.1 > b.restarts.1;
     }
-    let created = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
-    let (ca, cb) = (created(pa), created(pb));
-    if ca != cb {
-        return newer_on_log_scale(pa, ca, pb, cb, now);
+    if a.created != b.created {
+        return newer_on_log_scale(a.pod, a.created, b.pod, b.created, now);
     }
     false
 }
@@ -205,8 +217,8 @@ pub fn pods_to_delete<'a>(active: &[&'a Pod], related: &[&Pod], diff: usize, now
         *on_node.entry(node_name(pod)).or_default() += 1;
     }
     let mut ranked: Vec<Ranked<'a>> =
-        active.iter().map(|pod| Ranked { pod, rank: on_node.get(node_name(pod)).copied().unwrap_or(0) }).collect();
-    sort_by_less(&mut ranked, &|a, b| delete_before(*a, *b, now));
+        active.iter().map(|pod| Ranked::new(pod, on_node.get(node_name(pod)).copied().unwrap_or(0))).collect();
+    sort_by_less(&mut ranked, &|a, b| delete_before(a, b, now));
     ranked.into_iter().take(diff).map(|r| r.pod).collect()
 }
 

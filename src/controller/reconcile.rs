@@ -14,7 +14,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use super::pods::{is_active, is_available, is_ready, pods_to_delete};
-use super::Context;
+use super::{controller_of, Context};
 use crate::api::selector::Selector;
 use crate::api::{PodSet, PodSetStatus, UserInfo, API_VERSION, KIND};
 use crate::registry::{self, ListRequest, PodSetKey, Revision, WriteOptions};
@@ -56,10 +56,6 @@ fn namespace_terminating(e: &kube::Error) -> bool {
 
 fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.is_not_found())
-}
-
-fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
-    meta.owner_references.iter().flatten().find(|r| r.controller == Some(true))
 }
 
 fn owner_reference(ps: &PodSet) -> OwnerReference {
@@ -213,7 +209,7 @@ fn claims(pods: &[Arc<Pod>], uid: &str, selector: &Selector) -> Vec<(Arc<Pod>, C
         Some(r) if r.uid != uid => None,
         Some(_) if matches(pod) => Some(Claim::Owned),
         Some(_) => Some(Claim::Release),
-        None if matches(pod) && pod.metadata.deletion_timestamp.is_none() => Some(Claim::Adopt),
+        None if matches(pod) => Some(Claim::Adopt),
         None => None,
     };
     pods.iter().filter(|p| is_active(p)).filter_map(|p| claim(p).map(|c| (p.clone(), c))).collect()
@@ -370,13 +366,11 @@ async fn manage(
             for result in results {
                 match result {
                     Ok(pod) => publish(ctx, &reference, created(&pod)).await,
-                    // Every create fails in a terminating namespace: nothing to report, as upstream counts it done.
-                    Err(Error::Create(e)) if namespace_terminating(&e) => {}
                     Err(e) => {
                         if let Error::Create(k) = &e {
-                            if let Some(ev) = create_failed(k) {
-                                publish(ctx, &reference, ev).await;
-                            }
+                            // None in a terminating namespace: nothing to report, as upstream counts it done.
+                            let Some(ev) = create_failed(k) else { continue };
+                            publish(ctx, &reference, ev).await;
                         }
                         errors.push(e);
                     }
@@ -394,7 +388,11 @@ async fn manage(
         }
     } else if active.len() > want {
         let diff = (active.len() - want).min(ctx.cfg.burst_replicas);
-        let related = indirectly_related_pods(ctx, ps, namespace_pods).await;
+        // Ranks matter only when some Pods stay.
+        let related = match diff < active.len() {
+            true => indirectly_related_pods(ctx, ps, namespace_pods).await,
+            false => Vec::new(),
+        };
         let victims = pods_to_delete(active, &related, diff, jiff::Timestamp::now());
         ctx.expectations.expect_deletions(key, victims.iter().map(|p| p.uid().unwrap_or_default()));
         let results = join_all(victims.iter().map(|p| async move {
@@ -412,14 +410,10 @@ async fn manage(
                 Err(e) => {
                     // The watch will not show this delete: stop waiting for it.
                     ctx.expectations.deletion_observed(key, &pod.uid().unwrap_or_default());
-                    match &e {
-                        Error::Delete(k) if is_not_found(k) => continue,
-                        Error::Delete(k) => {
-                            if let Some(ev) = delete_failed(k, pod) {
-                                publish(ctx, &reference, ev).await;
-                            }
-                        }
-                        _ => {}
+                    if let Error::Delete(k) = &e {
+                        // None for a Pod already gone: no failure.
+                        let Some(ev) = delete_failed(k, pod) else { continue };
+                        publish(ctx, &reference, ev).await;
                     }
                     failed.get_or_insert(e);
                 }
