@@ -4,6 +4,7 @@
 //! resync. Keys go through a work queue to parallel workers (never two on one key). Expectations keep a stale Pod
 //! cache from causing extra creates or deletes.
 
+mod events;
 mod expectations;
 pub mod informers;
 pub mod leader;
@@ -14,14 +15,13 @@ mod reconcile;
 pub use informers::{InformerHandle, InformerSync};
 pub use reconcile::{CONTROLLER_USER, FIELD_MANAGER};
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, Store as PodCache};
 use kube::runtime::utils::Backoff as _;
 use kube::runtime::watcher::{self, Event};
@@ -83,7 +83,7 @@ pub(crate) struct Context {
     pub pods: PodCache<Pod>,
     pub expectations: Expectations<PodSetKey>,
     pub queue: Arc<Queue<PodSetKey>>,
-    pub recorder: Recorder,
+    pub recorder: events::Recorder,
     pub limiter: Option<governor::DefaultDirectRateLimiter>,
     pub cfg: ControllerConfig,
 }
@@ -107,26 +107,56 @@ fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
     meta.owner_references.iter().flatten().find(|r| r.controller == Some(true))
 }
 
-/// The PodSet that controls `pod`, if one does.
-fn owner_key(pod: &Pod) -> Option<PodSetKey> {
-    let r = controller_of(&pod.metadata)?;
-    // Any version of the group: the owner reference names the version it was written in, as kube's controllers
-    // match their owners by group and kind.
-    (Version::of_api_version(&r.api_version).is_some() && r.kind == KIND)
-        .then(|| PodSetKey::new(pod.namespace().unwrap_or_default(), &r.name))
+/// Who controls a Pod, as its controller reference says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Controller {
+    None,
+    /// A PodSet of this name and UID: the UID tells it from a PodSet of the same name made since.
+    PodSet {
+        key: PodSetKey,
+        uid: String,
+    },
+    /// Some other kind's: none of ours.
+    Other,
+}
+
+fn controller(pod: &Pod) -> Controller {
+    match controller_of(&pod.metadata) {
+        None => Controller::None,
+        // Any version of the group: the owner reference names the version it was written in, as kube's
+        // controllers match their owners by group and kind.
+        Some(r) if Version::of_api_version(&r.api_version).is_some() && r.kind == KIND => {
+            Controller::PodSet { key: PodSetKey::new(pod.namespace().unwrap_or_default(), &r.name), uid: r.uid.clone() }
+        }
+        Some(_) => Controller::Other,
+    }
+}
+
+/// What the Pod watch remembers of a Pod, to tell what changed: its controller and its labels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    controller: Controller,
+    labels: u64,
+}
+
+impl Seen {
+    fn of(pod: &Pod) -> Self {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        let hasher = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default();
+        Self { controller: controller(pod), labels: hasher.hash_one(pod.metadata.labels.as_ref()) }
+    }
 }
 
 /// Runs until `shutdown` fires.
 pub async fn run(registry: Registry, client: Client, cfg: ControllerConfig, shutdown: CancellationToken) {
     let (pods, writer) = reflector::store();
-    let reporter = Reporter { controller: "podset-controller".into(), instance: std::env::var("HOSTNAME").ok() };
     let ctx = Arc::new(Context {
         registry,
         client: client.clone(),
         pods,
         expectations: Expectations::new(cfg.expectations_timeout),
         queue: Arc::new(Queue::named("podset")),
-        recorder: Recorder::new(client.clone(), reporter),
+        recorder: events::Recorder::new(client.clone(), "podset-controller", std::env::var("HOSTNAME").ok()),
         limiter: std::num::NonZeroU32::new(cfg.qps).map(|qps| {
             let burst = std::num::NonZeroU32::new(cfg.burst.max(cfg.qps)).unwrap_or(qps);
             governor::RateLimiter::direct(governor::Quota::per_second(qps).allow_burst(burst))
@@ -237,7 +267,9 @@ async fn watch_pods(ctx: Arc<Context>, api: Api<Pod>, writer: reflector::store::
     }
     let stream = watcher::watcher(api, config).default_backoff().reflect(writer);
     tokio::pin!(stream);
-    let mut known: HashSet<String> = HashSet::new();
+    // Every Pod seen, by UID; and during a relist, the ones the new list holds.
+    let mut known: HashMap<String, Seen> = HashMap::new();
+    let mut relisted: HashSet<String> = HashSet::new();
     while let Some(ev) = stream.next().await {
         let ev = match ev {
             Ok(ev) => ev,
@@ -247,32 +279,101 @@ async fn watch_pods(ctx: Arc<Context>, api: Api<Pod>, writer: reflector::store::
             }
         };
         match ev {
-            Event::Apply(pod) | Event::InitApply(pod) => {
-                let uid = pod.uid().unwrap_or_default();
-                let key = owner_key(&pod);
-                if let Some(k) = &key {
-                    if known.insert(uid.clone()) {
-                        ctx.expectations.creation_observed(k);
-                    }
-                    if pod.metadata.deletion_timestamp.is_some() {
-                        ctx.expectations.deletion_observed(k, &uid);
-                    }
-                    ctx.queue.add(k);
-                } else {
-                    known.insert(uid);
-                    enqueue_matching(&ctx, &pod).await;
-                }
+            Event::Init => relisted.clear(),
+            Event::InitApply(pod) => {
+                relisted.insert(pod.uid().unwrap_or_default());
+                observe(&ctx, &mut known, &pod).await;
             }
+            Event::Apply(pod) => observe(&ctx, &mut known, &pod).await,
             Event::Delete(pod) => {
-                let uid = pod.uid().unwrap_or_default();
-                known.remove(&uid);
-                if let Some(k) = owner_key(&pod) {
-                    ctx.expectations.deletion_observed(&k, &uid);
-                    ctx.queue.add(&k);
+                known.remove(&pod.uid().unwrap_or_default());
+                gone(&ctx, &Seen::of(&pod), &pod.uid().unwrap_or_default()).await;
+            }
+            Event::InitDone => {
+                // Deleted while the watch was down: the informer's `DeletedFinalStateUnknown`, so that expectations
+                // waiting for these deletes do not hold their PodSet until they time out.
+                for uid in missed(&known, &relisted) {
+                    if let Some(seen) = known.remove(&uid) {
+                        gone(&ctx, &seen, &uid).await;
+                    }
+                }
+                relisted = HashSet::new();
+                synced.synced();
+            }
+        }
+    }
+}
+
+/// Upstream's `resolveControllerRef`: whether the PodSet a controller reference names is still that one.
+async fn resolves(ctx: &Context, key: &PodSetKey, uid: &str) -> bool {
+    ctx.registry.get(key, Some(0)).await.is_ok_and(|o| o.uid() == Some(uid))
+}
+
+/// A Pod added or changed (upstream's `addPod` and `updatePod`).
+async fn observe(ctx: &Context, known: &mut HashMap<String, Seen>, pod: &Pod) {
+    let uid = pod.uid().unwrap_or_default();
+    let seen = Seen::of(pod);
+    let before = known.insert(uid.clone(), seen.clone());
+    for reaction in reactions(before.as_ref(), &seen, pod.metadata.deletion_timestamp.is_some()) {
+        match reaction {
+            Reaction::Left { key, uid: owner } => {
+                if resolves(ctx, key, owner).await {
+                    ctx.queue.add(key);
                 }
             }
-            Event::InitDone => synced.synced(),
-            Event::Init => {}
+            Reaction::Owned { key, uid: owner, created, deleting } => {
+                if !resolves(ctx, key, owner).await {
+                    continue;
+                }
+                if created {
+                    ctx.expectations.creation_observed(key);
+                }
+                if deleting {
+                    ctx.expectations.deletion_observed(key, &uid);
+                }
+                ctx.queue.add(key);
+            }
+            Reaction::Orphan => enqueue_matching(ctx, pod).await,
+        }
+    }
+}
+
+/// What a Pod's change asks of the controller, before its controller reference is resolved.
+#[derive(Debug, PartialEq, Eq)]
+enum Reaction<'a> {
+    /// It left this PodSet (released, or its reference edited): the PodSet may need a replacement.
+    Left { key: &'a PodSetKey, uid: &'a str },
+    /// It is this PodSet's: first seen (a create observed), or terminating (a delete observed).
+    Owned { key: &'a PodSetKey, uid: &'a str, created: bool, deleting: bool },
+    /// An orphan, first seen or with new labels or owners: the PodSets that select it may adopt it.
+    Orphan,
+}
+
+fn reactions<'a>(before: Option<&'a Seen>, now: &'a Seen, deleting: bool) -> Vec<Reaction<'a>> {
+    let mut out = Vec::new();
+    let moved = before.is_some_and(|b| b.controller != now.controller);
+    if let Some(Seen { controller: Controller::PodSet { key, uid }, .. }) = before.filter(|_| moved) {
+        out.push(Reaction::Left { key, uid });
+    }
+    match &now.controller {
+        Controller::PodSet { key, uid } => out.push(Reaction::Owned { key, uid, created: before.is_none(), deleting }),
+        Controller::None if before.is_none_or(|b| moved || b.labels != now.labels) => out.push(Reaction::Orphan),
+        Controller::None | Controller::Other => {}
+    }
+    out
+}
+
+/// The Pods known before a relist that its list no longer holds.
+fn missed(known: &HashMap<String, Seen>, relisted: &HashSet<String>) -> Vec<String> {
+    known.keys().filter(|uid| !relisted.contains(*uid)).cloned().collect()
+}
+
+/// A Pod deleted (upstream's `deletePod`).
+async fn gone(ctx: &Context, seen: &Seen, uid: &str) {
+    if let Controller::PodSet { key, uid: owner } = &seen.controller {
+        if resolves(ctx, key, owner).await {
+            ctx.expectations.deletion_observed(key, uid);
+            ctx.queue.add(key);
         }
     }
 }
@@ -289,5 +390,58 @@ async fn enqueue_matching(ctx: &Context, pod: &Pod) {
         if ps.selector().is_some_and(|s| !s.is_empty() && s.matches(&labels)) {
             ctx.queue.add(&o.key());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(owner: Option<(&str, &str, &str)>, labels: serde_json::Value) -> Pod {
+        let owners: Vec<_> = owner
+            .map(|(kind, name, uid)| json!({"apiVersion": crate::api::API_VERSION, "kind": kind, "name": name, "uid": uid, "controller": true}))
+            .into_iter()
+            .collect();
+        serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "ns", "uid": "pod-1",
+            "labels": labels, "ownerReferences": owners}}))
+        .unwrap()
+    }
+
+    // Mirrors the ReplicaSet controller's addPod and updatePod: the owner by name and UID, the PodSet a Pod left
+    // queued too, orphans offered for adoption only when first seen or when their labels or owners change.
+    #[test]
+    fn a_pod_change_concerns_its_owner_the_owner_it_left_or_the_podsets_that_may_adopt_it() {
+        let web = PodSetKey::new("ns", "web");
+        let owned = Seen::of(&pod(Some((KIND, "web", "u1")), json!({"app": "web"})));
+        let orphan = Seen::of(&pod(None, json!({"app": "web"})));
+        let relabelled = Seen::of(&pod(None, json!({"app": "db"})));
+        let others = Seen::of(&pod(Some(("ReplicaSet", "rs", "u9")), json!({"app": "web"})));
+        assert_eq!(owned.controller, Controller::PodSet { key: web.clone(), uid: "u1".into() });
+        assert_eq!(others.controller, Controller::Other);
+
+        let owned_by = |created, deleting| Reaction::Owned { key: &web, uid: "u1", created, deleting };
+        assert_eq!(reactions(None, &owned, false), [owned_by(true, false)], "first seen: a create observed");
+        assert_eq!(reactions(Some(&owned), &owned, false), [owned_by(false, false)]);
+        assert_eq!(reactions(Some(&owned), &owned, true), [owned_by(false, true)], "terminating: a delete observed");
+        assert_eq!(
+            reactions(Some(&owned), &orphan, false),
+            [Reaction::Left { key: &web, uid: "u1" }, Reaction::Orphan]
+        );
+
+        assert_eq!(reactions(None, &orphan, false), [Reaction::Orphan]);
+        assert_eq!(reactions(Some(&orphan), &orphan, false), [], "a status change of an orphan adopts nothing new");
+        assert_eq!(reactions(Some(&orphan), &relabelled, false), [Reaction::Orphan]);
+        assert_eq!(reactions(Some(&orphan), &owned, false), [owned_by(false, false)], "adopted: no create");
+        assert_eq!(reactions(None, &others, false), [], "another controller's Pod is none of ours");
+    }
+
+    // The informer's DeletedFinalStateUnknown: Pods gone while the watch was down are deletes too.
+    #[test]
+    fn a_relist_reports_the_pods_it_no_longer_holds() {
+        let seen = Seen::of(&pod(None, json!({})));
+        let known: HashMap<String, Seen> = ["a", "b", "c"].map(|u| (u.to_owned(), seen.clone())).into();
+        let relisted: HashSet<String> = ["a", "c", "d"].map(str::to_owned).into();
+        assert_eq!(missed(&known, &relisted), ["b"]);
     }
 }

@@ -9,10 +9,10 @@ use futures::future::join_all;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
+use super::events::Record;
 use super::pods::{is_active, is_available, is_ready, pods_to_delete};
 use super::{controller_of, Context};
 use crate::api::selector::Selector;
@@ -290,50 +290,33 @@ fn related_pods<'a>(podsets: &[PodSet], pods: &'a [Arc<Pod>]) -> Vec<&'a Pod> {
     related
 }
 
-/// An event on the PodSet for one Pod, as upstream's `RealPodControl` records them.
-#[derive(Debug, PartialEq)]
-struct PodEvent {
-    type_: EventType,
-    reason: &'static str,
-    note: String,
-    /// The Pod, when there is one, as the event's `related` object. Not for show: kube-rs's recorder folds the
-    /// events of one type, reason, action, regarding and related object into a series on the first one, note and
-    /// all, where upstream's recorder tells events apart by their message. Without it, the five creates of one
-    /// pass would show as `Created pod:` of the first Pod, five times.
-    pod: Option<ObjectReference>,
-}
-
 /// Event reasons, upstream's (`FailedCreatePodReason` and the others); the failures' are also `ReplicaFailure`'s.
 const FAILED_CREATE: &str = "FailedCreate";
 const SUCCESSFUL_CREATE: &str = "SuccessfulCreate";
 const FAILED_DELETE: &str = "FailedDelete";
 const SUCCESSFUL_DELETE: &str = "SuccessfulDelete";
 
-fn created(pod: &Pod) -> PodEvent {
+// One event per Pod, as upstream's `RealPodControl` records them; the Pod is the event's related object.
+fn created(pod: &Pod) -> Record {
     let note = format!("Created pod: {}", pod.name_any());
-    PodEvent { type_: EventType::Normal, reason: SUCCESSFUL_CREATE, note, pod: Some(pod.object_ref(&())) }
+    Record { warning: false, reason: SUCCESSFUL_CREATE, note, related: Some(pod.object_ref(&())) }
 }
 
 /// None in a terminating namespace, where every create fails.
-fn create_failed(e: &kube::Error) -> Option<PodEvent> {
+fn create_failed(e: &kube::Error) -> Option<Record> {
     let note = format!("Error creating: {}", api_message(e));
-    (!namespace_terminating(e)).then_some(PodEvent {
-        type_: EventType::Warning,
-        reason: FAILED_CREATE,
-        note,
-        pod: None,
-    })
+    (!namespace_terminating(e)).then_some(Record { warning: true, reason: FAILED_CREATE, note, related: None })
 }
 
-fn deleted(pod: &Pod) -> PodEvent {
+fn deleted(pod: &Pod) -> Record {
     let note = format!("Deleted pod: {}", pod.name_any());
-    PodEvent { type_: EventType::Normal, reason: SUCCESSFUL_DELETE, note, pod: Some(pod.object_ref(&())) }
+    Record { warning: false, reason: SUCCESSFUL_DELETE, note, related: Some(pod.object_ref(&())) }
 }
 
 /// None for a Pod already gone.
-fn delete_failed(e: &kube::Error, pod: &Pod) -> Option<PodEvent> {
+fn delete_failed(e: &kube::Error, pod: &Pod) -> Option<Record> {
     let note = format!("Error deleting: {}", api_message(e));
-    let event = PodEvent { type_: EventType::Warning, reason: FAILED_DELETE, note, pod: Some(pod.object_ref(&())) };
+    let event = Record { warning: true, reason: FAILED_DELETE, note, related: Some(pod.object_ref(&())) };
     (!is_not_found(e)).then_some(event)
 }
 
@@ -426,15 +409,10 @@ async fn manage(
     Ok(())
 }
 
-async fn publish(ctx: &Context, reference: &ObjectReference, ev: PodEvent) {
-    if let Err(e) = ctx.recorder.publish(&kube_event(ev), reference).await {
+async fn publish(ctx: &Context, reference: &ObjectReference, record: Record) {
+    if let Err(e) = ctx.recorder.publish(record, reference).await {
         tracing::debug!(error = %e, "publishing an event failed");
     }
-}
-
-fn kube_event(ev: PodEvent) -> KubeEvent {
-    let PodEvent { type_, reason, note, pod } = ev;
-    KubeEvent { type_, reason: reason.into(), note: Some(note), action: reason.into(), secondary: pod }
 }
 
 /// Why a PodSet has not settled, in the words kstatus (Flux, kpt, Argo CD's and cli-utils' status) uses for a
@@ -576,7 +554,7 @@ async fn write_status(
 
 #[cfg(test)]
 mod tests {
-    use super::super::owner_key;
+    use super::super::{controller, Controller};
     use super::*;
     use serde_json::Value;
 
@@ -595,8 +573,8 @@ mod tests {
         let r = &p.owner_references()[0];
         assert_eq!((r.uid.as_str(), r.controller, r.block_owner_deletion), ("u1", Some(true), Some(true)));
         assert_eq!(
-            owner_key(&Pod { metadata: ObjectMeta { namespace: Some("ns".into()), ..p.metadata.clone() }, ..p }),
-            Some(PodSetKey::new("ns", "web"))
+            controller(&Pod { metadata: ObjectMeta { namespace: Some("ns".into()), ..p.metadata.clone() }, ..p }),
+            Controller::PodSet { key: PodSetKey::new("ns", "web"), uid: "u1".into() }
         );
     }
 
@@ -681,31 +659,31 @@ mod tests {
         let reference = Some(web.object_ref(&()));
         assert_eq!(
             created(&web),
-            PodEvent {
-                type_: EventType::Normal,
+            Record {
+                warning: false,
                 reason: "SuccessfulCreate",
                 note: "Created pod: web-7xk2p".into(),
-                pod: reference.clone()
+                related: reference.clone()
             }
         );
         assert_eq!(
             deleted(&web),
-            PodEvent {
-                type_: EventType::Normal,
+            Record {
+                warning: false,
                 reason: "SuccessfulDelete",
                 note: "Deleted pod: web-7xk2p".into(),
-                pod: reference.clone()
+                related: reference.clone()
             }
         );
         let quota = "pods \"web-x\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=2, limited: pods=2";
         let refused = api_error(403, "Forbidden", quota, json!([]));
         assert_eq!(
             create_failed(&refused),
-            Some(PodEvent {
-                type_: EventType::Warning,
+            Some(Record {
+                warning: true,
                 reason: "FailedCreate",
                 note: format!("Error creating: {quota}"),
-                pod: None
+                related: None
             })
         );
         assert_eq!(Error::Create(refused).to_string(), quota, "ReplicaFailure's message is the API server's");
@@ -720,11 +698,11 @@ mod tests {
         let busy = api_error(500, "InternalError", "Internal error occurred: etcdserver: request timed out", json!([]));
         assert_eq!(
             delete_failed(&busy, &web),
-            Some(PodEvent {
-                type_: EventType::Warning,
+            Some(Record {
+                warning: true,
                 reason: "FailedDelete",
                 note: "Error deleting: Internal error occurred: etcdserver: request timed out".into(),
-                pod: reference
+                related: reference
             })
         );
         assert_eq!(
@@ -735,13 +713,12 @@ mod tests {
         assert_eq!(delete_failed(&gone, &web), None, "a Pod already gone is no failure");
     }
 
-    // Mirrors the legacy recorder's aggregation key, which holds the message: the events of two Pods in one pass
-    // stay two events. kube-rs's recorder keys on the related object instead of the note, so each relates to its Pod.
+    // The Pod each event concerns is its related object (events.k8s.io's `related`); a failed create made none.
     #[test]
-    fn each_pods_event_relates_to_its_pod_so_the_recorder_keeps_them_apart() {
+    fn each_pods_event_relates_to_its_pod() {
         let (a, b) = (named_pod("web-a"), named_pod("web-b"));
-        let related = |ev: PodEvent| {
-            let r = kube_event(ev).secondary.expect("the Pod as the related object");
+        let related = |ev: Record| {
+            let r = ev.related.expect("the Pod as the related object");
             (r.api_version, r.kind, r.namespace, r.name, r.uid)
         };
         let of = |name: &str| {
@@ -752,7 +729,7 @@ mod tests {
         let busy = api_error(500, "InternalError", "Internal error occurred", json!([]));
         assert_eq!(related(delete_failed(&busy, &a).unwrap()), of("web-a"));
         let refused = api_error(403, "Forbidden", "pods \"web-\" is forbidden", json!([]));
-        assert_eq!(kube_event(create_failed(&refused).unwrap()).secondary, None, "no Pod was made");
+        assert_eq!(create_failed(&refused).unwrap().related, None, "no Pod was made");
     }
 
     // Stricter than upstream on purpose (docs/design.md): a replica that may have lost its Lease writes no status.
