@@ -72,6 +72,12 @@ pub struct PodSetStatus {
     /// AvailableReplicas is the number of those Pods that have been ready for at least `spec.minReadySeconds`.
     #[serde(default)]
     pub available_replicas: i32,
+    /// FullyLabeledReplicas is the number of those Pods whose labels hold every label of the Pod template.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub fully_labeled_replicas: i32,
+    /// TerminatingReplicas is the number of this PodSet's Pods being deleted and not yet Succeeded or Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminating_replicas: Option<i32>,
     /// PodNames lists the counted Pods, sorted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pod_names: Vec<String>,

@@ -257,6 +257,8 @@ fn validate_status(status: &PodSetStatus) -> Vec<FieldError> {
         ("status.replicas", status.replicas),
         ("status.readyReplicas", status.ready_replicas),
         ("status.availableReplicas", status.available_replicas),
+        ("status.fullyLabeledReplicas", status.fully_labeled_replicas),
+        ("status.terminatingReplicas", status.terminating_replicas.unwrap_or_default()),
     ] {
         if v < 0 {
             errs.push(FieldError::invalid(field, v, "must be greater than or equal to 0"));

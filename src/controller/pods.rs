@@ -23,6 +23,11 @@ pub fn is_active(pod: &Pod) -> bool {
     !matches!(phase(pod), "Succeeded" | "Failed") && pod.metadata.deletion_timestamp.is_none()
 }
 
+/// Upstream's `IsPodTerminating`: being deleted, and not yet Succeeded or Failed.
+pub fn is_terminating(pod: &Pod) -> bool {
+    !matches!(phase(pod), "Succeeded" | "Failed") && pod.metadata.deletion_timestamp.is_some()
+}
+
 /// The Pod's first Ready condition, whatever its status (`GetPodReadyCondition`).
 fn ready_condition(pod: &Pod) -> Option<&PodCondition> {
     let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref())?;

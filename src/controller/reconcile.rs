@@ -13,7 +13,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use super::events::Record;
-use super::pods::{is_active, is_available, is_ready, pods_to_delete};
+use super::pods::{is_active, is_available, is_ready, is_terminating, pods_to_delete};
 use super::{controller_of, Context};
 use crate::api::selector::Selector;
 use crate::api::{PodSet, PodSetStatus, UserInfo, API_VERSION, KIND};
@@ -168,16 +168,31 @@ async fn reconcile_once(ctx: &Arc<Context>, key: &PodSetKey) -> Result<(), Error
         return Err(e);
     }
     let active: Vec<&Pod> = owned.iter().map(|p| p.as_ref()).collect();
+    let pods = Counted { active: &active, terminating: terminating(&all, &uid, &selector) };
 
     if ctx.expectations.satisfied(key) {
         if let Err(e) = manage(ctx, key, &ps, &pods_api, &active, &all).await {
             if let Some(failure) = replica_failure(&e) {
-                write_status(ctx, key, obj.resource_version(), &ps, &active, Some(&failure)).await?;
+                write_status(ctx, key, obj.resource_version(), &ps, &pods, Some(&failure)).await?;
             }
             return Err(e);
         }
     }
-    write_status(ctx, key, obj.resource_version(), &ps, &active, None).await
+    write_status(ctx, key, obj.resource_version(), &ps, &pods, None).await
+}
+
+/// The Pods a status counts: the claimed active ones, and how many of the PodSet's are terminating.
+struct Counted<'a> {
+    active: &'a [&'a Pod],
+    terminating: usize,
+}
+
+/// `syncReplicaSet`'s terminating Pods: `FilterTerminatingPods`, then `FilterClaimedPods` (ours by UID, selected).
+fn terminating(pods: &[Arc<Pod>], uid: &str, selector: &Selector) -> usize {
+    let claimed = |p: &Pod| {
+        controller_of(&p.metadata).is_some_and(|r| r.uid == uid) && !selector.is_empty() && selector.matches(p.labels())
+    };
+    pods.iter().filter(|p| is_terminating(p) && claimed(p)).count()
 }
 
 /// What `ReplicaFailure` says of a failed pass: the API server's refusal. None when this replica stopped itself
@@ -448,7 +463,8 @@ fn transition(old: &[Condition], mut condition: Condition) -> Condition {
     condition
 }
 
-fn status_of(ps: &PodSet, active: &[&Pod], failure: Option<&str>, at: jiff::Timestamp) -> PodSetStatus {
+fn status_of(ps: &PodSet, pods: &Counted, failure: Option<&str>, at: jiff::Timestamp) -> PodSetStatus {
+    let active = pods.active;
     let old = ps.status.clone().unwrap_or_default();
     let ready = active.iter().filter(|p| is_ready(p)).count() as i32;
     let available = active.iter().filter(|p| is_available(p, ps.spec.min_ready_seconds, at)).count() as i32;
@@ -500,10 +516,18 @@ fn status_of(ps: &PodSet, active: &[&Pod], failure: Option<&str>, at: jiff::Time
         }),
         (None, _) => {}
     }
+    // `calculateStatus`: the Pods whose labels hold the template's, which may say more than the selector.
+    let template_labels = ps.spec.template.as_ref().and_then(|t| t.metadata.as_ref()).and_then(|m| m.labels.as_ref());
+    let fully_labeled = active
+        .iter()
+        .filter(|p| template_labels.into_iter().flatten().all(|(k, v)| p.labels().get(k) == Some(v)))
+        .count() as i32;
     PodSetStatus {
         replicas: active.len() as i32,
+        fully_labeled_replicas: fully_labeled,
         ready_replicas: ready,
         available_replicas: available,
+        terminating_replicas: Some(pods.terminating as i32),
         pod_names,
         observed_generation: ps.metadata.generation,
         conditions,
@@ -532,10 +556,10 @@ async fn write_status(
     key: &PodSetKey,
     read_at: Revision,
     ps: &PodSet,
-    active: &[&Pod],
+    pods: &Counted<'_>,
     failure: Option<&str>,
 ) -> Result<(), Error> {
-    let status = status_of(ps, active, failure, jiff::Timestamp::now());
+    let status = status_of(ps, pods, failure, jiff::Timestamp::now());
     // Ready Pods not yet available become so with time alone: look again then, as kube's ReplicaSet controller.
     if ps.spec.min_ready_seconds > 0 && status.ready_replicas != status.available_replicas {
         ctx.queue.add_after(key, std::time::Duration::from_secs(ps.spec.min_ready_seconds as u64));
@@ -560,6 +584,10 @@ mod tests {
 
     fn pod(v: Value) -> Pod {
         serde_json::from_value(v).unwrap()
+    }
+
+    fn counted<'a>(active: &'a [&'a Pod]) -> Counted<'a> {
+        Counted { active, terminating: 0 }
     }
 
     #[test]
@@ -594,13 +622,13 @@ mod tests {
             (c.status.clone(), c.reason.clone(), c.message.clone())
         };
         let (a, b) = (ready_pod("a"), ready_pod("b"));
-        let s = status_of(&ps, &[&a, &pending], None, jiff::Timestamp::now());
+        let s = status_of(&ps, &counted(&[&a, &pending]), None, jiff::Timestamp::now());
         assert_eq!(cond(&s, "Ready"), ("False".into(), "LessAvailable".into(), "Available: 1/2".into()));
         assert_eq!(cond(&s, "Reconciling"), ("True".into(), "LessAvailable".into(), "Available: 1/2".into()));
         assert_eq!(s.conditions[0].observed_generation, Some(2));
 
         ps.status = Some(s.clone());
-        let settled = status_of(&ps, &[&a, &b], None, jiff::Timestamp::now());
+        let settled = status_of(&ps, &counted(&[&a, &b]), None, jiff::Timestamp::now());
         assert_eq!(
             cond(&settled, "Ready"),
             ("True".into(), "Available".into(), "PodSet is available. Replicas: 2".into())
@@ -608,15 +636,15 @@ mod tests {
         assert_eq!(cond(&settled, "Reconciling").0, "False");
         ps.status = Some(settled.clone());
         assert_eq!(
-            status_of(&ps, &[&a, &b], None, jiff::Timestamp::now()),
+            status_of(&ps, &counted(&[&a, &b]), None, jiff::Timestamp::now()),
             settled,
             "nothing changed: the same status, no write"
         );
 
         let extra = ready_pod("c");
-        let s = status_of(&ps, &[&a, &b, &extra], None, jiff::Timestamp::now());
+        let s = status_of(&ps, &counted(&[&a, &b, &extra]), None, jiff::Timestamp::now());
         assert_eq!(cond(&s, "Reconciling"), ("True".into(), "ExtraPods".into(), "Pending termination: 1".into()));
-        let s = status_of(&ps, &[&a, &b], Some("quota exceeded"), jiff::Timestamp::now());
+        let s = status_of(&ps, &counted(&[&a, &b]), Some("quota exceeded"), jiff::Timestamp::now());
         assert_eq!(cond(&s, "Ready").1, "ReplicaFailure");
         assert_eq!(cond(&s, "ReplicaFailure").0, "True");
     }
@@ -637,7 +665,7 @@ mod tests {
         )
         .unwrap();
         ps.metadata.generation = Some(1);
-        let s = status_of(&ps, &[&old, &new], None, now);
+        let s = status_of(&ps, &counted(&[&old, &new]), None, now);
         assert_eq!((s.ready_replicas, s.available_replicas), (2, 1));
         let ready = s.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
         assert_eq!((ready.status.as_str(), ready.message.as_str()), ("False", "Available: 1/2"));
@@ -756,17 +784,17 @@ mod tests {
             Some((c.status.clone(), c.reason.clone(), c.message.clone()))
         };
         let quota = "pods \"web-x\" is forbidden: exceeded quota: q";
-        let s = status_of(&ps, &[&a], Some(quota), jiff::Timestamp::now());
+        let s = status_of(&ps, &counted(&[&a]), Some(quota), jiff::Timestamp::now());
         assert_eq!(failure(&s), Some(("True".into(), "FailedCreate".into(), quota.into())));
         let deleting = "unable to delete pods: Internal error occurred";
-        let s = status_of(&ps, &[&a, &b, &c], Some(deleting), jiff::Timestamp::now());
+        let s = status_of(&ps, &counted(&[&a, &b, &c]), Some(deleting), jiff::Timestamp::now());
         assert_eq!(failure(&s), Some(("True".into(), "FailedDelete".into(), deleting.into())));
 
         // Once set, a later failure leaves it as it is, reason and message included.
-        ps.status = Some(status_of(&ps, &[&a], Some(quota), jiff::Timestamp::now()));
-        let s = status_of(&ps, &[&a, &b, &c], Some(deleting), jiff::Timestamp::now());
+        ps.status = Some(status_of(&ps, &counted(&[&a]), Some(quota), jiff::Timestamp::now()));
+        let s = status_of(&ps, &counted(&[&a, &b, &c]), Some(deleting), jiff::Timestamp::now());
         assert_eq!(failure(&s), Some(("True".into(), "FailedCreate".into(), quota.into())));
-        let s = status_of(&ps, &[&a, &b], None, jiff::Timestamp::now());
+        let s = status_of(&ps, &counted(&[&a, &b]), None, jiff::Timestamp::now());
         assert_eq!(failure(&s), None, "removed once manageReplicas succeeds");
         let ready = s.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
         assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("True", "Available"));
@@ -808,6 +836,46 @@ mod tests {
             ("orphan-unknown", Claim::Adopt),
         ];
         assert_eq!(got, want.map(|(n, c)| (n.to_owned(), c)));
+    }
+
+    // Mirrors calculateStatus's fullyLabeledReplicas, and syncReplicaSet's FilterTerminatingPods then
+    // FilterClaimedPods for terminatingReplicas.
+    #[test]
+    fn status_counts_fully_labelled_pods_and_the_podsets_terminating_ones() {
+        let ps: PodSet = serde_json::from_value(json!({"metadata": {"name": "web", "uid": "u1"}, "spec": {
+            "replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web", "tier": "front"}}}}}))
+        .unwrap();
+        let ours = json!([{"apiVersion": API_VERSION, "kind": KIND, "name": "web", "uid": "u1", "controller": true}]);
+        let old = json!([{"apiVersion": API_VERSION, "kind": KIND, "name": "web", "uid": "u0", "controller": true}]);
+        let with = |name: &str, labels: Value, owners: &Value, deleting: bool, phase: &str| {
+            let mut meta = json!({"name": name, "labels": labels, "ownerReferences": owners});
+            if deleting {
+                meta["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+            }
+            Arc::new(pod(json!({"metadata": meta, "status": {"phase": phase}})))
+        };
+        let (full, partial) = (json!({"app": "web", "tier": "front", "extra": "x"}), json!({"app": "web"}));
+        let pods = [
+            with("full", full.clone(), &ours, false, "Running"),
+            with("partial", partial.clone(), &ours, false, "Running"),
+            with("stopping", full.clone(), &ours, true, "Running"),
+            with("stopping-relabelled", json!({"app": "db"}), &ours, true, "Running"),
+            with("stopped", full.clone(), &ours, true, "Succeeded"),
+            with("stopping-of-a-former-web", full.clone(), &old, true, "Running"),
+            with("stopping-orphan", full, &json!([]), true, "Running"),
+        ];
+        let selector = ps.selector().unwrap();
+        assert_eq!(terminating(&pods, "u1", &selector), 1, "only `stopping` is ours, selected and not yet stopped");
+        let active = [pods[0].as_ref(), pods[1].as_ref()];
+        let s = status_of(&ps, &Counted { active: &active, terminating: 1 }, None, jiff::Timestamp::now());
+        assert_eq!((s.replicas, s.fully_labeled_replicas, s.terminating_replicas), (2, 1, Some(1)));
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!((json["fullyLabeledReplicas"].clone(), json["terminatingReplicas"].clone()), (json!(1), json!(1)));
+        let none = status_of(&ps, &counted(&[]), None, jiff::Timestamp::now());
+        let json = serde_json::to_value(&none).unwrap();
+        assert_eq!(json.get("fullyLabeledReplicas"), None, "omitted when 0, as a ReplicaSet's");
+        assert_eq!(json["terminatingReplicas"], 0, "always reported, as kube 1.35's ReplicaSet controller");
     }
 
     // Mirrors getIndirectlyRelatedPods: every PodSet of the same controller selects related Pods, each counted once.
