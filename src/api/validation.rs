@@ -438,6 +438,21 @@ mod tests {
         assert_eq!(errs.len(), 4, "{errs:#?}");
     }
 
+    // Mirrors ValidateReplicaSetStatus's non-negative counts.
+    #[test]
+    fn status_counts_are_not_negative() {
+        let ps = podset(serde_json::json!({"metadata": {"name": "web"}, "status": {"replicas": 1,
+            "fullyLabeledReplicas": -1, "terminatingReplicas": -2, "readyReplicas": 0}}));
+        let errs: Vec<String> = validate_status_update(&ps).iter().map(|e| e.to_string()).collect();
+        assert_eq!(
+            errs,
+            [
+                "status.fullyLabeledReplicas: Invalid value: -1: must be greater than or equal to 0",
+                "status.terminatingReplicas: Invalid value: -2: must be greater than or equal to 0"
+            ]
+        );
+    }
+
     #[test]
     fn an_update_is_refused_only_for_problems_it_makes() {
         let old = podset(serde_json::json!({"metadata": {"name": "web", "annotations": {MIN_READY_SECONDS: "soon"}}}));
