@@ -277,19 +277,19 @@ async fn release(api: &Api<Pod>, pod: &Pod, owner_uid: &str) -> Result<(), Error
 async fn indirectly_related_pods<'a>(ctx: &Context, ps: &PodSet, pods: &'a [Arc<Pod>]) -> Vec<&'a Pod> {
     let Some(owner) = controller_of(&ps.metadata) else { return Vec::new() };
     let list = ListRequest { namespace: ps.namespace(), resource_version: Some(0), ..ListRequest::readable() };
-    let siblings: Vec<PodSet> = match ctx.registry.list(list).await {
-        Ok(page) => page
-            .items
-            .iter()
-            .filter_map(|o| o.decode().ok())
-            .filter(|s| controller_of(&s.metadata).is_some_and(|r| r.uid == owner.uid))
-            .collect(),
+    let podsets: Vec<PodSet> = match ctx.registry.list(list).await {
+        Ok(page) => page.items.iter().filter_map(|o| o.decode().ok()).collect(),
         Err(e) => {
             tracing::warn!(podset = %ps.name_any(), error = %e, "listing related PodSets failed");
             return Vec::new();
         }
     };
-    related_pods(&siblings, pods)
+    related_pods(&siblings(&owner.uid, podsets), pods)
+}
+
+/// The PodSets with the controller `uid`.
+fn siblings(uid: &str, podsets: Vec<PodSet>) -> Vec<PodSet> {
+    podsets.into_iter().filter(|s| controller_of(&s.metadata).is_some_and(|r| r.uid == uid)).collect()
 }
 
 fn related_pods<'a>(podsets: &[PodSet], pods: &'a [Arc<Pod>]) -> Vec<&'a Pod> {
@@ -895,7 +895,27 @@ mod tests {
             labelled("c", json!({"app": "api"})),
             labelled("d", json!({"app": "db"})),
         ];
-        let siblings = [podset("web", "web"), podset("front", "web"), podset("api", "api")];
+        let owned_by = |mut ps: PodSet, uid: &str| {
+            ps.metadata.owner_references = Some(vec![OwnerReference {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                name: "d".into(),
+                uid: uid.into(),
+                controller: Some(true),
+                block_owner_deletion: None,
+            }]);
+            ps
+        };
+        let all = vec![
+            owned_by(podset("web", "web"), "d1"),
+            owned_by(podset("front", "web"), "d1"),
+            owned_by(podset("api", "api"), "d1"),
+            owned_by(podset("db", "db"), "d2"),
+            podset("alone", "db"),
+        ];
+        let siblings = siblings("d1", all);
+        let names: Vec<String> = siblings.iter().map(|s| s.name_any()).collect();
+        assert_eq!(names, ["web", "front", "api"], "only the PodSets of the same controller, by UID");
         let related: Vec<String> = related_pods(&siblings, &pods).iter().map(|p| p.name_any()).collect();
         assert_eq!(related, ["a", "b", "c"]);
         assert!(related_pods(&[], &pods).is_empty(), "no controller: no related Pods, every rank 0");
