@@ -9,9 +9,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::cluster::{in_namespace, runtime};
+use common::cluster::{in_namespace, runtime, wait};
 use futures::StreamExt;
-use kube::api::{Api, PostParams, WatchEvent, WatchParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use podset_apiserver::api::PodSet;
 use podset_envtest::{Cluster, Credential, ServerCommand};
 use serde_json::Value;
@@ -254,7 +255,7 @@ fn a_leader_woken_after_its_lease_lapsed_creates_no_pods() {
                 && c.kubectl_try(&["get", "pods", "-l", "app=slow", "-o", "name"]).is_ok_and(|o| o.trim().is_empty())
         });
         runtime().block_on(async {
-            let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(c.client().await, "default");
+            let pods: Api<Pod> = Api::namespaced(c.client().await, "default");
             let from = pods.list(&Default::default()).await.unwrap().metadata.resource_version.unwrap();
             let mut events = pods.watch(&WatchParams::default().labels("app=slow"), &from).await.unwrap().boxed();
             assert!(std::process::Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
@@ -270,5 +271,106 @@ fn a_leader_woken_after_its_lease_lapsed_creates_no_pods() {
         c.wait_for("the woken replica to step down", Duration::from_secs(30), |c| {
             c.replica_log(leader).contains("lost leadership")
         });
+    });
+}
+
+/// Whether a Pod names the PodSet `uid` (or a PodSet called `name`) among its owners.
+fn owned_by(pod: &Pod, name: &str, uid: &str) -> bool {
+    pod.metadata.owner_references.iter().flatten().any(|r| r.uid == uid || (r.kind == "PodSet" && r.name == name))
+}
+
+/// A PodSet deleted with propagationPolicy=Orphan through the replica that does not lead, while the leader's cached
+/// reads still show it alive (`late-deletes`, planted in both replicas as either may lead): the garbage collector
+/// orphans its Pods, and the leader must not adopt them back. The test's finalizer keeps the PodSet, being deleted,
+/// until the leader has refused once; then it goes, and the leader refuses again. `planted`: more bugs to plant.
+/// Err names a Pod adopted back, or deleted.
+fn orphans_of_a_deleted_podset_stay_orphans(planted: &[&str]) -> Result<(), String> {
+    const HOLD: &str = "example.com/hold";
+    let args = ["late-deletes"].iter().chain(planted).map(|b| format!("--planted-bug={b}").into()).collect();
+    let c = Cluster::start_replicated(ServerCommand { program: common::BIN.into(), args }, 2);
+    c.wait_for("a leader", Duration::from_secs(60), |c| c.controller_leader().is_some());
+    let leader = c.controller_leader().unwrap();
+    let admin = c.client_cert("ca", "ha-admin", Some("system:masters"));
+    let result = runtime().block_on(async {
+        let sets: Api<PodSet> = Api::namespaced(c.replica_client(1 - leader, Credential::Cert(&admin)), "default");
+        let pods: Api<Pod> = Api::namespaced(c.client().await, "default");
+        let mut ps: PodSet = serde_yaml::from_str(&podset_yaml("kept", 2)).unwrap();
+        ps.metadata.finalizers = Some(vec![HOLD.into()]);
+        let uid = sets.create(&PostParams::default(), &ps).await.unwrap().metadata.uid.unwrap();
+        let selected = ListParams::default().labels("app=kept");
+        wait(
+            Duration::from_secs(60),
+            || async {
+                let items = pods.list(&selected).await.unwrap().items;
+                items.len() == 2 && items.iter().all(|p| owned_by(p, "kept", &uid))
+            },
+            "the leader to make 2 Pods",
+        )
+        .await;
+
+        let from = pods.list(&selected).await.unwrap().metadata.resource_version.unwrap();
+        let mut events = pods.watch(&WatchParams::default().labels("app=kept"), &from).await.unwrap().boxed();
+        let deleted_at = tokio::time::Instant::now();
+        sets.delete("kept", &DeleteParams::orphan()).await.unwrap();
+        // Until the leader's window of stale reads is surely over.
+        let until = deleted_at + podset_apiserver::planted::LATE_DELETES + Duration::from_secs(1);
+        let mut orphans = BTreeSet::new();
+        let mut released = false;
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => break,
+                ev = events.next() => match ev.expect("the Pod watch ended").unwrap() {
+                    WatchEvent::Added(p) | WatchEvent::Modified(p) => {
+                        let name = p.metadata.name.clone().unwrap();
+                        if !owned_by(&p, "kept", &uid) {
+                            orphans.insert(name);
+                        } else if orphans.contains(&name) {
+                            let owners = p.metadata.owner_references;
+                            return Err(format!("orphan {name} adopted again by the deleted PodSet: {owners:?}"));
+                        }
+                    }
+                    WatchEvent::Deleted(p) => return Err(format!("orphan {:?} deleted", p.metadata.name)),
+                    WatchEvent::Bookmark(_) => {}
+                    WatchEvent::Error(e) => panic!("Pod watch: {e:?}"),
+                },
+                _ = tick.tick(), if !released && orphans.len() == 2 => {
+                    // Only the test's finalizer left: the garbage collector is done.
+                    let done = sets.get("kept").await.unwrap().metadata.finalizers == Some(vec![HOLD.into()]);
+                    if done && c.replica_log(leader).contains("has just been deleted") {
+                        let gone = Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}}));
+                        sets.patch("kept", &PatchParams::default(), &gone).await.unwrap();
+                        released = true;
+                    }
+                }
+            }
+        }
+        let log = c.replica_log(leader);
+        assert!(released, "no refused adoption of a PodSet being deleted within {:?}:\n{log}", until - deleted_at);
+        assert!(sets.get_opt("kept").await.unwrap().is_none(), "the PodSet is gone");
+        // The stale path was taken both ways: the fresh read found the PodSet being deleted, then gone.
+        let refused = |why: &str| log.lines().any(|l| l.contains("can't adopt Pod") && l.contains(why));
+        assert!(refused("has just been deleted") && refused("not found"), "{log}");
+        assert_eq!(c.controller_leader(), Some(leader), "the same leader throughout");
+        let items = pods.list(&selected).await.unwrap().items;
+        assert!(items.len() == 2 && items.iter().all(|p| !owned_by(p, "kept", &uid)), "{items:#?}");
+        Ok(())
+    });
+    result
+}
+
+#[test]
+fn a_leader_with_a_stale_cache_adopts_no_orphan_of_a_deleted_podset() {
+    in_namespace("a_leader_with_a_stale_cache_adopts_no_orphan_of_a_deleted_podset", || {
+        orphans_of_a_deleted_podset_stay_orphans(&[]).unwrap();
+    });
+}
+
+#[test]
+fn without_the_adoption_recheck_a_leader_with_a_stale_cache_adopts_the_orphans() {
+    in_namespace("without_the_adoption_recheck_a_leader_with_a_stale_cache_adopts_the_orphans", || {
+        let e = orphans_of_a_deleted_podset_stay_orphans(&["no-adoption-recheck"])
+            .expect_err("the test above fails when the recheck is gone");
+        assert!(e.contains("adopted again by the deleted PodSet"), "{e}");
     });
 }

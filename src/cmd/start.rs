@@ -21,9 +21,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     // One rustls provider for every TLS client and server of the process, subcommands' too.
     tls::provider();
     #[cfg(feature = "planted-bugs")]
-    if let Some(bug) = opts.planted_bug {
-        crate::planted::plant(bug);
-    }
+    crate::planted::plant(&opts.planted_bug);
     match opts.command.take() {
         Some(super::Command::Restore(restore)) => return super::restore::run(*restore).await,
         Some(super::Command::Backup(backup)) => return super::backup::run(backup).await,

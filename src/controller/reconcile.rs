@@ -233,6 +233,10 @@ fn claims(pods: &[Arc<Pod>], uid: &str, selector: &Selector) -> Vec<(Arc<Pod>, C
 /// Upstream's `canAdopt` (`RecheckDeletionTimestamp`): before the first adoption of a pass, a consistent read that
 /// the PodSet is still the one listed and not being deleted.
 async fn recheck(ctx: &Context, key: &PodSetKey, ps: &PodSet) -> Result<(), String> {
+    #[cfg(feature = "planted-bugs")]
+    if crate::planted::planted(crate::planted::Bug::NoAdoptionRecheck) {
+        return Ok(());
+    }
     let fresh = match ctx.registry.get(key, None).await.and_then(|o| o.decode()) {
         Ok(fresh) => fresh,
         Err(e) => return Err(format!("can't recheck DeletionTimestamp: {e}")),

@@ -141,7 +141,13 @@ impl Registry {
         if resource_version != Some(0) {
             self.read_revision(resource_version, false).await?;
         }
-        self.get_object(key).await?.map(Stored::new).ok_or_else(|| Error::not_found(&key.name))
+        let found = self.get_object(key).await?.map(Stored::new);
+        #[cfg(feature = "planted-bugs")]
+        let found = match resource_version {
+            Some(0) => late_delete(key, found),
+            _ => found,
+        };
+        found.ok_or_else(|| Error::not_found(&key.name))
     }
 
     /// GET of `/scale`.
@@ -444,4 +450,31 @@ impl Registry {
         }
         Ok((deleted, self.store.current_revision()))
     }
+}
+
+/// Per PodSet, the last live version a cached GET returned, and since when it has been hidden.
+#[cfg(feature = "planted-bugs")]
+static HIDDEN: parking_lot::Mutex<std::collections::BTreeMap<String, (Stored, Option<std::time::Instant>)>> =
+    parking_lot::Mutex::new(std::collections::BTreeMap::new());
+
+/// What a GET of `key` at resourceVersion=0 returns, given what the cache holds: with the planted fault
+/// `LateDeletes`, the last live version it returned while the deletion is hidden.
+#[cfg(feature = "planted-bugs")]
+fn late_delete(key: &PodSetKey, cached: Option<Stored>) -> Option<Stored> {
+    use crate::planted::{planted, Bug, LATE_DELETES};
+    if !planted(Bug::LateDeletes) {
+        return cached;
+    }
+    let mut hidden = HIDDEN.lock();
+    let live = cached.as_ref().filter(|s| s.decode().is_ok_and(|ps| ps.metadata.deletion_timestamp.is_none()));
+    if let Some(live) = live {
+        hidden.insert(key.to_string(), (live.clone(), None));
+        return cached;
+    }
+    let Some((last, since)) = hidden.get_mut(&key.to_string()) else { return cached };
+    if since.get_or_insert_with(std::time::Instant::now).elapsed() < LATE_DELETES {
+        return Some(last.clone());
+    }
+    hidden.remove(&key.to_string());
+    cached
 }

@@ -76,10 +76,10 @@ pub struct Options {
     pub insecure_allow_all: bool,
 
     /// Turns on a bug planted on purpose (only in a build with the `planted-bugs` feature, for the fault
-    /// harness's own test).
+    /// harness's own test); may be repeated.
     #[cfg(feature = "planted-bugs")]
     #[arg(long, value_enum, hide = true)]
-    pub planted_bug: Option<crate::planted::Bug>,
+    pub planted_bug: Vec<crate::planted::Bug>,
 
     /// An apiserver.config.k8s.io TracingConfiguration (v1, v1beta1 or v1alpha1), as kube-apiserver takes: spans
     /// are exported over OTLP/gRPC to its `endpoint` (default localhost:4317), `samplingRatePerMillion` of new
