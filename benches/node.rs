@@ -4,11 +4,15 @@
 //!
 //! `cargo bench --bench node` (as root, with KUBEBUILDER_ASSETS set: see hack/test.sh).
 
+#[path = "../tests/common/node.rs"]
+mod node;
+
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use node::{demo_template, phase, ready};
 use podset_apiserver::api::PodSet;
 use podset_envtest::{reenter_namespace, Cluster, ServerCommand};
 use serde_json::json;
@@ -16,34 +20,11 @@ use serde_json::json;
 const REPLICAS: usize = 50;
 const BIN: &str = env!("CARGO_BIN_EXE_podset-apiserver");
 
-fn template(image: &str, app: &str) -> serde_json::Value {
-    json!({
-        "metadata": {"labels": {"app": app}},
-        "spec": {
-            "automountServiceAccountToken": false,
-            "terminationGracePeriodSeconds": 5,
-            "containers": [{
-                "name": "main",
-                "image": image,
-                "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}, "periodSeconds": 1},
-            }],
-        },
-    })
-}
-
 /// (Running, Running and Ready) Pods of `app`.
 async fn counts(pods: &Api<Pod>, app: &str) -> (usize, usize, usize) {
     let list = pods.list(&ListParams::default().labels(&format!("app={app}"))).await.unwrap();
-    let running: Vec<&Pod> =
-        list.items.iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")).collect();
-    let ready = running
-        .iter()
-        .filter(|p| {
-            let c = p.status.as_ref().and_then(|s| s.conditions.as_ref());
-            c.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        })
-        .count();
-    (list.items.len(), running.len(), ready)
+    let running: Vec<&Pod> = list.items.iter().filter(|p| phase(p) == "Running").collect();
+    (list.items.len(), running.len(), running.iter().filter(|p| ready(p)).count())
 }
 
 /// Seconds until every one of `REPLICAS` Pods exists, is Running, and is Ready.
@@ -89,7 +70,7 @@ fn main() {
 
         let ps: PodSet = serde_json::from_value(json!({
             "metadata": {"name": "bench"},
-            "spec": {"replicas": REPLICAS, "template": template(&image, "bench")}
+            "spec": {"replicas": REPLICAS, "template": demo_template(&image, "bench", 0)}
         }))
         .unwrap();
         let t = Instant::now();
@@ -100,7 +81,7 @@ fn main() {
 
         let rs: ReplicaSet = serde_json::from_value(json!({
             "metadata": {"name": "rs"},
-            "spec": {"replicas": REPLICAS, "selector": {"matchLabels": {"app": "rs"}}, "template": template(&image, "rs")}
+            "spec": {"replicas": REPLICAS, "selector": {"matchLabels": {"app": "rs"}}, "template": demo_template(&image, "rs", 0)}
         }))
         .unwrap();
         let t = Instant::now();

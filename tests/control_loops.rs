@@ -11,6 +11,7 @@ mod common;
 use std::time::Duration;
 
 use common::cluster::{in_namespace, runtime, wait};
+use common::node::demo_template;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
@@ -255,17 +256,11 @@ fn status_tools_see_a_podset_progress_and_settle_as_a_replicaset() {
     });
 }
 
-/// The demo workload, Ready two seconds after it starts.
+/// The demo workload, Ready two seconds after it starts, gone a second after it is told to stop.
 fn running_template(image: &str, app: &str) -> Value {
-    json!({
-        "metadata": {"labels": {"app": app}},
-        "spec": {
-            "automountServiceAccountToken": false,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": "main", "image": image, "args": ["--ready-after=2"],
-                "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}, "periodSeconds": 1}}],
-        },
-    })
+    let mut t = demo_template(image, app, 2);
+    t["spec"]["terminationGracePeriodSeconds"] = json!(1);
+    t
 }
 
 #[test]

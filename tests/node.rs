@@ -10,10 +10,8 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::time::Duration;
-
 use common::cluster::{self, in_namespace, runtime, wait};
+use common::node::{demo_template, http_get, phase, pod_ip, ready, POD_WAIT};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use kube::ResourceExt;
@@ -21,40 +19,16 @@ use podset_apiserver::api::PodSet;
 use podset_envtest::{node, Cluster};
 use serde_json::json;
 
-/// A Pod's patience on this node: image already there, but two cores shared by the whole cluster.
-const POD_WAIT: Duration = Duration::from_secs(180);
-
-/// The demo workload, Ready two seconds after it starts, checked every second.
+/// The demo workload, Ready two seconds after it starts, restarted by `restart_policy`.
 fn template(image: &str, app: &str, restart_policy: &str) -> serde_json::Value {
-    json!({
-        "metadata": {"labels": {"app": app}},
-        "spec": {
-            "restartPolicy": restart_policy,
-            "automountServiceAccountToken": false,
-            "terminationGracePeriodSeconds": 5,
-            "containers": [{
-                "name": "main",
-                "image": image,
-                "args": ["--ready-after=2"],
-                "ports": [{"containerPort": 8080}],
-                "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}, "periodSeconds": 1},
-            }],
-        },
-    })
+    let mut t = demo_template(image, app, 2);
+    t["spec"]["restartPolicy"] = json!(restart_policy);
+    t
 }
 
 fn podset(name: &str, replicas: i32, template: serde_json::Value) -> PodSet {
     serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"replicas": replicas, "template": template}}))
         .unwrap()
-}
-
-fn phase(p: &Pod) -> &str {
-    p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
-}
-
-fn ready(p: &Pod) -> bool {
-    let conditions = p.status.as_ref().and_then(|s| s.conditions.as_ref());
-    conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 async fn pods_of(pods: &Api<Pod>, app: &str) -> Vec<Pod> {
@@ -91,16 +65,6 @@ async fn wait_status(podsets: &Api<PodSet>, name: &str, replicas: i32, ready: i3
     .await;
 }
 
-/// A plain HTTP/1.1 GET to the demo workload in a Pod (the test runs in the node's network namespace).
-fn http_get(ip: &str, path: &str) -> (u16, String) {
-    let mut s = std::net::TcpStream::connect((ip, 8080)).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {ip}\r\nConnection: close\r\n\r\n").unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    (status, text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default())
-}
-
 /// Creates PodSet `name` of `replicas` demo Pods (restartPolicy `restart_policy`) in `default`, and waits until
 /// they are Running and Ready and the PodSet counts them: the PodSets' API, the Pods' API, and the Pods.
 async fn running_podset(
@@ -117,10 +81,6 @@ async fn running_podset(
     let running = wait_running_ready(&pods, name, replicas as usize).await;
     wait_status(&podsets, name, replicas, replicas).await;
     (podsets, pods, running)
-}
-
-fn pod_ip(p: &Pod) -> String {
-    p.status.as_ref().and_then(|s| s.pod_ip.clone()).expect("a running Pod has an IP")
 }
 
 #[test]

@@ -15,6 +15,7 @@ use http_body_util::BodyExt;
 use tempfile::TempDir;
 
 pub mod cluster;
+pub mod node;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_podset-apiserver");
 
