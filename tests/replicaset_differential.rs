@@ -1,7 +1,7 @@
 //! A ReplicaSet and a PodSet side by side on the local node (a real kubelet: the Pods run the demo workload and are
 //! Ready by their probe), made from the same template and driven through the same steps: scale 0→5, two Pods made
 //! unready by their probe, deletion costs on two Pods, scale 5→2, a Pod deleted by hand, a ResourceQuota that refuses
-//! the third Pod, a template whose Pod the API refuses, the namespace deleted while scaling. Each lives in a
+//! the third Pod and is changed to refuse it otherwise, a template whose Pod the API refuses, the namespace deleted while scaling. Each lives in a
 //! namespace of its own (`theirs`, `ours`), so a quota or a namespace's deletion touches each alike. After each step
 //! both are compared: which Pods remain, by their role in the steps (names are random); the events about each, by
 //! type, reason and message with generated Pod names as `web-*`; and the status fields both have.
@@ -15,10 +15,10 @@
 mod common;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use common::cluster::{self, in_namespace, runtime, wait, Cluster};
+use common::node::{demo_template, http_get, phase, pod_ip, ready, POD_WAIT};
 use k8s_openapi::api::core::v1::{Event, Namespace, Pod, ServiceAccount};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -29,11 +29,12 @@ use serde_json::{json, Value};
 /// by default from 1.22): its scale-down deletes the Pod ready last whatever its cost; ours keeps the costlier Pod,
 /// as today's ReplicaSet controller does.
 const DELETION_COST: &str = "deletion cost: kube-controller-manager 1.20 ranks Pods without it";
-/// A ReplicaSet's status field a PodSet's has not: PodSetStatus has no `fullyLabeledReplicas`.
-const THEIR_STATUS_ONLY: [&str; 1] = ["fullyLabeledReplicas"];
-/// A PodSet's status fields a ReplicaSet's has not: the counted Pods' names, and the `Ready` and `Reconciling`
-/// conditions `kubectl wait` and kstatus read of a workload that is not built in.
-const OUR_STATUS_ONLY: [&str; 2] = ["conditions", "podNames"];
+/// A ReplicaSet's status fields a PodSet's has not.
+const THEIR_STATUS_ONLY: [&str; 0] = [];
+/// A PodSet's status fields a ReplicaSet's has not: the counted Pods' names, the `Ready` and `Reconciling`
+/// conditions `kubectl wait` and kstatus read of a workload that is not built in, and `terminatingReplicas`, which
+/// kube-controller-manager 1.20 predates (kube 1.33).
+const OUR_STATUS_ONLY: [&str; 3] = ["conditions", "podNames", "terminatingReplicas"];
 const OUR_CONDITIONS_ONLY: [&str; 2] = ["Ready", "Reconciling"];
 /// Who reports: the ReplicaSet controller writes core/v1 Events (`source.component`); ours are events.k8s.io/v1
 /// Events, from kube-rs's recorder (`reportingController`, `reportingComponent` through core/v1).
@@ -53,8 +54,6 @@ const THEIR_RECORDER: &str = "client-go's recorder drops a ReplicaSet's events p
 const THEIR_EVENT_BUDGET: i32 = 25;
 const COMBINED: &str = "(combined from similar events): ";
 
-/// A Pod's patience on this node: the image is there, but two cores run the whole cluster.
-const POD_WAIT: Duration = Duration::from_secs(180);
 const NAME: &str = "web";
 const COST: &str = "controller.kubernetes.io/pod-deletion-cost";
 
@@ -69,25 +68,14 @@ const FIXED: &str = "made from the fixed template";
 /// The messages the API refuses the Pods with, generated names as `web-*`.
 const QUOTA_REFUSAL: &str =
     "pods \"web-*\" is forbidden: exceeded quota: pods, requested: pods=1, used: pods=2, limited: pods=2";
+const CPU_QUOTA_REFUSAL: &str = "pods \"web-*\" is forbidden: failed quota: pods: must specify requests.cpu";
 const TEMPLATE_REFUSAL: &str = "pods \"web-\" is forbidden: no PriorityClass with name missing was found";
 
 /// The demo workload, Ready two seconds after it starts and unready after one failed probe.
 fn template(image: &str) -> Value {
-    json!({
-        "metadata": {"labels": {"app": NAME}},
-        "spec": {
-            "automountServiceAccountToken": false,
-            "terminationGracePeriodSeconds": 5,
-            "containers": [{
-                "name": "main",
-                "image": image,
-                "args": ["--ready-after=2"],
-                "ports": [{"containerPort": 8080}],
-                "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}, "periodSeconds": 1,
-                    "failureThreshold": 1},
-            }],
-        },
-    })
+    let mut t = demo_template(image, NAME, 2);
+    t["spec"]["containers"][0]["readinessProbe"]["failureThreshold"] = json!(1);
+    t
 }
 
 /// One of the two workloads, named `web` in a namespace of its own.
@@ -136,6 +124,7 @@ impl Side {
 #[derive(Debug, Clone, PartialEq)]
 struct Status {
     replicas: i64,
+    fully_labeled_replicas: i64,
     ready_replicas: i64,
     available_replicas: i64,
     generation: i64,
@@ -146,8 +135,10 @@ struct Status {
 impl Status {
     /// `replicas` Pods, `ready` of them ready (and so available), generation `generation` observed.
     fn settled(replicas: i64, ready: i64, generation: i64) -> Self {
+        // The template's labels are the selector's: every Pod is fully labelled.
         Self {
             replicas,
+            fully_labeled_replicas: replicas,
             ready_replicas: ready,
             available_replicas: ready,
             generation,
@@ -170,6 +161,7 @@ impl Status {
             .map(|c| ["status", "reason", "message"].map(|k| normalise(c[k].as_str().unwrap_or_default())));
         Self {
             replicas: int("replicas"),
+            fully_labeled_replicas: int("fullyLabeledReplicas"),
             ready_replicas: int("readyReplicas"),
             available_replicas: int("availableReplicas"),
             generation: obj.metadata.generation.unwrap_or(0),
@@ -222,22 +214,9 @@ fn normalise(message: &str) -> String {
     out + rest
 }
 
-fn phase(p: &Pod) -> &str {
-    p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
-}
-
-fn ready(p: &Pod) -> bool {
-    let conditions = p.status.as_ref().and_then(|s| s.conditions.as_ref());
-    conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 fn restarts(p: &Pod) -> i32 {
     let statuses = p.status.as_ref().and_then(|s| s.container_statuses.as_ref());
     statuses.and_then(|s| s.first()).map_or(0, |c| c.restart_count)
-}
-
-fn pod_ip(p: &Pod) -> String {
-    p.status.as_ref().and_then(|s| s.pod_ip.clone()).expect("a running Pod has an IP")
 }
 
 /// Every Pod of the namespace, terminating and terminated ones too, sorted by name.
@@ -270,14 +249,23 @@ async fn running_ready(side: &Side, n: usize) -> Vec<Pod> {
     live_pods(side).await
 }
 
-/// A plain HTTP/1.1 GET to the demo workload in a Pod (the test runs in the node's network namespace).
-fn http_get(ip: &str, path: &str) -> (u16, String) {
-    let mut s = std::net::TcpStream::connect((ip, 8080)).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {ip}\r\nConnection: close\r\n\r\n").unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    (status, text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default())
+/// Scales both sides to `replicas` (a new generation) and waits until each has that many Pods Running and Ready and
+/// its status counts them at that generation: each side's live Pods.
+async fn scale_and_settle(
+    cluster: &Cluster,
+    sides: &[Side; 2],
+    replicas: i32,
+    generation: &mut i64,
+    what: &str,
+) -> [Vec<Pod>; 2] {
+    for side in sides {
+        side.scale(cluster, replicas);
+    }
+    *generation += 1;
+    let live = [running_ready(&sides[0], replicas as usize).await, running_ready(&sides[1], replicas as usize).await];
+    let n = i64::from(replicas);
+    expect_status(sides, Status::settled(n, n, *generation), what).await;
+    live
 }
 
 /// One event about a workload, as core/v1 shows it (events.k8s.io's `note` is its `message`).
@@ -453,15 +441,7 @@ fn a_podset_goes_through_a_replicasets_steps_as_a_replicaset() {
 
             // Scale 0→5: five Pods each, an event per Pod naming it.
             let before = snapshot(&sides).await;
-            for side in &sides {
-                side.scale(&cluster, 5);
-            }
-            generation += 1;
-            let mut made = Vec::new();
-            for side in &sides {
-                made.push(running_ready(side, 5).await);
-            }
-            expect_status(&sides, Status::settled(5, 5, generation), "scaled 0→5").await;
+            let made = scale_and_settle(&cluster, &sides, 5, &mut generation, "scaled 0→5").await;
             let none = BTreeSet::new();
             expect_events(&sides, &before, &none, [created(&names(&made[0])), created(&names(&made[1]))], Names::Kept)
                 .await;
@@ -484,7 +464,6 @@ fn a_podset_goes_through_a_replicasets_steps_as_a_replicaset() {
                 ours.workloads.get(NAME).await.unwrap().data["status"].clone(),
             );
             assert_eq!(only_in(&their_status, &our_status), THEIR_STATUS_ONLY, "{their_status} against {our_status}");
-            assert_eq!(their_status["fullyLabeledReplicas"], 5);
             assert_eq!(only_in(&our_status, &their_status), OUR_STATUS_ONLY, "{our_status} against {their_status}");
             assert_eq!(condition_types(&our_status), BTreeSet::from(OUR_CONDITIONS_ONLY.map(String::from)));
             assert!(condition_types(&their_status).is_empty(), "{their_status}");
@@ -539,15 +518,7 @@ fn a_podset_goes_through_a_replicasets_steps_as_a_replicaset() {
             // Scale 5→2: the unready Pods go first whatever their cost; of the ready ones, kube-controller-manager
             // 1.20 deletes the one ready last (the costly one), ours the cheaper ones.
             let before = snapshot(&sides).await;
-            for side in &sides {
-                side.scale(&cluster, 2);
-            }
-            generation += 1;
-            let mut kept = Vec::new();
-            for side in &sides {
-                kept.push(running_ready(side, 2).await);
-            }
-            expect_status(&sides, Status::settled(2, 2, generation), "scaled 5→2").await;
+            let kept = scale_and_settle(&cluster, &sides, 2, &mut generation, "scaled 5→2").await;
             assert_eq!(roles(theirs, &role[0]).await, [READY, READY], "{DELETION_COST}");
             assert_eq!(roles(ours, &role[1]).await, [READY, READY_COSTLY], "{DELETION_COST}");
             let gone = |all: &[Pod], kept: &[Pod]| {
@@ -613,13 +584,27 @@ fn a_podset_goes_through_a_replicasets_steps_as_a_replicaset() {
             }
             generation += 1;
             let quota_refused = Status::settled(2, 2, generation).failing("FailedCreate", QUOTA_REFUSAL);
-            expect_status(&sides, quota_refused, "the third Pod refused by the quota").await;
+            expect_status(&sides, quota_refused.clone(), "the third Pod refused by the quota").await;
             let refusal =
                 BTreeSet::from([Ev::new("Warning", "FailedCreate", &format!("Error creating: {QUOTA_REFUSAL}"))]);
             expect_events(&sides, &before, &none, [refusal.clone(), refusal.clone()], Names::Aside).await;
             assert_eq!(roles(theirs, &role[0]).await, [READY, REPLACEMENT]);
             assert_eq!(roles(ours, &role[1]).await, [READY_COSTLY, REPLACEMENT]);
             step("the third Pod refused by a quota");
+
+            // The quota changed while it still refuses (it now wants CPU requests the template has not): the new
+            // message is a new event, as client-go's recorder keys events on their message, and ReplicaFailure
+            // keeps the first.
+            let before = snapshot(&sides).await;
+            let cpu = Patch::Merge(json!({"spec": {"hard": {"pods": "2", "requests.cpu": "1"}}}));
+            for side in &sides {
+                quotas(side).patch("pods", &PatchParams::default(), &cpu).await.unwrap();
+            }
+            let cpu_refusal =
+                BTreeSet::from([Ev::new("Warning", "FailedCreate", &format!("Error creating: {CPU_QUOTA_REFUSAL}"))]);
+            expect_events(&sides, &before, &refusal, [cpu_refusal.clone(), cpu_refusal.clone()], Names::Aside).await;
+            expect_status(&sides, quota_refused, "the first refusal kept in ReplicaFailure").await;
+            step("the quota changed while it refuses");
 
             // Back to 2: nothing to create, and ReplicaFailure is gone. A refusal retried meanwhile is tolerated.
             let before = snapshot(&sides).await;
@@ -628,7 +613,8 @@ fn a_podset_goes_through_a_replicasets_steps_as_a_replicaset() {
             }
             generation += 1;
             expect_status(&sides, Status::settled(2, 2, generation), "back to 2 under the quota").await;
-            expect_events(&sides, &before, &refusal, [BTreeSet::new(), BTreeSet::new()], Names::Kept).await;
+            let refusals = refusal.union(&cpu_refusal).cloned().collect();
+            expect_events(&sides, &before, &refusals, [BTreeSet::new(), BTreeSet::new()], Names::Kept).await;
             for side in &sides {
                 quotas(side).delete("pods", &DeleteParams::default()).await.unwrap();
             }
