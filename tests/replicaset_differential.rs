@@ -37,17 +37,17 @@ const THEIR_STATUS_ONLY: [&str; 0] = [];
 const OUR_STATUS_ONLY: [&str; 3] = ["conditions", "podNames", "terminatingReplicas"];
 const OUR_CONDITIONS_ONLY: [&str; 2] = ["Ready", "Reconciling"];
 /// Who reports: the ReplicaSet controller writes core/v1 Events (`source.component`); ours are events.k8s.io/v1
-/// Events, from kube-rs's recorder (`reportingController`, `reportingComponent` through core/v1).
+/// Events (`reportingController`, `reportingComponent` through core/v1).
 const EVENT_SOURCE: [&str; 2] = ["replicaset-controller", "podset-controller"];
-/// A message repeated (a create refused again on retry) counts on: client-go's correlator on an Event of the same
-/// message, kube-rs's recorder as a series on the first Event of a pass; and the two controllers retry on backoffs of
-/// their own. So events are compared as sets, not counts.
+/// A message repeated (a create refused again on retry) counts on, on an Event of the same message: client-go's
+/// correlator as a count, ours as a series; and the two controllers retry on backoffs of their own. So events are
+/// compared as sets, not counts.
 const EVENT_COUNTS: &str = "events are compared as sets: repeats are counted differently";
 /// client-go's recorder, the ReplicaSet controller's, lets [`THEIR_EVENT_BUDGET`] events about one object through,
 /// then one every five minutes (`EventSourceObjectSpamFilter`); and after ten different messages of one reason it
 /// writes the rest as one Event, its message marked [`COMBINED`] (`EventAggregator`). Every refused create is an
 /// event, retried within milliseconds at first, so after the quota and the refused template a ReplicaSet may have
-/// spent its events, and what it does next goes unrecorded. kube-rs's recorder, ours, does neither: our events are
+/// spent its events, and what it does next goes unrecorded. Our recorder does neither: our events are
 /// all there. The ReplicaSet's may fall short of the expected ones only once those it recorded count up to the
 /// budget.
 const THEIR_RECORDER: &str = "client-go's recorder drops a ReplicaSet's events past 25 and combines similar ones";
