@@ -42,7 +42,8 @@ fn referenced() -> BTreeSet<String> {
     let alerts: serde_yaml::Value =
         serde_yaml::from_str(&std::fs::read_to_string(root.join("alerts.yaml")).unwrap()).unwrap();
     let mut names = BTreeSet::new();
-    for group in alerts["groups"].as_sequence().unwrap() {
+    // A PrometheusRule (deploy/components/monitoring applies it): the rule file is its spec.
+    for group in alerts["spec"]["groups"].as_sequence().unwrap() {
         for rule in group["rules"].as_sequence().unwrap() {
             names.extend(metrics_in(rule["expr"].as_str().unwrap()));
         }

@@ -1,7 +1,8 @@
 //! `/healthz`, `/livez`, `/readyz` from named checks, as k8s.io/apiserver's `pkg/server/healthz`: `?verbose` lists
 //! every check, `?exclude=<name>` skips one, `/<endpoint>/<name>` runs one and says why it fails. Parts of the
-//! server register their own checks: `ping`, `storage`, `informer-sync` (the controller's caches), `delegation`
-//! (trust anchors loaded), `shutdown` (fails from SIGTERM on, so load balancers stop sending before we stop serving).
+//! server register their own checks: `ping`, `storage`, `informer-sync` (the controller's and admission's caches),
+//! `delegation` (trust anchors loaded), `shutdown` (fails from SIGTERM on, so load balancers stop sending before we
+//! stop serving).
 
 use std::future::Future;
 use std::sync::Arc;

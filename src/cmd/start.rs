@@ -261,12 +261,14 @@ fn health_checks(
         .add(Endpoint::Readyz, health::ping())
         .add(Endpoint::Readyz, writable(store.clone()))
         .add(Endpoint::Readyz, {
-            // The controller's caches, and admission's namespaces and webhook configurations.
+            // The controller's caches, and admission's namespaces, webhook configurations, policies and quotas.
             let (informers, admission) = (informers.clone(), admission.clone());
             named_check("informer-sync", move || {
                 std::future::ready(informers.check().and_then(|()| match admission.has_synced() {
                     true => Ok(()),
-                    false => Err("admission: namespaces and webhook configurations not yet listed".into()),
+                    false => {
+                        Err("admission: namespaces, webhook configurations, policies or quotas not yet listed".into())
+                    }
                 }))
             })
         })
