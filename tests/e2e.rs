@@ -85,7 +85,64 @@ fn kubectl_through_the_aggregator() {
         // The requests reached us on the front proxy's certificate, naming the real caller.
         let log = c.podset_log();
         assert!(log.contains(r#""method":"POST""#) && log.contains(r#""user":"admin""#), "{log}");
+
+        // On the same cluster (a control plane of its own would cost more than the checks): the last, as it
+        // takes the server out.
+        check_passes_then_names_what_failed(&c);
     });
+}
+
+/// `podset-apiserver check` (issue 56), the real binary against this install.
+fn check_passes_then_names_what_failed(c: &Cluster) {
+    let started = std::time::Instant::now();
+    let check = |c: &Cluster| {
+        let out = std::process::Command::new(common::BIN)
+            .args(["check", "--kubeconfig"])
+            .arg(&c.kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+    };
+    let (code, out) = check(c);
+    assert_eq!(code, Some(0), "{out}");
+    for line in [
+        "APIService v1beta1.demo.k8s.io Available: ok",
+        "APIService v1alpha1.demo.k8s.io Available: ok",
+        "discovery of demo.k8s.io: ok",
+        "discovery of demo.k8s.io/v1beta1: ok",
+        "discovery of demo.k8s.io/v1alpha1: ok",
+        "dry-run create of a demo.k8s.io/v1beta1 PodSet in default: ok",
+        "dry-run create of a demo.k8s.io/v1alpha1 PodSet in default: ok",
+        // The harness's replicas are processes, not Pods: readiness as the Endpoints list it.
+        "(in the Endpoints of podset-system/podset-apiserver): ok (listed ready;",
+    ] {
+        assert!(out.contains(line), "no {line:?} in:\n{out}");
+    }
+    assert!(!out.contains("FAILED"), "{out}");
+    eprintln!("podset-apiserver check, passing:\n{out}");
+
+    // The replica out of the Endpoints, as a failing readiness probe takes it: the aggregator marks the APIServices
+    // unavailable, and the check says so, and why.
+    c.set_ready_replicas(&[]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while c.apiservice_available() {
+        assert!(std::time::Instant::now() < deadline, "the APIServices stayed Available");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let (code, out) = check(c);
+    assert_eq!(code, Some(1), "{out}");
+    for line in [
+        "APIService v1beta1.demo.k8s.io Available: FAILED: Available=False: MissingEndpoints",
+        "discovery of demo.k8s.io/v1beta1: FAILED",
+        "dry-run create of a demo.k8s.io/v1beta1 PodSet in default: FAILED",
+        "(in the Endpoints of podset-system/podset-apiserver): FAILED: listed not ready",
+        "checks failed",
+    ] {
+        assert!(out.contains(line), "no {line:?} in:\n{out}");
+    }
+    eprintln!("podset-apiserver check, failing:\n{out}\nboth in {:.1}s", started.elapsed().as_secs_f64());
+    c.set_ready_replicas(&[0]);
 }
 
 #[test]

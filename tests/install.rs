@@ -204,6 +204,16 @@ fn installed_upgraded_rolled_back_and_uninstalled_as_the_docs_say() {
         assert_eq!(image, "podset-apiserver:v0.1.0-b");
         assert_ne!(upgraded_pod, first_pod, "the server's Pod was not replaced");
         assert_eq!(web(&cluster), before, "the PodSet or its Pods changed across the upgrade");
+        // The install checked as docs/install.md says: each replica's /readyz through kube-apiserver's pods proxy.
+        let out = Command::new(&static_bin)
+            .args(["check", "--kubeconfig"])
+            .arg(&cluster.kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{text}");
+        assert!(text.contains("/readyz of Pod podset-system/podset-apiserver-0: ok"), "{text}");
         let backup = std::fs::read_to_string(dir.path().join("podsets-backup.json")).unwrap();
         let backup: serde_json::Value = serde_json::from_str(&backup).unwrap();
         assert_eq!(backup["items"][0]["metadata"]["uid"].as_str(), Some(before.0.as_str()));

@@ -2,6 +2,7 @@
 //! server, as sample-apiserver's `pkg/cmd/server`.
 
 mod backup;
+mod check;
 pub mod config_file;
 pub mod encryption;
 pub mod options;
@@ -10,6 +11,7 @@ mod start;
 pub mod telemetry;
 
 pub use backup::BackupOptions;
+pub use check::CheckOptions;
 pub use options::{Command, LogFormat, Options};
 pub use restore::RestoreOptions;
 pub use start::run;

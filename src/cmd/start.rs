@@ -25,6 +25,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     match opts.command.take() {
         Some(super::Command::Restore(restore)) => return super::restore::run(*restore).await,
         Some(super::Command::Backup(backup)) => return super::backup::run(backup).await,
+        Some(super::Command::Check(check)) => return super::check::run(check).await,
         None => {}
     }
     opts.server_run.validate()?;

@@ -102,6 +102,11 @@ pub enum Command {
     /// runs: deploy/backup), as one consistent snapshot, then exits.
     #[command(next_line_help = true)]
     Backup(crate::cmd::BackupOptions),
+    /// Checks an install through the main API server: the APIServices are Available, discovery lists podsets,
+    /// a dry-run create of a PodSet is admitted, and each replica is ready. One line per check; exits 1 if any
+    /// failed.
+    #[command(next_line_help = true)]
+    Check(crate::cmd::CheckOptions),
 }
 
 pub(crate) use crate::api::duration::parse as duration;
