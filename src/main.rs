@@ -1,6 +1,6 @@
 use clap::Parser;
 use podset_apiserver::cmd::telemetry::{self, TracingConfiguration};
-use podset_apiserver::cmd::{run, Options};
+use podset_apiserver::cmd::{run, Command, Options};
 
 /// jemalloc instead of glibc's malloc: a request allocates and frees many small and mid-sized buffers, which glibc
 /// serves with bin consolidation on the request path (about a quarter of the server's CPU per create).
@@ -20,6 +20,11 @@ pub static malloc_conf: &[u8] =
 async fn main() -> anyhow::Result<()> {
     let opts = Options::parse();
     let tracing = opts.tracing_config_file.as_deref().map(TracingConfiguration::load).transpose()?;
-    let _telemetry = telemetry::init(opts.log_format, tracing.as_ref())?;
+    // `check` prints its own findings: the client's log of the failures it reports would only repeat them.
+    let default_filter = match opts.command {
+        Some(Command::Check(_)) => "warn,kube_client=off",
+        _ => "info",
+    };
+    let _telemetry = telemetry::init(opts.log_format, tracing.as_ref(), default_filter)?;
     run(opts).await
 }

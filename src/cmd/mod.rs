@@ -18,5 +18,5 @@ pub use start::run;
 
 /// Logs, without traces (for the tools that share the server's flags).
 pub fn init_logs(format: LogFormat) -> telemetry::Telemetry {
-    telemetry::init(format, None).expect("logs alone need no configuration")
+    telemetry::init(format, None, "info").expect("logs alone need no configuration")
 }

@@ -45,10 +45,14 @@ impl Drop for Telemetry {
     }
 }
 
-/// Sets up logging, and tracing when `tracing` is given. Must run inside the Tokio runtime (the exporter's gRPC
-/// channel lives there).
-pub fn init(format: LogFormat, tracing: Option<&TracingConfiguration>) -> anyhow::Result<Telemetry> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+/// Sets up logging, and tracing when `tracing` is given; `RUST_LOG`, or else `default_filter`, says what is logged.
+/// Must run inside the Tokio runtime (the exporter's gRPC channel lives there).
+pub fn init(
+    format: LogFormat,
+    tracing: Option<&TracingConfiguration>,
+    default_filter: &str,
+) -> anyhow::Result<Telemetry> {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     // Spans are for the exporter: the log lines stay as they are, without span context.
     let events = filter.and(dynamic_filter_fn(|m, _| !m.is_span()).with_callsite_filter(|m| match m.is_span() {
