@@ -375,6 +375,25 @@ async fn expect_events(
     assert_eq!(normalised(&want[0]), normalised(&want[1]), "the same events, Pod names aside");
 }
 
+/// Once each side has `n` Pods Running and Ready, exactly one of them new to the steps: it takes `role`. The new
+/// Pod's name, per side.
+async fn one_new_pod_each(
+    sides: &[Side; 2],
+    roles: &mut [HashMap<String, &'static str>; 2],
+    n: usize,
+    role: &'static str,
+) -> [Vec<String>; 2] {
+    let mut made: [Vec<String>; 2] = Default::default();
+    for ((side, roles), made) in sides.iter().zip(roles.iter_mut()).zip(&mut made) {
+        let pods = running_ready(side, n).await;
+        let new: Vec<String> = names(&pods).into_iter().filter(|n| !roles.contains_key(n)).collect();
+        assert_eq!(new.len(), 1, "{}: {:?}", side.kind, names(&pods));
+        roles.insert(new[0].clone(), role);
+        *made = new;
+    }
+    made
+}
+
 /// The roles of the live Pods, sorted; a Pod the steps gave none is `new`.
 async fn roles(side: &Side, roles: &HashMap<String, &'static str>) -> Vec<&'static str> {
     let mut got: Vec<&str> =
@@ -541,14 +560,7 @@ fn a_podset_goes_through_a_replicasets_steps_as_a_replicaset() {
                 let victim = pods.iter().find(|p| role[&p.name_any()] == READY).unwrap();
                 side.pods.delete(&victim.name_any(), &DeleteParams::default()).await.unwrap();
             }
-            let mut replaced = Vec::new();
-            for (side, role) in sides.iter().zip(&mut role) {
-                let pods = running_ready(side, 2).await;
-                let new: Vec<String> = names(&pods).into_iter().filter(|n| !role.contains_key(n)).collect();
-                assert_eq!(new.len(), 1, "{}: {:?}", side.kind, names(&pods));
-                role.insert(new[0].clone(), REPLACEMENT);
-                replaced.push(new);
-            }
+            let replaced = one_new_pod_each(&sides, &mut role, 2, REPLACEMENT).await;
             expect_status(&sides, Status::settled(2, 2, generation), "a Pod deleted by hand, replaced").await;
             assert_eq!(roles(theirs, &role[0]).await, [READY, REPLACEMENT], "{DELETION_COST}");
             assert_eq!(roles(ours, &role[1]).await, [READY_COSTLY, REPLACEMENT], "{DELETION_COST}");
@@ -642,14 +654,7 @@ fn a_podset_goes_through_a_replicasets_steps_as_a_replicaset() {
                 side.patch(&cluster, json!({"spec": {"template": {"spec": {"priorityClassName": null}}}}));
             }
             generation += 1;
-            let mut fixed = Vec::new();
-            for (side, role) in sides.iter().zip(&mut role) {
-                let pods = running_ready(side, 3).await;
-                let new: Vec<String> = names(&pods).into_iter().filter(|n| !role.contains_key(n)).collect();
-                assert_eq!(new.len(), 1, "{}: {:?}", side.kind, names(&pods));
-                role.insert(new[0].clone(), FIXED);
-                fixed.push(new);
-            }
+            let fixed = one_new_pod_each(&sides, &mut role, 3, FIXED).await;
             expect_status(&sides, Status::settled(3, 3, generation), "the template fixed").await;
             expect_events(&sides, &before, &refusal, [created(&fixed[0]), created(&fixed[1])], Names::Kept).await;
             step("the template fixed");
