@@ -92,7 +92,14 @@ fn kubectl_through_the_aggregator() {
     });
 }
 
-/// `podset-apiserver check` (issue 56), the real binary against this install.
+/// Fails unless `out` holds every one of `lines`.
+fn says(out: &str, lines: &[&str]) {
+    for line in lines {
+        assert!(out.contains(line), "no {line:?} in:\n{out}");
+    }
+}
+
+/// `podset-apiserver check`, the real binary against this install.
 fn check_passes_then_names_what_failed(c: &Cluster) {
     let started = std::time::Instant::now();
     let check = |c: &Cluster| {
@@ -107,19 +114,20 @@ fn check_passes_then_names_what_failed(c: &Cluster) {
     };
     let (code, out) = check(c);
     assert_eq!(code, Some(0), "{out}");
-    for line in [
-        "APIService v1beta1.demo.k8s.io Available: ok",
-        "APIService v1alpha1.demo.k8s.io Available: ok",
-        "discovery of demo.k8s.io: ok",
-        "discovery of demo.k8s.io/v1beta1: ok",
-        "discovery of demo.k8s.io/v1alpha1: ok",
-        "dry-run create of a demo.k8s.io/v1beta1 PodSet in default: ok",
-        "dry-run create of a demo.k8s.io/v1alpha1 PodSet in default: ok",
-        // The harness's replicas are processes, not Pods: readiness as the Endpoints list it.
-        "(in the Endpoints of podset-system/podset-apiserver): ok (listed ready;",
-    ] {
-        assert!(out.contains(line), "no {line:?} in:\n{out}");
-    }
+    says(
+        &out,
+        &[
+            "APIService v1beta1.demo.k8s.io Available: ok",
+            "APIService v1alpha1.demo.k8s.io Available: ok",
+            "discovery of demo.k8s.io: ok",
+            "discovery of demo.k8s.io/v1beta1: ok",
+            "discovery of demo.k8s.io/v1alpha1: ok",
+            "dry-run create of a demo.k8s.io/v1beta1 PodSet in default: ok",
+            "dry-run create of a demo.k8s.io/v1alpha1 PodSet in default: ok",
+            // The harness's replicas are processes, not Pods: readiness as the Endpoints list it.
+            "(in the Endpoints of podset-system/podset-apiserver): ok (listed ready;",
+        ],
+    );
     assert!(!out.contains("FAILED"), "{out}");
     eprintln!("podset-apiserver check, passing:\n{out}");
 
@@ -133,15 +141,16 @@ fn check_passes_then_names_what_failed(c: &Cluster) {
     }
     let (code, out) = check(c);
     assert_eq!(code, Some(1), "{out}");
-    for line in [
-        "APIService v1beta1.demo.k8s.io Available: FAILED: Available=False: MissingEndpoints",
-        "discovery of demo.k8s.io/v1beta1: FAILED",
-        "dry-run create of a demo.k8s.io/v1beta1 PodSet in default: FAILED",
-        "(in the Endpoints of podset-system/podset-apiserver): FAILED: listed not ready",
-        "checks failed",
-    ] {
-        assert!(out.contains(line), "no {line:?} in:\n{out}");
-    }
+    says(
+        &out,
+        &[
+            "APIService v1beta1.demo.k8s.io Available: FAILED: Available=False: MissingEndpoints",
+            "discovery of demo.k8s.io/v1beta1: FAILED",
+            "dry-run create of a demo.k8s.io/v1beta1 PodSet in default: FAILED",
+            "(in the Endpoints of podset-system/podset-apiserver): FAILED: listed not ready",
+            "checks failed",
+        ],
+    );
     assert!(!out.contains("kube_client"), "the client's own log repeats what the checks say:\n{out}");
     eprintln!("podset-apiserver check, failing:\n{out}\nboth in {:.1}s", started.elapsed().as_secs_f64());
     c.set_ready_replicas(&[0]);

@@ -8,10 +8,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use kube::api::{ApiResource, DynamicObject, ListParams, TypeMeta};
+use kube::api::{DynamicObject, ListParams, TypeMeta};
 use kube::Api;
-
-use crate::api::GROUP;
 
 #[derive(Debug, Clone, Args)]
 pub struct BackupOptions {
@@ -48,13 +46,7 @@ pub async fn run(opts: BackupOptions) -> anyhow::Result<()> {
         .context("no --kubeconfig and not in a cluster: nothing to back up from")?;
     // As `kubectl get podsets.<version>.demo.k8s.io -A -o json` writes them; restore reads either.
     let version = opts.output_version;
-    let resource = ApiResource {
-        group: GROUP.into(),
-        version: version.as_str().into(),
-        api_version: version.api_version().into(),
-        kind: "PodSet".into(),
-        plural: "podsets".into(),
-    };
+    let resource = super::podsets_in(version);
     let api: Api<DynamicObject> = Api::all_with(client, &resource);
     let types = TypeMeta { api_version: resource.api_version.clone(), kind: resource.kind.clone() };
 

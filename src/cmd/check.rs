@@ -12,11 +12,11 @@ use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{APIGroup, APIResourceList};
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
-use kube::api::{ApiResource, DynamicObject, PostParams};
+use kube::api::{DynamicObject, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-use crate::api::{Version, GROUP};
+use crate::api::{Version, GROUP, KIND, PLURAL};
 
 #[derive(Debug, Clone, Args)]
 pub struct CheckOptions {
@@ -145,21 +145,14 @@ async fn group_discovery(client: &Client, versions: &[Version]) -> Result<String
 async fn version_discovery(client: &Client, v: Version) -> Result<String, String> {
     let req = get(&format!("/apis/{}", v.api_version()))?;
     let list: APIResourceList = timed(client.request(req)).await?;
-    if !list.resources.iter().any(|r| r.name == "podsets") {
-        return Err("does not list podsets".into());
+    if !list.resources.iter().any(|r| r.name == PLURAL) {
+        return Err(format!("does not list {PLURAL}"));
     }
-    Ok("podsets".into())
+    Ok(PLURAL.into())
 }
 
 async fn dry_run_create(client: &Client, v: Version, namespace: &str) -> Result<String, String> {
-    let resource = ApiResource {
-        group: GROUP.into(),
-        version: v.as_str().into(),
-        api_version: v.api_version().into(),
-        kind: "PodSet".into(),
-        plural: "podsets".into(),
-    };
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &super::podsets_in(v));
     // No replicas: nothing would be made even if it were stored. v1beta1 requires a selector.
     let mut spec = json!({
         "replicas": 0,
@@ -173,7 +166,7 @@ async fn dry_run_create(client: &Client, v: Version, namespace: &str) -> Result<
     }
     let object: DynamicObject = serde_json::from_value(json!({
         "apiVersion": v.api_version(),
-        "kind": "PodSet",
+        "kind": KIND,
         "metadata": {"generateName": "podset-apiserver-check-"},
         "spec": spec,
     }))

@@ -286,8 +286,9 @@ async fn watch_pods(ctx: Arc<Context>, api: Api<Pod>, writer: reflector::store::
             }
             Event::Apply(pod) => observe(&ctx, &mut known, &pod).await,
             Event::Delete(pod) => {
-                known.remove(&pod.uid().unwrap_or_default());
-                gone(&ctx, &Seen::of(&pod), &pod.uid().unwrap_or_default()).await;
+                let uid = pod.uid().unwrap_or_default();
+                known.remove(&uid);
+                gone(&ctx, &Seen::of(&pod), &uid).await;
             }
             Event::InitDone => {
                 // Deleted while the watch was down: the informer's `DeletedFinalStateUnknown`, so that expectations
