@@ -153,7 +153,24 @@ fn check_passes_then_names_what_failed(c: &Cluster) {
     );
     assert!(!out.contains("kube_client"), "the client's own log repeats what the checks say:\n{out}");
     eprintln!("podset-apiserver check, failing:\n{out}\nboth in {:.1}s", started.elapsed().as_secs_f64());
+
+    // `--wait`, started while the replica is out: it checks again until the replica is back and the aggregator
+    // finds it, then passes.
+    let waiting = std::process::Command::new(common::BIN)
+        .args(["check", "--wait", "60s", "--kubeconfig"])
+        .arg(&c.kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
     c.set_ready_replicas(&[0]);
+    let done = waiting.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&done.stdout).into_owned() + &String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(0), "{out}");
+    says(&out, &["checks failed; checking again", "APIService v1beta1.demo.k8s.io Available: ok"]);
 }
 
 #[test]
