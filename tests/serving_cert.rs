@@ -156,6 +156,72 @@ fn a_rewritten_pair_is_served_to_new_connections_and_a_broken_one_is_not() {
     }
 }
 
+/// A client trusting every CA in `bundle` (PEM).
+fn trusting(bundle: &str) -> ClientConfig {
+    let mut roots = RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(bundle.as_bytes()) {
+        roots.add(ca.unwrap()).unwrap();
+    }
+    ClientConfig::builder_with_provider(tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+}
+
+/// `podset-apiserver rotate-ca` on `data_dir`: (stdout, stderr).
+fn rotate_ca(data_dir: &Path, finish: bool) -> (String, String) {
+    let mut cmd = std::process::Command::new(common::BIN);
+    cmd.args(["rotate-ca", "--data-dir"]).arg(data_dir);
+    if finish {
+        cmd.arg("--finish");
+    }
+    let out = cmd.output().unwrap();
+    let (stdout, stderr) = (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap());
+    assert!(out.status.success(), "rotate-ca failed: {stderr}");
+    (stdout, stderr)
+}
+
+#[test]
+fn the_self_signed_ca_rotates_in_two_steps_each_trusted_by_the_bundle_pinned_before_it() {
+    tls::provider();
+    let mut server = TestServer::start(&[]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let trusts = |server: &TestServer, bundle: &str| rt.block_on(handshake(server.addr, trusting(bundle))).is_ok();
+    let old_ca = std::fs::read_to_string(&server.ca).unwrap();
+    assert!(trusts(&server, &old_ca));
+
+    // Staged: the bundle holds both CAs; the certificate served is still the old CA's.
+    let (bundle, said) = rotate_ca(&server.data_dir, false);
+    assert!(said.contains("rotate-ca --finish"), "{said}");
+    let cas: Vec<_> = CertificateDer::pem_slice_iter(bundle.as_bytes()).map(Result::unwrap).collect();
+    assert_eq!(cas.len(), 2, "{bundle}");
+    assert_eq!(cas[0], CertificateDer::from_pem_slice(old_ca.as_bytes()).unwrap());
+    assert!(trusts(&server, &bundle));
+    std::thread::sleep(Duration::from_secs(2)); // two reload polls: nothing changed on disk to serve
+    assert!(trusts(&server, &old_ca), "staging served a new certificate");
+    assert_eq!(rotate_ca(&server.data_dir, false).0, bundle, "staging again stages nothing new");
+
+    // Finished: the next CA's certificate is served without a restart; the bundle still trusts it.
+    let pid = server.child.as_ref().unwrap().id();
+    let (new_ca, _) = rotate_ca(&server.data_dir, true);
+    assert_eq!(CertificateDer::from_pem_slice(new_ca.as_bytes()).unwrap(), cas[1], "the staged CA is the new one");
+    let started = Instant::now();
+    while !trusts(&server, &new_ca) {
+        assert!(started.elapsed() < Duration::from_secs(15), "the new certificate was not served:\n{}", server.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!trusts(&server, &old_ca), "the old CA still verifies what is served");
+    assert!(trusts(&server, &bundle));
+    assert_eq!(server.child.as_ref().unwrap().id(), pid);
+
+    // The next start keeps the new CA and its certificate.
+    assert!(server.terminate().success());
+    let again = server.restart();
+    assert_eq!(std::fs::read_to_string(&again.ca).unwrap(), new_ca);
+    assert!(trusts(&again, &new_ca));
+}
+
 #[test]
 fn tls_min_version_and_cipher_suites_hold_on_the_wire() {
     use rustls::version::{TLS12, TLS13};

@@ -12,6 +12,7 @@ mod instrument;
 pub mod negotiate;
 mod render;
 pub mod request;
+pub mod self_signed;
 pub mod serving_cert;
 mod status;
 pub mod tls;

@@ -69,55 +69,6 @@ pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
     PrivateKeyDer::from_pem_slice(&pem).map_err(|_| TlsError::Pem { path: path.into(), what: "private key" })
 }
 
-fn write(path: &Path, contents: &str) -> Result<(), TlsError> {
-    std::fs::write(path, contents).map_err(|source| TlsError::Write { path: path.into(), source })
-}
-
-/// Where a self-signed serving certificate lives under the data directory.
-pub struct SelfSigned {
-    pub ca: PathBuf,
-    pub cert: PathBuf,
-    pub key: PathBuf,
-}
-
-/// Makes (once) a CA and a serving certificate signed by it for `hosts`, under `dir`. Reuses them if present; one
-/// made for fewer hosts (by a build before a Service was added) is kept, since its CA may be pinned in an
-/// APIService and its key is not kept to sign another, and the missing names are logged.
-pub fn ensure_self_signed(dir: &Path, hosts: &[String]) -> Result<SelfSigned, TlsError> {
-    let out = SelfSigned { ca: dir.join("ca.crt"), cert: dir.join("tls.crt"), key: dir.join("tls.key") };
-    if out.ca.exists() && out.cert.exists() && out.key.exists() {
-        let missing = missing_names(&out.cert, hosts);
-        if !missing.is_empty() {
-            tracing::warn!(
-                certificate = %out.cert.display(),
-                ?missing,
-                "the self-signed serving certificate does not name these hosts: an APIService that verifies it \
-                 through one of them fails; delete the directory to have a new CA and certificate made, then pin the \
-                 new CA, or use a certificate of your own (--tls-cert-file)"
-            );
-        }
-        return Ok(out);
-    }
-    std::fs::create_dir_all(dir).map_err(|source| TlsError::Write { path: dir.into(), source })?;
-    let (ca_pem, ca_key, ca_params) = make_ca("podset-apiserver-ca")?;
-    let issuer = Issuer::new(ca_params, &ca_key);
-    let (cert_pem, key_pem) = make_serving_cert(&issuer, hosts)?;
-    write(&out.ca, &ca_pem)?;
-    write(&out.cert, &cert_pem)?;
-    write(&out.key, &key_pem)?;
-    restrict(&out.key);
-    Ok(out)
-}
-
-#[cfg(unix)]
-fn restrict(path: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
-}
-
-#[cfg(not(unix))]
-fn restrict(_: &Path) {}
-
 /// A self-signed CA: its PEM, key and parameters (for signing).
 pub fn make_ca(common_name: &str) -> Result<(String, KeyPair, CertificateParams), TlsError> {
     let mut params = CertificateParams::default();
@@ -365,18 +316,6 @@ impl ClientCa {
 }
 
 /// The `hosts` the certificate in `path` does not name (all of them when it cannot be read).
-fn missing_names(path: &Path, hosts: &[String]) -> Vec<String> {
-    let named: Vec<String> = read_certs(path)
-        .ok()
-        .and_then(|certs| {
-            let (_, parsed) = x509_parser::parse_x509_certificate(certs.first()?.as_ref()).ok()?;
-            let (dns, ips) = crate::admission::webhook::san_names(&parsed)?;
-            Some(dns.into_iter().chain(ips).collect())
-        })
-        .unwrap_or_default();
-    hosts.iter().filter(|h| !named.contains(h)).cloned().collect()
-}
-
 pub fn subject(cert: &CertificateDer<'_>) -> Option<Subject> {
     let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
     let name = parsed.subject();
@@ -388,20 +327,6 @@ pub fn subject(cert: &CertificateDer<'_>) -> Option<Subject> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_self_signed_certificate_is_kept_and_the_names_it_lacks_are_found() {
-        let dir = tempfile::tempdir().unwrap();
-        let old_hosts = vec!["podset-apiserver.ns.svc".to_owned(), "10.0.0.1".to_owned()];
-        let made = ensure_self_signed(dir.path(), &old_hosts).unwrap();
-        let cert = std::fs::read(&made.cert).unwrap();
-        assert_eq!(missing_names(&made.cert, &old_hosts), Vec::<String>::new());
-        let new_hosts = [old_hosts.clone(), vec!["podset-apiserver-v1beta1.ns.svc".to_owned()]].concat();
-        let kept = ensure_self_signed(dir.path(), &new_hosts).unwrap();
-        assert_eq!(std::fs::read(&kept.cert).unwrap(), cert, "kept: its CA may be pinned");
-        assert_eq!(missing_names(&kept.cert, &new_hosts), ["podset-apiserver-v1beta1.ns.svc"]);
-        assert_eq!(missing_names(&dir.path().join("none.crt"), &old_hosts), old_hosts, "unreadable: none named");
-    }
 
     fn params(min: Option<&str>, suites: &[&str]) -> Result<TlsParams, String> {
         TlsParams::new(min, &suites.iter().map(|s| s.to_string()).collect::<Vec<_>>()).map_err(|e| e.to_string())

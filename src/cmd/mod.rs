@@ -7,6 +7,7 @@ pub mod config_file;
 pub mod encryption;
 pub mod options;
 mod restore;
+mod rotate_ca;
 mod start;
 pub mod telemetry;
 
@@ -14,6 +15,7 @@ pub use backup::BackupOptions;
 pub use check::CheckOptions;
 pub use options::{Command, LogFormat, Options};
 pub use restore::RestoreOptions;
+pub use rotate_ca::RotateCaOptions;
 pub use start::run;
 
 /// PodSets in `version`, as the tools that reach them through kube-apiserver (`backup`, `check`) name them.

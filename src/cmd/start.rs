@@ -26,6 +26,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
         Some(super::Command::Restore(restore)) => return super::restore::run(*restore).await,
         Some(super::Command::Backup(backup)) => return super::backup::run(backup).await,
         Some(super::Command::Check(check)) => return super::check::run(check).await,
+        Some(super::Command::RotateCa(rotate)) => return super::rotate_ca::run(rotate),
         None => {}
     }
     opts.server_run.validate()?;

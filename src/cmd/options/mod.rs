@@ -6,7 +6,7 @@ mod authentication;
 mod authorization;
 mod controller;
 mod server_run;
-mod serving;
+pub(crate) mod serving;
 mod storage;
 
 use std::path::{Path, PathBuf};
@@ -107,6 +107,11 @@ pub enum Command {
     /// failed.
     #[command(next_line_help = true)]
     Check(crate::cmd::CheckOptions),
+    /// Rotates the self-signed CA under the server's data directory in two steps, printing the CA bundle to pin:
+    /// first the current and a next CA, then (--finish) a certificate of the next one is served and only it is
+    /// printed. Run it in the server's Pod (`kubectl exec`).
+    #[command(name = "rotate-ca", next_line_help = true)]
+    RotateCa(crate::cmd::RotateCaOptions),
 }
 
 pub(crate) use crate::api::duration::parse as duration;

@@ -90,7 +90,7 @@ const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/servicea
 
 /// The names a client may use for the Services in front of this server in `namespace`: `podset-apiserver`, and
 /// `podset-apiserver-v1beta1`, which v1beta1's APIService names (deploy/base/service.yaml).
-fn service_names(namespace: &str) -> Vec<String> {
+pub(crate) fn service_names(namespace: &str) -> Vec<String> {
     ["podset-apiserver", "podset-apiserver-v1beta1"]
         .into_iter()
         .flat_map(|name| {
@@ -100,17 +100,21 @@ fn service_names(namespace: &str) -> Vec<String> {
         .collect()
 }
 
+/// --service-namespace (`flag`), else the service account's namespace, else podset-system.
+pub(crate) fn service_namespace(flag: Option<&str>) -> String {
+    if let Some(ns) = flag.map(str::trim).filter(|ns| !ns.is_empty()) {
+        return ns.to_owned();
+    }
+    std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
+        .ok()
+        .map(|ns| ns.trim().to_owned())
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or_else(|| "podset-system".to_owned())
+}
+
 impl ServingOptions {
-    /// --service-namespace, else the service account's namespace, else podset-system.
     pub fn namespace(&self) -> String {
-        if let Some(ns) = self.service_namespace.as_deref().map(str::trim).filter(|ns| !ns.is_empty()) {
-            return ns.to_owned();
-        }
-        std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
-            .ok()
-            .map(|ns| ns.trim().to_owned())
-            .filter(|ns| !ns.is_empty())
-            .unwrap_or_else(|| "podset-system".to_owned())
+        service_namespace(self.service_namespace.as_deref())
     }
 
     pub fn address(&self) -> SocketAddr {
@@ -146,7 +150,7 @@ impl ServingOptions {
                     hosts.push(self.bind_address.to_string());
                 }
                 hosts.extend(self.tls_sans.iter().cloned());
-                let s = tls::ensure_self_signed(&dir, &hosts)?;
+                let s = crate::apiserver::self_signed::ensure_self_signed(&dir, &hosts)?;
                 // The CA itself too: in a container without a shell, the log is where an admin can read it.
                 let ca_bundle = std::fs::read(&s.ca)
                     .map(|pem| base64::engine::general_purpose::STANDARD.encode(pem))
