@@ -500,8 +500,9 @@ fn stand_in_crds(group: &str, kinds: &[&str]) -> String {
 /// A component that includes another (in its own `components:`): an overlay lists one of the two, not both.
 const INCLUDES: [(&str, &str); 2] = [("encryption-kms", "encryption"), ("audit-webhook", "audit")];
 
-/// The overlays' own components, which each lists itself: the docs' table does not name them.
-const OVERLAY_COMPONENTS: [&str; 2] = ["self-signed", "cert-manager"];
+/// Components the docs' table does not name: the overlays' own, which each lists itself, and the rollback's
+/// (docs/install.md, "To roll back"), which switches nothing on.
+const OVERLAY_COMPONENTS: [&str; 3] = ["self-signed", "cert-manager", "v1alpha1-only"];
 
 /// A CA, as an admin puts it in pinned-ca's ca.crt: long enough that its base64 spans several lines.
 const PINNED_CA: &str = "-----BEGIN CERTIFICATE-----
@@ -635,6 +636,26 @@ fn the_component_checks_fail_on_planted_breakage() {
     let (_, wrong) = documented_components(&operate_md(), copy.path());
     assert_eq!(wrong.len(), 2, "{wrong:#?}");
     assert!(wrong.iter().any(|w| w.contains("undocumented")) && wrong.iter().any(|w| w.contains("tracing")));
+}
+
+#[test]
+fn the_rollback_component_leaves_out_what_only_a_v1beta1_build_has_and_nothing_else() {
+    let beta_only =
+        |o: &Value| is(o, "APIService", "v1beta1.demo.k8s.io") || is(o, "Service", "podset-apiserver-v1beta1");
+    let label = "demo.k8s.io/serves-v1beta1";
+    for (overlay, with) in [("self-signed", &["pinned-ca"][..]), ("cert-manager", &[]), ("ha-etcd", &[])] {
+        let before = render(deploy_with(overlay, with, &[]).path(), overlay);
+        let after = render(deploy_with(overlay, &[with, &["v1alpha1-only"]].concat(), &[]).path(), overlay);
+        assert_eq!(before.iter().filter(|o| beta_only(o)).count(), 2, "{overlay}: v1beta1's objects to leave out");
+        let mut expected: Vec<Value> = before.into_iter().filter(|o| !beta_only(o)).collect();
+        let workload = expected.iter_mut().find(|o| o["apiVersion"] == "apps/v1").unwrap();
+        let labels = workload["spec"]["template"]["metadata"]["labels"].as_object_mut().unwrap();
+        assert!(labels.remove(label).is_some(), "{overlay}: the Pods had no {label}");
+        assert_eq!(after, expected, "{overlay} with v1alpha1-only");
+        let service = find(&after, "Service", "podset-apiserver");
+        let pods = &workload_of(overlay, &after)["spec"]["template"]["metadata"]["labels"];
+        assert!(has_labels(pods, &service["spec"]["selector"]), "{overlay}: v1alpha1's Service lost the Pods");
+    }
 }
 
 fn operate_md() -> String {
