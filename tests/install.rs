@@ -26,14 +26,45 @@ fn repo() -> &'static Path {
 
 /// The `sh life-cycle:<step>` blocks of a Markdown text, in order.
 fn life_cycle_blocks(doc: &str) -> Vec<(String, String)> {
+    tagged_blocks(doc, "life-cycle:")
+}
+
+/// The `sh <prefix><tag>` blocks of a Markdown text, in order: (tag, body).
+fn tagged_blocks(doc: &str, prefix: &str) -> Vec<(String, String)> {
     let mut blocks = Vec::new();
     let mut lines = doc.lines();
     while let Some(line) = lines.next() {
-        let Some(step) = line.strip_prefix("```sh life-cycle:") else { continue };
+        let Some(tag) = line.strip_prefix("```sh ").and_then(|l| l.strip_prefix(prefix)) else { continue };
         let body: Vec<&str> = lines.by_ref().take_while(|l| *l != "```").collect();
-        blocks.push((step.trim().to_owned(), body.join("\n")));
+        blocks.push((tag.trim().to_owned(), body.join("\n")));
     }
     blocks
+}
+
+/// docs/operate.md's block tagged `tag`, for this life cycle's overlay.
+fn operate_block(tag: &str) -> String {
+    let doc = std::fs::read_to_string(repo().join("docs/operate.md")).unwrap();
+    let found = tagged_blocks(&doc, "").into_iter().find(|(t, _)| t == tag);
+    let (_, body) = found.unwrap_or_else(|| panic!("docs/operate.md has no `sh {tag}` block"));
+    body.replace("deploy/overlays/self-signed", "deploy/local")
+}
+
+/// The CAs (DER) both APIServices pin, which must be the same, without `insecureSkipTLSVerify`.
+fn pinned_cas(cluster: &Cluster) -> Vec<Vec<u8>> {
+    use base64::Engine;
+    use rustls::pki_types::pem::PemObject;
+    let mut pinned = Vec::new();
+    for name in ["v1alpha1.demo.k8s.io", "v1beta1.demo.k8s.io"] {
+        let spec = cluster.kubectl(&["get", "apiservice", name, "-o", "jsonpath={.spec}"]);
+        let spec: serde_json::Value = serde_json::from_str(&spec).unwrap();
+        assert!(spec.get("insecureSkipTLSVerify").is_none(), "{name}: {spec}");
+        let pem = base64::engine::general_purpose::STANDARD.decode(spec["caBundle"].as_str().unwrap()).unwrap();
+        let cas: Vec<Vec<u8>> =
+            rustls::pki_types::CertificateDer::pem_slice_iter(&pem).map(|c| c.unwrap().to_vec()).collect();
+        pinned.push(cas);
+    }
+    assert_eq!(pinned[0], pinned[1], "the APIServices pin different CAs");
+    pinned.remove(0)
 }
 
 #[test]
@@ -82,7 +113,11 @@ fn web(cluster: &Cluster) -> (String, String) {
 /// deploy/backup/ as docs/operate.md uses it, on the installed server: the CronJob's Job backs up to a volume of
 /// its own, the data volume is lost, restore.yaml's Job restores the newest backup into a new one, and the server
 /// comes back with the same PodSet and the same Pods.
-fn backup_by_cronjob_and_restore_by_job(cluster: &Cluster, before: &(String, String)) -> std::path::PathBuf {
+fn backup_by_cronjob_and_restore_by_job(
+    cluster: &Cluster,
+    before: &(String, String),
+    pin: impl Fn(),
+) -> std::path::PathBuf {
     // The only free volume, so the backups' claim takes it (the spare one comes once the claim is bound).
     let backups = cluster.add_local_volume("backups");
     // The image as installed; on 1.20 (no batch/v1 CronJob before 1.21) the CronJob as batch/v1beta1.
@@ -145,6 +180,8 @@ fn backup_by_cronjob_and_restore_by_job(cluster: &Cluster, before: &(String, Str
         "jsonpath={.spec.volumeName}",
     ]);
     assert_ne!(claim, "podset-apiserver-data", "the server is back on its old volume");
+    // A new volume, a new CA: pinned again.
+    pin();
     cluster.wait_for("the PodSet served again, Ready", std::time::Duration::from_secs(180), |c| {
         c.kubectl_try(&["wait", "--for=condition=Ready", "podset/web", "--timeout=5s"]).is_ok()
     });
@@ -214,6 +251,41 @@ fn installed_upgraded_rolled_back_and_uninstalled_as_the_docs_say() {
         let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{text}");
         assert!(text.contains("/readyz of Pod podset-system/podset-apiserver-0: ok"), "{text}");
+        // docs/operate.md: the CA pinned (pinned-ca listed in the overlay, as an admin lists it), then rotated.
+        let overlay = dir.path().join("deploy/overlays/self-signed/kustomization.yaml");
+        let text = std::fs::read_to_string(&overlay).unwrap();
+        let own = "- ../../components/self-signed\n";
+        assert!(text.contains(own), "{text}");
+        std::fs::write(&overlay, text.replace(own, &format!("{own}- ../../components/pinned-ca\n"))).unwrap();
+        let pin = || drop(run_step(&cluster, dir.path(), &static_bin, "pin-ca", &operate_block("pin-ca")));
+        pin();
+        let pinned = pinned_cas(&cluster);
+        assert_eq!(pinned.len(), 1);
+        run_step(&cluster, dir.path(), &static_bin, "rotate-ca", &operate_block("rotate-ca"));
+        let rotated = pinned_cas(&cluster);
+        assert_eq!(rotated.len(), 1);
+        assert_ne!(rotated, pinned, "the CA pinned is the one from before the rotation");
+        // kube-apiserver's proxy verifies the certificate served against the CA pinned now.
+        // Available is the availability controller's, which skips verifying; the proxy route is updated apart.
+        for version in ["v1alpha1", "v1beta1"] {
+            let get = ["get", &format!("podsets.{version}.demo.k8s.io"), "web", "-o", "name"];
+            let started = std::time::Instant::now();
+            let listed = loop {
+                match cluster.kubectl_try(&get) {
+                    Ok(listed) => break listed,
+                    Err(e) if started.elapsed() > std::time::Duration::from_secs(60) => {
+                        let logs = cluster.kubectl_try(&["-n", "podset-system", "logs", "podset-apiserver-0"]);
+                        panic!("{version} after the rotation: {e}\n{}", logs.unwrap_or_else(|e| e))
+                    }
+                    Err(e) => eprintln!("{version} after the rotation, {:?}: {e}", started.elapsed()),
+                }
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            };
+            assert_eq!(listed.trim(), "podset.demo.k8s.io/web");
+        }
+        assert_eq!(server_pod(&cluster).0, upgraded_pod, "the rotation restarted the server");
+        assert_eq!(web(&cluster), before, "the PodSet or its Pods changed across the rotation");
+
         let backup = std::fs::read_to_string(dir.path().join("podsets-backup.json")).unwrap();
         let backup: serde_json::Value = serde_json::from_str(&backup).unwrap();
         assert_eq!(backup["items"][0]["metadata"]["uid"].as_str(), Some(before.0.as_str()));
@@ -224,7 +296,7 @@ fn installed_upgraded_rolled_back_and_uninstalled_as_the_docs_say() {
         assert_ne!(rolled_back_pod, upgraded_pod, "the server's Pod was not replaced");
         assert_eq!(web(&cluster), before, "the PodSet or its Pods changed across the rollback");
 
-        let backups = backup_by_cronjob_and_restore_by_job(&cluster, &before);
+        let backups = backup_by_cronjob_and_restore_by_job(&cluster, &before, pin);
 
         // What docs/operate.md adds: the metrics reader, bound to a Prometheus.
         cluster.kubectl(&["apply", "-f", repo().join("deploy/metrics-reader.yaml").to_str().unwrap()]);
