@@ -74,7 +74,10 @@ pub fn apiserver_id_hash() -> String {
 
 /// Records the configuration in use (`apiserver_encryption_config_controller_last_config_info`).
 pub fn record_config(config: &EncryptionConfig) {
-    crate::metrics::global().encryption_config.loaded(&apiserver_id_hash(), &hash(&config.content));
+    let hash = hash(&config.content);
+    crate::metrics::global().encryption_config.loaded(&apiserver_id_hash(), &hash);
+    // The hash in the log too: with one replica, `kubectl logs` shows which file it runs without a metrics reader.
+    tracing::info!(%hash, "encryption configuration loaded");
 }
 
 /// Watches `path` every `interval` until `shutdown`; on a change that loads, `values` take the new providers and
@@ -111,9 +114,10 @@ pub async fn reload(
         match loaded {
             Ok(config) => {
                 last = config.content.clone();
-                metrics.loaded(&id, &hash(&config.content));
+                let hash = hash(&config.content);
+                metrics.loaded(&id, &hash);
                 metrics.reloaded(&id, true);
-                tracing::info!(file = %path.display(), "encryption configuration reloaded");
+                tracing::info!(file = %path.display(), %hash, "encryption configuration reloaded");
                 changed();
             }
             Err(e) => {
