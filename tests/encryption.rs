@@ -488,6 +488,73 @@ async fn keys_rotate_by_reload_and_a_lost_key_is_a_clear_error() {
     );
 }
 
+/// Decrypting for a rollback (`identity` first, then the migration) leaves nothing encrypted on disk, history
+/// included: the build before encryption at rest, which reads every value as JSON, loads the store. The history the
+/// pass leaves behind is dropped (as etcd's compaction drops old revisions), so a watch from before it is 410 Gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decrypted_for_a_rollback_the_store_loads_in_the_build_before_encryption() {
+    use common::{raw, TestServer};
+    use http::Request;
+    let dir = tempfile::tempdir().unwrap();
+    let (file, flag) = config_file(dir.path(), &(aescbc("a", KEY_A) + "  - identity: {}\n"));
+    let mut server = TestServer::start(&[
+        &flag,
+        "--encryption-provider-config-automatic-reload",
+        "--encryption-provider-config-reload-interval=200ms",
+    ]);
+    let client = server.client();
+    let path = "/apis/demo.k8s.io/v1alpha1/namespaces/default/podsets";
+    let mut first = String::new();
+    for i in 0..3 {
+        let body = serde_json::to_vec(&marked_podset(&format!("p{i}"))).unwrap();
+        let req = Request::post(path).header("content-type", "application/json").body(body).unwrap();
+        let (code, _, body) = raw(&client, req).await;
+        assert_eq!(code, 201);
+        if i == 0 {
+            first = common::json(&body)["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+        }
+    }
+    // History: an update and a delete, each event holding the encrypted state before it.
+    let patch = Request::patch(format!("{path}/p1"))
+        .header("content-type", "application/merge-patch+json")
+        .body(br#"{"metadata":{"labels":{"updated":"yes"}}}"#.to_vec())
+        .unwrap();
+    assert_eq!(raw(&client, patch).await.0, 200);
+    assert_eq!(raw(&client, Request::delete(format!("{path}/p2")).body(vec![]).unwrap()).await.0, 200);
+
+    std::fs::write(&file, config(&("  - identity: {}\n".to_owned() + &aescbc("a", KEY_A)))).unwrap();
+    until("the reload and the migration", &client, |t| {
+        t.contains("apiserver_encryption_config_controller_automatic_reloads_total{status=\"success\",")
+            && metric(t, "podset_storage_migration_remaining") == 0.0
+    })
+    .await;
+    let started = std::time::Instant::now();
+    while !server.log_contains("history up to here dropped") {
+        assert!(started.elapsed() < std::time::Duration::from_secs(30), "{}", server.logs());
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let watch = Request::get(format!("{path}?watch=1&resourceVersion={first}&timeoutSeconds=2")).body(vec![]).unwrap();
+    let (code, _, body) = raw(&client, watch).await;
+    let text = String::from_utf8_lossy(&body);
+    assert!(code == 410 || text.contains("\"code\":410"), "a watch from before the pass: {code} {text}");
+    assert!(server.terminate().success());
+
+    // The build before encryption at rest, on the same data directory.
+    let old = TestServer::start_program(
+        &common::old_release_binary(),
+        server.data_dir.clone(),
+        None,
+        vec!["--insecure-allow-all".into()],
+    );
+    let client = old.client();
+    for name in ["p0", "p1"] {
+        let (code, _, body) = raw(&client, Request::get(format!("{path}/{name}")).body(vec![]).unwrap()).await;
+        assert_eq!(code, 200, "{name}: {}\n{}", String::from_utf8_lossy(&body), old.logs());
+        assert!(String::from_utf8_lossy(&body).contains(MARKER));
+    }
+    assert_eq!(raw(&client, Request::get(format!("{path}/p2")).body(vec![]).unwrap()).await.0, 404);
+}
+
 /// A configuration that does not load stops the start, naming the file, the field and why.
 #[test]
 fn a_bad_configuration_stops_the_start() {

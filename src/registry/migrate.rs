@@ -37,6 +37,7 @@ impl Registry {
         let metrics = crate::metrics::global();
         let page = self.list(ListRequest::readable()).await?;
         let stale: Vec<PodSetKey> = page.items.iter().filter(|o| self.needs_migration(o)).map(|o| o.key()).collect();
+        let by_another_key = page.items.iter().any(|o| self.store.is_stale(o.object()));
         let mut done = Migration::default();
         if stale.is_empty() {
             return Ok(done);
@@ -58,6 +59,14 @@ impl Registry {
                     done.refused += 1;
                 }
             }
+        }
+        // The history still holds earlier values as they were stored, by the provider rotated out: dropped once
+        // nothing is left by it, as etcd's compaction drops kube-apiserver's, so that a removed key leaves no value
+        // behind (nor one a build without encryption cannot load). A watch from before then gets 410 Gone.
+        if by_another_key && done.refused == 0 {
+            let revision = self.store.current_revision();
+            self.store.compact(revision).await?;
+            tracing::info!(%revision, "history up to here dropped: it held values by another encryption provider");
         }
         tracing::info!(
             migrated = done.migrated,

@@ -41,7 +41,12 @@ impl TestServer {
 
     /// Starts a server on `data_dir` with exactly `args` (plus port, address, data dir and log format).
     pub fn start_in(data_dir: PathBuf, tmp: Option<Arc<TempDir>>, args: Vec<String>) -> Self {
-        let mut child = Command::new(BIN)
+        Self::start_program(Path::new(BIN), data_dir, tmp, args)
+    }
+
+    /// The same with another build of the server (one that takes the same flags).
+    pub fn start_program(program: &Path, data_dir: PathBuf, tmp: Option<Arc<TempDir>>, args: Vec<String>) -> Self {
+        let mut child = Command::new(program)
             .args(["--bind-address", "127.0.0.1", "--secure-port", "0", "--log-format", "json", "--data-dir"])
             .arg(&data_dir)
             .args(&args)
@@ -327,6 +332,23 @@ pub fn old_release_binary() -> PathBuf {
         .output()
         .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
     assert!(out.status.success(), "hack/install-old-release.sh failed ({:?}); its output is above", out.status);
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// The image archive of the same build, for the local node: `PODSET_OLD_RELEASE_IMAGE`, or
+/// `hack/install-old-release.sh --image`'s build of it (once, into the test-asset cache).
+#[allow(dead_code)] // not every test binary runs it
+pub fn old_release_image() -> PathBuf {
+    if let Some(archive) = std::env::var_os("PODSET_OLD_RELEASE_IMAGE") {
+        return archive.into();
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("hack/install-old-release.sh");
+    let out = Command::new(&script)
+        .arg("--image")
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+    assert!(out.status.success(), "hack/install-old-release.sh --image failed ({:?}); its output is above", out.status);
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 

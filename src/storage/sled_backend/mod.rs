@@ -577,7 +577,8 @@ impl Writer {
         let mut published = self.shared.published.lock();
         let done = remove_events(db, &mut batch, self.compacted, to).and_then(|()| {
             batch.insert(META_COMPACTED, &codec::encode_u64(to));
-            db.apply_batch(batch).map_err(backend)
+            // Flushed as a write group is: values a rotated-out key wrote must not come back after a restart.
+            db.apply_batch(batch).and_then(|()| db.flush().map(drop)).map_err(backend)
         });
         match done {
             Ok(()) => {
