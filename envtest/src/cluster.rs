@@ -130,18 +130,26 @@ impl Cluster {
     }
 
     /// The control plane and a node, without podset-apiserver: for deploying it to the node as an admin would
-    /// (deploy/, with an image given to [`Self::import_image`]). The node has one 1 Gi PersistentVolume for the
-    /// server's claim, as a cluster's storage class would make it.
+    /// (deploy/, with an image given to [`Self::import_image`]). The node has three 1 Gi PersistentVolumes, as a
+    /// cluster's storage class would make them: for the server's claim, the backups' claim (deploy/backup), and the
+    /// new data claim a restore makes.
     pub fn start_node_only() -> Self {
         let cluster = Self::start_with(None, 0, true, false, Vec::new(), Vec::new(), false);
-        cluster.add_local_volume("podset-apiserver-data");
+        for name in ["podset-volume-1", "podset-volume-2", "podset-volume-3"] {
+            cluster.add_local_volume(name);
+        }
         cluster
+    }
+
+    /// The directory of the local PersistentVolume `name` (made by [`Self::add_local_volume`]).
+    pub fn local_volume_dir(&self, name: &str) -> PathBuf {
+        self.dir.path().join("volumes").join(name)
     }
 
     /// A 1 Gi `ReadWriteOnce` PersistentVolume on the node (a directory under the cluster's), free for a claim as
     /// a storage class would make one; returns the directory.
     pub fn add_local_volume(&self, name: &str) -> PathBuf {
-        let volume = self.dir.path().join("volumes").join(name);
+        let volume = self.local_volume_dir(name);
         std::fs::create_dir_all(&volume).unwrap();
         self.apply_text(
             &format!("pv-{name}.yaml"),

@@ -83,6 +83,14 @@ fn main() -> ExitCode {
             Command::new(std::env::var_os("SHELL").map(PathBuf::from).unwrap_or_else(|| "bash".into()))
         }
     };
+    // The shell's HOME is the cluster's (kubectl's caches go with it); cargo, rustup and the asset cache keep the
+    // user's, so hack/build-image.sh and hack/install-old-release.sh build and find what they cached before.
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    let keep = |var: &str, default: PathBuf| std::env::var_os(var).map(PathBuf::from).unwrap_or(default);
+    let cache = keep("XDG_CACHE_HOME", home.join(".cache"));
+    cmd.env("CARGO_HOME", keep("CARGO_HOME", home.join(".cargo")))
+        .env("RUSTUP_HOME", keep("RUSTUP_HOME", home.join(".rustup")))
+        .env("PODSET_ASSETS_DIR", keep("PODSET_ASSETS_DIR", cache.join("podset-apiserver/assets")));
     let status = cmd.envs(cluster.shell_env()).env("HOME", cluster.dir.path()).status().expect("run the command");
     drop(cluster);
     ExitCode::from(status.code().unwrap_or(1) as u8)
