@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the last build that served only demo.k8s.io/v1alpha1 (the fixture build of hack/make-upgrade-fixture.sh)
 # from this repository's history, once, into the test-asset cache, and prints its binary's path. The rolling
-# upgrade and rollback test (tests/robustness.rs) runs it beside this build.
+# upgrade and rollback test (tests/robustness.rs) runs it beside this build, tests/encryption.rs on a store this
+# build decrypted; its image (--image) is what docs/install.md's life cycle installs first (tests/install.rs).
 # If PODSET_OLD_RELEASE_BIN already names an executable, it is used as it is. Progress goes to stderr.
 #
 #   hack/install-old-release.sh           prints the old build's binary (bin/podset-apiserver)
@@ -43,7 +44,7 @@ elif [ -n "${PODSET_OLD_RELEASE_BIN:-}" ] && [ -x "$PODSET_OLD_RELEASE_BIN" ]; t
   exit 0
 fi
 
-here="$(cd "$(dirname "$0")/.." && pwd)"
+here="$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)"
 root="${PODSET_ASSETS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/podset-apiserver/assets}"
 dir="$root/podset-apiserver-${COMMIT:0:12}"
 bin="$dir/bin/podset-apiserver"

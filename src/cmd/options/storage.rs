@@ -69,7 +69,8 @@ pub struct StorageOptions {
     #[arg(long, default_value_t = SledOptions::default().cache_capacity)]
     pub storage_sled_cache_bytes: u64,
 
-    /// Keep at least this many of the newest changes for watches to resume from.
+    /// Keep at least this many of the newest changes for watches to resume from (but for the history a storage
+    /// migration drops once it has moved every PodSet off another encryption provider).
     #[arg(long, default_value_t = 10_000)]
     pub watch_history_events: usize,
 
