@@ -48,12 +48,13 @@ impl SelfSigned {
 pub fn ensure_self_signed(dir: &Path, hosts: &[String]) -> Result<SelfSigned, TlsError> {
     let files = SelfSigned::at(dir);
     if files.serving_exists() {
-        let missing = missing_names(&files.cert, hosts);
+        let held = names(&files.cert);
+        let missing: Vec<&String> = hosts.iter().filter(|h| !held.contains(h)).collect();
         if missing.is_empty() {
             return Ok(files);
         }
         if files.ca_key.exists() {
-            let all = union(names(&files.cert), hosts);
+            let all = union(held.clone(), hosts);
             issue(&files, &files.ca, &files.ca_key, &all)?;
             tracing::info!(certificate = %files.cert.display(), ?missing, "the self-signed serving certificate lacked these names: issued again by the same CA");
         } else {
@@ -102,7 +103,6 @@ pub fn finish_rotation(dir: &Path, hosts: &[String]) -> Result<String, TlsError>
     // In this order, a rotation cut short is finished by running it again: `next/` goes last.
     issue(&files, &next_ca, &next_key, &all)?;
     replace(&next_key, &files.ca_key)?;
-    restrict(&files.ca_key);
     replace(&next_ca, &files.ca)?;
     std::fs::remove_dir_all(&files.next).map_err(|source| TlsError::Write { path: files.next.clone(), source })?;
     Ok(ca_pem)
@@ -149,11 +149,6 @@ fn names(cert: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn missing_names(cert: &Path, hosts: &[String]) -> Vec<String> {
-    let named = names(cert);
-    hosts.iter().filter(|h| !named.contains(h)).cloned().collect()
-}
-
 /// `hosts` after the names already held, in their order (the first names the certificate), without repeats.
 fn union(mut held: Vec<String>, hosts: &[String]) -> Vec<String> {
     for h in hosts {
@@ -169,37 +164,37 @@ fn union(mut held: Vec<String>, hosts: &[String]) -> Vec<String> {
 
 /// Written beside and renamed into place: a reader sees the old file or the new one, never half of one.
 fn write(path: &Path, contents: &str) -> Result<(), TlsError> {
-    let tmp = tmp_beside(path);
-    std::fs::write(&tmp, contents).map_err(|source| TlsError::Write { path: tmp.clone(), source })?;
-    replace(&tmp, path)
+    write_mode(path, contents, 0o644)
 }
 
-/// A private key: written as `write` does, readable by its owner alone.
+/// A private key: written as `write` does, readable by its owner alone from the start.
 fn write_key(path: &Path, pem: &str) -> Result<(), TlsError> {
-    let tmp = tmp_beside(path);
-    std::fs::write(&tmp, pem).map_err(|source| TlsError::Write { path: tmp.clone(), source })?;
-    restrict(&tmp);
-    replace(&tmp, path)
+    write_mode(path, pem, 0o600)
 }
 
-fn tmp_beside(path: &Path) -> PathBuf {
+fn write_mode(path: &Path, contents: &str, mode: u32) -> Result<(), TlsError> {
+    use std::io::Write as _;
+    #[cfg(unix)]
+    use std::os::unix::fs::OpenOptionsExt as _;
     let mut name = path.file_name().unwrap_or_default().to_owned();
     name.push(".tmp");
-    path.with_file_name(name)
+    let tmp = path.with_file_name(name);
+    // Left by a write cut short, it would keep its mode: made anew.
+    let _ = std::fs::remove_file(&tmp);
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    options.mode(mode);
+    #[cfg(not(unix))]
+    let _ = mode;
+    let written = options.open(&tmp).and_then(|mut f| f.write_all(contents.as_bytes()));
+    written.map_err(|source| TlsError::Write { path: tmp.clone(), source })?;
+    replace(&tmp, path)
 }
 
 fn replace(from: &Path, to: &Path) -> Result<(), TlsError> {
     std::fs::rename(from, to).map_err(|source| TlsError::Write { path: to.into(), source })
 }
-
-#[cfg(unix)]
-fn restrict(path: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
-}
-
-#[cfg(not(unix))]
-fn restrict(_: &Path) {}
 
 #[cfg(test)]
 mod tests {
@@ -234,6 +229,17 @@ mod tests {
         std::fs::read_to_string(path).unwrap()
     }
 
+    fn missing_names(cert: &Path, hosts: &[String]) -> Vec<String> {
+        let named = names(cert);
+        hosts.iter().filter(|h| !named.contains(h)).cloned().collect()
+    }
+
+    #[cfg(unix)]
+    fn mode(path: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
     #[test]
     fn a_certificate_lacking_a_name_is_issued_again_by_the_same_ca() {
         let dir = tempfile::tempdir().unwrap();
@@ -241,6 +247,8 @@ mod tests {
         let made = ensure_self_signed(dir.path(), &old).unwrap();
         let (ca, cert) = (read(&made.ca), read(&made.cert));
         assert!(trusted(&made, &ca, "podset-apiserver.ns.svc"));
+        #[cfg(unix)]
+        assert_eq!((mode(&made.ca_key), mode(&made.key)), (0o600, 0o600), "the keys are the owner's alone");
         let again = ensure_self_signed(dir.path(), &old).unwrap();
         assert_eq!(read(&again.cert), cert, "nothing lacking: kept");
 
@@ -290,6 +298,8 @@ mod tests {
             assert!(!trusted(&made, &old_ca, host), "the old one no longer does: {host}");
         }
         assert!(!dir.path().join("next").exists());
+        #[cfg(unix)]
+        assert_eq!(mode(&made.ca_key), 0o600, "the new CA's key is the owner's alone");
         // The new CA's key is kept: a later missing name is issued by it.
         let all = hosts(&["podset-apiserver.ns.svc", "podset-apiserver-v1beta1.ns.svc", "extra.example"]);
         let reissued = ensure_self_signed(dir.path(), &all).unwrap();
