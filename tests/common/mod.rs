@@ -323,32 +323,33 @@ pub fn static_binary() -> PathBuf {
 /// `PODSET_OLD_RELEASE_BIN`, or `hack/install-old-release.sh`'s build of it (once, into the test-asset cache).
 #[allow(dead_code)] // not every test binary runs it
 pub fn old_release_binary() -> PathBuf {
-    if let Some(bin) = std::env::var_os("PODSET_OLD_RELEASE_BIN") {
-        return bin.into();
-    }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("hack/install-old-release.sh");
-    let out = Command::new(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
-    assert!(out.status.success(), "hack/install-old-release.sh failed ({:?}); its output is above", out.status);
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    old_release("PODSET_OLD_RELEASE_BIN", &[])
 }
 
 /// The image archive of the same build, for the local node: `PODSET_OLD_RELEASE_IMAGE`, or
 /// `hack/install-old-release.sh --image`'s build of it (once, into the test-asset cache).
 #[allow(dead_code)] // not every test binary runs it
 pub fn old_release_image() -> PathBuf {
-    if let Some(archive) = std::env::var_os("PODSET_OLD_RELEASE_IMAGE") {
-        return archive.into();
+    old_release("PODSET_OLD_RELEASE_IMAGE", &["--image"])
+}
+
+/// What `var` names, else the path hack/install-old-release.sh prints with `args`.
+#[allow(dead_code)]
+fn old_release(var: &str, args: &[&str]) -> PathBuf {
+    if let Some(path) = std::env::var_os(var) {
+        return path.into();
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("hack/install-old-release.sh");
     let out = Command::new(&script)
-        .arg("--image")
+        .args(args)
         .stderr(Stdio::inherit())
         .output()
         .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
-    assert!(out.status.success(), "hack/install-old-release.sh --image failed ({:?}); its output is above", out.status);
+    assert!(
+        out.status.success(),
+        "hack/install-old-release.sh {args:?} failed ({:?}); its output is above",
+        out.status
+    );
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
