@@ -254,4 +254,26 @@ mod tests {
             }
         }
     }
+
+    /// Every document as served, byte for byte (the version document aside: it names the build).
+    #[test]
+    fn documents_equal_their_snapshots() {
+        for storage in Version::ALL {
+            let d = Discovery::build(storage);
+            let name = |doc: &str| format!("discovery/{storage}-storage/{doc}.json");
+            super::super::golden::check(&name("group-list"), &d.group_list.body);
+            super::super::golden::check(&name("group"), &d.group.body);
+            for v in Version::ALL {
+                super::super::golden::check(&name(&format!("resources-{v}")), &d.resource_lists[v.index()].body);
+            }
+            super::super::golden::check(&name("aggregated-v2"), &d.aggregated_v2.body);
+            super::super::golden::check(&name("aggregated-v2beta1"), &d.aggregated_v2beta1.body);
+        }
+        let d = Discovery::build(Version::STORAGE);
+        super::super::golden::check("openapi/v2.json", &d.openapi_v2.body);
+        for v in Version::ALL {
+            super::super::golden::check(&format!("openapi/v3-{v}.json"), &d.openapi_v3[v.index()].body);
+        }
+        super::super::golden::check("openapi/v3-root.json", &d.openapi_v3_root.body);
+    }
 }

@@ -270,4 +270,28 @@ mod tests {
         assert_eq!((s.code, s.reason.as_str(), s.details.is_none()), (400, "BadRequest", true));
         assert_eq!(s.message, "admission webhook \"w.example.com\" does not support dry run");
     }
+
+    /// The registry's failures as served, byte for byte.
+    #[test]
+    fn registry_statuses_equal_their_snapshots() {
+        use crate::api::validation::FieldError;
+        let cases = [
+            ("not-found", registry::Error::NotFound { name: "web".into() }),
+            ("already-exists", registry::Error::AlreadyExists { name: "web".into() }),
+            ("conflict", registry::Error::stale("web")),
+            (
+                "invalid",
+                registry::Error::invalid(
+                    "web",
+                    vec![
+                        FieldError::required("spec.selector", "selector is required"),
+                        FieldError::invalid("spec.replicas", -1, "must be greater than or equal to 0"),
+                    ],
+                ),
+            ),
+        ];
+        for (name, e) in cases {
+            crate::apiserver::golden::check(&format!("status/{name}.json"), &status_json(&ApiError::from(e)));
+        }
+    }
 }

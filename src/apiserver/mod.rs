@@ -6,6 +6,8 @@ pub mod auth;
 pub mod discovery;
 pub mod error;
 pub mod filters;
+#[cfg(test)]
+mod golden;
 mod handlers;
 pub mod health;
 mod instrument;

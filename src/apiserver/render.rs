@@ -434,4 +434,30 @@ mod tests {
             assert!(obj.memo(|| -> Result<Row, String> { panic!("made again") }).is_some(), "one memo, stored");
         }
     }
+
+    /// Tables as served, byte for byte, in every version and with every `includeObject` (objects without a
+    /// creation time: the Age cell is then `<unknown>`, not the time of the run).
+    #[test]
+    fn tables_equal_their_snapshots() {
+        let objects: Vec<Stored> = [
+            json!({"apiVersion": "demo.k8s.io/v1beta1", "kind": "PodSet",
+                "metadata": {"name": "web", "namespace": "ns", "resourceVersion": "5", "labels": {"app": "web"}},
+                "spec": {"replicas": 3, "minReadySeconds": 5, "selector": {"matchLabels": {"app": "web"}}},
+                "status": {"replicas": 2, "readyReplicas": 1, "podNames": ["web-a", "web-b"]}}),
+            json!({"apiVersion": "demo.k8s.io/v1alpha1", "kind": "PodSet",
+                "metadata": {"name": "db", "namespace": "ns", "resourceVersion": "6"},
+                "spec": {"replicas": 1, "selector": {"matchExpressions": [
+                    {"key": "tier", "operator": "In", "values": ["db"]}]}}}),
+        ]
+        .into_iter()
+        .map(Stored::unstored)
+        .collect();
+        let meta = ListMeta { resource_version: Some("6".into()), ..ListMeta::default() };
+        for version in Version::ALL {
+            for include in [IncludeObject::None, IncludeObject::Metadata, IncludeObject::Object] {
+                let out = table(meta.clone(), &objects, include, version).unwrap();
+                crate::apiserver::golden::check(&format!("table/{version}-{include:?}.json"), &out);
+            }
+        }
+    }
 }

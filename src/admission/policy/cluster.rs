@@ -19,7 +19,7 @@ use super::compiled::{Binding, Origin, Policy};
 use super::params::Params;
 use super::{hooks, Policies};
 
-const GROUP: &str = "admissionregistration.k8s.io";
+const POLICY_GROUP: &str = "admissionregistration.k8s.io";
 const RESOURCES: [&str; 2] = ["validatingadmissionpolicies", "validatingadmissionpolicybindings"];
 
 /// How long the source waits before it asks again whether the API is served and allowed.
@@ -55,7 +55,7 @@ fn set_gauge(state: &State) {
 
 /// Whether the main API server serves both resources, and this server may list and watch them.
 async fn check(client: &kube::Client) -> State {
-    match client.list_api_group_resources(&format!("{GROUP}/v1")).await {
+    match client.list_api_group_resources(&format!("{POLICY_GROUP}/v1")).await {
         Ok(list) => {
             if !RESOURCES.iter().all(|r| list.resources.iter().any(|x| x.name == *r)) {
                 return State::NotServed;
@@ -70,7 +70,7 @@ async fn check(client: &kube::Client) -> State {
             let review = SelfSubjectAccessReview {
                 spec: SelfSubjectAccessReviewSpec {
                     resource_attributes: Some(ResourceAttributes {
-                        group: Some(GROUP.into()),
+                        group: Some(POLICY_GROUP.into()),
                         resource: Some(resource.into()),
                         verb: Some(verb.into()),
                         ..Default::default()
@@ -81,7 +81,7 @@ async fn check(client: &kube::Client) -> State {
             };
             match api.create(&Default::default(), &review).await {
                 Ok(r) if r.status.as_ref().is_some_and(|s| s.allowed) => {}
-                Ok(_) => return State::Forbidden(format!("{verb} {resource}.{GROUP}")),
+                Ok(_) => return State::Forbidden(format!("{verb} {resource}.{POLICY_GROUP}")),
                 Err(e) => return State::Unreachable(e.to_string()),
             }
         }
@@ -100,7 +100,7 @@ pub fn watch(client: kube::Client, policies: Policies, params: Params, stop: Can
                 match &state {
                     State::Watching => tracing::info!("ValidatingAdmissionPolicy: watching the cluster's policies and bindings"),
                     State::NotServed => tracing::warn!(
-                        "ValidatingAdmissionPolicy: the main API server does not serve {GROUP}/v1 validatingadmissionpolicies \
+                        "ValidatingAdmissionPolicy: the main API server does not serve {POLICY_GROUP}/v1 validatingadmissionpolicies \
                          (Kubernetes before 1.30): only policies from staticManifestsDir are enforced; checking again every {}s",
                         RECHECK.as_secs()
                     ),
