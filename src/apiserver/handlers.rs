@@ -13,10 +13,9 @@ use serde_json::Value;
 
 use super::audit::{AuditContext, Level};
 use super::auth::UserInfo;
+use super::context::{info_of, Authenticated};
 use super::discovery::{Discovery, Doc};
 use super::error::{Answered, ApiError, ApiResult, StatusBody};
-use super::filters::authentication::Authenticated;
-use super::filters::info_of;
 use super::health::HealthChecks;
 use super::negotiate::{body_format, negotiate, BodyFormat, Output, APIS, OBJECTS, PLAIN};
 use super::render::{bytes_response, list_response, object_response, value_response, with_admission, JSON};

@@ -3,6 +3,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod context;
 pub mod discovery;
 pub mod error;
 pub mod filters;
@@ -166,9 +167,10 @@ impl Server {
             .layer(FilterLayer::new(filters::audit_init::AuditInit))
             .layer(FilterLayer::new(filters::panics::PanicRecovery))
             .layer(filters::RequestInfoLayer)
+            .layer(FilterLayer::new(filters::httplog::HttpLog))
             .layer(f.goaway)
             .layer(f.timeout)
-            .layer(FilterLayer::new(filters::httplog::HttpLog))
+            .layer(FilterLayer::new(filters::instrument::Instrument))
             .layer(f.authentication)
             .layer(FilterLayer::new(filters::traces::Tracing))
             .layer(f.audit)

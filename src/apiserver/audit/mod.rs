@@ -25,10 +25,8 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::auth::ConnInfo;
+use super::context::{info_of, AuditId, Authenticated, ReceivedAt};
 use super::error::Answered;
-use super::filters::audit_init::{AuditId, ReceivedAt};
-use super::filters::authentication::Authenticated;
-use super::filters::info_of;
 use super::request::RequestInfo;
 use crate::metrics::{global, LevelLabel};
 use backend::Backend;

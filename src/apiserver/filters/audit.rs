@@ -12,8 +12,9 @@ use futures::FutureExt;
 use http::StatusCode;
 
 use super::panics::panic_message;
-use super::{info_of, Filter, Next};
+use super::{Filter, Next};
 use crate::apiserver::audit::{AuditContext, Auditor, Stage};
+use crate::apiserver::context::info_of;
 use crate::apiserver::instrument::hold_while_streaming;
 
 pub struct Audit(pub Option<Auditor>);
@@ -72,7 +73,7 @@ mod tests {
     use super::*;
     use crate::apiserver::audit::backend::Backend;
     use crate::apiserver::audit::{Event, Policy};
-    use crate::apiserver::filters::authentication::Authenticated;
+    use crate::apiserver::context::Authenticated;
     use crate::apiserver::filters::FilterLayer;
     use tower::{Layer, ServiceExt};
 

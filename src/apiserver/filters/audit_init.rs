@@ -6,27 +6,11 @@ use std::sync::Arc;
 
 use axum::extract::Request;
 use axum::response::Response;
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use http::HeaderValue;
 
 use super::{Filter, Next};
-
-/// The header kube-apiserver's proxy sets on every request it forwards, and every server answers with.
-pub const AUDIT_ID_HEADER: &str = "audit-id";
-
-/// The request's audit ID (as sent: kube does not truncate it either).
-#[derive(Debug, Clone)]
-pub struct AuditId(pub HeaderValue);
-
-impl AuditId {
-    pub fn as_str(&self) -> &str {
-        self.0.to_str().unwrap_or_default()
-    }
-}
-
-/// When the request arrived (`requestReceivedTimestamp`).
-#[derive(Debug, Clone, Copy)]
-pub struct ReceivedAt(pub DateTime<Utc>);
+use crate::apiserver::context::{AuditId, ReceivedAt, AUDIT_ID_HEADER};
 
 fn new_id() -> HeaderValue {
     let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];

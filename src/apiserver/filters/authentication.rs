@@ -1,6 +1,7 @@
 //! `WithAuthentication`: who is asking, from the connection's client certificate, the front proxy's headers or a
 //! bearer token ([`Authenticator`]). The identity headers and the token are removed from the request either way;
-//! the filters after this one and the handler read the user from the request's extensions. A request nobody
+//! the filters after this one and the handler read the user from the request's extensions, the log line from its
+//! [`LogContext`]. A request nobody
 //! vouches for is answered 401, and audited as kube-apiserver's `WithFailedAuthenticationAudit` does.
 
 use std::sync::Arc;
@@ -10,13 +11,9 @@ use axum::response::{IntoResponse, Response};
 
 use super::{Filter, Next};
 use crate::apiserver::audit::Auditor;
-use crate::apiserver::auth::{Authenticator, ConnInfo, UserInfo};
+use crate::apiserver::auth::{Authenticator, ConnInfo};
+use crate::apiserver::context::{Authenticated, LogContext};
 use crate::apiserver::error::ApiError;
-
-/// The authenticated user, in the request's extensions (for the filters after this one and the handler) and in
-/// the answer's (for the request log line).
-#[derive(Debug, Clone)]
-pub struct Authenticated(pub Arc<UserInfo>);
 
 pub struct Authentication {
     pub authenticator: Authenticator,
@@ -33,11 +30,12 @@ impl Filter for Authentication {
         };
         match outcome {
             Ok(user) => {
-                let user = Authenticated(Arc::new(user));
-                req.extensions_mut().insert(user.clone());
-                let mut resp = next.run(req).await;
-                resp.extensions_mut().insert(user);
-                resp
+                let user = Arc::new(user);
+                if let Some(log) = req.extensions().get::<Arc<LogContext>>() {
+                    log.set_user(user.clone());
+                }
+                req.extensions_mut().insert(Authenticated(user));
+                next.run(req).await
             }
             Err(e) => {
                 let resp = e.into_response();

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 
-use super::authentication::Authenticated;
-use super::{info_of, Filter, Next};
+use super::{Filter, Next};
 use crate::apiserver::audit::AuditContext;
 use crate::apiserver::auth::Authorizer;
+use crate::apiserver::context::{info_of, Authenticated};
 use crate::apiserver::error::ApiError;
 
 pub const DECISION_ANNOTATION: &str = "authorization.k8s.io/decision";

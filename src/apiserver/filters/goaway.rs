@@ -11,7 +11,8 @@ use axum::extract::Request;
 use axum::response::Response;
 use tokio_util::sync::CancellationToken;
 
-use super::{info_of, Filter, Next};
+use super::{Filter, Next};
+use crate::apiserver::context::info_of;
 
 /// The largest chance kube-apiserver accepts: more would make clients reconnect too often to be worth it.
 pub const MAX_CHANCE: f64 = 0.02;

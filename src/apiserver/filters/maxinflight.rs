@@ -13,10 +13,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 
-use super::authentication::Authenticated;
-use super::{info_of, Filter, Next};
+use super::{Filter, Next};
 use crate::apiserver::auth::authz::MASTERS;
 use crate::apiserver::auth::UserInfo;
+use crate::apiserver::context::{info_of, Authenticated};
 use crate::apiserver::error::ApiError;
 use crate::apiserver::request::RequestInfo;
 use crate::metrics::{global, RequestKindLabel};

@@ -6,9 +6,10 @@
 //! | [`audit_init`] | the request's audit ID (kube-apiserver's `Audit-ID`, or a new one), echoed in the answer |
 //! | [`panics`] | a panicking request is answered 500, and the server goes on |
 //! | [`requestinfo`] | the request's RequestInfo, worked out once, read by every filter after it |
+//! | [`httplog`] | the request log line, with the code the client got |
 //! | [`goaway`] | `--goaway-chance`: a GOAWAY to the connection after a share of HTTP/2 answers |
 //! | [`timeout`] | `--request-timeout`: 504 when a request runs too long |
-//! | [`httplog`] | request metrics and the request log line |
+//! | [`instrument`] | request metrics, with the code the handler answered |
 //! | [`authentication`] | who is asking; 401 otherwise |
 //! | [`traces`] | the request's span (with `--tracing-config-file`), a trusted caller's `traceparent` its parent |
 //! | [`audit`] | the audit events of the request, as the policy asks |
@@ -27,6 +28,7 @@ pub mod authorization;
 pub mod goaway;
 pub mod httplog;
 pub mod impersonation;
+pub mod instrument;
 pub mod maxinflight;
 pub mod panics;
 pub mod requestinfo;
@@ -45,7 +47,7 @@ use futures::FutureExt;
 use tower::{Layer, Service};
 
 pub use maxinflight::{InFlight, MaxInFlight, RequestKind};
-pub use requestinfo::{info_of, RequestInfoLayer};
+pub use requestinfo::RequestInfoLayer;
 pub use timeout::RequestTimeoutLayer;
 
 /// The rest of the chain's answer, as [`Next::run`] gives it.

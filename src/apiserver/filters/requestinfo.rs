@@ -1,13 +1,12 @@
-//! `WithRequestInfo`: the first filter works out the request's [`RequestInfo`] once and keeps it in the request's
+//! `WithRequestInfo`: the first filter works out the request's `RequestInfo` once and keeps it in the request's
 //! extensions, where every later filter and the handler read it.
 
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::Request;
 use tower::{Layer, Service};
 
-use crate::apiserver::request::RequestInfo;
+use crate::apiserver::context::info_of;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RequestInfoLayer;
@@ -43,20 +42,11 @@ where
     }
 }
 
-/// The request's [`RequestInfo`]: the one [`RequestInfoLayer`] worked out, or (for a service run without it, as in
-/// a unit test) worked out now and kept for the steps after.
-pub fn info_of<B>(req: &mut Request<B>) -> Arc<RequestInfo> {
-    if let Some(info) = req.extensions().get::<Arc<RequestInfo>>() {
-        return info.clone();
-    }
-    let info = Arc::new(RequestInfo::new(req.method(), req.uri().path(), req.uri().query()));
-    req.extensions_mut().insert(info.clone());
-    info
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::apiserver::request::RequestInfo;
+    use std::sync::Arc;
     use tower::ServiceExt;
 
     #[tokio::test]

@@ -17,8 +17,8 @@ use axum::response::{IntoResponse, Response};
 use http::Request;
 use tower::{Layer, Service};
 
-use super::info_of;
 use crate::apiserver::audit::Auditor;
+use crate::apiserver::context::info_of;
 use crate::apiserver::error::ApiError;
 
 #[derive(Debug, Clone)]

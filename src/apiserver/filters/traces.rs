@@ -12,10 +12,9 @@ use opentelemetry::trace::TraceContextExt;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use super::audit_init::AuditId;
-use super::authentication::Authenticated;
-use super::{info_of, Filter, Next};
+use super::{Filter, Next};
 use crate::apiserver::auth::authz::MASTERS;
+use crate::apiserver::context::{info_of, AuditId, Authenticated};
 use crate::apiserver::request::RequestInfo;
 
 /// kube's `user.MonitoringGroup`, trusted with trace context as `system:masters` is.
