@@ -11,6 +11,7 @@ pub mod metrics;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;
 pub mod registry;
+pub mod resources;
 pub mod storage;
 pub mod trace;
 pub mod version;

@@ -1,31 +1,18 @@
-//! The `PodSet` resource: types, defaulting, validation, label selectors, OpenAPI schema and printer columns.
+//! What every resource shares: request attributes, label and field selectors, durations, strict decoding, field
+//! errors and the validation of object metadata, Table parts. PodSet's own types live in `crate::resources::podset`;
+//! the re-exports below keep the paths the rest of the code still uses until it reads them from there.
 
-pub mod conversion;
-pub mod defaults;
 pub mod duration;
 pub mod request;
-pub mod schema;
 pub mod selector;
 pub mod strict;
 pub mod table;
-mod types;
 pub mod validation;
-mod version;
 
 pub use request::{Operation, Subresource, UserInfo};
-pub use types::{PodSet, PodSetList, PodSetSpec, PodSetStatus};
-pub use version::Version;
 
-pub const GROUP: &str = "demo.k8s.io";
-pub const VERSION: &str = "v1alpha1";
-pub const API_VERSION: &str = "demo.k8s.io/v1alpha1";
-pub const KIND: &str = "PodSet";
-pub const LIST_KIND: &str = "PodSetList";
-pub const PLURAL: &str = "podsets";
-pub const SINGULAR: &str = "podset";
-pub const SHORT_NAMES: &[&str] = &["ps"];
-pub const CATEGORIES: &[&str] = &["all"];
-/// `podsets.demo.k8s.io`, the name errors use.
-pub const GROUP_RESOURCE: &str = "podsets.demo.k8s.io";
-/// The label the defaulted template and selector use.
-pub const DEFAULT_LABEL: &str = "demo.k8s.io/podset";
+pub use crate::resources::podset::{conversion, defaults, schema};
+pub use crate::resources::podset::{
+    PodSet, PodSetList, PodSetSpec, PodSetStatus, Version, API_VERSION, CATEGORIES, DEFAULT_LABEL, GROUP,
+    GROUP_RESOURCE, KIND, LIST_KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION,
+};

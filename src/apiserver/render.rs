@@ -15,9 +15,10 @@ use std::sync::LazyLock;
 use super::error::{ApiError, ApiResult};
 use super::negotiate::Output;
 use super::request::IncludeObject;
-use crate::api::table::{age, cells, columns, created, AGE_CELL};
+use crate::api::table::{age, created};
 use crate::api::{Version, LIST_KIND};
 use crate::registry::{ListPage, Stored};
+use crate::resources::podset::table::{cells, columns, AGE_CELL};
 
 pub const JSON: &str = "application/json";
 pub const YAML: &str = "application/yaml";

@@ -8,8 +8,8 @@ use rand::Rng;
 use super::error::{Error, Result};
 use super::key::PodSetKey;
 use crate::api::defaults::default_podset;
-use crate::api::validation;
 use crate::api::{PodSet, Subresource, Version, KIND};
+use crate::resources::podset::validation;
 
 /// Timestamps as Kubernetes keeps them: whole seconds.
 pub(crate) fn now() -> Time {

@@ -3,7 +3,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, L
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::selector::Selector;
+use crate::api::selector::Selector;
 
 /// PodSet keeps `spec.replicas` identical Pods, made from `spec.template`, running in its namespace.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

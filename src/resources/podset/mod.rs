@@ -1,0 +1,27 @@
+//! `PodSet` (`podsets.demo.k8s.io`): types, versions and conversion, defaulting, validation, OpenAPI schema and
+//! printer columns.
+
+pub mod conversion;
+pub mod defaults;
+pub mod schema;
+pub mod table;
+mod types;
+pub mod validation;
+mod version;
+
+pub use types::{PodSet, PodSetList, PodSetSpec, PodSetStatus};
+pub use version::Version;
+
+pub const GROUP: &str = "demo.k8s.io";
+pub const VERSION: &str = "v1alpha1";
+pub const API_VERSION: &str = "demo.k8s.io/v1alpha1";
+pub const KIND: &str = "PodSet";
+pub const LIST_KIND: &str = "PodSetList";
+pub const PLURAL: &str = "podsets";
+pub const SINGULAR: &str = "podset";
+pub const SHORT_NAMES: &[&str] = &["ps"];
+pub const CATEGORIES: &[&str] = &["all"];
+/// `podsets.demo.k8s.io`, the name errors use.
+pub const GROUP_RESOURCE: &str = "podsets.demo.k8s.io";
+/// The label the defaulted template and selector use.
+pub const DEFAULT_LABEL: &str = "demo.k8s.io/podset";
