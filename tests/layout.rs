@@ -18,12 +18,9 @@ const NAMING_PODSET: &[&str] = &[
     "src/apiserver/render.rs",
     "src/apiserver/request/mod.rs",
     "src/apiserver/request/options.rs",
-    "src/apiserver/status.rs",
     "src/apiserver/watch.rs",
     "src/registry/admit.rs",
     "src/registry/decode.rs",
-    "src/registry/error.rs",
-    "src/registry/key.rs",
     "src/registry/managed.rs",
     "src/registry/migrate.rs",
     "src/registry/mod.rs",
@@ -41,7 +38,7 @@ const NAMING_PODSET: &[&str] = &[
 const FRAMEWORK: &[&str] = &["src/apiserver", "src/registry", "src/storage", "src/admission"];
 
 /// Substrings that name PodSet, and identifiers (matched as whole words) of `crate::api` that stand for it.
-const NAMES: &[&str] = &["PodSet", "podsets", "PODSET", "podset_", "demo.k8s.io"];
+const NAMES: &[&str] = &["PodSet", "podsets", "PODSET", "podset_", "podset::", "demo.k8s.io"];
 const WORDS: &[&str] =
     &["KIND", "LIST_KIND", "PLURAL", "SINGULAR", "GROUP", "GROUP_RESOURCE", "API_VERSION", "SHORT_NAMES"];
 const VERSION_PATHS: &[&str] = &["api::Version", "Version::ALL", "Version::STORAGE", "Version::PREFERRED"];

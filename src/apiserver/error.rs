@@ -55,9 +55,9 @@ impl From<registry::Error> for ApiError {
     fn from(e: registry::Error) -> Self {
         use registry::Error as E;
         match e {
-            E::NotFound { name } => ApiError::not_found(&name),
-            E::AlreadyExists { name } => ApiError::already_exists(&name),
-            E::Conflict { name, message } => ApiError::conflict(&name, &message),
+            E::NotFound { resource, name } => ApiError::not_found(resource, &name),
+            E::AlreadyExists { resource, name } => ApiError::already_exists(resource, &name),
+            E::Conflict { resource, name, message } => ApiError::conflict(resource, &name, &message),
             E::FieldManager(FieldManagerError::Conflicts(conflicts)) => {
                 let message = FieldManagerError::Conflicts(conflicts.clone()).to_string();
                 let causes = conflicts.into_iter().map(|c| (format!("conflict with {}", c.manager), c.field)).collect();
@@ -275,13 +275,15 @@ mod tests {
     #[test]
     fn registry_statuses_equal_their_snapshots() {
         use crate::api::validation::FieldError;
+        let podsets = &crate::resources::podset::INFO;
         let cases = [
-            ("not-found", registry::Error::NotFound { name: "web".into() }),
-            ("already-exists", registry::Error::AlreadyExists { name: "web".into() }),
-            ("conflict", registry::Error::stale("web")),
+            ("not-found", registry::Error::not_found(podsets, "web")),
+            ("already-exists", registry::Error::AlreadyExists { resource: podsets, name: "web".into() }),
+            ("conflict", registry::Error::stale(podsets, "web")),
             (
                 "invalid",
                 registry::Error::invalid(
+                    podsets,
                     "web",
                     vec![
                         FieldError::required("spec.selector", "selector is required"),

@@ -25,7 +25,7 @@ use super::watch::{self, WatchConfig, WatchRequest};
 use crate::api::selector::{FieldSelector, Selector};
 use crate::api::{Subresource, GROUP, LIST_KIND, PLURAL};
 use crate::registry::{
-    json_object, yaml_object, ListRequest, PatchType, PodSetKey, Registry, ScaleChange, WriteOptions, Written,
+    json_object, yaml_object, ListRequest, ObjectKey, PatchType, Registry, ScaleChange, WriteOptions, Written,
 };
 
 /// Request bodies above this are refused with 413, as kube-apiserver does.
@@ -212,8 +212,8 @@ impl Call<'_> {
         }
     }
 
-    fn key(&self) -> PodSetKey {
-        PodSetKey::new(self.r.namespace.as_deref().unwrap_or_default(), self.r.name.as_deref().unwrap_or(""))
+    fn key(&self) -> ObjectKey {
+        ObjectKey::new(self.r.namespace.as_deref().unwrap_or_default(), self.r.name.as_deref().unwrap_or(""))
     }
 
     fn not_allowed(&self) -> ApiError {

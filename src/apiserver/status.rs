@@ -6,7 +6,7 @@ use kube::core::response::{StatusCause, StatusDetails, StatusSummary};
 use kube::core::Status;
 
 use crate::api::validation::FieldError;
-use crate::api::{GROUP, PLURAL};
+use crate::registry::ResourceInfo;
 
 /// A failed request, as a `metav1.Status`.
 #[derive(Debug, Clone)]
@@ -29,8 +29,8 @@ pub(super) fn status_details(name: &str, group: &str, kind: &str, causes: Vec<St
     }
 }
 
-fn details(name: &str) -> StatusDetails {
-    status_details(name, GROUP, PLURAL, Vec::new())
+fn details(resource: &ResourceInfo, name: &str) -> StatusDetails {
+    status_details(name, resource.group, resource.plural, Vec::new())
 }
 
 impl ApiError {
@@ -60,18 +60,18 @@ impl ApiError {
         &self.status.reason
     }
 
-    pub fn not_found(name: &str) -> Self {
-        Self::new(404, "NotFound", format!("podsets.{GROUP} \"{name}\" not found")).with_details(details(name))
+    pub fn not_found(resource: &ResourceInfo, name: &str) -> Self {
+        Self::new(404, "NotFound", format!("{resource} \"{name}\" not found")).with_details(details(resource, name))
     }
 
-    pub fn already_exists(name: &str) -> Self {
-        Self::new(409, "AlreadyExists", format!("podsets.{GROUP} \"{name}\" already exists"))
-            .with_details(details(name))
+    pub fn already_exists(resource: &ResourceInfo, name: &str) -> Self {
+        Self::new(409, "AlreadyExists", format!("{resource} \"{name}\" already exists"))
+            .with_details(details(resource, name))
     }
 
-    pub fn conflict(name: &str, why: &str) -> Self {
-        Self::new(409, "Conflict", format!("Operation cannot be fulfilled on podsets.{GROUP} \"{name}\": {why}"))
-            .with_details(details(name))
+    pub fn conflict(resource: &ResourceInfo, name: &str, why: &str) -> Self {
+        Self::new(409, "Conflict", format!("Operation cannot be fulfilled on {resource} \"{name}\": {why}"))
+            .with_details(details(resource, name))
     }
 
     /// 422 Invalid for any kind, e.g. `Scale.autoscaling` or `ListOptions.meta.k8s.io`.

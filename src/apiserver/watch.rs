@@ -441,7 +441,7 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
 mod tests {
     use super::*;
     use crate::api::{Subresource, UserInfo, API_VERSION};
-    use crate::registry::{PatchType, PodSetKey, Stored, WriteOptions};
+    use crate::registry::{ObjectKey, PatchType, Stored, WriteOptions};
     use http_body_util::BodyExt;
     use serde_json::json;
 
@@ -467,7 +467,7 @@ mod tests {
     }
 
     async fn patch(reg: &Registry, name: &str, patch: Value) -> Stored {
-        let key = PodSetKey::new("ns", name);
+        let key = ObjectKey::new("ns", name);
         let patch = serde_json::to_vec(&patch).unwrap();
         let opts = WriteOptions::manager("test", UserInfo::default());
         reg.patch(&key, &patch, PatchType::Merge, Subresource::Main, &opts).await.unwrap().object

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::decode::versioned_value;
 use super::error::Result;
-use super::key::PodSetKey;
+use super::key::ObjectKey;
 use super::view::View;
 use crate::admission::{Admission, Attributes, ObjectReads, Outcome};
 use crate::api::{conversion, PodSet, Version};
@@ -62,7 +62,7 @@ impl<'r> Review<'r> {
     /// The mutating phase: `proposed` becomes what the plugins left of it. `old` is [`Review::old`]'s. The
     /// PodSet is changed in place: held by value, it would make every write's future some kilobytes larger, and
     /// futures are moved whole.
-    pub async fn admit(&mut self, proposed: &mut PodSet, old: Option<&Value>, key: &PodSetKey) -> Result<()> {
+    pub async fn admit(&mut self, proposed: &mut PodSet, old: Option<&Value>, key: &ObjectKey) -> Result<()> {
         let Some(a) = &self.attrs else { return Ok(()) };
         if !self.reads.admit {
             return Ok(Box::pin(self.admission.admit(a, None, None, &mut self.said)).await?);

@@ -3,8 +3,8 @@
 //! `metav1.Status` (`apiserver::error`); in-process callers, such as the controller, match on it.
 
 use crate::api::validation::FieldError;
-use crate::api::GROUP_RESOURCE;
 use crate::registry::fieldmanager::FieldManagerError;
+use crate::registry::resource::ResourceInfo;
 use crate::storage::StorageError;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -12,13 +12,13 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// A registry failure.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{GROUP_RESOURCE} \"{name}\" not found")]
-    NotFound { name: String },
-    #[error("{GROUP_RESOURCE} \"{name}\" already exists")]
-    AlreadyExists { name: String },
+    #[error("{resource} \"{name}\" not found")]
+    NotFound { resource: &'static ResourceInfo, name: String },
+    #[error("{resource} \"{name}\" already exists")]
+    AlreadyExists { resource: &'static ResourceInfo, name: String },
     /// A precondition failed, or the object kept changing under a read-modify-write.
-    #[error("Operation cannot be fulfilled on {GROUP_RESOURCE} \"{name}\": {message}")]
-    Conflict { name: String, message: String },
+    #[error("Operation cannot be fulfilled on {resource} \"{name}\": {message}")]
+    Conflict { resource: &'static ResourceInfo, name: String, message: String },
     /// Field management refused the write: an apply's conflicts with other managers, or a body it cannot take.
     #[error(transparent)]
     FieldManager(#[from] FieldManagerError),
@@ -60,25 +60,26 @@ fn summary(errors: &[FieldError]) -> String {
 }
 
 impl Error {
-    pub(crate) fn not_found(name: &str) -> Self {
-        Error::NotFound { name: name.to_owned() }
+    pub(crate) fn not_found(resource: &'static ResourceInfo, name: &str) -> Self {
+        Error::NotFound { resource, name: name.to_owned() }
     }
 
-    pub(crate) fn conflict(name: &str, message: impl Into<String>) -> Self {
-        Error::Conflict { name: name.to_owned(), message: message.into() }
+    pub(crate) fn conflict(resource: &'static ResourceInfo, name: &str, message: impl Into<String>) -> Self {
+        Error::Conflict { resource, name: name.to_owned(), message: message.into() }
     }
 
     /// The object changed since the caller read it.
-    pub(crate) fn stale(name: &str) -> Self {
+    pub(crate) fn stale(resource: &'static ResourceInfo, name: &str) -> Self {
         Self::conflict(
+            resource,
             name,
             "the object has been modified; please apply your changes to the latest version and try again",
         )
     }
 
-    /// 422 on a PodSet.
-    pub(crate) fn invalid(name: &str, errors: Vec<FieldError>) -> Self {
-        Self::invalid_kind(&format!("{}.{}", crate::api::KIND, crate::api::GROUP), name, errors)
+    /// 422 on an object of `resource`.
+    pub(crate) fn invalid(resource: &ResourceInfo, name: &str, errors: Vec<FieldError>) -> Self {
+        Self::invalid_kind(&format!("{}.{}", resource.kind, resource.group), name, errors)
     }
 
     pub(crate) fn invalid_kind(kind: &str, name: &str, errors: Vec<FieldError>) -> Self {
@@ -93,33 +94,45 @@ impl Error {
         Error::Internal(message.into())
     }
 
-    /// A storage failure on object `name` (empty for collections), by what it means.
-    pub(crate) fn storage(e: StorageError, name: &str) -> Self {
+    /// A storage failure on object `name` of `resource` (empty for collections), by what it means.
+    pub(crate) fn storage(e: StorageError, resource: &'static ResourceInfo, name: &str) -> Self {
         match e {
-            StorageError::NotFound { .. } => Self::not_found(name),
-            StorageError::AlreadyExists { .. } => Error::AlreadyExists { name: name.to_owned() },
-            StorageError::Conflict { .. } => Self::stale(name),
-            StorageError::Expired { requested, oldest } => Error::Expired {
-                message: format!("too old resource version: {requested} ({oldest})"),
-                continue_token: None,
-            },
-            StorageError::TooLarge { requested, current } => Error::TooLargeResourceVersion { requested, current },
-            StorageError::Unavailable(m) => Error::Unavailable(m),
-            StorageError::Timeout(m) => Error::Timeout(m),
-            StorageError::Closed => Error::ShuttingDown,
-            other @ (StorageError::InvalidObject
-            | StorageError::Stopped
-            | StorageError::Backend(_)
-            | StorageError::Corrupt(_)
-            | StorageError::Unreadable { .. }
-            | StorageError::Unwritable { .. }) => Error::Internal(other.to_string()),
+            StorageError::NotFound { .. } => Self::not_found(resource, name),
+            StorageError::AlreadyExists { .. } => Error::AlreadyExists { resource, name: name.to_owned() },
+            StorageError::Conflict { .. } => Self::stale(resource, name),
+            other => storage_failure(other),
         }
     }
 }
 
-/// A storage failure on a collection (a list or watch).
+/// What a storage failure that names no object means.
+fn storage_failure(e: StorageError) -> Error {
+    match e {
+        StorageError::Expired { requested, oldest } => Error::Expired {
+            message: format!("too old resource version: {requested} ({oldest})"),
+            continue_token: None,
+        },
+        StorageError::TooLarge { requested, current } => Error::TooLargeResourceVersion { requested, current },
+        StorageError::Unavailable(m) => Error::Unavailable(m),
+        StorageError::Timeout(m) => Error::Timeout(m),
+        StorageError::Closed => Error::ShuttingDown,
+        other @ (StorageError::InvalidObject
+        | StorageError::Stopped
+        | StorageError::Backend(_)
+        | StorageError::Corrupt(_)
+        | StorageError::Unreadable { .. }
+        | StorageError::Unwritable { .. }) => Error::Internal(other.to_string()),
+        other
+        @ (StorageError::NotFound { .. } | StorageError::AlreadyExists { .. } | StorageError::Conflict { .. }) => {
+            Error::Internal(other.to_string())
+        }
+    }
+}
+
+/// A storage failure on a collection (a list, a watch, a sync or compaction). Storage reports a missing, existing or
+/// changed object only for an object's key, never for these.
 impl From<StorageError> for Error {
     fn from(e: StorageError) -> Self {
-        Error::storage(e, "")
+        storage_failure(e)
     }
 }

@@ -1,69 +1,80 @@
-//! Which PodSet: a typed namespace/name pair instead of `"ns/name"` strings (kube-runtime's `ObjectRef`), and the
-//! one place that knows how PodSets are keyed in storage.
+//! Which object: a typed namespace/name pair instead of `"ns/name"` strings (kube-runtime's `ObjectRef`), and the
+//! one place that knows how objects are keyed in storage.
 
 use std::fmt;
 
-const STORAGE_ROOT: &str = "/podsets/";
+use super::resource::ResourceInfo;
 
-/// The resource the registry stores, as a storage configuration names it (`--encryption-provider-config`'s
-/// `podsets.demo.k8s.io`).
-#[derive(Debug, Clone, Copy)]
-pub struct StoredResource {
-    pub resource: &'static str,
-    pub group: &'static str,
-}
-
-pub const STORED: StoredResource = StoredResource { resource: crate::api::PLURAL, group: crate::api::GROUP };
-
-impl fmt::Display for StoredResource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.resource, self.group)
-    }
-}
-
-/// A PodSet's identity. Displays as `namespace/name`, as kubectl and logs show it.
+/// An object's identity within its resource; `namespace` is empty for a cluster-scoped one. Displays as
+/// `namespace/name` (or `name`), as kubectl and logs show it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PodSetKey {
+pub struct ObjectKey {
     pub namespace: String,
     pub name: String,
 }
 
-impl PodSetKey {
+impl ObjectKey {
     pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
         Self { namespace: namespace.into(), name: name.into() }
     }
 
-    /// Where the object lives in storage: `/podsets/<namespace>/<name>`.
-    pub(crate) fn storage_key(&self) -> String {
-        format!("{STORAGE_ROOT}{}/{}", self.namespace, self.name)
+    /// Where the object lives in storage: `<key_root><namespace>/<name>`, or `<key_root><name>`.
+    pub(crate) fn storage_key(&self, resource: &ResourceInfo) -> String {
+        match self.namespace.as_str() {
+            "" => format!("{}{}", resource.key_root, self.name),
+            ns => format!("{}{ns}/{}", resource.key_root, self.name),
+        }
     }
 
-    /// The storage prefix of one namespace, or of all PodSets.
-    pub(crate) fn prefix(namespace: Option<&str>) -> String {
+    /// The storage prefix of one namespace's objects, or of all the resource's.
+    pub(crate) fn prefix(resource: &ResourceInfo, namespace: Option<&str>) -> String {
         match namespace {
-            Some(ns) => format!("{STORAGE_ROOT}{ns}/"),
-            None => STORAGE_ROOT.to_owned(),
+            Some(ns) => format!("{}{ns}/", resource.key_root),
+            None => resource.key_root.to_owned(),
         }
     }
 }
 
-impl fmt::Display for PodSetKey {
+impl fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
+        match self.namespace.as_str() {
+            "" => f.write_str(&self.name),
+            ns => write!(f, "{ns}/{}", self.name),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::resource::Scope;
+
+    static WIDGETS: ResourceInfo = ResourceInfo {
+        group: "example.com",
+        kind: "Widget",
+        list_kind: "WidgetList",
+        plural: "widgets",
+        singular: "widget",
+        short_names: &[],
+        categories: &[],
+        scope: Scope::Cluster,
+        key_root: "/widgets/",
+    };
 
     #[test]
     fn keys_prefixes_and_display() {
-        let k = PodSetKey::new("ns", "web");
+        let podsets = &crate::resources::podset::INFO;
+        let k = ObjectKey::new("ns", "web");
         assert_eq!(k.to_string(), "ns/web");
-        assert_eq!(k.storage_key(), "/podsets/ns/web");
-        assert!(k.storage_key().starts_with(&PodSetKey::prefix(Some("ns"))));
-        assert!(!k.storage_key().starts_with(&PodSetKey::prefix(Some("n"))), "a namespace prefix ends with '/'");
-        assert!(k.storage_key().starts_with(&PodSetKey::prefix(None)));
+        assert_eq!(k.storage_key(podsets), "/podsets/ns/web");
+        assert!(k.storage_key(podsets).starts_with(&ObjectKey::prefix(podsets, Some("ns"))));
+        assert!(!k.storage_key(podsets).starts_with(&ObjectKey::prefix(podsets, Some("n"))), "a prefix ends with '/'");
+        assert!(k.storage_key(podsets).starts_with(&ObjectKey::prefix(podsets, None)));
+        let w = ObjectKey::new("", "blue");
+        assert_eq!((w.to_string(), w.storage_key(&WIDGETS)), ("blue".into(), "/widgets/blue".into()));
+        assert_eq!(
+            (podsets.to_string(), WIDGETS.to_string()),
+            ("podsets.demo.k8s.io".into(), "widgets.example.com".into())
+        );
     }
 }

@@ -6,7 +6,7 @@
 //! `podset_storage_version_objects` ([`Registry::count_storage_versions`]), and the log.
 
 use super::error::{Error, Result};
-use super::key::PodSetKey;
+use super::key::ObjectKey;
 use super::options::{ListRequest, WriteOptions};
 use super::stored::Stored;
 use super::view::PODSET;
@@ -14,6 +14,7 @@ use super::write::{Change, Write};
 use super::Registry;
 use crate::admission::WriteKind;
 use crate::api::{Operation, Subresource, UserInfo, Version};
+use crate::resources::podset::INFO;
 
 /// Who the migration's writes are made as (admission and the audit log see this user), and their field manager.
 pub const MIGRATOR: &str = "system:podset-storage-migrator";
@@ -36,7 +37,7 @@ impl Registry {
     pub async fn migrate_storage(&self) -> Result<Migration> {
         let metrics = crate::metrics::global();
         let page = self.list(ListRequest::readable()).await?;
-        let stale: Vec<PodSetKey> = page.items.iter().filter(|o| self.needs_migration(o)).map(|o| o.key()).collect();
+        let stale: Vec<ObjectKey> = page.items.iter().filter(|o| self.needs_migration(o)).map(|o| o.key()).collect();
         let by_another_key = page.items.iter().any(|o| self.store.is_stale(o.object()));
         let mut done = Migration::default();
         if stale.is_empty() {
@@ -106,7 +107,7 @@ impl Registry {
     }
 
     /// Writes `key` again, unchanged, if it is stored in another version; `false` when it was not (any more).
-    async fn migrate_one(&self, key: &PodSetKey) -> Result<bool> {
+    async fn migrate_one(&self, key: &ObjectKey) -> Result<bool> {
         let user = UserInfo::named(MIGRATOR, Vec::new()).authenticated();
         let opts = WriteOptions { version: Some(self.storage_version), ..WriteOptions::manager(MIGRATOR, user) };
         let w = Write {
@@ -120,7 +121,7 @@ impl Registry {
         };
         let mut rewritten = false;
         self.write(&w, |current| {
-            let Some((old, stored)) = current else { return Err(Error::not_found(&key.name)) };
+            let Some((old, stored)) = current else { return Err(Error::not_found(&INFO, &key.name)) };
             // Unchanged: the write path stores it only because it is in another version or by another key.
             rewritten = self.needs_migration(stored);
             // Its managedFields as the write path reads them (converted to the storage version), not as sent.

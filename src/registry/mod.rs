@@ -12,6 +12,7 @@ mod key;
 mod managed;
 mod migrate;
 mod options;
+pub mod resource;
 mod restore;
 mod scale;
 mod stored;
@@ -28,18 +29,20 @@ use serde_json::Value;
 
 pub use self::decode::{json_object, yaml_object};
 pub use self::error::{Error, Result};
-pub use self::key::{PodSetKey, StoredResource, STORED};
+pub use self::key::ObjectKey;
 pub use self::managed::podset_field_manager;
 pub use self::migrate::{Migration, MIGRATOR};
 pub use self::options::{
     DeleteOptions, Deleted, FieldValidation, ListPage, ListRequest, PatchType, Preconditions, ScaleChange,
     WriteOptions, Written,
 };
+pub use self::resource::{ResourceInfo, Scope};
 pub use self::stored::Stored;
 pub use self::view::admission_attributes;
 pub use self::view::request_object;
 pub use self::watch::{Event, EventType, Notification, Watch, WatchRequest};
 pub use crate::api::{Operation, Subresource, UserInfo};
+pub use crate::resources::podset::PodSetKey;
 pub use crate::storage::Revision;
 
 use self::decode::{apply_patch, decode_json_podset, decode_podset};
@@ -50,6 +53,7 @@ use self::write::{Change, Outcome, Write};
 use crate::admission::{Admission, Chain, WriteKind};
 use crate::api::validation::FieldError;
 use crate::api::{PodSet, PodSetStatus, Version};
+use crate::resources::podset::INFO;
 use crate::storage::{ListOptions, Object, StorageError, Store};
 
 /// How long a read "not older than" a revision this server has not reached waits for it before a 504.
@@ -118,17 +122,17 @@ impl Registry {
         Self { admission, ..self }
     }
 
-    async fn get_object(&self, key: &PodSetKey) -> Result<Option<Arc<Object>>> {
-        self.store.get(&key.storage_key()).await.map_err(|e| Error::storage(e, &key.name))
+    async fn get_object(&self, key: &ObjectKey) -> Result<Option<Arc<Object>>> {
+        self.store.get(&key.storage_key(&INFO)).await.map_err(|e| Error::storage(e, &INFO, &key.name))
     }
 
     /// The current object for a write: from the cache, which may lag a write another replica just made; a stale
     /// state is caught by the write's compare-and-swap, a missing one only here, by catching up before saying 404.
-    async fn get_for_write(&self, key: &PodSetKey) -> Result<Option<Arc<Object>>> {
+    async fn get_for_write(&self, key: &ObjectKey) -> Result<Option<Arc<Object>>> {
         match self.get_object(key).await? {
             Some(o) => Ok(Some(o)),
             None => {
-                self.store.sync().await.map_err(|e| Error::storage(e, &key.name))?;
+                self.store.sync().await.map_err(|e| Error::storage(e, &INFO, &key.name))?;
                 self.get_object(key).await
             }
         }
@@ -137,7 +141,7 @@ impl Registry {
     /// A GET, with kube-apiserver's `resourceVersion` semantics: unset reads the newest state any replica has
     /// acknowledged (a consistent read); `0` reads this server's cache as it is; `n` waits for a state not older
     /// than `n`.
-    pub async fn get(&self, key: &PodSetKey, resource_version: Option<Revision>) -> Result<Stored> {
+    pub async fn get(&self, key: &ObjectKey, resource_version: Option<Revision>) -> Result<Stored> {
         if resource_version != Some(0) {
             self.read_revision(resource_version, false).await?;
         }
@@ -147,11 +151,11 @@ impl Registry {
             Some(0) => late_delete(key, found),
             _ => found,
         };
-        found.ok_or_else(|| Error::not_found(&key.name))
+        found.ok_or_else(|| Error::not_found(&INFO, &key.name))
     }
 
     /// GET of `/scale`.
-    pub async fn get_scale(&self, key: &PodSetKey, resource_version: Option<Revision>) -> Result<Scale> {
+    pub async fn get_scale(&self, key: &ObjectKey, resource_version: Option<Revision>) -> Result<Scale> {
         Ok(scale::scale_of(&self.get(key, resource_version).await?.decode()?))
     }
 
@@ -184,7 +188,7 @@ impl Registry {
     }
 
     pub async fn list(&self, req: ListRequest) -> Result<ListPage> {
-        let prefix = PodSetKey::prefix(req.namespace.as_deref());
+        let prefix = ObjectKey::prefix(&INFO, req.namespace.as_deref());
         let (revision, start_key) = match &req.continue_token {
             Some(token) => {
                 let t = continue_token::decode(token)?;
@@ -258,7 +262,7 @@ impl Registry {
         version: Version,
         opts: &WriteOptions,
     ) -> Result<Written> {
-        let key = PodSetKey::new(namespace, "");
+        let key = ObjectKey::new(namespace, "");
         let w = Write {
             op: Operation::Create,
             sub: Subresource::Main,
@@ -274,7 +278,7 @@ impl Registry {
     /// PUT of the whole object or its status.
     pub async fn replace(
         &self,
-        key: &PodSetKey,
+        key: &ObjectKey,
         body: Value,
         sub: Subresource,
         opts: &WriteOptions,
@@ -283,7 +287,7 @@ impl Registry {
         check_identity(&ps.metadata, key)?;
         let w = Write { op: Operation::Update, sub, key, opts, options: WriteKind::Update, view: &PODSET, version };
         self.write(&w, |current| match current {
-            None => Err(Error::not_found(&key.name)),
+            None => Err(Error::not_found(&INFO, &key.name)),
             Some(_) => Ok(Change::update(ps.clone(), warnings.clone())),
         })
         .await
@@ -293,7 +297,7 @@ impl Registry {
     /// PATCH of the whole object or its status: a merge or JSON patch, or a server-side apply.
     pub async fn patch(
         &self,
-        key: &PodSetKey,
+        key: &ObjectKey,
         patch: &[u8],
         patch_type: PatchType,
         sub: Subresource,
@@ -306,7 +310,7 @@ impl Registry {
         let version = opts.version.unwrap_or(self.storage_version);
         let w = Write { op: Operation::Update, sub, key, opts, options: WriteKind::Patch, view: &PODSET, version };
         self.write(&w, |current| {
-            let Some((_, current)) = current else { return Err(Error::not_found(&key.name)) };
+            let Some((_, current)) = current else { return Err(Error::not_found(&INFO, &key.name)) };
             let mut doc = current.to_version(version)?.to_value()?;
             apply_patch(&mut doc, patch, patch_type)?;
             let (ps, warnings, _) = decode_podset(doc, opts.field_validation, Some(version))?;
@@ -319,7 +323,7 @@ impl Registry {
 
     /// Server-side apply (`application/apply-patch+yaml`) to the object or its status, by `opts.field_manager`;
     /// creates the object when it does not exist.
-    async fn apply(&self, key: &PodSetKey, patch: &[u8], sub: Subresource, opts: &WriteOptions) -> Result<Written> {
+    async fn apply(&self, key: &ObjectKey, patch: &[u8], sub: Subresource, opts: &WriteOptions) -> Result<Written> {
         if opts.field_manager.is_empty() {
             return Err(Error::invalid_kind(
                 "PatchOptions.meta.k8s.io",
@@ -336,7 +340,7 @@ impl Registry {
         self.write(&w, |current| {
             let live = match current {
                 Some((_, current)) => Some(current),
-                None if sub == Subresource::Status => return Err(Error::not_found(&key.name)),
+                None if sub == Subresource::Status => return Err(Error::not_found(&INFO, &key.name)),
                 None => None,
             };
             let op = fieldmanager::Operation::Apply;
@@ -357,7 +361,7 @@ impl Registry {
     /// changed since): through the same validation, field management and compare-and-swap as a PUT of `/status`.
     pub async fn update_status(
         &self,
-        key: &PodSetKey,
+        key: &ObjectKey,
         status: PodSetStatus,
         read_at: Revision,
         opts: &WriteOptions,
@@ -372,7 +376,7 @@ impl Registry {
             version: opts.version.unwrap_or(self.storage_version),
         };
         self.write(&w, |current| {
-            let Some((old, _)) = current else { return Err(Error::not_found(&key.name)) };
+            let Some((old, _)) = current else { return Err(Error::not_found(&INFO, &key.name)) };
             let mut new = old.clone();
             new.status = Some(status.clone());
             new.metadata.resource_version = Some(read_at.to_string());
@@ -383,7 +387,7 @@ impl Registry {
     }
 
     /// PUT or PATCH of `/scale`: only `spec.replicas` changes. Returns the Scale as written.
-    pub async fn update_scale(&self, key: &PodSetKey, change: ScaleChange<'_>, opts: &WriteOptions) -> Result<Scale> {
+    pub async fn update_scale(&self, key: &ObjectKey, change: ScaleChange<'_>, opts: &WriteOptions) -> Result<Scale> {
         let options = match change {
             ScaleChange::Replace(_) => WriteKind::Update,
             ScaleChange::Patch(..) => WriteKind::Patch,
@@ -393,7 +397,7 @@ impl Registry {
             Write { op: Operation::Update, sub: Subresource::Scale, key, opts, options, view: &scale::SCALE, version };
         let written = self
             .write(&w, |current| {
-                let Some((old, _)) = current else { return Err(Error::not_found(&key.name)) };
+                let Some((old, _)) = current else { return Err(Error::not_found(&INFO, &key.name)) };
                 Ok(Change::update(scale::scaled(old, &change, key)?, Vec::new()))
             })
             .await
@@ -402,13 +406,13 @@ impl Registry {
     }
 
     /// DELETE: the object goes at once, or is marked for deletion while finalizers hold it.
-    pub async fn delete(&self, key: &PodSetKey, delete: &DeleteOptions, opts: &WriteOptions) -> Result<Deleted> {
+    pub async fn delete(&self, key: &ObjectKey, delete: &DeleteOptions, opts: &WriteOptions) -> Result<Deleted> {
         self.delete_item(key, delete, opts, false).await
     }
 
     async fn delete_item(
         &self,
-        key: &PodSetKey,
+        key: &ObjectKey,
         options: &DeleteOptions,
         opts: &WriteOptions,
         collection: bool,
@@ -460,7 +464,7 @@ static HIDDEN: parking_lot::Mutex<std::collections::BTreeMap<String, (Stored, Op
 /// What a GET of `key` at resourceVersion=0 returns, given what the cache holds: with the planted fault
 /// `LateDeletes`, the last live version it returned while the deletion is hidden.
 #[cfg(feature = "planted-bugs")]
-fn late_delete(key: &PodSetKey, cached: Option<Stored>) -> Option<Stored> {
+fn late_delete(key: &ObjectKey, cached: Option<Stored>) -> Option<Stored> {
     use crate::planted::{planted, Bug, LATE_DELETES};
     if !planted(Bug::LateDeletes) {
         return cached;

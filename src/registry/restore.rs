@@ -6,11 +6,12 @@ use serde_json::Value;
 
 use super::decode::decode_podset;
 use super::error::{Error, Result};
-use super::key::PodSetKey;
+use super::key::ObjectKey;
 use super::options::FieldValidation;
 use super::stored::Stored;
 use super::{strategy, Registry};
 use crate::api::validation::{self, FieldError};
+use crate::resources::podset::INFO;
 use crate::storage::Draft;
 
 impl Registry {
@@ -39,7 +40,7 @@ impl Registry {
                 .into_iter()
                 .map(|detail| FieldError::invalid("metadata.namespace", &namespace, detail))
                 .collect();
-            return Err(Error::invalid(&name, errors));
+            return Err(Error::invalid(&INFO, &name, errors));
         }
         if ps.metadata.uid.as_deref().is_none_or(str::is_empty) {
             return Err(Error::bad_request(format!("PodSet {namespace}/{name} in the backup has no metadata.uid")));
@@ -47,9 +48,13 @@ impl Registry {
         // Validated as a create would be, but stored as it was: defaults a newer server adds come with its next
         // write, as for objects already stored.
         strategy::validate_create(&mut ps, version)?;
-        let key = PodSetKey::new(namespace, name);
-        let draft = Draft::new(&value, &[]).map_err(|e| Error::storage(e, &key.name))?;
-        self.store.create(&key.storage_key(), draft).await.map(Stored::new).map_err(|e| Error::storage(e, &key.name))
+        let key = ObjectKey::new(namespace, name);
+        let draft = Draft::new(&value, &[]).map_err(|e| Error::storage(e, &INFO, &key.name))?;
+        self.store
+            .create(&key.storage_key(&INFO), draft)
+            .await
+            .map(Stored::new)
+            .map_err(|e| Error::storage(e, &INFO, &key.name))
     }
 
     /// After a restore: history before now is gone, so a client's resourceVersion from before the backup was made

@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::decode::{apply_patch, check_type};
 use super::error::{Error, Result};
-use super::key::PodSetKey;
+use super::key::ObjectKey;
 use super::options::ScaleChange;
 use super::strategy::check_identity;
 use super::view::View;
@@ -39,7 +39,7 @@ pub(crate) fn scale_value(ps: &PodSet) -> Result<serde_json::Value> {
 
 /// The PodSet a `/scale` write makes of `old`: only `spec.replicas` changes; a resourceVersion in the Scale is a
 /// precondition.
-pub(crate) fn scaled(old: &PodSet, change: &ScaleChange<'_>, key: &PodSetKey) -> Result<PodSet> {
+pub(crate) fn scaled(old: &PodSet, change: &ScaleChange<'_>, key: &ObjectKey) -> Result<PodSet> {
     let scale_value = match change {
         ScaleChange::Replace(body) => body.clone(),
         ScaleChange::Patch(patch, patch_type) => {
@@ -106,7 +106,7 @@ impl View for ScaleView {
         &self,
         proposed: PodSet,
         object: serde_json::Value,
-        key: &PodSetKey,
+        key: &ObjectKey,
         _version: crate::api::Version,
     ) -> Result<PodSet> {
         scaled(&proposed, &ScaleChange::Replace(object), key)

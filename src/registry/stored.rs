@@ -7,7 +7,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::error::{Error, Result};
-use super::key::PodSetKey;
+use super::key::ObjectKey;
 use super::Revision;
 use crate::api::selector::{FieldSelector, Selector};
 use crate::api::{conversion, PodSet, Version};
@@ -50,8 +50,8 @@ impl Stored {
         &self.0.meta.name
     }
 
-    pub fn key(&self) -> PodSetKey {
-        PodSetKey::new(self.namespace(), self.name())
+    pub fn key(&self) -> ObjectKey {
+        ObjectKey::new(self.namespace(), self.name())
     }
 
     pub fn uid(&self) -> Option<&str> {

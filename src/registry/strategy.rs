@@ -6,10 +6,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use rand::Rng;
 
 use super::error::{Error, Result};
-use super::key::PodSetKey;
+use super::key::ObjectKey;
 use crate::api::defaults::default_podset;
 use crate::api::{PodSet, Subresource, Version, KIND};
 use crate::resources::podset::validation;
+use crate::resources::podset::INFO;
 
 /// Timestamps as Kubernetes keeps them: whole seconds.
 pub(crate) fn now() -> Time {
@@ -57,7 +58,7 @@ pub(crate) fn validate_create(ps: &mut PodSet, version: Version) -> Result<()> {
     default_podset(ps, version);
     let errors = validation::validate(ps);
     if !errors.is_empty() {
-        return Err(Error::invalid(ps.metadata.name.as_deref().unwrap_or_default(), errors));
+        return Err(Error::invalid(&INFO, ps.metadata.name.as_deref().unwrap_or_default(), errors));
     }
     Ok(())
 }
@@ -69,7 +70,7 @@ pub(crate) fn prepare_for_update(
     mut new: PodSet,
     old: &PodSet,
     sub: Subresource,
-    key: &PodSetKey,
+    key: &ObjectKey,
     version: Version,
 ) -> Result<PodSet> {
     let name = key.name.as_str();
@@ -81,7 +82,7 @@ pub(crate) fn prepare_for_update(
             next.metadata.managed_fields = new.metadata.managed_fields.take();
             let errors = validation::validate_status_update(&next);
             if !errors.is_empty() {
-                return Err(Error::invalid(name, errors));
+                return Err(Error::invalid(&INFO, name, errors));
             }
             next
         }
@@ -101,7 +102,7 @@ pub(crate) fn prepare_for_update(
             default_podset(&mut new, version);
             let errors = validation::validate_update(&new, old);
             if !errors.is_empty() {
-                return Err(Error::invalid(name, errors));
+                return Err(Error::invalid(&INFO, name, errors));
             }
             let generation = old.metadata.generation.unwrap_or(1);
             new.metadata.generation = Some(if new.spec != old.spec { generation + 1 } else { generation });
@@ -115,7 +116,7 @@ pub(crate) fn prepare_for_update(
 }
 
 /// A body's name and namespace, when set, must be the ones on the URL.
-pub(crate) fn check_identity(meta: &ObjectMeta, key: &PodSetKey) -> Result<()> {
+pub(crate) fn check_identity(meta: &ObjectMeta, key: &ObjectKey) -> Result<()> {
     if let Some(n) = meta.name.as_deref().filter(|n| *n != key.name) {
         return Err(Error::bad_request(format!(
             "the name of the object ({n}) does not match the name on the URL ({})",
@@ -165,7 +166,7 @@ mod tests {
 
     #[test]
     fn updates_keep_server_fields_and_bump_generation_on_spec_changes_only() {
-        let key = PodSetKey::new("ns", "web");
+        let key = ObjectKey::new("ns", "web");
         let mut old: PodSet = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "web", "namespace": "ns", "uid": "u1", "generation": 3, "resourceVersion": "7"},
             "spec": {"replicas": 1}, "status": {"replicas": 1}

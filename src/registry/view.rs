@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::decode::decode_podset;
 use super::error::Result;
-use super::key::PodSetKey;
+use super::key::ObjectKey;
 use super::options::FieldValidation;
 use crate::admission::{Attributes, BoxError, ObjectInterfaces, RequestOptions};
 use crate::api::{conversion, Operation, PodSet, Subresource, UserInfo, Version, GROUP, KIND, PLURAL};
@@ -22,7 +22,7 @@ pub(crate) trait View: ObjectInterfaces {
     fn review(&self, ps: &PodSet) -> Result<Option<Value>>;
 
     /// `proposed` with what mutating admission made of its review (a PodSet in `version`).
-    fn admitted(&self, proposed: PodSet, object: Value, key: &PodSetKey, version: Version) -> Result<PodSet>;
+    fn admitted(&self, proposed: PodSet, object: Value, key: &ObjectKey, version: Version) -> Result<PodSet>;
 }
 
 /// A create's or update's body as an audit event records it (kube's `LogRequestObject`): decoded and defaulted in
@@ -72,7 +72,7 @@ impl View for PodSetView {
     }
 
     /// Decoded again (unknown fields dropped, as a typed object would drop them); defaults and validation follow.
-    fn admitted(&self, _proposed: PodSet, object: Value, _key: &PodSetKey, version: Version) -> Result<PodSet> {
+    fn admitted(&self, _proposed: PodSet, object: Value, _key: &ObjectKey, version: Version) -> Result<PodSet> {
         let (ps, _, _) = decode_podset(object, FieldValidation::Ignore, Some(version))?;
         Ok(ps)
     }

@@ -12,11 +12,12 @@ use parking_lot::Mutex;
 
 use super::error::Error;
 use super::error::Result;
-use super::key::PodSetKey;
+use super::key::ObjectKey;
 use super::options::ListRequest;
 use super::stored::Stored;
 use super::{Registry, Revision};
 use crate::api::selector::{FieldSelector, Selector};
+use crate::resources::podset::INFO;
 use crate::storage;
 
 /// What a watch follows, and from where.
@@ -149,7 +150,7 @@ impl Registry {
                 (rv, false)
             }
         };
-        let stream = self.store.watch(&PodSetKey::prefix(req.namespace.as_deref()), start)?;
+        let stream = self.store.watch(&ObjectKey::prefix(&INFO, req.namespace.as_deref()), start)?;
         let initial = if initial {
             let page = self
                 .list(ListRequest {
@@ -189,7 +190,7 @@ fn through_selectors(
     fields: &FieldSelector,
     recent: &Recent,
 ) -> Result<Notification> {
-    let ev = ev.map_err(|e| Error::storage(e, ""))?;
+    let ev = ev.map_err(|e| Error::storage(e, &INFO, ""))?;
     let object = Stored::new(ev.object.clone());
     let prev = ev.prev.clone().map(Stored::new);
     let now_in = object.matches(labels, fields);

@@ -11,7 +11,7 @@ use super::admit::Review;
 use super::decode::versioned_value;
 use super::error::{Error, Result};
 use super::fieldmanager;
-use super::key::PodSetKey;
+use super::key::ObjectKey;
 use super::managed::{created_in_version, created_managed_fields, manage_fields_in, sent_managed_fields};
 use super::options::{DeleteOptions, Preconditions, WriteOptions};
 use super::stored::Stored;
@@ -21,6 +21,7 @@ use super::Registry;
 use crate::admission::{Outcome as Said, RequestOptions, WriteKind};
 use crate::api::validation::{ErrorType, FieldError};
 use crate::api::{Operation, PodSet, Subresource};
+use crate::resources::podset::INFO;
 use crate::storage::{Draft, StorageError};
 
 /// Attempts at a read-modify-write before giving up on a hot object.
@@ -33,7 +34,7 @@ pub(crate) struct Write<'a> {
     pub op: Operation,
     pub sub: Subresource,
     /// For a POST, the namespace (the name is the body's, or generated).
-    pub key: &'a PodSetKey,
+    pub key: &'a ObjectKey,
     pub opts: &'a WriteOptions,
     /// What admission is told the request's options were: `UpdateOptions` or `PatchOptions` (a create's are
     /// always `CreateOptions`, a delete's `DeleteOptions`).
@@ -92,7 +93,7 @@ enum Step {
 enum Plan {
     /// `generated`: the name came from `generateName`, so a name taken meanwhile means "pick another".
     Create {
-        key: PodSetKey,
+        key: ObjectKey,
         value: Value,
         managed_fields: Option<String>,
         said: Said,
@@ -122,6 +123,7 @@ impl Preconditions {
         let uid = current.uid().unwrap_or("");
         if let Some(want) = self.uid.as_deref().filter(|u| !u.is_empty() && *u != uid) {
             return Err(Error::conflict(
+                &INFO,
                 name,
                 format!("Precondition failed: UID in precondition: {want}, UID in object meta: {uid}"),
             ));
@@ -129,6 +131,7 @@ impl Preconditions {
         let rv = current.resource_version();
         if let Some(want) = self.resource_version.as_deref().filter(|want| *want != rv.to_string()) {
             return Err(Error::conflict(
+                &INFO,
                 name,
                 format!("Precondition failed: ResourceVersion in precondition: {want}, ResourceVersion in object meta: {rv}"),
             ));
@@ -158,13 +161,13 @@ impl Registry {
                 (Change::Delete { options, collection }, Some(cur), Some(old)) => {
                     Box::pin(self.plan_delete(w, options, collection, cur, old)).await
                 }
-                (Change::Delete { .. }, None, _) | (_, Some(_), None) => Err(Error::not_found(&w.key.name)),
+                (Change::Delete { .. }, None, _) | (_, Some(_), None) => Err(Error::not_found(&INFO, &w.key.name)),
             };
             let step = match step {
                 // A precondition failed on the cache, which may lag a write another replica acknowledged: judge it
                 // again on the newest state before calling it failed, as GuaranteedUpdate does on a cached object.
                 Err(Error::Conflict { .. }) if current.is_some() && !std::mem::replace(&mut synced, true) => {
-                    self.store.sync().await.map_err(|e| Error::storage(e, &w.key.name))?;
+                    self.store.sync().await.map_err(|e| Error::storage(e, &INFO, &w.key.name))?;
                     continue;
                 }
                 step => step?,
@@ -187,36 +190,36 @@ impl Registry {
                 Plan::Create { key, value, managed_fields, said, .. } => {
                     name = key.name.clone();
                     let raw: Vec<(&str, &str)> = managed_fields.iter().map(|m| ("managedFields", m.as_str())).collect();
-                    let draft = Draft::new(&value, &raw).map_err(|e| Error::storage(e, &name))?;
+                    let draft = Draft::new(&value, &raw).map_err(|e| Error::storage(e, &INFO, &name))?;
                     #[cfg(feature = "planted-bugs")]
                     if crate::planted::strikes(crate::planted::Bug::AckBeforeCommit, 4) {
                         let revision = self.store.current_revision() + 1;
-                        let object = crate::storage::Object::from_draft(&key.storage_key(), draft, revision);
+                        let object = crate::storage::Object::from_draft(&key.storage_key(&INFO), draft, revision);
                         return Ok(Outcome::Put {
                             object: Stored::new(std::sync::Arc::new(object)),
                             said,
                             created: true,
                         });
                     }
-                    let result = self.store.create(&key.storage_key(), draft).await;
+                    let result = self.store.create(&key.storage_key(&INFO), draft).await;
                     result.map(|o| Outcome::Put { object: Stored::new(o), said, created: true })
                 }
                 Plan::Update { value, said } => {
-                    let draft = Draft::new(&value, &[]).map_err(|e| Error::storage(e, &name))?;
-                    let result = self.store.update(&w.key.storage_key(), draft, expected).await;
+                    let draft = Draft::new(&value, &[]).map_err(|e| Error::storage(e, &INFO, &name))?;
+                    let result = self.store.update(&w.key.storage_key(&INFO), draft, expected).await;
                     #[cfg(feature = "planted-bugs")]
                     if result.is_ok() && crate::planted::strikes(crate::planted::Bug::ConflictAfterCommit, 4) {
-                        return Err(Error::stale(&name));
+                        return Err(Error::stale(&INFO, &name));
                     }
                     result.map(|o| Outcome::Put { object: Stored::new(o), said, created: false })
                 }
                 Plan::Mark { value, said } => {
-                    let draft = Draft::new(&value, &[]).map_err(|e| Error::storage(e, &name))?;
-                    let result = self.store.update(&w.key.storage_key(), draft, expected).await;
+                    let draft = Draft::new(&value, &[]).map_err(|e| Error::storage(e, &INFO, &name))?;
+                    let result = self.store.update(&w.key.storage_key(&INFO), draft, expected).await;
                     result.map(|o| Outcome::Deleted { object: Stored::new(o), said, gone: false })
                 }
                 Plan::Remove { put, said, .. } => {
-                    let result = self.store.delete(&w.key.storage_key(), expected).await;
+                    let result = self.store.delete(&w.key.storage_key(&INFO), expected).await;
                     result.map(|o| match put {
                         Some(_) => Outcome::Put { object: Stored::new(o), said, created: false },
                         None => Outcome::Deleted { object: Stored::new(o), said, gone: true },
@@ -229,10 +232,10 @@ impl Registry {
                 // state (a precondition is checked there; an update of nothing is a 404 there).
                 Err(StorageError::Conflict { .. } | StorageError::NotFound { .. }) if current.is_some() => continue,
                 Err(StorageError::AlreadyExists { .. }) if retry_taken => continue,
-                Err(e) => return Err(Error::storage(e, &name)),
+                Err(e) => return Err(Error::storage(e, &INFO, &name)),
             }
         }
-        Err(Error::stale(&w.key.name))
+        Err(Error::stale(&INFO, &w.key.name))
     }
 
     /// Mutating admission, PrepareForCreate, defaults, validation, field tracking and validating admission of a
@@ -252,7 +255,7 @@ impl Registry {
             ps.metadata.name = Some(strategy::generated_name(prefix));
         }
         strategy::validate_create(&mut ps, w.version)?;
-        let key = PodSetKey::new(&w.key.namespace, ps.metadata.name.clone().unwrap_or_default());
+        let key = ObjectKey::new(&w.key.namespace, ps.metadata.name.clone().unwrap_or_default());
         let (storage, version) = (self.storage_version, w.version);
         let mut value = versioned_value(&ps, storage)?;
         // A create's managedFields are written out as JSON and stored as such, never built as a tree; ones the
@@ -295,7 +298,7 @@ impl Registry {
             .as_deref()
             .is_some_and(|rv| !rv.is_empty() && rv != current.resource_version().to_string())
         {
-            return Err(Error::stale(name));
+            return Err(Error::stale(&INFO, name));
         }
         let mut review = self.review(w, Operation::Update, name, || self.options(w, w.options), p.warnings);
         let tracked = p.fields == fieldmanager::Operation::Update;
@@ -517,7 +520,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let reg = registry(dir.path()).await;
         let made = create(&reg, "a").await.object;
-        let key = PodSetKey::new("ns", "a");
+        let key = ObjectKey::new("ns", "a");
         let uid = Preconditions { uid: Some("other".into()), resource_version: None };
         let e = reg.delete(&key, &DeleteOptions { preconditions: Some(uid), ..Default::default() }, &opts()).await;
         let want =
@@ -552,7 +555,7 @@ mod tests {
         let dry = WriteOptions { dry_run: true, ..opts() };
         let w = reg.create("ns", body("a"), &dry).await.unwrap();
         assert!(w.created && w.object.uid().is_some(), "answered as created");
-        let key = PodSetKey::new("ns", "a");
+        let key = ObjectKey::new("ns", "a");
         assert!(matches!(reg.get(&key, None).await, Err(Error::NotFound { .. })));
         create(&reg, "a").await;
         let before = reg.get(&key, None).await.unwrap();
@@ -572,7 +575,7 @@ mod tests {
         let mut b = body("a");
         b["metadata"]["finalizers"] = json!(["example.com/hold"]);
         reg.create("ns", b, &opts()).await.unwrap();
-        let key = PodSetKey::new("ns", "a");
+        let key = ObjectKey::new("ns", "a");
         let d = reg.delete(&key, &DeleteOptions::default(), &opts()).await.unwrap();
         assert!(!d.gone);
         let marked = d.object.decode().unwrap();
@@ -600,7 +603,7 @@ mod tests {
         assert_ne!(first.name(), second.name());
         create(&reg, "a").await;
         assert!(
-            matches!(reg.create("ns", body("a"), &opts()).await, Err(Error::AlreadyExists { name }) if name == "a")
+            matches!(reg.create("ns", body("a"), &opts()).await, Err(Error::AlreadyExists { name, .. }) if name == "a")
         );
     }
 
@@ -608,7 +611,7 @@ mod tests {
     async fn an_apply_creates_what_is_missing_and_updates_what_is_there() {
         let dir = tempfile::tempdir().unwrap();
         let reg = registry(dir.path()).await;
-        let key = PodSetKey::new("ns", "a");
+        let key = ObjectKey::new("ns", "a");
         let cfg = b"apiVersion: demo.k8s.io/v1alpha1\nkind: PodSet\nmetadata: {name: a}\nspec: {replicas: 2}\n";
         let made = reg.patch(&key, cfg, PatchType::Apply, Subresource::Main, &opts()).await.unwrap();
         assert!(made.created);
@@ -616,7 +619,7 @@ mod tests {
         let changed = reg.patch(&key, cfg, PatchType::Apply, Subresource::Main, &opts()).await.unwrap();
         assert!(!changed.created);
         assert_eq!(changed.object.decode().unwrap().spec.replicas, Some(3));
-        let missing = PodSetKey::new("ns", "b");
+        let missing = ObjectKey::new("ns", "b");
         let status = b"apiVersion: demo.k8s.io/v1alpha1\nkind: PodSet\nmetadata: {name: b}\nstatus: {replicas: 1}\n";
         let e = reg.patch(&missing, status, PatchType::Apply, Subresource::Status, &opts()).await;
         assert!(matches!(e, Err(Error::NotFound { .. })), "an apply to status creates nothing");

@@ -139,7 +139,10 @@ async fn the_answer_is_recorded_as_the_level_asks() {
 
 #[test]
 fn a_status_answer_is_recorded_with_its_bounded_fields() {
-    let mut resp = axum::response::IntoResponse::into_response(crate::apiserver::error::ApiError::not_found("web"));
+    let mut resp = axum::response::IntoResponse::into_response(crate::apiserver::error::ApiError::not_found(
+        &crate::resources::podset::INFO,
+        "web",
+    ));
     let ctx = context(
         Level::Metadata,
         false,

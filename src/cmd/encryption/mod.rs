@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use self::config::{ConfigError, EncryptionConfig, KmsConfiguration};
-use crate::registry::STORED;
+use crate::resources::podset::INFO;
 use crate::storage::value::kmsv2::{KmsV2, Timing};
 use crate::storage::value::{Provider, Providers, Transformer};
 
@@ -26,12 +26,12 @@ pub fn providers(config: &EncryptionConfig, timing: Timing) -> Result<Option<Pro
         let plugin = KmsV2::new(&c.name, &c.endpoint, timeout, timing, &id)?;
         Ok(Provider::new(format!("k8s:enc:kms:v2:{}:", c.name), None, Box::new(plugin)))
     };
-    config.providers_for(STORED.resource, STORED.group, &kms)
+    config.providers_for(INFO.plural, INFO.group, &kms)
 }
 
 /// The registry's resource stored plainly, by providers a reload can replace.
 pub fn identity_only() -> Providers {
-    Providers::new(&STORED.to_string(), vec![Provider::identity()])
+    Providers::new(&INFO.to_string(), vec![Provider::identity()])
 }
 
 /// `/healthz/kms-providers` (and /readyz): every KMS plugin the providers use answers `Status` as healthy.

@@ -9,8 +9,14 @@ mod types;
 pub mod validation;
 mod version;
 
+use crate::registry::resource::{ResourceInfo, Scope};
+use crate::registry::ObjectKey;
+
 pub use types::{PodSet, PodSetList, PodSetSpec, PodSetStatus};
 pub use version::Version;
+
+/// Which PodSet.
+pub type PodSetKey = ObjectKey;
 
 pub const GROUP: &str = "demo.k8s.io";
 pub const VERSION: &str = "v1alpha1";
@@ -25,3 +31,16 @@ pub const CATEGORIES: &[&str] = &["all"];
 pub const GROUP_RESOURCE: &str = "podsets.demo.k8s.io";
 /// The label the defaulted template and selector use.
 pub const DEFAULT_LABEL: &str = "demo.k8s.io/podset";
+
+/// PodSet's names and place in storage: `/podsets/<namespace>/<name>` under the group's prefix.
+pub static INFO: ResourceInfo = ResourceInfo {
+    group: GROUP,
+    kind: KIND,
+    list_kind: LIST_KIND,
+    plural: PLURAL,
+    singular: SINGULAR,
+    short_names: SHORT_NAMES,
+    categories: CATEGORIES,
+    scope: Scope::Namespaced,
+    key_root: "/podsets/",
+};
