@@ -27,7 +27,6 @@ const NAMING_PODSET: &[&str] = &[
     "src/registry/options.rs",
     "src/registry/restore.rs",
     "src/registry/scale.rs",
-    "src/registry/strategy.rs",
     "src/registry/stored.rs",
     "src/registry/view.rs",
     "src/registry/watch.rs",
@@ -62,9 +61,18 @@ fn relative(path: &Path) -> String {
     path.strip_prefix(root()).unwrap().to_string_lossy().replace('\\', "/")
 }
 
-/// The file's code before its unit tests (`#[cfg(test)]` at the start of a line ends it).
+/// The file's code before its unit tests: a `#[cfg(test)]` module with a body ends it (one declared `mod x;` does
+/// not, its file is checked on its own).
 fn code(text: &str) -> &str {
-    text.find("\n#[cfg(test)]").map_or(text, |i| &text[..i])
+    let mut from = 0;
+    while let Some(i) = text[from..].find("\n#[cfg(test)]\n").map(|i| from + i) {
+        let next = text[i + "\n#[cfg(test)]\n".len()..].lines().next().unwrap_or("");
+        if next.contains("mod ") && next.contains('{') {
+            return &text[..i];
+        }
+        from = i + 1;
+    }
+    text
 }
 
 fn has_word(line: &str, word: &str) -> bool {
@@ -135,4 +143,6 @@ fn the_checks_see_what_they_look_for() {
     assert!(names_podset("use http::Version;").is_none());
     assert!(names_podset("// a PodSet in a comment\nlet kind = KINDS;").is_none());
     assert_eq!(code("fn a() {}\n#[cfg(test)]\nmod tests { PodSet }"), "fn a() {}");
+    assert_eq!(code("a\n#[cfg(test)]\nmod kind;\nfn b() {}"), "a\n#[cfg(test)]\nmod kind;\nfn b() {}");
+    assert_eq!(code("a\n#[cfg(test)]\npub(crate) mod testing {\n}"), "a");
 }

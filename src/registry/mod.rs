@@ -16,7 +16,9 @@ pub mod resource;
 mod restore;
 mod scale;
 mod stored;
-mod strategy;
+pub mod strategy;
+#[cfg(test)]
+mod testkind;
 mod view;
 mod watch;
 mod write;

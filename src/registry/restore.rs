@@ -47,7 +47,7 @@ impl Registry {
         }
         // Validated as a create would be, but stored as it was: defaults a newer server adds come with its next
         // write, as for objects already stored.
-        strategy::validate_create(&mut ps, version)?;
+        strategy::validate_create::<crate::resources::podset::PodSetStrategy>(&mut ps, version)?;
         let key = ObjectKey::new(namespace, name);
         let draft = Draft::new(&value, &[]).map_err(|e| Error::storage(e, &INFO, &key.name))?;
         self.store

@@ -1,16 +1,52 @@
-//! The PodSet strategy, as sample-apiserver's `strategy.go`: what the server owns in an object (uid, timestamps,
-//! generation, status vs the rest), defaulting and validation on create and update.
+//! What the server owns in every object (uid, timestamps, generation, the namespace, generated names) around a
+//! resource's [`Strategy`], as k8s.io/apiserver's `rest.BeforeCreate`/`BeforeUpdate` around a `RESTCreateStrategy`
+//! and `RESTUpdateStrategy`: defaulting and validation on create and update, the main resource's and `/status`'s
+//! PrepareForUpdate.
+
+use std::fmt::{Debug, Display};
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use rand::Rng;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 use super::error::{Error, Result};
 use super::key::ObjectKey;
-use crate::api::defaults::default_podset;
-use crate::api::{PodSet, Subresource, Version, KIND};
-use crate::resources::podset::validation;
-use crate::resources::podset::INFO;
+use super::resource::ResourceInfo;
+use crate::api::validation::FieldError;
+use crate::api::Subresource;
+
+/// A resource's own rules, as k8s.io/apiserver's create and update strategies: its object type and versions, what
+/// a create clears, what the main resource and `/status` may each change, defaults and validation. The registry
+/// does the rest the same for every resource.
+pub trait Strategy: Send + Sync + 'static {
+    /// The hub (kube's internal version): every served version's fields.
+    type Object: Clone + PartialEq + Debug + Serialize + DeserializeOwned + Send + Sync + 'static;
+    /// A served version.
+    type Version: Copy + Eq + Debug + Display + Send + Sync + 'static;
+
+    const INFO: &'static ResourceInfo;
+
+    fn meta(o: &Self::Object) -> &ObjectMeta;
+    fn meta_mut(o: &mut Self::Object) -> &mut ObjectMeta;
+    /// The object's `apiVersion` and `kind` fields.
+    fn type_fields(o: &mut Self::Object) -> (&mut String, &mut String);
+
+    /// PrepareForCreate's part the resource owns: what a client may not set on a new object (its status).
+    fn prepare_for_create(o: &mut Self::Object);
+    /// Defaults, as `version` (the one the object was sent in) defaults.
+    fn default(o: &mut Self::Object, version: Self::Version);
+    fn validate(o: &Self::Object, version: Self::Version) -> Vec<FieldError>;
+    /// PrepareForUpdate of the main resource: `new` keeps what only `/status` writes.
+    fn prepare_for_update(new: &mut Self::Object, old: &Self::Object);
+    fn validate_update(new: &Self::Object, old: &Self::Object, version: Self::Version) -> Vec<FieldError>;
+    /// PrepareForUpdate of `/status`: `new` becomes `old` with `new`'s status.
+    fn prepare_for_status_update(new: &mut Self::Object, old: &Self::Object);
+    fn validate_status_update(new: &Self::Object, old: &Self::Object) -> Vec<FieldError>;
+    /// Whether `metadata.generation` moves: the desired state changed.
+    fn spec_changed(new: &Self::Object, old: &Self::Object) -> bool;
+}
 
 /// Timestamps as Kubernetes keeps them: whole seconds.
 pub(crate) fn now() -> Time {
@@ -21,17 +57,20 @@ pub(crate) fn now_text() -> String {
     now().0.to_string()
 }
 
-/// PrepareForCreate: sets what the server owns on a new PodSet in `namespace` and clears what a client may not
-/// set. Returns the `generateName` prefix when the server is to pick the name.
-pub(crate) fn prepare_for_create(ps: &mut PodSet, namespace: &str) -> Result<Option<String>> {
-    let meta = &mut ps.metadata;
+/// PrepareForCreate: sets what the server owns on a new object in `namespace` (empty for a cluster-scoped one) and
+/// clears what a client may not set. Returns the `generateName` prefix when the server is to pick the name.
+pub(crate) fn prepare_for_create<S: Strategy>(o: &mut S::Object, namespace: &str) -> Result<Option<String>> {
+    S::prepare_for_create(o);
+    *S::type_fields(o).1 = S::INFO.kind.into();
+    let meta = S::meta_mut(o);
+    // kube's EnsureObjectNamespaceMatchesRequestNamespace: a cluster-scoped object's namespace is cleared.
     match meta.namespace.as_deref() {
-        Some(ns) if !ns.is_empty() && ns != namespace => {
+        Some(ns) if !ns.is_empty() && !namespace.is_empty() && ns != namespace => {
             return Err(Error::bad_request(
                 "the namespace of the provided object does not match the namespace sent on the request",
             ))
         }
-        _ => meta.namespace = Some(namespace.to_owned()),
+        _ => meta.namespace = (!namespace.is_empty()).then(|| namespace.to_owned()),
     }
     if meta.resource_version.as_deref().is_some_and(|rv| !rv.is_empty()) {
         return Err(Error::bad_request("resourceVersion should not be set on objects to be created"));
@@ -43,8 +82,6 @@ pub(crate) fn prepare_for_create(ps: &mut PodSet, namespace: &str) -> Result<Opt
     meta.deletion_timestamp = None;
     meta.deletion_grace_period_seconds = None;
     meta.self_link = None;
-    ps.status = None;
-    ps.kind = KIND.into();
     Ok(generate)
 }
 
@@ -53,66 +90,65 @@ pub(crate) fn generated_name(prefix: &str) -> String {
     format!("{}{}", truncate_generate_name(prefix), random_suffix())
 }
 
-/// Defaults (as `version`, the one it was sent in, defaults) and validates a PodSet about to be created.
-pub(crate) fn validate_create(ps: &mut PodSet, version: Version) -> Result<()> {
-    default_podset(ps, version);
-    let errors = validation::validate(ps);
+/// Defaults (as `version`, the one it was sent in, defaults) and validates an object about to be created.
+pub(crate) fn validate_create<S: Strategy>(o: &mut S::Object, version: S::Version) -> Result<()> {
+    S::default(o, version);
+    let errors = S::validate(o, version);
     if !errors.is_empty() {
-        return Err(Error::invalid(&INFO, ps.metadata.name.as_deref().unwrap_or_default(), errors));
+        return Err(Error::invalid(S::INFO, S::meta(o).name.as_deref().unwrap_or_default(), errors));
     }
     Ok(())
 }
 
-/// PrepareForUpdate and ValidateUpdate (after the write path checked preconditions): carries the server-owned fields over from `old`, keeps the part the write
-/// may not change (status on the main resource, everything but status on `/status`), bumps `generation` on a
-/// spec change, defaults and validates.
-pub(crate) fn prepare_for_update(
-    mut new: PodSet,
-    old: &PodSet,
+/// PrepareForUpdate and ValidateUpdate (after the write path checked preconditions): carries the server-owned
+/// fields over from `old`, keeps the part the write may not change (status on the main resource, everything but
+/// status on `/status`), bumps `generation` on a spec change, defaults and validates.
+pub(crate) fn prepare_for_update<S: Strategy>(
+    mut new: S::Object,
+    old: &S::Object,
     sub: Subresource,
     key: &ObjectKey,
-    version: Version,
-) -> Result<PodSet> {
+    version: S::Version,
+) -> Result<S::Object> {
     let name = key.name.as_str();
-    let mut next = match sub {
+    match sub {
         Subresource::Status => {
-            let mut next = old.clone();
-            next.status = new.status.take();
             // What field management decided (it never takes a status write's own managedFields).
-            next.metadata.managed_fields = new.metadata.managed_fields.take();
-            let errors = validation::validate_status_update(&next);
+            let managed_fields = S::meta_mut(&mut new).managed_fields.take();
+            S::prepare_for_status_update(&mut new, old);
+            S::meta_mut(&mut new).managed_fields = managed_fields;
+            let errors = S::validate_status_update(&new, old);
             if !errors.is_empty() {
-                return Err(Error::invalid(&INFO, name, errors));
+                return Err(Error::invalid(S::INFO, name, errors));
             }
-            next
         }
-        // `/scale` proposes the whole object with only spec.replicas changed.
+        // `/scale` proposes the whole object with only its replicas changed.
         Subresource::Main | Subresource::Scale => {
-            let m = &mut new.metadata;
-            let o = &old.metadata;
+            let (o, m) = (S::meta(old), S::meta_mut(&mut new));
             m.name = Some(key.name.clone());
-            m.namespace = Some(key.namespace.clone());
+            m.namespace = (!key.namespace.is_empty()).then(|| key.namespace.clone());
             m.uid = o.uid.clone();
             m.creation_timestamp = o.creation_timestamp.clone();
             m.deletion_timestamp = o.deletion_timestamp.clone();
             m.deletion_grace_period_seconds = o.deletion_grace_period_seconds;
             m.generate_name = m.generate_name.take().or_else(|| o.generate_name.clone());
             m.self_link = None;
-            new.status = old.status.clone();
-            default_podset(&mut new, version);
-            let errors = validation::validate_update(&new, old);
+            S::prepare_for_update(&mut new, old);
+            S::default(&mut new, version);
+            let errors = S::validate_update(&new, old, version);
             if !errors.is_empty() {
-                return Err(Error::invalid(&INFO, name, errors));
+                return Err(Error::invalid(S::INFO, name, errors));
             }
-            let generation = old.metadata.generation.unwrap_or(1);
-            new.metadata.generation = Some(if new.spec != old.spec { generation + 1 } else { generation });
-            new
+            let generation = S::meta(old).generation.unwrap_or(1);
+            let changed = S::spec_changed(&new, old);
+            S::meta_mut(&mut new).generation = Some(if changed { generation + 1 } else { generation });
         }
-    };
-    next.api_version.clear();
-    next.kind = KIND.into();
-    next.metadata.resource_version = old.metadata.resource_version.clone();
-    Ok(next)
+    }
+    let (api_version, kind) = S::type_fields(&mut new);
+    api_version.clear();
+    *kind = S::INFO.kind.into();
+    S::meta_mut(&mut new).resource_version = S::meta(old).resource_version.clone();
+    Ok(new)
 }
 
 /// A body's name and namespace, when set, must be the ones on the URL.
@@ -123,7 +159,7 @@ pub(crate) fn check_identity(meta: &ObjectMeta, key: &ObjectKey) -> Result<()> {
             key.name
         )));
     }
-    if meta.namespace.as_deref().is_some_and(|ns| !ns.is_empty() && ns != key.namespace) {
+    if meta.namespace.as_deref().is_some_and(|ns| !ns.is_empty() && !key.namespace.is_empty() && ns != key.namespace) {
         return Err(Error::bad_request(
             "the namespace of the provided object does not match the namespace sent on the request",
         ));
@@ -164,6 +200,20 @@ mod tests {
         assert_eq!(generated_name(&"é".repeat(40)).len(), 58 + 5, "cut on a character boundary");
     }
 
+    use crate::api::defaults::default_podset;
+    use crate::api::{PodSet, Version};
+    use crate::resources::podset::PodSetStrategy;
+
+    fn prepare_for_update(
+        new: PodSet,
+        old: &PodSet,
+        sub: Subresource,
+        key: &ObjectKey,
+        version: Version,
+    ) -> Result<PodSet> {
+        super::prepare_for_update::<PodSetStrategy>(new, old, sub, key, version)
+    }
+
     #[test]
     fn updates_keep_server_fields_and_bump_generation_on_spec_changes_only() {
         let key = ObjectKey::new("ns", "web");
@@ -191,5 +241,39 @@ mod tests {
         let status_only = prepare_for_update(new.clone(), &old, Subresource::Status, &key, Version::V1alpha1).unwrap();
         assert_eq!(status_only.spec.replicas, Some(1), "/status does not write spec");
         assert_eq!(status_only.status, None);
+    }
+
+    /// A cluster-scoped kind: its objects have no namespace, whatever the body says (kube's
+    /// `EnsureObjectNamespaceMatchesRequestNamespace`), and the strategy's rules apply as PodSet's do.
+    #[test]
+    fn a_cluster_scoped_kind_is_prepared_without_a_namespace() {
+        use crate::registry::testkind::{Widget, WidgetStrategy};
+        let mut w: Widget = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "blue", "namespace": "stray"}, "spec": {"size": 2}, "status": {"seen": 1}
+        }))
+        .unwrap();
+        assert_eq!(super::prepare_for_create::<WidgetStrategy>(&mut w, "").unwrap(), None);
+        assert_eq!((w.metadata.namespace.as_deref(), w.status.as_ref(), w.kind.as_str()), (None, None, "Widget"));
+        assert_eq!(w.metadata.generation, Some(1));
+        super::validate_create::<WidgetStrategy>(&mut w, "v1").unwrap();
+        w.metadata.resource_version = Some("3".into());
+
+        let key = ObjectKey::new("", "blue");
+        let mut new = w.clone();
+        new.spec = serde_json::json!({"size": 3});
+        new.status = Some(serde_json::json!({"seen": 9}));
+        let updated = super::prepare_for_update::<WidgetStrategy>(new.clone(), &w, Subresource::Main, &key, "v1");
+        let updated = updated.unwrap();
+        assert_eq!((updated.metadata.generation, updated.status.as_ref()), (Some(2), None));
+        assert_eq!(updated.metadata.namespace, None);
+        let status = super::prepare_for_update::<WidgetStrategy>(new.clone(), &w, Subresource::Status, &key, "v1");
+        let status = status.unwrap();
+        assert_eq!((status.spec["size"].as_i64(), status.status), (Some(2), Some(serde_json::json!({"seen": 9}))));
+        new.spec = serde_json::json!({"size": -1});
+        let e = super::prepare_for_update::<WidgetStrategy>(new, &w, Subresource::Main, &key, "v1").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Widget.test.podset.example \"blue\" is invalid: spec.size: Invalid value: -1: must be greater than or equal to 0"
+        );
     }
 }

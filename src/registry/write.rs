@@ -21,7 +21,7 @@ use super::Registry;
 use crate::admission::{Outcome as Said, RequestOptions, WriteKind};
 use crate::api::validation::{ErrorType, FieldError};
 use crate::api::{Operation, PodSet, Subresource};
-use crate::resources::podset::INFO;
+use crate::resources::podset::{PodSetStrategy, INFO};
 use crate::storage::{Draft, StorageError};
 
 /// Attempts at a read-modify-write before giving up on a hot object.
@@ -250,11 +250,11 @@ impl Registry {
         // Mutating admission sees the object as sent, before the server's own fields.
         ps.kind = crate::api::KIND.into();
         review.admit(&mut ps, None, w.key).await?;
-        let prefix = strategy::prepare_for_create(&mut ps, &w.key.namespace)?;
+        let prefix = strategy::prepare_for_create::<PodSetStrategy>(&mut ps, &w.key.namespace)?;
         if let Some(prefix) = &prefix {
             ps.metadata.name = Some(strategy::generated_name(prefix));
         }
-        strategy::validate_create(&mut ps, w.version)?;
+        strategy::validate_create::<PodSetStrategy>(&mut ps, w.version)?;
         let key = ObjectKey::new(&w.key.namespace, ps.metadata.name.clone().unwrap_or_default());
         let (storage, version) = (self.storage_version, w.version);
         let mut value = versioned_value(&ps, storage)?;
@@ -312,7 +312,7 @@ impl Registry {
         let old_view = review.old(&old, || live.clone().map_or_else(|| current.to_value(), Ok))?;
         let mut proposed = p.object;
         review.admit(&mut proposed, old_view.as_ref(), w.key).await?;
-        let mut new = strategy::prepare_for_update(proposed, &old, w.sub, w.key, w.version)?;
+        let mut new = strategy::prepare_for_update::<PodSetStrategy>(proposed, &old, w.sub, w.key, w.version)?;
         let value = match tracked {
             true => {
                 let sent = versioned_value(&new, w.version)?;

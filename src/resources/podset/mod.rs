@@ -4,6 +4,7 @@
 pub mod conversion;
 pub mod defaults;
 pub mod schema;
+mod strategy;
 pub mod table;
 mod types;
 pub mod validation;
@@ -12,6 +13,7 @@ mod version;
 use crate::registry::resource::{ResourceInfo, Scope};
 use crate::registry::ObjectKey;
 
+pub use strategy::PodSetStrategy;
 pub use types::{PodSet, PodSetList, PodSetSpec, PodSetStatus};
 pub use version::Version;
 
