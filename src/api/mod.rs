@@ -3,7 +3,9 @@
 //! the re-exports below keep the paths the rest of the code still uses until it reads them from there.
 
 pub mod duration;
+pub mod openapi;
 pub mod request;
+pub mod resource;
 pub mod selector;
 pub mod strict;
 pub mod table;

@@ -2,9 +2,9 @@
 //! own errors end here, worded by what they mean; only the HTTP layer turns an [`Error`] into kube-apiserver's
 //! `metav1.Status` (`apiserver::error`); in-process callers, such as the controller, match on it.
 
+use crate::api::resource::ResourceInfo;
 use crate::api::validation::FieldError;
 use crate::registry::fieldmanager::FieldManagerError;
-use crate::registry::resource::ResourceInfo;
 use crate::storage::StorageError;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::resource::ResourceInfo;
+use crate::api::resource::ResourceInfo;
 
 /// An object's identity within its resource; `namespace` is empty for a cluster-scoped one. Displays as
 /// `namespace/name` (or `name`), as kubectl and logs show it.
@@ -47,7 +47,7 @@ impl fmt::Display for ObjectKey {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::resource::Scope;
+    use crate::api::resource::Scope;
 
     static WIDGETS: ResourceInfo = ResourceInfo {
         group: "example.com",

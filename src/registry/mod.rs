@@ -12,7 +12,7 @@ mod key;
 mod managed;
 mod migrate;
 mod options;
-pub mod resource;
+
 mod restore;
 mod scale;
 mod stored;
@@ -38,11 +38,11 @@ pub use self::options::{
     DeleteOptions, Deleted, FieldValidation, ListPage, ListRequest, PatchType, Preconditions, ScaleChange,
     WriteOptions, Written,
 };
-pub use self::resource::{ResourceInfo, Scope};
 pub use self::stored::Stored;
 pub use self::view::admission_attributes;
 pub use self::view::request_object;
 pub use self::watch::{Event, EventType, Notification, Watch, WatchRequest};
+pub use crate::api::resource::{ResourceInfo, Scope};
 pub use crate::api::{Operation, Subresource, UserInfo};
 pub use crate::resources::podset::PodSetKey;
 pub use crate::storage::Revision;

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::error::{Error, Result};
 use super::key::ObjectKey;
-use super::resource::ResourceInfo;
+use crate::api::resource::ResourceInfo;
 use crate::api::validation::FieldError;
 use crate::api::Subresource;
 

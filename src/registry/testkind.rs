@@ -5,8 +5,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::resource::{ResourceInfo, Scope};
 use super::strategy::Strategy;
+use crate::api::resource::{ResourceInfo, Scope};
 use crate::api::validation::FieldError;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -10,7 +10,7 @@ mod types;
 pub mod validation;
 mod version;
 
-use crate::registry::resource::{ResourceInfo, Scope};
+use crate::api::resource::{ResourceInfo, Scope};
 use crate::registry::ObjectKey;
 
 pub use strategy::PodSetStrategy;

@@ -1,19 +1,16 @@
-//! The OpenAPI documents (v2 and v3) describing the PodSet API, built once from the Rust types.
-//!
-//! PATCH operations list JSON patch and JSON merge patch only: with no strategic-merge-patch on offer, kubectl apply
-//! sends a merge patch, as it does for custom resources.
+//! The OpenAPI documents (v2 and v3) describing the PodSet API: the definitions built once from the Rust types, the
+//! paths as every resource's ([`crate::api::openapi`]).
 
 use k8s_openapi::api::autoscaling::v1::Scale;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, Status, WatchEvent};
 use schemars::generate::SchemaSettings;
 use serde_json::{json, Map, Value};
 
-use super::{PodSet, PodSetList, Version, GROUP, KIND, PLURAL};
+use super::{PodSet, PodSetList, Version, GROUP, INFO};
+use crate::api::openapi::{resource_paths, Flavor, ResourcePaths, DELETE_OPTIONS, PATCH, SCALE, STATUS, WATCH_EVENT};
 
 /// The documents are built for `v1alpha1` from the types (the hub), then retargeted per version ([`retarget`]).
 const VERSION: &str = "v1alpha1";
-const PODSET: &str = "io.k8s.demo.v1alpha1.PodSet";
-const PODSET_LIST: &str = "io.k8s.demo.v1alpha1.PodSetList";
 
 /// The name of the PodSet definition in `version`'s OpenAPI documents.
 pub fn podset_definition(version: Version) -> String {
@@ -87,27 +84,6 @@ fn retarget_gvks(v: &mut Value, version: Version) {
         _ => {}
     }
 }
-const SCALE: &str = "io.k8s.api.autoscaling.v1.Scale";
-const STATUS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Status";
-const DELETE_OPTIONS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions";
-const WATCH_EVENT: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.WatchEvent";
-const PATCH: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Patch";
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Flavor {
-    V2,
-    V3,
-}
-
-impl Flavor {
-    fn ref_to(self, name: &str) -> Value {
-        match self {
-            Flavor::V2 => json!({"$ref": format!("#/definitions/{name}")}),
-            Flavor::V3 => json!({"$ref": format!("#/components/schemas/{name}")}),
-        }
-    }
-}
-
 fn definitions(flavor: Flavor) -> Map<String, Value> {
     let settings = match flavor {
         Flavor::V2 => SchemaSettings::openapi3().with(|s| s.definitions_path = "/definitions".into()),
@@ -260,325 +236,26 @@ fn normalize(v: &mut Value, flavor: Flavor) {
     }
 }
 
-struct Param {
-    name: &'static str,
-    location: &'static str,
-    kind: &'static str,
-    description: &'static str,
-}
-
-const fn param(name: &'static str, location: &'static str, kind: &'static str, description: &'static str) -> Param {
-    Param { name, location, kind, description }
-}
-
-const NAME: Param = param("name", "path", "string", "name of the PodSet");
-const NAMESPACE: Param =
-    param("namespace", "path", "string", "object name and auth scope, such as for teams and projects");
-const PRETTY: Param = param("pretty", "query", "string", "If 'true', then the output is pretty printed.");
-const DRY_RUN: Param = param("dryRun", "query", "string", "When present, indicates that modifications should not be persisted. Valid values are: - All: all dry run stages will be processed");
-const FIELD_MANAGER: Param = param(
-    "fieldManager",
-    "query",
-    "string",
-    "fieldManager is a name associated with the actor or entity that is making these changes.",
-);
-const FIELD_VALIDATION: Param = param("fieldValidation", "query", "string", "fieldValidation instructs the server on how to handle objects in the request containing unknown or duplicate fields. Valid values are: Ignore, Warn (default), Strict.");
-const FORCE: Param = param("force", "query", "boolean", "Force is going to \"force\" Apply requests. It means user will re-acquire conflicting fields owned by other people. Force flag must be unset for non-apply patch requests.");
-const GRACE: Param =
-    param("gracePeriodSeconds", "query", "integer", "The duration in seconds before the object should be deleted.");
-const PROPAGATION: Param = param("propagationPolicy", "query", "string", "Whether and how garbage collection will be performed. Acceptable values are: 'Orphan', 'Background', 'Foreground'.");
-const LIST_PARAMS: &[Param] = &[
-    param("allowWatchBookmarks", "query", "boolean", "allowWatchBookmarks requests watch events with type \"BOOKMARK\"."),
-    param("continue", "query", "string", "The continue option should be set when retrieving more results from the server."),
-    param("fieldSelector", "query", "string", "A selector to restrict the list of returned objects by their fields (metadata.name, metadata.namespace)."),
-    param("labelSelector", "query", "string", "A selector to restrict the list of returned objects by their labels."),
-    param("limit", "query", "integer", "limit is a maximum number of responses to return for a list call."),
-    param("resourceVersion", "query", "string", "resourceVersion sets a constraint on what resource versions a request may be served from."),
-    param("resourceVersionMatch", "query", "string", "resourceVersionMatch determines how resourceVersion is applied to list calls."),
-    param("sendInitialEvents", "query", "boolean", "`sendInitialEvents=true` may be set together with `watch=true`: the stream begins with synthetic events for all objects, then a bookmark."),
-    param("timeoutSeconds", "query", "integer", "Timeout for the list/watch call."),
-    param("watch", "query", "boolean", "Watch for changes to the described resources and return them as a stream of add, update, and remove notifications."),
-];
-
-fn render_params(flavor: Flavor, params: &[&Param]) -> Value {
-    params
-        .iter()
-        .map(|p| {
-            let mut v = json!({"name": p.name, "in": p.location, "description": p.description});
-            if p.location == "path" {
-                v["required"] = json!(true);
-            }
-            match flavor {
-                Flavor::V2 => v["type"] = json!(p.kind),
-                Flavor::V3 => v["schema"] = json!({"type": p.kind}),
-            }
-            v
-        })
-        .collect()
-}
-
-struct Operation<'a> {
-    method: &'static str,
-    action: &'static str,
-    id: String,
-    body: Option<&'a [&'static str]>,
-    body_schema: &'static str,
-    response: &'static str,
-    kind: (&'static str, &'static str, &'static str),
-    params: Vec<&'static Param>,
-}
-
-fn render_operation(flavor: Flavor, op: &Operation) -> Value {
-    let mut parameters = render_params(flavor, &op.params);
-    let response = json!({"description": "OK", "schema": flavor.ref_to(op.response)});
-    let mut v = json!({
-        "operationId": op.id,
-        "tags": ["demoV1alpha1"],
-        "description": format!("{} PodSet", op.action),
-        "x-kubernetes-action": op.action,
-        "x-kubernetes-group-version-kind": {"group": op.kind.0, "version": op.kind.1, "kind": op.kind.2},
-    });
-    let produces = ["application/json", "application/yaml"];
-    match flavor {
-        Flavor::V2 => {
-            if let (Some(_), Value::Array(list)) = (op.body, &mut parameters) {
-                list.push(
-                    json!({"name": "body", "in": "body", "required": true, "schema": flavor.ref_to(op.body_schema)}),
-                );
-            }
-            v["parameters"] = parameters;
-            v["produces"] = json!(produces);
-            if let Some(types) = op.body {
-                v["consumes"] = json!(types);
-            }
-            v["schemes"] = json!(["https"]);
-            v["responses"] = json!({"200": response, "401": {"description": "Unauthorized"}});
-        }
-        Flavor::V3 => {
-            v["parameters"] = parameters;
-            if let Some(types) = op.body {
-                let content: Map<String, Value> =
-                    types.iter().map(|t| (t.to_string(), json!({"schema": flavor.ref_to(op.body_schema)}))).collect();
-                v["requestBody"] = json!({"required": true, "content": content});
-            }
-            let content: Map<String, Value> =
-                produces.iter().map(|t| (t.to_string(), json!({"schema": flavor.ref_to(op.response)}))).collect();
-            v["responses"] =
-                json!({"200": {"description": "OK", "content": content}, "401": {"description": "Unauthorized"}});
-        }
-    }
-    v
-}
-
-const PATCH_TYPES: &[&str] = &["application/json-patch+json", "application/merge-patch+json"];
-const JSON_BODY: &[&str] = &["application/json", "application/yaml"];
-
-fn paths(flavor: Flavor) -> Map<String, Value> {
-    let ps = (GROUP, VERSION, KIND);
-    let scale = ("autoscaling", "v1", "Scale");
-    let base = format!("/apis/{GROUP}/{VERSION}");
-    let op = |method, action, id: &str, body, body_schema, response, kind, params: Vec<&'static Param>| Operation {
-        method,
-        action,
-        id: id.to_owned(),
-        body,
-        body_schema,
-        response,
-        kind,
-        params,
+/// PodSet's paths in `version`: namespaced, with `status` and `scale`.
+fn paths(version: Version, flavor: Flavor) -> Map<String, Value> {
+    let (object, list) = (podset_definition(version), format!("io.k8s.demo.{version}.PodSetList"));
+    let p = ResourcePaths {
+        resource: &INFO,
+        version: version.as_str(),
+        object: &object,
+        list: &list,
+        status: true,
+        scale: true,
     };
-    let list_params = |extra: Vec<&'static Param>| -> Vec<&'static Param> {
-        let mut p: Vec<&'static Param> = extra;
-        p.push(&PRETTY);
-        p.extend(LIST_PARAMS.iter());
-        p
-    };
-    let write = |extra: Vec<&'static Param>| -> Vec<&'static Param> {
-        let mut p = extra;
-        p.extend([&PRETTY, &DRY_RUN, &FIELD_MANAGER, &FIELD_VALIDATION]);
-        p
-    };
-    let patch = |extra: Vec<&'static Param>| -> Vec<&'static Param> {
-        let mut p = write(extra);
-        p.push(&FORCE);
-        p
-    };
-    let delete = |extra: Vec<&'static Param>| -> Vec<&'static Param> {
-        let mut p = extra;
-        p.extend([&PRETTY, &DRY_RUN, &GRACE, &PROPAGATION]);
-        p
-    };
-    let item = vec![&NAME, &NAMESPACE];
-    let entries: Vec<(String, Vec<Operation>)> = vec![
-        (
-            format!("{base}/{PLURAL}"),
-            vec![op(
-                "get",
-                "list",
-                "listDemoV1alpha1PodSetForAllNamespaces",
-                None,
-                PODSET_LIST,
-                PODSET_LIST,
-                ps,
-                list_params(vec![]),
-            )],
-        ),
-        (
-            format!("{base}/namespaces/{{namespace}}/{PLURAL}"),
-            vec![
-                op(
-                    "get",
-                    "list",
-                    "listDemoV1alpha1NamespacedPodSet",
-                    None,
-                    PODSET_LIST,
-                    PODSET_LIST,
-                    ps,
-                    list_params(vec![&NAMESPACE]),
-                ),
-                op(
-                    "post",
-                    "post",
-                    "createDemoV1alpha1NamespacedPodSet",
-                    Some(JSON_BODY),
-                    PODSET,
-                    PODSET,
-                    ps,
-                    write(vec![&NAMESPACE]),
-                ),
-                op(
-                    "delete",
-                    "deletecollection",
-                    "deleteDemoV1alpha1CollectionNamespacedPodSet",
-                    None,
-                    DELETE_OPTIONS,
-                    STATUS,
-                    ps,
-                    {
-                        let mut p = delete(vec![&NAMESPACE]);
-                        p.extend(LIST_PARAMS.iter());
-                        p
-                    },
-                ),
-            ],
-        ),
-        (
-            format!("{base}/namespaces/{{namespace}}/{PLURAL}/{{name}}"),
-            vec![
-                op("get", "get", "readDemoV1alpha1NamespacedPodSet", None, PODSET, PODSET, ps, {
-                    let mut p = item.clone();
-                    p.push(&PRETTY);
-                    p
-                }),
-                op(
-                    "put",
-                    "put",
-                    "replaceDemoV1alpha1NamespacedPodSet",
-                    Some(JSON_BODY),
-                    PODSET,
-                    PODSET,
-                    ps,
-                    write(item.clone()),
-                ),
-                op(
-                    "patch",
-                    "patch",
-                    "patchDemoV1alpha1NamespacedPodSet",
-                    Some(PATCH_TYPES),
-                    PATCH,
-                    PODSET,
-                    ps,
-                    patch(item.clone()),
-                ),
-                op(
-                    "delete",
-                    "delete",
-                    "deleteDemoV1alpha1NamespacedPodSet",
-                    None,
-                    DELETE_OPTIONS,
-                    STATUS,
-                    ps,
-                    delete(item.clone()),
-                ),
-            ],
-        ),
-        (
-            format!("{base}/namespaces/{{namespace}}/{PLURAL}/{{name}}/status"),
-            vec![
-                op("get", "get", "readDemoV1alpha1NamespacedPodSetStatus", None, PODSET, PODSET, ps, {
-                    let mut p = item.clone();
-                    p.push(&PRETTY);
-                    p
-                }),
-                op(
-                    "put",
-                    "put",
-                    "replaceDemoV1alpha1NamespacedPodSetStatus",
-                    Some(JSON_BODY),
-                    PODSET,
-                    PODSET,
-                    ps,
-                    write(item.clone()),
-                ),
-                op(
-                    "patch",
-                    "patch",
-                    "patchDemoV1alpha1NamespacedPodSetStatus",
-                    Some(PATCH_TYPES),
-                    PATCH,
-                    PODSET,
-                    ps,
-                    patch(item.clone()),
-                ),
-            ],
-        ),
-        (
-            format!("{base}/namespaces/{{namespace}}/{PLURAL}/{{name}}/scale"),
-            vec![
-                op("get", "get", "readDemoV1alpha1NamespacedPodSetScale", None, SCALE, SCALE, scale, {
-                    let mut p = item.clone();
-                    p.push(&PRETTY);
-                    p
-                }),
-                op(
-                    "put",
-                    "put",
-                    "replaceDemoV1alpha1NamespacedPodSetScale",
-                    Some(JSON_BODY),
-                    SCALE,
-                    SCALE,
-                    scale,
-                    write(item.clone()),
-                ),
-                op(
-                    "patch",
-                    "patch",
-                    "patchDemoV1alpha1NamespacedPodSetScale",
-                    Some(PATCH_TYPES),
-                    PATCH,
-                    SCALE,
-                    scale,
-                    patch(item.clone()),
-                ),
-            ],
-        ),
-    ];
-    entries
-        .into_iter()
-        .map(|(path, ops)| {
-            let item: Map<String, Value> =
-                ops.iter().map(|o| (o.method.to_owned(), render_operation(flavor, o))).collect();
-            (path, Value::Object(item))
-        })
-        .collect()
+    resource_paths(&p, flavor)
 }
 
 /// The Swagger 2.0 document served at `/openapi/v2`: every version's paths and definitions.
 pub fn openapi_v2() -> Value {
     let (mut paths_all, mut defs_all) = (Map::new(), Map::new());
-    let (paths, defs) = (paths(Flavor::V2), definitions(Flavor::V2));
+    let defs = definitions(Flavor::V2);
     for v in Version::ALL {
-        paths_all.extend(retarget(paths.clone(), v));
+        paths_all.extend(paths(v, Flavor::V2));
         defs_all.extend(retarget(defs.clone(), v));
     }
     json!({
@@ -594,7 +271,7 @@ pub fn openapi_v3(version: Version) -> Value {
     json!({
         "openapi": "3.0.0",
         "info": {"title": "podset-apiserver", "version": version.as_str()},
-        "paths": retarget(paths(Flavor::V3), version),
+        "paths": paths(version, Flavor::V3),
         "components": {"schemas": retarget(definitions(Flavor::V3), version)},
     })
 }

@@ -5,8 +5,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::defaults::default_podset;
 use super::{validation, PodSet, Version, INFO};
+use crate::api::resource::ResourceInfo;
 use crate::api::validation::FieldError;
-use crate::registry::resource::ResourceInfo;
 use crate::registry::strategy::Strategy;
 
 pub struct PodSetStrategy;

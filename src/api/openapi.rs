@@ -1,0 +1,353 @@
+//! The OpenAPI paths of a resource, as k8s.io/apiserver's installer publishes them for every resource it serves:
+//! the collection and item operations in the resource's scope, its `status` and `scale` subresources, with kube's
+//! operation ids (`{verb}{Group}{Version}[Namespaced]{Kind}[Status|Scale]`) and tags.
+//!
+//! PATCH operations list JSON patch and JSON merge patch only: with no strategic-merge-patch on offer, kubectl apply
+//! sends a merge patch, as it does for custom resources.
+
+use std::borrow::Cow;
+
+use serde_json::{json, Map, Value};
+
+use super::resource::{ResourceInfo, Scope};
+
+pub const SCALE: &str = "io.k8s.api.autoscaling.v1.Scale";
+pub const STATUS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Status";
+pub const DELETE_OPTIONS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions";
+pub const WATCH_EVENT: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.WatchEvent";
+pub const PATCH: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Patch";
+
+/// Swagger 2.0 (`/openapi/v2`) or OpenAPI 3.0 (`/openapi/v3`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavor {
+    V2,
+    V3,
+}
+
+impl Flavor {
+    pub fn ref_to(self, name: &str) -> Value {
+        match self {
+            Flavor::V2 => json!({"$ref": format!("#/definitions/{name}")}),
+            Flavor::V3 => json!({"$ref": format!("#/components/schemas/{name}")}),
+        }
+    }
+}
+
+/// What a resource's paths are made of, in one served version.
+pub struct ResourcePaths<'a> {
+    pub resource: &'a ResourceInfo,
+    pub version: &'a str,
+    /// The definition names of the object and of its list in this version.
+    pub object: &'a str,
+    pub list: &'a str,
+    pub status: bool,
+    pub scale: bool,
+}
+
+struct Param {
+    name: &'static str,
+    location: &'static str,
+    kind: &'static str,
+    description: Cow<'static, str>,
+}
+
+const fn param(name: &'static str, location: &'static str, kind: &'static str, description: &'static str) -> Param {
+    Param { name, location, kind, description: Cow::Borrowed(description) }
+}
+
+static NAMESPACE: Param =
+    param("namespace", "path", "string", "object name and auth scope, such as for teams and projects");
+static PRETTY: Param = param("pretty", "query", "string", "If 'true', then the output is pretty printed.");
+static DRY_RUN: Param = param("dryRun", "query", "string", "When present, indicates that modifications should not be persisted. Valid values are: - All: all dry run stages will be processed");
+static FIELD_MANAGER: Param = param(
+    "fieldManager",
+    "query",
+    "string",
+    "fieldManager is a name associated with the actor or entity that is making these changes.",
+);
+static FIELD_VALIDATION: Param = param("fieldValidation", "query", "string", "fieldValidation instructs the server on how to handle objects in the request containing unknown or duplicate fields. Valid values are: Ignore, Warn (default), Strict.");
+static FORCE: Param = param("force", "query", "boolean", "Force is going to \"force\" Apply requests. It means user will re-acquire conflicting fields owned by other people. Force flag must be unset for non-apply patch requests.");
+static GRACE: Param =
+    param("gracePeriodSeconds", "query", "integer", "The duration in seconds before the object should be deleted.");
+static PROPAGATION: Param = param("propagationPolicy", "query", "string", "Whether and how garbage collection will be performed. Acceptable values are: 'Orphan', 'Background', 'Foreground'.");
+static LIST_PARAMS: &[Param] = &[
+    param("allowWatchBookmarks", "query", "boolean", "allowWatchBookmarks requests watch events with type \"BOOKMARK\"."),
+    param("continue", "query", "string", "The continue option should be set when retrieving more results from the server."),
+    param("fieldSelector", "query", "string", "A selector to restrict the list of returned objects by their fields (metadata.name, metadata.namespace)."),
+    param("labelSelector", "query", "string", "A selector to restrict the list of returned objects by their labels."),
+    param("limit", "query", "integer", "limit is a maximum number of responses to return for a list call."),
+    param("resourceVersion", "query", "string", "resourceVersion sets a constraint on what resource versions a request may be served from."),
+    param("resourceVersionMatch", "query", "string", "resourceVersionMatch determines how resourceVersion is applied to list calls."),
+    param("sendInitialEvents", "query", "boolean", "`sendInitialEvents=true` may be set together with `watch=true`: the stream begins with synthetic events for all objects, then a bookmark."),
+    param("timeoutSeconds", "query", "integer", "Timeout for the list/watch call."),
+    param("watch", "query", "boolean", "Watch for changes to the described resources and return them as a stream of add, update, and remove notifications."),
+];
+
+fn render_params(flavor: Flavor, params: &[&Param]) -> Value {
+    params
+        .iter()
+        .map(|p| {
+            let mut v = json!({"name": p.name, "in": p.location, "description": p.description});
+            if p.location == "path" {
+                v["required"] = json!(true);
+            }
+            match flavor {
+                Flavor::V2 => v["type"] = json!(p.kind),
+                Flavor::V3 => v["schema"] = json!({"type": p.kind}),
+            }
+            v
+        })
+        .collect()
+}
+
+struct Operation<'a> {
+    method: &'static str,
+    action: &'static str,
+    id: String,
+    body: Option<&'static [&'static str]>,
+    body_schema: &'a str,
+    response: &'a str,
+    kind: (&'a str, &'a str, &'a str),
+    params: Vec<&'a Param>,
+}
+
+/// kube-openapi's `ToValidOperationID`: letters and digits kept, each run of anything else dropped and the letter
+/// after it capitalized.
+fn operation_id_part(s: &str, capitalize_first: bool) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut capitalize = capitalize_first;
+    for c in s.chars() {
+        if c.is_ascii_alphanumeric() {
+            match capitalize {
+                true => out.extend(c.to_uppercase()),
+                false => out.push(c),
+            }
+            capitalize = false;
+        } else {
+            capitalize = true;
+        }
+    }
+    out
+}
+
+/// The group as kube's operation ids and tags name it: `.k8s.io` dropped (`rbac.authorization.k8s.io` is
+/// `RbacAuthorization`).
+fn friendly_group(group: &str, capitalize_first: bool) -> String {
+    operation_id_part(group.strip_suffix(".k8s.io").unwrap_or(group), capitalize_first)
+}
+
+fn render_operation(flavor: Flavor, tag: &str, resource_kind: &str, op: &Operation) -> Value {
+    let mut parameters = render_params(flavor, &op.params);
+    let response = json!({"description": "OK", "schema": flavor.ref_to(op.response)});
+    let mut v = json!({
+        "operationId": op.id,
+        "tags": [tag],
+        "description": format!("{} {resource_kind}", op.action),
+        "x-kubernetes-action": op.action,
+        "x-kubernetes-group-version-kind": {"group": op.kind.0, "version": op.kind.1, "kind": op.kind.2},
+    });
+    let produces = ["application/json", "application/yaml"];
+    match flavor {
+        Flavor::V2 => {
+            if let (Some(_), Value::Array(list)) = (op.body, &mut parameters) {
+                list.push(
+                    json!({"name": "body", "in": "body", "required": true, "schema": flavor.ref_to(op.body_schema)}),
+                );
+            }
+            v["parameters"] = parameters;
+            v["produces"] = json!(produces);
+            if let Some(types) = op.body {
+                v["consumes"] = json!(types);
+            }
+            v["schemes"] = json!(["https"]);
+            v["responses"] = json!({"200": response, "401": {"description": "Unauthorized"}});
+        }
+        Flavor::V3 => {
+            v["parameters"] = parameters;
+            if let Some(types) = op.body {
+                let content: Map<String, Value> =
+                    types.iter().map(|t| (t.to_string(), json!({"schema": flavor.ref_to(op.body_schema)}))).collect();
+                v["requestBody"] = json!({"required": true, "content": content});
+            }
+            let content: Map<String, Value> =
+                produces.iter().map(|t| (t.to_string(), json!({"schema": flavor.ref_to(op.response)}))).collect();
+            v["responses"] =
+                json!({"200": {"description": "OK", "content": content}, "401": {"description": "Unauthorized"}});
+        }
+    }
+    v
+}
+
+const PATCH_TYPES: &[&str] = &["application/json-patch+json", "application/merge-patch+json"];
+const JSON_BODY: &[&str] = &["application/json", "application/yaml"];
+
+fn params<'a>(first: &[&'a Param], rest: &[&'a Param]) -> Vec<&'a Param> {
+    [first, rest].concat()
+}
+
+/// The paths of one resource in one version.
+pub fn resource_paths(p: &ResourcePaths<'_>, flavor: Flavor) -> Map<String, Value> {
+    let r = p.resource;
+    let (group, version, kind, plural) = (r.group, p.version, r.kind, r.plural);
+    let (object, list) = (p.object, p.list);
+    let gvk = (group, version, kind);
+    let scale_gvk = ("autoscaling", "v1", "Scale");
+    let prefix = format!("{}{}", friendly_group(group, true), operation_id_part(version, true));
+    let tag = format!("{}{}", friendly_group(group, false), operation_id_part(version, true));
+    let base = format!("/apis/{group}/{version}");
+    let namespaced = r.scope == Scope::Namespaced;
+    let scoped = if namespaced { "Namespaced" } else { "" };
+    let name = Param {
+        name: "name",
+        location: "path",
+        kind: "string",
+        description: Cow::Owned(format!("name of the {kind}")),
+    };
+    let scope: Vec<&Param> = if namespaced { vec![&NAMESPACE] } else { vec![] };
+    let item: Vec<&Param> = [vec![&name], scope.clone()].concat();
+    let listing: Vec<&Param> = [&[&PRETTY][..], &LIST_PARAMS.iter().collect::<Vec<_>>()].concat();
+    let writes = [&PRETTY, &DRY_RUN, &FIELD_MANAGER, &FIELD_VALIDATION];
+    let patches = [&PRETTY, &DRY_RUN, &FIELD_MANAGER, &FIELD_VALIDATION, &FORCE];
+    let deletes: Vec<&Param> =
+        [&[&PRETTY, &DRY_RUN, &GRACE, &PROPAGATION][..], &LIST_PARAMS.iter().collect::<Vec<_>>()].concat();
+    let op = |method, action, id: String, body, body_schema, response, kind, params| Operation {
+        method,
+        action,
+        id,
+        body,
+        body_schema,
+        response,
+        kind,
+        params,
+    };
+    let mut entries: Vec<(String, Vec<Operation>)> = Vec::new();
+    if namespaced {
+        let id = format!("list{prefix}{kind}ForAllNamespaces");
+        entries.push((format!("{base}/{plural}"), vec![op("get", "list", id, None, list, list, gvk, listing.clone())]));
+    }
+    let collection = match namespaced {
+        true => format!("{base}/namespaces/{{namespace}}/{plural}"),
+        false => format!("{base}/{plural}"),
+    };
+    entries.push((
+        collection.clone(),
+        vec![
+            op("get", "list", format!("list{prefix}{scoped}{kind}"), None, list, list, gvk, params(&scope, &listing)),
+            op(
+                "post",
+                "post",
+                format!("create{prefix}{scoped}{kind}"),
+                Some(JSON_BODY),
+                object,
+                object,
+                gvk,
+                params(&scope, &writes),
+            ),
+            op(
+                "delete",
+                "deletecollection",
+                format!("delete{prefix}Collection{scoped}{kind}"),
+                None,
+                DELETE_OPTIONS,
+                STATUS,
+                gvk,
+                params(&scope, &deletes[..4]).into_iter().chain(deletes[4..].iter().copied()).collect(),
+            ),
+        ],
+    ));
+    // The object, then each subresource: read, replace and patch (and the object's delete).
+    let mut parts = vec![("", object, gvk)];
+    if p.status {
+        parts.push(("Status", object, gvk));
+    }
+    if p.scale {
+        parts.push(("Scale", SCALE, scale_gvk));
+    }
+    for (sub, schema, sub_gvk) in parts {
+        let id = |verb: &str| format!("{verb}{prefix}{scoped}{kind}{sub}");
+        let mut ops = vec![
+            op("get", "get", id("read"), None, schema, schema, sub_gvk, params(&item, &[&PRETTY])),
+            op("put", "put", id("replace"), Some(JSON_BODY), schema, schema, sub_gvk, params(&item, &writes)),
+            op("patch", "patch", id("patch"), Some(PATCH_TYPES), PATCH, schema, sub_gvk, params(&item, &patches)),
+        ];
+        if sub.is_empty() {
+            ops.push(op(
+                "delete",
+                "delete",
+                id("delete"),
+                None,
+                DELETE_OPTIONS,
+                STATUS,
+                gvk,
+                params(&item, &deletes[..4]),
+            ));
+        }
+        let path = match sub {
+            "" => format!("{collection}/{{name}}"),
+            sub => format!("{collection}/{{name}}/{}", sub.to_lowercase()),
+        };
+        entries.push((path, ops));
+    }
+    entries
+        .into_iter()
+        .map(|(path, ops)| {
+            let item: Map<String, Value> =
+                ops.iter().map(|o| (o.method.to_owned(), render_operation(flavor, &tag, kind, o))).collect();
+            (path, Value::Object(item))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operation_ids_name_the_group_as_kube_does() {
+        assert_eq!(friendly_group("demo.k8s.io", true), "Demo");
+        assert_eq!(friendly_group("rbac.authorization.k8s.io", true), "RbacAuthorization");
+        assert_eq!(friendly_group("test.podset.example", false), "testPodsetExample");
+        assert_eq!(operation_id_part("v1beta1", true), "V1beta1");
+    }
+
+    /// A cluster-scoped resource with a status: no namespace anywhere, ids without `Namespaced`, no scale.
+    #[test]
+    fn a_cluster_scoped_resource_has_paths_and_ids_of_its_scope() {
+        let widgets = ResourceInfo {
+            group: "test.podset.example",
+            kind: "Widget",
+            list_kind: "WidgetList",
+            plural: "widgets",
+            singular: "widget",
+            short_names: &[],
+            categories: &[],
+            scope: Scope::Cluster,
+            key_root: "/widgets/",
+        };
+        let (object, list) = ("example.podset.test.v1.Widget", "example.podset.test.v1.WidgetList");
+        let p = ResourcePaths { resource: &widgets, version: "v1", object, list, status: true, scale: false };
+        let paths = resource_paths(&p, Flavor::V3);
+        let names: Vec<&str> = paths.keys().map(String::as_str).collect();
+        let base = "/apis/test.podset.example/v1/widgets";
+        assert_eq!(names, [base.to_owned(), format!("{base}/{{name}}"), format!("{base}/{{name}}/status")]);
+        let ids = |path: &str| -> Vec<String> {
+            paths[path].as_object().unwrap().values().map(|o| o["operationId"].as_str().unwrap().to_owned()).collect()
+        };
+        assert_eq!(
+            ids(base),
+            [
+                "deleteTestPodsetExampleV1CollectionWidget",
+                "listTestPodsetExampleV1Widget",
+                "createTestPodsetExampleV1Widget"
+            ]
+        );
+        assert_eq!(ids(&format!("{base}/{{name}}/status"))[0], "readTestPodsetExampleV1WidgetStatus");
+        let text = Value::Object(paths.clone()).to_string();
+        assert!(!text.contains("\"namespace\""), "no namespace parameter");
+        assert_eq!(paths[base]["get"]["tags"], json!(["testPodsetExampleV1"]));
+        assert_eq!(
+            paths[base]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"],
+            format!("#/components/schemas/{object}")
+        );
+    }
+}
