@@ -9,7 +9,7 @@ use super::dispatch::{call, conditions_hold, fails_open, observe};
 use super::{rules, CallError, Hook, WebhookClients, WebhookConfigurations};
 use crate::admission::activation::{ExpressionAuthorizer, Invocation};
 use crate::admission::namespace::resource_name;
-use crate::admission::{Attributes, Error, Handler, Mutating, Namespaces, Outcome, Plugin, Reinvocation};
+use crate::admission::{Attributes, Error, Handler, Mutating, Namespaces, Outcome, PluginContext, Reinvocation};
 
 /// How each mutating webhook's call is recorded in the audit event.
 #[derive(Serialize)]
@@ -37,8 +37,8 @@ pub struct MutatingWebhooks {
 }
 
 impl Handler for MutatingWebhooks {
-    fn plugin(&self) -> Plugin {
-        Plugin::MutatingAdmissionWebhook
+    fn name(&self) -> &'static str {
+        Self::NAME
     }
 
     fn mutating(&self) -> Option<&dyn Mutating> {
@@ -69,6 +69,8 @@ impl Mutating for MutatingWebhooks {
 }
 
 impl MutatingWebhooks {
+    pub const NAME: &'static str = "MutatingAdmissionWebhook";
+
     /// `authorizer` answers the `authorizer` of match conditions.
     pub fn new(
         configurations: WebhookConfigurations,
@@ -77,6 +79,13 @@ impl MutatingWebhooks {
         authorizer: ExpressionAuthorizer,
     ) -> Self {
         Self { configurations, namespaces, clients, authorizer }
+    }
+
+    pub(crate) fn factory(ctx: &PluginContext) -> anyhow::Result<Option<Arc<dyn Handler>>> {
+        let Some(configurations) = ctx.webhook_configurations() else { return Ok(None) };
+        let (namespaces, config) = (ctx.namespaces().clone(), ctx.config());
+        let clients = config.webhooks.mutating.clone();
+        Ok(Some(Arc::new(Self::new(configurations, namespaces, clients, config.authorizer.clone()))))
     }
 
     /// One round of the mutating webhooks, as `mutatingDispatcher.Dispatch`.

@@ -1,12 +1,14 @@
 //! ValidatingAdmissionWebhook: the validating webhooks called all at once.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use super::dispatch::{call, conditions_hold, fails_open, observe};
 use super::{rules, WebhookClients, WebhookConfigurations};
 use crate::admission::activation::{ExpressionAuthorizer, Invocation};
 use crate::admission::namespace::resource_name;
-use crate::admission::{Attributes, Error, Handler, Namespaces, Outcome, Plugin, Validating};
+use crate::admission::{Attributes, Error, Handler, Namespaces, Outcome, PluginContext, Validating};
 
 /// ValidatingAdmissionWebhook.
 pub struct ValidatingWebhooks {
@@ -17,8 +19,8 @@ pub struct ValidatingWebhooks {
 }
 
 impl Handler for ValidatingWebhooks {
-    fn plugin(&self) -> Plugin {
-        Plugin::ValidatingAdmissionWebhook
+    fn name(&self) -> &'static str {
+        Self::NAME
     }
 
     fn validating(&self) -> Option<&dyn Validating> {
@@ -48,6 +50,8 @@ impl Validating for ValidatingWebhooks {
 }
 
 impl ValidatingWebhooks {
+    pub const NAME: &'static str = "ValidatingAdmissionWebhook";
+
     /// `authorizer` answers the `authorizer` of match conditions.
     pub fn new(
         configurations: WebhookConfigurations,
@@ -56,6 +60,13 @@ impl ValidatingWebhooks {
         authorizer: ExpressionAuthorizer,
     ) -> Self {
         Self { configurations, namespaces, clients, authorizer }
+    }
+
+    pub(crate) fn factory(ctx: &PluginContext) -> anyhow::Result<Option<Arc<dyn Handler>>> {
+        let Some(configurations) = ctx.webhook_configurations() else { return Ok(None) };
+        let (namespaces, config) = (ctx.namespaces().clone(), ctx.config());
+        let clients = config.webhooks.validating.clone();
+        Ok(Some(Arc::new(Self::new(configurations, namespaces, clients, config.authorizer.clone()))))
     }
 
     /// Every matching webhook at once, as `validatingDispatcher.Dispatch`; of several refusals the first
