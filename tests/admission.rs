@@ -20,7 +20,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use common::cluster::{in_namespace, runtime, Cluster};
 use http::Request;
-use podset_apiserver::admission::{Admission, Chain, Outcome, Plugin, PluginConfig, RequestOptions, WriteKind};
+use podset_apiserver::admission::{recommended, Admission, Chain, Outcome, PluginConfig, RequestOptions, WriteKind};
 use podset_apiserver::api::{Operation, Subresource, UserInfo};
 use podset_apiserver::apiserver::error::ApiError;
 use podset_apiserver::controller::CONTROLLER_USER;
@@ -583,12 +583,9 @@ fn kube_apiserver_answers() {
 
             // The chain itself, in this process, over the same control plane.
             let stop = tokio_util::sync::CancellationToken::new();
-            let chain = Chain::start(
-                &Plugin::ALL,
-                c.podset_admission_client().await,
-                PluginConfig::default(),
-                stop.clone(),
-            );
+            let plugins = recommended();
+            let admission_client = c.podset_admission_client().await;
+            let chain = plugins.start(&plugins.names(), admission_client, PluginConfig::default(), stop.clone()).unwrap();
             let ours = run_chain(&chain, &s).await;
             print("admission::Chain podsets", &ours);
             compare(&theirs, &ours);
@@ -608,7 +605,8 @@ fn kube_apiserver_answers() {
             assert_eq!(subs[1].2["request"]["kind"]["kind"], "Deployment");
 
             // The same subresource writes through the chain, as the registry will make them.
-            let chain = Chain::start(&Plugin::ALL, c.podset_admission_client().await, PluginConfig::default(), stop.clone());
+            let admission_client = c.podset_admission_client().await;
+            let chain = plugins.start(&plugins.names(), admission_client, PluginConfig::default(), stop.clone()).unwrap();
             let admin = UserInfo::named("admin", vec!["system:masters".into(), "system:authenticated".into()]);
             for (sub, _, theirs) in &subs {
                 let (subresource, object, old) = match *sub {

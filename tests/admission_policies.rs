@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::core::Status;
 use podset_apiserver::admission::policy::{manifests, VALIDATION_FAILURE_ANNOTATION};
 use podset_apiserver::admission::{
-    Admission, Attributes, Chain, Error, Namespaces, ObjectReads, Outcome, Plugin, PluginConfig, Policies,
+    recommended, Admission, Attributes, Chain, Error, Namespaces, ObjectReads, Outcome, PluginConfig, Policies,
     RequestOptions, Sources, WriteKind,
 };
 use podset_apiserver::api::{Operation, Subresource, UserInfo};
@@ -63,7 +63,7 @@ fn chain(policies: Policies, authorizer: Option<Arc<dyn cel::Authorizer>>) -> Ch
         quotas: None,
         policies: Some((policies, Default::default())),
     };
-    Chain::with_sources(&Plugin::ALL, sources, PluginConfig { authorizer, ..Default::default() })
+    recommended().with_sources(sources, PluginConfig { authorizer, ..Default::default() }).unwrap()
 }
 
 fn fixed(p: Vec<ValidatingAdmissionPolicy>, b: Vec<ValidatingAdmissionPolicyBinding>) -> Chain {

@@ -12,7 +12,7 @@ use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::core::Status;
 use podset_apiserver::admission::{
-    Admission, Attributes, Chain, Error, Namespaces, Outcome, Plugin, PluginConfig, RequestOptions, Sources,
+    recommended, Admission, Attributes, Chain, Error, Namespaces, Outcome, PluginConfig, RequestOptions, Sources,
     WebhookClients, WebhookConfigurations, WebhookPluginConfig, WriteKind,
 };
 use podset_apiserver::api::{Operation, Subresource, UserInfo};
@@ -75,7 +75,7 @@ fn chain_with(
         quotas: None,
         policies: None,
     };
-    Chain::with_sources(&Plugin::ALL, sources, PluginConfig { webhooks: clients, ..Default::default() })
+    recommended().with_sources(sources, PluginConfig { webhooks: clients, ..Default::default() }).unwrap()
 }
 
 fn jane() -> UserInfo {
@@ -627,7 +627,7 @@ async fn manifest_webhooks_are_called_with_their_match_conditions() {
     let configurations = WebhookConfigurations::fixed(&[], &[]).with_statics(statics);
     let sources =
         Sources { namespaces: namespaces(), configurations: Some(configurations), quotas: None, policies: None };
-    let c = Chain::with_sources(&Plugin::ALL, sources, PluginConfig::default());
+    let c = recommended().with_sources(sources, PluginConfig::default()).unwrap();
     let (result, out) = admit(&c, &create("default"), &mut podset()).await;
     let status = status_of(&result.unwrap_err());
     assert_eq!(status.message, "admission webhook \"static-deny.test.io\" denied the request: no PodSets here");

@@ -101,6 +101,11 @@ pub enum Error {
     /// A webhook configuration this server cannot use (a selector that does not parse).
     #[error("webhook \"{webhook}\": {message}")]
     Configuration { webhook: String, message: String },
+
+    /// A plugin's refusal as the Status it answers with (`apierrors.New…`), so that a plugin needs no variant of
+    /// its own.
+    #[error("{}", status.message)]
+    Plugin { plugin: &'static str, status: Box<Status> },
 }
 
 /// A resource in a group, as errors name it: `podsets.demo.k8s.io`, `configmaps`.

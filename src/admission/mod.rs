@@ -8,7 +8,7 @@
 //! The registry calls the chain once per phase ([`Admission::admit`], [`Admission::validate`]) on every write,
 //! whatever door it came through; nothing here knows HTTP or PodSets: the [`Attributes`] name the kind and resource
 //! under review and hand in how its objects decode and default ([`ObjectInterfaces`]). Namespaces and webhook
-//! configurations come from watches of the main API server ([`Chain::start`]).
+//! configurations come from watches of the main API server ([`Plugins::start`]).
 //!
 //! Where kube-apiserver 1.20 calls them, as tests/admission.rs saw it for ConfigMaps and Deployments:
 //! - `admit` after decoding and defaulting, before the server's own fields: a create's object reaches mutating
@@ -27,6 +27,7 @@ pub mod manifest;
 pub mod matchconditions;
 mod namespace;
 mod options;
+mod plugins;
 pub mod policy;
 pub mod quota;
 pub mod webhook;
@@ -38,12 +39,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use kube::core::{GroupVersionKind, GroupVersionResource};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use error::{denial_code, policy_reason_code, Error, GroupResource};
 pub use namespace::{NamespaceLifecycle, Namespaces};
 pub use options::{RequestOptions, WriteKind};
+pub use plugins::{recommended, Factory, PluginConfig, PluginContext, Plugins, Sources, WebhookPluginConfig};
 pub use policy::{Policies, ValidatingAdmissionPolicyPlugin};
 pub use quota::{LimitedResource, Quotas, ResourceQuota};
 pub use webhook::{MutatingWebhooks, StaticWebhooks, ValidatingWebhooks, WebhookClients, WebhookConfigurations};
@@ -157,8 +158,8 @@ impl ObjectReads {
 /// One plugin of the chain, as k8s.io/apiserver's `admission.Interface`: which operations it handles, and its
 /// mutating and validating phases, if it has them.
 pub trait Handler: Send + Sync {
-    /// Its name in `--enable-admission-plugins`.
-    fn plugin(&self) -> Plugin;
+    /// Its name in `--enable-admission-plugins` (and in metrics and traces).
+    fn name(&self) -> &'static str;
 
     /// Whether it takes part in a request of this operation (`Handles`); every one unless it says otherwise.
     fn handles(&self, _operation: Operation) -> bool {
@@ -239,42 +240,6 @@ impl Reinvocation {
     }
 }
 
-/// The admission plugins this server has, by kube-apiserver's names, in the order they run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Plugin {
-    NamespaceLifecycle,
-    MutatingAdmissionWebhook,
-    ValidatingAdmissionPolicy,
-    ValidatingAdmissionWebhook,
-    ResourceQuota,
-}
-
-impl Plugin {
-    /// Every plugin, in order; all are on by default, as in k8s.io/apiserver's `RecommendedPluginOrder` and
-    /// kube-apiserver's default set (ResourceQuota last, as there: it charges only what the others let through).
-    pub const ALL: [Plugin; 5] = [
-        Plugin::NamespaceLifecycle,
-        Plugin::MutatingAdmissionWebhook,
-        Plugin::ValidatingAdmissionPolicy,
-        Plugin::ValidatingAdmissionWebhook,
-        Plugin::ResourceQuota,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Plugin::NamespaceLifecycle => "NamespaceLifecycle",
-            Plugin::MutatingAdmissionWebhook => "MutatingAdmissionWebhook",
-            Plugin::ValidatingAdmissionPolicy => "ValidatingAdmissionPolicy",
-            Plugin::ValidatingAdmissionWebhook => "ValidatingAdmissionWebhook",
-            Plugin::ResourceQuota => "ResourceQuota",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|p| p.name() == name)
-    }
-}
-
 /// How long a request waits for a plugin's first list from the main API server before it is refused (403 "not yet
 /// ready to handle request"), as k8s.io/apiserver's `admission.Handler.WaitForReady`.
 pub const READY_WAIT: Duration = Duration::from_secs(10);
@@ -291,44 +256,6 @@ impl std::fmt::Debug for Chain {
     }
 }
 
-/// What the webhook plugins call webhooks with: for each, the clients made from its `kubeConfigFile` (in
-/// `--admission-control-config-file`), or anonymous ones.
-#[derive(Debug, Clone, Default)]
-pub struct WebhookPluginConfig {
-    pub mutating: WebhookClients,
-    pub validating: WebhookClients,
-    /// Each plugin's `staticManifestsDir`.
-    pub mutating_manifests: Option<std::path::PathBuf>,
-    pub validating_manifests: Option<std::path::PathBuf>,
-    /// The webhooks of those directories, once loaded.
-    pub statics: webhook::StaticWebhooks,
-}
-
-/// The plugins' configuration (`--admission-control-config-file`).
-#[derive(Debug, Clone, Default)]
-pub struct PluginConfig {
-    pub webhooks: WebhookPluginConfig,
-    /// What the `authorizer` of CEL expressions asks (match conditions, policies).
-    pub authorizer: activation::ExpressionAuthorizer,
-    /// ValidatingAdmissionPolicy's `staticManifestsDir`.
-    pub policy_manifests: Option<std::path::PathBuf>,
-    /// ValidatingAdmissionPolicy's policies, with those of its `staticManifestsDir` already loaded.
-    pub policies: Option<Policies>,
-    /// ResourceQuota's `limitedResources`.
-    pub limited_resources: Vec<LimitedResource>,
-}
-
-/// What the plugins read from the main API server, watched or filled by hand (tests); a plugin whose source is
-/// missing does not run.
-#[derive(Clone)]
-pub struct Sources {
-    pub namespaces: Namespaces,
-    pub configurations: Option<WebhookConfigurations>,
-    pub quotas: Option<Quotas>,
-    /// ValidatingAdmissionPolicy's policies, and the param caches of the cluster's.
-    pub policies: Option<(Policies, policy::Params)>,
-}
-
 impl Chain {
     /// No plugins: every request is admitted.
     pub fn empty() -> Self {
@@ -340,73 +267,9 @@ impl Chain {
         Self { handlers }
     }
 
-    /// Starts the watches `plugins` need on the main API server (namespaces; webhook configurations) and
-    /// returns the chain at once; requests wait for the first lists (up to [`READY_WAIT`]). The watches stop with
-    /// `stop`.
-    pub fn start(plugins: &[Plugin], client: kube::Client, config: PluginConfig, stop: CancellationToken) -> Self {
-        if plugins.is_empty() {
-            return Self::empty();
-        }
-        let on = |p| plugins.contains(&p);
-        let has_webhooks = on(Plugin::MutatingAdmissionWebhook) || on(Plugin::ValidatingAdmissionWebhook);
-        let sources = Sources {
-            namespaces: Namespaces::watch(client.clone(), stop.clone()),
-            configurations: has_webhooks.then(|| {
-                WebhookConfigurations::watch(client.clone(), stop.clone()).with_statics(config.webhooks.statics.clone())
-            }),
-            quotas: on(Plugin::ResourceQuota).then(|| Quotas::watch(client.clone(), stop.clone())),
-            policies: on(Plugin::ValidatingAdmissionPolicy).then(|| {
-                let policies = config.policies.clone().unwrap_or_default();
-                let params = policy::Params::new(client.clone(), stop.clone());
-                policy::cluster::watch(client.clone(), policies.clone(), params.clone(), stop.clone());
-                (policies, params)
-            }),
-        };
-        Self::with_sources(plugins, sources, config)
-    }
-
-    /// The chain over sources already made (watched, or filled by hand for tests), its plugins in
-    /// [`Plugin::ALL`]'s order.
-    pub fn with_sources(plugins: &[Plugin], sources: Sources, config: PluginConfig) -> Self {
-        let Sources { namespaces, configurations, quotas, policies } = sources;
-        let mut handlers: Vec<Arc<dyn Handler>> = Vec::new();
-        for plugin in Plugin::ALL.into_iter().filter(|p| plugins.contains(p)) {
-            let handler: Arc<dyn Handler> = match (plugin, &configurations, &quotas) {
-                (Plugin::NamespaceLifecycle, _, _) => Arc::new(NamespaceLifecycle::new(namespaces.clone())),
-                (Plugin::MutatingAdmissionWebhook, Some(c), _) => Arc::new(MutatingWebhooks::new(
-                    c.clone(),
-                    namespaces.clone(),
-                    config.webhooks.mutating.clone(),
-                    config.authorizer.clone(),
-                )),
-                (Plugin::ValidatingAdmissionWebhook, Some(c), _) => Arc::new(ValidatingWebhooks::new(
-                    c.clone(),
-                    namespaces.clone(),
-                    config.webhooks.validating.clone(),
-                    config.authorizer.clone(),
-                )),
-                (Plugin::ValidatingAdmissionPolicy, _, _) => match &policies {
-                    Some((p, params)) => Arc::new(ValidatingAdmissionPolicyPlugin::new(
-                        p.clone(),
-                        params.clone(),
-                        namespaces.clone(),
-                        config.authorizer.clone(),
-                    )),
-                    None => continue,
-                },
-                (Plugin::ResourceQuota, _, Some(q)) => {
-                    Arc::new(ResourceQuota::new(q.clone(), config.limited_resources.clone()))
-                }
-                _ => continue,
-            };
-            handlers.push(handler);
-        }
-        Self { handlers }
-    }
-
     /// The plugins that run, in order.
-    pub fn plugins(&self) -> Vec<Plugin> {
-        self.handlers.iter().map(|h| h.plugin()).collect()
+    pub fn plugins(&self) -> Vec<&'static str> {
+        self.handlers.iter().map(|h| h.name()).collect()
     }
 
     /// Whether the watches the chain reads have their first lists (for `/readyz`).
@@ -416,9 +279,9 @@ impl Chain {
 }
 
 /// Records one plugin's phase in `apiserver_admission_controller_admission_duration_seconds`.
-fn observe_plugin(plugin: Plugin, step: &str, a: &Attributes, started: std::time::Instant, rejected: bool) {
+fn observe_plugin(name: &str, step: &str, a: &Attributes, started: std::time::Instant, rejected: bool) {
     let labels = crate::metrics::AdmissionControllerLabels {
-        name: plugin.name().to_owned(),
+        name: name.to_owned(),
         r#type: step.to_owned(),
         operation: a.operation.as_str().to_owned(),
         rejected: rejected.to_string(),
@@ -443,7 +306,7 @@ impl Chain {
     /// the object after an IfNeeded webhook had seen it (k8s.io/apiserver's reinvoker).
     async fn admit_rounds(
         &self,
-        plugins: &[(Plugin, &dyn Mutating)],
+        plugins: &[(&'static str, &dyn Mutating)],
         a: &Attributes,
         mut object: Option<&mut Value>,
         old: Option<&Value>,
@@ -451,11 +314,11 @@ impl Chain {
     ) -> Result<(), Error> {
         let mut reinvocation = Reinvocation::default();
         loop {
-            for (plugin, p) in plugins {
+            for (name, p) in plugins {
                 let started = std::time::Instant::now();
-                let span = tracing::info_span!("admission.plugin", otel.name = plugin.name(), phase = "admit");
+                let span = tracing::info_span!("admission.plugin", otel.name = *name, phase = "admit");
                 let result = p.admit(a, object.as_deref_mut(), old, out, &mut reinvocation).instrument(span).await;
-                observe_plugin(*plugin, "admit", a, started, result.is_err());
+                observe_plugin(name, "admit", a, started, result.is_err());
                 result?;
             }
             if !reinvocation.start_next_round() {
@@ -480,11 +343,11 @@ impl Admission for Chain {
             return Ok(());
         }
         let started = std::time::Instant::now();
-        let plugins: Vec<(Plugin, &dyn Mutating)> = self
+        let plugins: Vec<(&'static str, &dyn Mutating)> = self
             .handlers
             .iter()
             .filter(|h| h.handles(a.operation))
-            .filter_map(|h| h.mutating().map(|m| (h.plugin(), m)))
+            .filter_map(|h| h.mutating().map(|m| (h.name(), m)))
             .collect();
         let span = tracing::info_span!("admission", otel.name = "Admit", operation = a.operation.as_str());
         let result = self.admit_rounds(&plugins, a, object, old, out).instrument(span).await;
@@ -507,15 +370,14 @@ impl Admission for Chain {
             .handlers
             .iter()
             .filter(|h| h.handles(a.operation))
-            .filter_map(|h| h.validating().map(|v| (h.plugin(), v)));
+            .filter_map(|h| h.validating().map(|v| (h.name(), v)));
         let mut result = Ok(());
         let phase = tracing::info_span!("admission", otel.name = "Validate", operation = a.operation.as_str());
-        for (plugin, p) in plugins {
+        for (name, p) in plugins {
             let begun = std::time::Instant::now();
-            let span =
-                tracing::info_span!(parent: &phase, "admission.plugin", otel.name = plugin.name(), phase = "validate");
+            let span = tracing::info_span!(parent: &phase, "admission.plugin", otel.name = name, phase = "validate");
             result = p.validate(a, object, old, out).instrument(span).await;
-            observe_plugin(plugin, "validate", a, begun, result.is_err());
+            observe_plugin(name, "validate", a, begun, result.is_err());
             if result.is_err() {
                 break;
             }

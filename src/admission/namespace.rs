@@ -11,7 +11,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::cache::Cache;
-use super::{Attributes, Error, Handler, Mutating, Outcome, Plugin, Reinvocation};
+use super::{Attributes, Error, Handler, Mutating, Outcome, PluginContext, Reinvocation};
 use crate::api::Operation;
 
 /// How long a create into a namespace the cache does not have waits for the watch before the live GET, as the
@@ -79,8 +79,14 @@ pub struct NamespaceLifecycle {
 }
 
 impl NamespaceLifecycle {
+    pub const NAME: &'static str = "NamespaceLifecycle";
+
     pub fn new(namespaces: Namespaces) -> Self {
         Self { namespaces }
+    }
+
+    pub(crate) fn factory(ctx: &PluginContext) -> anyhow::Result<Option<Arc<dyn Handler>>> {
+        Ok(Some(Arc::new(Self::new(ctx.namespaces().clone()))))
     }
 }
 
@@ -96,8 +102,8 @@ pub(crate) fn resource_name(a: &Attributes, object: Option<&Value>) -> String {
 }
 
 impl Handler for NamespaceLifecycle {
-    fn plugin(&self) -> Plugin {
-        Plugin::NamespaceLifecycle
+    fn name(&self) -> &'static str {
+        Self::NAME
     }
 
     /// Deletes always pass; what it checks of them in kube-apiserver (a namespace's own deletion, the

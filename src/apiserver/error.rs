@@ -147,6 +147,16 @@ impl From<&admission::Error> for ApiError {
                 kube::Error::Api(status) => ApiError { status: status.clone() },
                 _ => ApiError::new(500, "", message),
             },
+            // As `ErrorToAPIStatus` answers an error that is a Status: as it is, a failure with no code a 500.
+            E::Plugin { status, .. } => {
+                let mut status = status.clone();
+                status.status.get_or_insert(StatusSummary::Failure);
+                if status.code == 0 {
+                    status.code = 500;
+                }
+                status.metadata.get_or_insert_with(Default::default);
+                ApiError { status }
+            }
             E::Calling { .. }
             | E::PatchWithoutObject { .. }
             | E::Conversion { .. }
@@ -269,6 +279,23 @@ mod tests {
         let s = status(Error::DryRunUnsupported { webhook: "w.example.com".into() });
         assert_eq!((s.code, s.reason.as_str(), s.details.is_none()), (400, "BadRequest", true));
         assert_eq!(s.message, "admission webhook \"w.example.com\" does not support dry run");
+    }
+
+    #[test]
+    fn a_plugins_own_status_is_answered_as_it_is() {
+        let theirs = |v: serde_json::Value| Box::new(serde_json::from_value::<Status>(v).unwrap());
+        let refused = theirs(
+            serde_json::json!({"code": 403, "reason": "Forbidden", "message": "podsets \"web\" is forbidden: no"}),
+        );
+        let e = Error::Plugin { plugin: "Example", status: refused };
+        assert_eq!(e.to_string(), "podsets \"web\" is forbidden: no");
+        assert_eq!(
+            json(e),
+            serde_json::json!({"status": "Failure", "code": 403, "reason": "Forbidden", "metadata": {},
+                "message": "podsets \"web\" is forbidden: no"})
+        );
+        let s = status(Error::Plugin { plugin: "Example", status: theirs(serde_json::json!({"message": "broken"})) });
+        assert_eq!((s.code, s.status, s.message.as_str()), (500, Some(StatusSummary::Failure), "broken"));
     }
 
     /// The registry's failures as served, byte for byte.

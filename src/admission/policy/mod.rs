@@ -31,7 +31,7 @@ pub use params::Params;
 use super::activation::{self, ExpressionAuthorizer, Invocation, Reads};
 use super::manifest;
 use super::namespace::resource_name;
-use super::{Attributes, Error, Handler, Namespaces, Outcome, Plugin, Validating, READY_WAIT};
+use super::{Attributes, Error, Handler, Namespaces, Outcome, PluginContext, Validating, READY_WAIT};
 use crate::api::Operation;
 
 use crate::cel;
@@ -148,14 +148,22 @@ pub struct ValidatingAdmissionPolicyPlugin {
 }
 
 impl ValidatingAdmissionPolicyPlugin {
+    pub const NAME: &'static str = "ValidatingAdmissionPolicy";
+
     pub fn new(policies: Policies, params: Params, namespaces: Namespaces, authorizer: ExpressionAuthorizer) -> Self {
         Self { policies, params, namespaces, authorizer }
+    }
+
+    pub(crate) fn factory(ctx: &PluginContext) -> anyhow::Result<Option<Arc<dyn Handler>>> {
+        let Some((policies, params)) = ctx.policies() else { return Ok(None) };
+        let authorizer = ctx.config().authorizer.clone();
+        Ok(Some(Arc::new(Self::new(policies, params, ctx.namespaces().clone(), authorizer))))
     }
 }
 
 impl Handler for ValidatingAdmissionPolicyPlugin {
-    fn plugin(&self) -> Plugin {
-        Plugin::ValidatingAdmissionPolicy
+    fn name(&self) -> &'static str {
+        Self::NAME
     }
 
     fn handles(&self, operation: Operation) -> bool {

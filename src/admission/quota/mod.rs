@@ -26,7 +26,7 @@ use tokio::sync::oneshot;
 pub use access::Quotas;
 
 use super::namespace::resource_name;
-use super::{Attributes, Error, Handler, Outcome, Plugin, Validating};
+use super::{Attributes, Error, Handler, Outcome, PluginContext, Validating};
 use crate::api::Operation;
 
 /// How long a create waits for its verdict (the plugin's evaluation timeout).
@@ -70,8 +70,15 @@ struct Waiter {
 }
 
 impl ResourceQuota {
+    pub const NAME: &'static str = "ResourceQuota";
+
     pub fn new(quotas: Quotas, limited: Vec<LimitedResource>) -> Self {
         Self { quotas, limited, queues: Arc::default() }
+    }
+
+    pub(crate) fn factory(ctx: &PluginContext) -> anyhow::Result<Option<Arc<dyn Handler>>> {
+        let Some(quotas) = ctx.quotas() else { return Ok(None) };
+        Ok(Some(Arc::new(Self::new(quotas, ctx.config().limited_resources.clone()))))
     }
 
     fn is_limited(&self, a: &Attributes, resource: &str) -> bool {
@@ -205,8 +212,8 @@ fn fill(verdicts: &mut [Option<Result<(), Error>>], with: impl Fn() -> Result<()
 }
 
 impl Handler for ResourceQuota {
-    fn plugin(&self) -> Plugin {
-        Plugin::ResourceQuota
+    fn name(&self) -> &'static str {
+        Self::NAME
     }
 
     /// An object count is charged on create only (the object-count evaluator handles nothing else).

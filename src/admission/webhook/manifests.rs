@@ -9,7 +9,8 @@ use std::sync::Arc;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use tokio_util::sync::CancellationToken;
 
-use super::{mutating_hooks_of, mutating_spec, validating_hooks_of, validating_spec, Hook, HookSpec, StaticWebhooks};
+use super::hooks::{mutating_hooks_of, mutating_spec, validating_hooks_of, validating_spec, HookSpec};
+use super::{Hook, StaticWebhooks};
 use crate::admission::activation::DECLARED;
 use crate::admission::manifest::{self, check_name, Loaded};
 use crate::admission::matchconditions::{aggregate, MatchConditions};

@@ -9,7 +9,10 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::activation::ExpressionAuthorizer;
-use crate::admission::{Chain, LimitedResource, Plugin, PluginConfig, Policies, WebhookClients};
+use crate::admission::{
+    recommended, Chain, LimitedResource, MutatingWebhooks, PluginConfig, Policies, ResourceQuota,
+    ValidatingAdmissionPolicyPlugin, ValidatingWebhooks, WebhookClients,
+};
 use crate::cmd::encryption::apiserver_id_hash;
 
 #[derive(Debug, Clone, Default, Args)]
@@ -37,10 +40,10 @@ pub struct AdmissionOptions {
 impl AdmissionOptions {
     /// kube-apiserver's checks: every named plugin exists, and none is both enabled and disabled.
     pub fn validate(&self) -> anyhow::Result<()> {
-        let mut errors = Vec::new();
+        let (plugins, mut errors) = (recommended(), Vec::new());
         for (flag, names) in [("enable", &self.enable_admission_plugins), ("disable", &self.disable_admission_plugins)]
         {
-            for name in names.iter().filter(|n| Plugin::parse(n).is_none()) {
+            for name in names.iter().filter(|n| !plugins.is_registered(n)) {
                 errors.push(format!("{flag}-admission-plugins plugin {name:?} is unknown"));
             }
         }
@@ -65,12 +68,12 @@ impl AdmissionOptions {
     }
 
     /// The plugins that run, in their order.
-    pub fn enabled_plugins(&self) -> Vec<Plugin> {
-        let disabled = |p: &Plugin| {
-            self.disable_admission_plugins.iter().any(|n| n == p.name())
-                && !self.enable_admission_plugins.iter().any(|n| n == p.name())
+    pub fn enabled_plugins(&self) -> Vec<&'static str> {
+        let disabled = |p: &&str| {
+            self.disable_admission_plugins.iter().any(|n| n == p)
+                && !self.enable_admission_plugins.iter().any(|n| n == p)
         };
-        Plugin::ALL.into_iter().filter(|p| !disabled(p)).collect()
+        recommended().names().into_iter().filter(|p| !disabled(p)).collect()
     }
 
     /// The admission chain over the main API server `client`, its watches stopping with `stop`.
@@ -107,8 +110,8 @@ impl AdmissionOptions {
         config.authorizer = authorizer;
         let on = |p| plugins.contains(&p);
         let webhook_dirs = (
-            config.webhooks.mutating_manifests.clone().filter(|_| on(Plugin::MutatingAdmissionWebhook)),
-            config.webhooks.validating_manifests.clone().filter(|_| on(Plugin::ValidatingAdmissionWebhook)),
+            config.webhooks.mutating_manifests.clone().filter(|_| on(MutatingWebhooks::NAME)),
+            config.webhooks.validating_manifests.clone().filter(|_| on(ValidatingWebhooks::NAME)),
         );
         crate::admission::webhook::manifests::start(
             webhook_dirs,
@@ -117,15 +120,14 @@ impl AdmissionOptions {
             &stop,
         )
         .map_err(|e| anyhow::anyhow!("--admission-control-config-file: {e}"))?;
-        if let (Some(dir), true) = (&config.policy_manifests, plugins.contains(&Plugin::ValidatingAdmissionPolicy)) {
+        if let (Some(dir), true) = (&config.policy_manifests, on(ValidatingAdmissionPolicyPlugin::NAME)) {
             let policies = Policies::default();
             crate::admission::policy::manifests::start(dir.clone(), &policies, apiserver_id_hash(), stop.clone())
                 .map_err(|e| anyhow::anyhow!("--admission-control-config-file: ValidatingAdmissionPolicy: {e}"))?;
             config.policies = Some(policies);
         }
-        let names: Vec<&str> = plugins.iter().map(|p| p.name()).collect();
-        tracing::info!(plugins = ?names, "admission");
-        Ok(Chain::start(&plugins, client, config, stop))
+        tracing::info!(plugins = ?plugins, "admission");
+        recommended().start(&plugins, client, config, stop)
     }
 }
 
@@ -204,9 +206,12 @@ fn plugin_config(path: &Path) -> anyhow::Result<PluginConfig> {
         );
     }
     let mut out = PluginConfig::default();
+    // The plugins that take a configuration (NamespaceLifecycle has none); another name's part is not read, as
+    // kube-apiserver reads a plugin's configuration only when it runs it.
+    let configured =
+        [MutatingWebhooks::NAME, ValidatingWebhooks::NAME, ValidatingAdmissionPolicyPlugin::NAME, ResourceQuota::NAME];
     for plugin in config.plugins {
-        let Some(which) = Plugin::parse(&plugin.name).filter(|p| *p != Plugin::NamespaceLifecycle) else {
-            // kube-apiserver reads a plugin's configuration only when it runs it; NamespaceLifecycle has none.
+        let Some(which) = configured.into_iter().find(|n| *n == plugin.name) else {
             continue;
         };
         let value = match (plugin.configuration, &plugin.path) {
@@ -220,9 +225,9 @@ fn plugin_config(path: &Path) -> anyhow::Result<PluginConfig> {
             (None, None) => continue,
         };
         let slot = match which {
-            Plugin::MutatingAdmissionWebhook => &mut out.webhooks.mutating,
-            Plugin::ValidatingAdmissionWebhook => &mut out.webhooks.validating,
-            Plugin::ValidatingAdmissionPolicy => {
+            MutatingWebhooks::NAME => &mut out.webhooks.mutating,
+            ValidatingWebhooks::NAME => &mut out.webhooks.validating,
+            ValidatingAdmissionPolicyPlugin::NAME => {
                 let c: PolicyConfiguration =
                     serde_yaml::from_value(value).with_context(|| format!("{}: {}", what(), plugin.name))?;
                 if (c.api_version.as_str(), c.kind.as_str())
@@ -284,7 +289,7 @@ fn plugin_config(path: &Path) -> anyhow::Result<PluginConfig> {
             crate::admission::manifest::validate_dir(&dir)
                 .map_err(|e| anyhow::anyhow!("{}: {}: {e}", what(), plugin.name))?;
             match which {
-                Plugin::MutatingAdmissionWebhook => out.webhooks.mutating_manifests = Some(dir),
+                MutatingWebhooks::NAME => out.webhooks.mutating_manifests = Some(dir),
                 _ => out.webhooks.validating_manifests = Some(dir),
             }
             // Only manifests: there is no kubeconfig to read (kubeConfigFile is optional then).
@@ -323,17 +328,14 @@ mod tests {
 
     #[test]
     fn plugins_are_on_by_default_and_flags_turn_them_off_as_kube_apiserver() {
-        assert_eq!(parse(&[]).enabled_plugins(), Plugin::ALL);
+        assert_eq!(parse(&[]).enabled_plugins(), recommended().names());
         let o = parse(&["--disable-admission-plugins=MutatingAdmissionWebhook,NamespaceLifecycle"]);
         o.validate().unwrap();
-        assert_eq!(
-            o.enabled_plugins(),
-            [Plugin::ValidatingAdmissionPolicy, Plugin::ValidatingAdmissionWebhook, Plugin::ResourceQuota]
-        );
+        assert_eq!(o.enabled_plugins(), ["ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook", "ResourceQuota"]);
         let o = parse(&["--disable-admission-plugins=ValidatingAdmissionPolicy"]);
-        assert!(!o.enabled_plugins().contains(&Plugin::ValidatingAdmissionPolicy));
+        assert!(!o.enabled_plugins().contains(&"ValidatingAdmissionPolicy"));
         let o = parse(&["--enable-admission-plugins=NamespaceLifecycle"]);
-        assert_eq!(o.enabled_plugins(), Plugin::ALL);
+        assert_eq!(o.enabled_plugins(), recommended().names());
 
         let e = parse(&["--enable-admission-plugins=AlwaysPullImages", "--disable-admission-plugins=Nope"]).validate();
         assert_eq!(
