@@ -29,7 +29,6 @@ const NAMING_PODSET: &[&str] = &[
     "src/registry/scale.rs",
     "src/registry/stored.rs",
     "src/registry/view.rs",
-    "src/registry/watch.rs",
     "src/registry/write.rs",
     "src/storage/etcd_backend.rs",
 ];

@@ -49,13 +49,13 @@ pub use crate::storage::Revision;
 
 use self::decode::{apply_patch, decode_json_podset, decode_podset};
 use self::managed::manage_fields_in;
-use self::strategy::check_identity;
+use self::strategy::{check_identity, Strategy};
 use self::view::PODSET;
 use self::write::{Change, Outcome, Write};
 use crate::admission::{Admission, Chain, WriteKind};
 use crate::api::validation::FieldError;
 use crate::api::{PodSet, PodSetStatus, Version};
-use crate::resources::podset::INFO;
+use crate::resources::podset::{PodSetStrategy, INFO};
 use crate::storage::{ListOptions, Object, StorageError, Store};
 
 /// How long a read "not older than" a revision this server has not reached waits for it before a 504.
@@ -74,34 +74,44 @@ impl From<Outcome> for Written {
     }
 }
 
-/// The PodSet registry.
-#[derive(Clone)]
-pub struct Registry {
+/// A resource's registry (kube's generic `Store` with the resource's strategy): the only door to its objects in
+/// storage. PodSet's is the default.
+pub struct Registry<S: Strategy = PodSetStrategy> {
     store: Arc<dyn Store>,
     /// Runs on every write, whoever makes it.
     admission: Arc<dyn Admission>,
     /// What the watchers of the newest revisions share.
     recent: Arc<watch::Recent>,
     /// The version objects are written in (`--storage-version`); objects stored in another stay readable.
-    storage_version: Version,
+    storage_version: S::Version,
 }
 
-impl Registry {
+impl<S: Strategy> Clone for Registry<S> {
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            admission: self.admission.clone(),
+            recent: self.recent.clone(),
+            storage_version: self.storage_version,
+        }
+    }
+}
+
+impl<S: Strategy> Registry<S> {
     pub fn new(store: Arc<dyn Store>) -> Self {
-        Self { store, admission: Arc::new(Chain::empty()), recent: Arc::default(), storage_version: Version::STORAGE }
+        Self { store, admission: Arc::new(Chain::empty()), recent: Arc::default(), storage_version: S::STORAGE_VERSION }
     }
 
     /// The same registry writing objects in `version`.
-    pub fn with_storage_version(self, version: Version) -> Self {
+    pub fn with_storage_version(self, version: S::Version) -> Self {
         Self { storage_version: version, ..self }
     }
 
-    pub fn storage_version(&self) -> Version {
+    pub fn storage_version(&self) -> S::Version {
         self.storage_version
     }
 
-    /// The newest revision this server's cache holds.
-    /// PodSets stored, as the cache counts them (readable or not: a scrape of /metrics never fails for one).
+    /// Objects stored, as the cache counts them (readable or not: a scrape of /metrics never fails for one).
     pub fn object_count(&self) -> usize {
         self.store.stats().objects
     }
@@ -125,7 +135,7 @@ impl Registry {
     }
 
     async fn get_object(&self, key: &ObjectKey) -> Result<Option<Arc<Object>>> {
-        self.store.get(&key.storage_key(&INFO)).await.map_err(|e| Error::storage(e, &INFO, &key.name))
+        self.store.get(&key.storage_key(S::INFO)).await.map_err(|e| Error::storage(e, S::INFO, &key.name))
     }
 
     /// The current object for a write: from the cache, which may lag a write another replica just made; a stale
@@ -134,7 +144,7 @@ impl Registry {
         match self.get_object(key).await? {
             Some(o) => Ok(Some(o)),
             None => {
-                self.store.sync().await.map_err(|e| Error::storage(e, &INFO, &key.name))?;
+                self.store.sync().await.map_err(|e| Error::storage(e, S::INFO, &key.name))?;
                 self.get_object(key).await
             }
         }
@@ -153,12 +163,7 @@ impl Registry {
             Some(0) => late_delete(key, found),
             _ => found,
         };
-        found.ok_or_else(|| Error::not_found(&INFO, &key.name))
-    }
-
-    /// GET of `/scale`.
-    pub async fn get_scale(&self, key: &ObjectKey, resource_version: Option<Revision>) -> Result<Scale> {
-        Ok(scale::scale_of(&self.get(key, resource_version).await?.decode()?))
+        found.ok_or_else(|| Error::not_found(S::INFO, &key.name))
     }
 
     /// Resolves which revision a list or watch reads at (`resourceVersion` + `resourceVersionMatch`).
@@ -190,7 +195,7 @@ impl Registry {
     }
 
     pub async fn list(&self, req: ListRequest) -> Result<ListPage> {
-        let prefix = ObjectKey::prefix(&INFO, req.namespace.as_deref());
+        let prefix = ObjectKey::prefix(S::INFO, req.namespace.as_deref());
         let (revision, start_key) = match &req.continue_token {
             Some(token) => {
                 let t = continue_token::decode(token)?;
@@ -242,6 +247,13 @@ impl Registry {
             continue_token,
             remaining: result.remaining,
         })
+    }
+}
+
+impl Registry<PodSetStrategy> {
+    /// GET of `/scale`.
+    pub async fn get_scale(&self, key: &ObjectKey, resource_version: Option<Revision>) -> Result<Scale> {
+        Ok(scale::scale_of(&self.get(key, resource_version).await?.decode()?))
     }
 
     /// POST: creates a PodSet in `namespace` from a decoded body.

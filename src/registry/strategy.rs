@@ -27,6 +27,8 @@ pub trait Strategy: Send + Sync + 'static {
     type Version: Copy + Eq + Debug + Display + Send + Sync + 'static;
 
     const INFO: &'static ResourceInfo;
+    /// What objects are stored in unless the server is told otherwise.
+    const STORAGE_VERSION: Self::Version;
 
     fn meta(o: &Self::Object) -> &ObjectMeta;
     fn meta_mut(o: &mut Self::Object) -> &mut ObjectMeta;

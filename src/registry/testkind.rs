@@ -43,6 +43,7 @@ impl Strategy for WidgetStrategy {
     type Version = &'static str;
 
     const INFO: &'static ResourceInfo = &WIDGETS;
+    const STORAGE_VERSION: &'static str = "v1";
 
     fn meta(o: &Widget) -> &ObjectMeta {
         &o.metadata
@@ -93,5 +94,46 @@ impl Strategy for WidgetStrategy {
 
     fn spec_changed(new: &Widget, old: &Widget) -> bool {
         new.spec != old.spec
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+
+    use super::*;
+    use crate::registry::{ListRequest, ObjectKey, Registry, WatchRequest};
+    use crate::storage::Draft;
+
+    /// One store, two resources: each registry reads and watches its own keys only, a cluster-scoped one by name.
+    #[tokio::test]
+    async fn a_registry_reads_and_watches_its_own_resource_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let podsets: Registry = Registry::on_sled(dir.path()).await;
+        let widgets: Registry<WidgetStrategy> = Registry::new(podsets.store.clone());
+        let put = |key: &'static str, v: Value| {
+            let store = podsets.store.clone();
+            async move { store.create(key, Draft::new(&v, &[]).unwrap()).await.unwrap() }
+        };
+        let mut watch = widgets.watch(WatchRequest { resource_version: Some(0), ..Default::default() }).await.unwrap();
+        put("/widgets/blue", serde_json::json!({"kind": "Widget", "metadata": {"name": "blue"}})).await;
+        put("/podsets/ns/web", serde_json::json!({"kind": "PodSet", "metadata": {"name": "web", "namespace": "ns"}}))
+            .await;
+        put("/widgets/green", serde_json::json!({"kind": "Widget", "metadata": {"name": "green"}})).await;
+
+        let names =
+            |page: crate::registry::ListPage| page.items.iter().map(|o| o.key().to_string()).collect::<Vec<_>>();
+        assert_eq!(names(widgets.list(ListRequest::default()).await.unwrap()), ["blue", "green"]);
+        assert_eq!(names(podsets.list(ListRequest::default()).await.unwrap()), ["ns/web"]);
+        assert_eq!(widgets.get(&ObjectKey::new("", "green"), None).await.unwrap().name(), "green");
+        let e = widgets.get(&ObjectKey::new("", "web"), None).await.unwrap_err();
+        assert_eq!(e.to_string(), "widgets.test.podset.example \"web\" not found");
+        let mut seen = Vec::new();
+        while seen.len() < 2 {
+            if let crate::registry::Notification::Event(ev) = watch.events.next().await.unwrap().unwrap() {
+                seen.push(ev.object.name().to_owned());
+            }
+        }
+        assert_eq!(seen, ["blue", "green"], "the PodSet in between is not a widget's event");
     }
 }

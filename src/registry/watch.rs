@@ -15,9 +15,10 @@ use super::error::Result;
 use super::key::ObjectKey;
 use super::options::ListRequest;
 use super::stored::Stored;
+use super::strategy::Strategy;
 use super::{Registry, Revision};
+use crate::api::resource::ResourceInfo;
 use crate::api::selector::{FieldSelector, Selector};
-use crate::resources::podset::INFO;
 use crate::storage;
 
 /// What a watch follows, and from where.
@@ -136,7 +137,7 @@ pub struct Watch {
     pub events: BoxStream<'static, Result<Notification>>,
 }
 
-impl Registry {
+impl<S: Strategy> Registry<S> {
     /// Starts a watch. A `resource_version` older than the kept history is a 410 Expired.
     pub async fn watch(&self, req: WatchRequest) -> Result<Watch> {
         let (start, initial) = match (req.send_initial_events, req.resource_version) {
@@ -150,7 +151,7 @@ impl Registry {
                 (rv, false)
             }
         };
-        let stream = self.store.watch(&ObjectKey::prefix(&INFO, req.namespace.as_deref()), start)?;
+        let stream = self.store.watch(&ObjectKey::prefix(S::INFO, req.namespace.as_deref()), start)?;
         let initial = if initial {
             let page = self
                 .list(ListRequest {
@@ -170,7 +171,7 @@ impl Registry {
             Vec::new()
         };
         let (labels, fields, recent) = (req.labels, req.fields, self.recent.clone());
-        let events = stream.map(move |ev| through_selectors(ev, &labels, &fields, &recent));
+        let events = stream.map(move |ev| through_selectors(ev, S::INFO, &labels, &fields, &recent));
         #[cfg(feature = "planted-bugs")]
         let events = events.filter(|n| {
             let drop = matches!(n, Ok(Notification::Event(_)))
@@ -186,11 +187,12 @@ impl Registry {
 /// DELETED (at the revision it left), one outside them not seen at all.
 fn through_selectors(
     ev: storage::Result<Arc<storage::Event>>,
+    resource: &'static ResourceInfo,
     labels: &Selector,
     fields: &FieldSelector,
     recent: &Recent,
 ) -> Result<Notification> {
-    let ev = ev.map_err(|e| Error::storage(e, &INFO, ""))?;
+    let ev = ev.map_err(|e| Error::storage(e, resource, ""))?;
     let object = Stored::new(ev.object.clone());
     let prev = ev.prev.clone().map(Stored::new);
     let now_in = object.matches(labels, fields);
@@ -245,8 +247,9 @@ mod tests {
         let recent = Recent::default();
         let web = Selector::parse("app=web").unwrap();
         let fields = FieldSelector::default();
-        let events: Vec<Event> =
-            (0..10).map(|_| seen(through_selectors(Ok(ev.clone()), &web, &fields, &recent))).collect();
+        let events: Vec<Event> = (0..10)
+            .map(|_| seen(through_selectors(Ok(ev.clone()), &crate::resources::podset::INFO, &web, &fields, &recent)))
+            .collect();
         let was = Stored::new(before).restamped(5).unwrap();
         for e in &events {
             assert_eq!(e.kind, EventType::Deleted);
@@ -255,9 +258,22 @@ mod tests {
         }
         assert_eq!(events[0].object.resource_version(), 5);
 
-        let entering = seen(through_selectors(Ok(ev.clone()), &Selector::parse("app=db").unwrap(), &fields, &recent));
+        let entering = seen(through_selectors(
+            Ok(ev.clone()),
+            &crate::resources::podset::INFO,
+            &Selector::parse("app=db").unwrap(),
+            &fields,
+            &recent,
+        ));
         assert_eq!((entering.kind, entering.object.bytes()), (EventType::Added, &after.bytes));
-        let hidden = through_selectors(Ok(ev), &Selector::parse("app=x").unwrap(), &fields, &recent).unwrap();
+        let hidden = through_selectors(
+            Ok(ev),
+            &crate::resources::podset::INFO,
+            &Selector::parse("app=x").unwrap(),
+            &fields,
+            &recent,
+        )
+        .unwrap();
         assert!(matches!(hidden, Notification::Progress(5)));
     }
 

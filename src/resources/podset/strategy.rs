@@ -16,6 +16,7 @@ impl Strategy for PodSetStrategy {
     type Version = Version;
 
     const INFO: &'static ResourceInfo = &INFO;
+    const STORAGE_VERSION: Version = Version::STORAGE;
 
     fn meta(o: &PodSet) -> &ObjectMeta {
         &o.metadata
