@@ -1,9 +1,10 @@
 //! `/metrics`: Prometheus metrics named and labelled as k8s.io/apiserver, client-go and kube-controller-manager
 //! name theirs, so existing dashboards and alerts (apiserver SLOs, workqueue depth, leader status) work unchanged.
 //!
-//! One process-wide registry, as Kubernetes' `legacyregistry`: each part of the server records into the families
-//! it owns (`global()`), and `/metrics` encodes them all with prometheus-client (OpenMetrics text). prometheus-client
-//! writes every counter with a `_total` suffix, as OpenMetrics requires; the names below are the family names.
+//! One process-wide registry, as Kubernetes' `legacyregistry`: each part of the server owns its families (its
+//! `metrics.rs`) and registers them here on first use ([`registered`]), and `/metrics` encodes them all with
+//! prometheus-client (OpenMetrics text). prometheus-client writes every counter with a `_total` suffix, as
+//! OpenMetrics requires; the names registered are the family names.
 
 pub mod process;
 
@@ -20,6 +21,17 @@ use prometheus_client::registry::Registry;
 
 /// The content type of what [`encode`] writes.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Families one part of the server owns, registered into the process registry once.
+pub(crate) trait Families: Send + Sync + 'static {
+    fn register(&self, r: &mut Registry);
+}
+
+/// Registers `families` into the process registry and hands them back: an owner's `LazyLock` initializer.
+pub(crate) fn registered<F: Families>(families: F) -> F {
+    families.register(&mut REGISTRY.lock());
+    families
+}
 
 /// `apiserver_request_duration_seconds`' buckets, as k8s.io/apiserver's (tuned for its latency SLOs).
 const REQUEST_BUCKETS: [f64; 23] =
@@ -587,7 +599,9 @@ impl Metrics {
             envelope: EnvelopeMetrics::new(),
         }
     }
+}
 
+impl Families for Metrics {
     fn register(&self, r: &mut Registry) {
         r.register(
             "apiserver_storage_transformation_operations",
@@ -867,7 +881,6 @@ impl Metrics {
              (not_served: the main API server has no such API; forbidden: RBAC; unreachable).",
             a.policy_source.clone(),
         );
-        r.register_collector(Box::new(process::ProcessCollector));
     }
 }
 
@@ -895,32 +908,28 @@ where
     }
 }
 
-struct Global {
-    metrics: Metrics,
-    registry: parking_lot::Mutex<Registry>,
-}
-
-static GLOBAL: LazyLock<Global> = LazyLock::new(|| {
-    let metrics = Metrics::new();
-    let mut registry = Registry::default();
-    metrics.register(&mut registry);
-    Global { metrics, registry: parking_lot::Mutex::new(registry) }
-});
+static GLOBAL: LazyLock<Metrics> = LazyLock::new(|| registered(Metrics::new()));
 
 /// The process's metrics.
 pub fn global() -> &'static Metrics {
-    &GLOBAL.metrics
+    &GLOBAL
 }
+
+static REGISTRY: LazyLock<parking_lot::Mutex<Registry>> = LazyLock::new(|| {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(process::ProcessCollector));
+    parking_lot::Mutex::new(registry)
+});
 
 /// Adds a collector read at each scrape (storage revisions, say).
 pub fn register_collector(collector: Box<dyn Collector>) {
-    GLOBAL.registry.lock().register_collector(collector);
+    REGISTRY.lock().register_collector(collector);
 }
 
-/// Everything, in the OpenMetrics text format.
+/// Everything registered so far, in the OpenMetrics text format.
 pub fn encode() -> String {
     let mut out = String::new();
-    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &GLOBAL.registry.lock()) {
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &REGISTRY.lock()) {
         tracing::warn!(error = %e, "encoding metrics failed");
     }
     out
