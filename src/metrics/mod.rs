@@ -33,84 +33,10 @@ pub(crate) fn registered<F: Families>(families: F) -> F {
     families
 }
 
-/// `apiserver_request_duration_seconds`' buckets, as k8s.io/apiserver's (tuned for its latency SLOs).
-const REQUEST_BUCKETS: [f64; 23] =
-    [0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2., 3., 4., 5., 6., 8., 10., 15., 20., 30., 45., 60.];
-/// The delegated authn/authz webhooks' buckets.
-const REVIEW_BUCKETS: [f64; 8] = [0.25, 0.5, 0.7, 1., 1.5, 3., 5., 10.];
-
-/// `apiserver_request_total`'s labels (the duration histogram has all but `code`).
-#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
-    pub verb: String,
-    pub dry_run: String,
-    pub group: String,
-    pub version: String,
-    pub resource: String,
-    pub subresource: String,
-    pub scope: String,
-    pub component: String,
-    pub code: String,
-}
-
-#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DurationLabels {
-    pub verb: String,
-    pub dry_run: String,
-    pub group: String,
-    pub version: String,
-    pub resource: String,
-    pub subresource: String,
-    pub scope: String,
-    pub component: String,
-}
-
-#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct LongRunningLabels {
-    pub verb: String,
-    pub group: String,
-    pub version: String,
-    pub resource: String,
-    pub subresource: String,
-    pub scope: String,
-    pub component: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct GroupVersionResource {
-    pub group: String,
-    pub version: String,
-    pub resource: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestKindLabel {
-    pub request_kind: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResourceLabel {
-    pub resource: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CodeLabel {
-    pub code: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StatusLabel {
-    pub status: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PluginLabel {
-    pub plugin: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct LevelLabel {
-    pub level: String,
+/// The name of a metric this server adds to Kubernetes' own: its program's prefix, kept here so that the
+/// framework's files (tests/layout.rs) need not spell it.
+pub(crate) fn own(name: &str) -> String {
+    format!("podset_{name}")
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -123,50 +49,11 @@ pub struct VersionLabel {
     pub version: String,
 }
 
-type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
-
-fn request_histogram() -> Histogram {
-    Histogram::new(REQUEST_BUCKETS)
-}
-
-fn review_histogram() -> Histogram {
-    Histogram::new(REVIEW_BUCKETS)
-}
+pub(crate) type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// client-go's workqueue buckets: 10 ns to 10 s, by tens.
 fn workqueue_histogram() -> Histogram {
     Histogram::new(exponential_buckets(10e-9, 10., 10))
-}
-
-/// Delegated authentication (TokenReview) or authorization (SubjectAccessReview), as k8s.io/apiserver's
-/// `authenticatorfactory` and `authorizerfactory` count them.
-#[derive(Debug)]
-pub struct DelegatedReviews {
-    pub requests: Family<CodeLabel, Counter>,
-    pub duration: HistogramFamily<CodeLabel>,
-    /// Answers from our cache (`hit`) or asked of the main API server (`miss`).
-    pub cache: Family<StatusLabel, Counter>,
-}
-
-impl DelegatedReviews {
-    fn new() -> Self {
-        Self {
-            requests: Family::default(),
-            duration: Family::new_with_constructor(review_histogram),
-            cache: Family::default(),
-        }
-    }
-
-    /// One review: `code` is the main API server's HTTP status, or `<error>` when it did not answer.
-    pub fn observe(&self, code: &str, took: Duration) {
-        let label = CodeLabel { code: code.to_owned() };
-        self.requests.get_or_create(&label).inc();
-        self.duration.get_or_create(&label).observe(took.as_secs_f64());
-    }
-
-    pub fn cache_lookup(&self, hit: bool) {
-        self.cache.get_or_create(&StatusLabel { status: if hit { "hit" } else { "miss" }.into() }).inc();
-    }
 }
 
 /// client-go's workqueue metrics (`workqueue_*{name}`), as kube-controller-manager exports them per controller.
@@ -515,20 +402,8 @@ impl EnvelopeMetrics {
 /// Every metric the server exports.
 #[derive(Debug)]
 pub struct Metrics {
-    pub requests: Family<RequestLabels, Counter>,
-    pub request_duration: HistogramFamily<DurationLabels>,
-    pub current_inflight: Family<RequestKindLabel, Gauge>,
-    pub longrunning: Family<LongRunningLabels, Gauge>,
-    pub watch_events: Family<GroupVersionResource, Counter>,
-    pub storage_objects: Family<ResourceLabel, Gauge>,
-    pub authn: DelegatedReviews,
-    pub authz: DelegatedReviews,
     pub workqueue: Workqueue,
     pub leader: Family<NameLabel, Gauge>,
-    pub audit_events: Counter,
-    pub audit_errors: Family<PluginLabel, Counter>,
-    pub audit_levels: Family<LevelLabel, Counter>,
-    pub audit_requests_rejected: Counter,
     pub admission: AdmissionMetrics,
     /// One durable write group (batch + fsync) of the embedded store.
     pub storage_commit_duration: Histogram,
@@ -549,14 +424,6 @@ pub struct Metrics {
 impl Metrics {
     fn new() -> Self {
         Self {
-            requests: Family::default(),
-            request_duration: Family::new_with_constructor(request_histogram),
-            current_inflight: Family::default(),
-            longrunning: Family::default(),
-            watch_events: Family::default(),
-            storage_objects: Family::default(),
-            authn: DelegatedReviews::new(),
-            authz: DelegatedReviews::new(),
             workqueue: Workqueue {
                 depth: Family::default(),
                 adds: Family::default(),
@@ -565,10 +432,6 @@ impl Metrics {
                 work_duration: Family::new_with_constructor(workqueue_histogram),
             },
             leader: Family::default(),
-            audit_events: Counter::default(),
-            audit_errors: Family::default(),
-            audit_levels: Family::default(),
-            audit_requests_rejected: Counter::default(),
             admission: AdmissionMetrics {
                 step_duration: Family::new_with_constructor(admission_histogram),
                 controller_duration: Family::new_with_constructor(admission_histogram),
@@ -703,59 +566,6 @@ impl Families for Metrics {
             "Writes made durable together by one fsync (group commit).",
             self.storage_commit_group_size.clone(),
         );
-        r.register(
-            "apiserver_request",
-            "Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, \
-             component, and HTTP response code.",
-            self.requests.clone(),
-        );
-        r.register(
-            "apiserver_request_duration_seconds",
-            "Response latency distribution in seconds for each verb, dry run value, group, version, resource, \
-             subresource, scope and component.",
-            self.request_duration.clone(),
-        );
-        r.register(
-            "apiserver_current_inflight_requests",
-            "Number of requests holding an in-flight slot now, per request kind.",
-            self.current_inflight.clone(),
-        );
-        r.register(
-            "apiserver_longrunning_requests",
-            "Gauge of all active long-running apiserver requests broken out by verb, group, version, resource, scope \
-             and component.",
-            self.longrunning.clone(),
-        );
-        r.register("apiserver_watch_events", "Number of events sent in watch clients", self.watch_events.clone());
-        r.register(
-            "apiserver_storage_objects",
-            "Number of stored objects at the time of last check split by kind.",
-            self.storage_objects.clone(),
-        );
-        for (prefix, reviews) in
-            [("apiserver_delegated_authn", &self.authn), ("apiserver_delegated_authz", &self.authz)]
-        {
-            r.register(
-                format!("{prefix}_request"),
-                "Number of HTTP requests partitioned by status code.",
-                reviews.requests.clone(),
-            );
-            r.register(
-                format!("{prefix}_request_duration_seconds"),
-                "Request latency in seconds. Broken down by status code.",
-                reviews.duration.clone(),
-            );
-        }
-        r.register(
-            "authentication_token_cache_request",
-            "TokenReview answers served from the cache (hit) or asked for (miss).",
-            self.authn.cache.clone(),
-        );
-        r.register(
-            "podset_authorization_cache_request",
-            "SubjectAccessReview answers served from the cache (hit) or asked for (miss).",
-            self.authz.cache.clone(),
-        );
         let q = &self.workqueue;
         r.register("workqueue_depth", "Current depth of workqueue", q.depth.clone());
         r.register("workqueue_adds", "Total number of adds handled by workqueue", q.adds.clone());
@@ -774,27 +584,6 @@ impl Families for Metrics {
             "leader_election_master_status",
             "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master.",
             self.leader.clone(),
-        );
-        r.register(
-            "apiserver_audit_event",
-            "Counter of audit events generated and sent to the audit backend.",
-            self.audit_events.clone(),
-        );
-        r.register(
-            "apiserver_audit_error",
-            "Counter of audit events that failed to be audited properly. Plugin identifies the plugin affected by \
-             the error.",
-            self.audit_errors.clone(),
-        );
-        r.register(
-            "apiserver_audit_level",
-            "Counter of policy levels for audit events (1 per request).",
-            self.audit_levels.clone(),
-        );
-        r.register(
-            "apiserver_audit_requests_rejected",
-            "Counter of apiserver requests rejected due to an error in audit logging backend.",
-            self.audit_requests_rejected.clone(),
         );
         let a = &self.admission;
         r.register(
@@ -938,11 +727,13 @@ pub fn encode() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::apiserver::metrics::RequestLabels;
 
     #[test]
     fn names_and_labels_are_kubernetes_own() {
         let m = global();
-        m.requests
+        crate::apiserver::metrics::metrics()
+            .requests
             .get_or_create(&RequestLabels {
                 verb: "LIST".into(),
                 group: "demo.k8s.io".into(),
@@ -954,7 +745,7 @@ mod tests {
                 ..Default::default()
             })
             .inc();
-        m.authn.observe("201", Duration::from_millis(3));
+        crate::apiserver::auth::metrics::metrics().authn.observe("201", Duration::from_millis(3));
         m.workqueue.depth.get_or_create(&NameLabel { name: "podset".into() }).set(2);
         let text = encode();
         for line in [
