@@ -287,6 +287,8 @@ fn register_metrics() {
     crate::apiserver::auth::metrics::metrics();
     crate::apiserver::audit::metrics::metrics();
     crate::metrics::global();
+    crate::storage::value::metrics::metrics();
+    crate::storage::sled_metrics();
 }
 
 /// The store's revisions and sizes, read at each scrape.
