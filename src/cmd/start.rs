@@ -289,6 +289,8 @@ fn register_metrics() {
     crate::metrics::global();
     crate::storage::value::metrics::metrics();
     crate::storage::sled_metrics();
+    crate::controller::metrics::metrics();
+    crate::resources::podset::metrics::metrics();
 }
 
 /// The store's revisions and sizes, read at each scrape.

@@ -15,7 +15,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// The content type of what [`encode`] writes.
@@ -38,32 +38,7 @@ pub(crate) fn own(name: &str) -> String {
     format!("podset_{name}")
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NameLabel {
-    pub name: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct VersionLabel {
-    pub version: String,
-}
-
 pub(crate) type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
-
-/// client-go's workqueue buckets: 10 ns to 10 s, by tens.
-fn workqueue_histogram() -> Histogram {
-    Histogram::new(exponential_buckets(10e-9, 10., 10))
-}
-
-/// client-go's workqueue metrics (`workqueue_*{name}`), as kube-controller-manager exports them per controller.
-#[derive(Debug)]
-pub struct Workqueue {
-    pub depth: Family<NameLabel, Gauge>,
-    pub adds: Family<NameLabel, Counter>,
-    pub retries: Family<NameLabel, Counter>,
-    pub queue_duration: HistogramFamily<NameLabel>,
-    pub work_duration: HistogramFamily<NameLabel>,
-}
 
 /// `apiserver_admission_step_admission_duration_seconds`' labels: `type` is `admit` or `validate`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -192,115 +167,48 @@ fn admission_histogram() -> Histogram {
     Histogram::new([0.005, 0.025, 0.1, 0.5, 2.5])
 }
 
-/// Every metric the server exports.
-#[derive(Debug)]
-pub struct Metrics {
-    pub workqueue: Workqueue,
-    pub leader: Family<NameLabel, Gauge>,
-    pub admission: AdmissionMetrics,
-    /// PodSets in the whole store stored in another version than this server's storage version, or by another
-    /// encryption provider than the one writing now.
-    pub storage_migration_remaining: Gauge,
-    /// PodSets in the whole store by the version each is stored in.
-    pub storage_version_objects: Family<VersionLabel, Gauge>,
-    /// PodSets the storage migration rewrote.
-    pub storage_migration_migrated: Counter,
-}
-
-impl Metrics {
+impl AdmissionMetrics {
     fn new() -> Self {
         Self {
-            workqueue: Workqueue {
-                depth: Family::default(),
-                adds: Family::default(),
-                retries: Family::default(),
-                queue_duration: Family::new_with_constructor(workqueue_histogram),
-                work_duration: Family::new_with_constructor(workqueue_histogram),
-            },
-            leader: Family::default(),
-            admission: AdmissionMetrics {
-                step_duration: Family::new_with_constructor(admission_histogram),
-                controller_duration: Family::new_with_constructor(admission_histogram),
-                webhook_duration: Family::new_with_constructor(admission_histogram),
-                webhook_rejections: Family::default(),
-                match_condition_errors: Family::default(),
-                match_condition_exclusions: Family::default(),
-                match_condition_duration: Family::new_with_constructor(|| {
-                    Histogram::new([0.001, 0.005, 0.01, 0.025, 0.1, 0.2, 0.25])
-                }),
-                policy_checks: Family::default(),
-                policy_check_duration: Family::new_with_constructor(|| {
-                    Histogram::new([0.0000005, 0.001, 0.01, 0.1, 1.0])
-                }),
-                manifest_reloads: Family::default(),
-                manifest_reload_last_timestamp: Family::default(),
-                manifest_config_info: Family::default(),
-                manifest_last: Default::default(),
-                policy_source: Family::default(),
-            },
-            storage_migration_remaining: Gauge::default(),
-            storage_version_objects: Family::default(),
-            storage_migration_migrated: Counter::default(),
+            step_duration: Family::new_with_constructor(admission_histogram),
+            controller_duration: Family::new_with_constructor(admission_histogram),
+            webhook_duration: Family::new_with_constructor(admission_histogram),
+            webhook_rejections: Family::default(),
+            match_condition_errors: Family::default(),
+            match_condition_exclusions: Family::default(),
+            match_condition_duration: Family::new_with_constructor(|| {
+                Histogram::new([0.001, 0.005, 0.01, 0.025, 0.1, 0.2, 0.25])
+            }),
+            policy_checks: Family::default(),
+            policy_check_duration: Family::new_with_constructor(|| Histogram::new([0.0000005, 0.001, 0.01, 0.1, 1.0])),
+            manifest_reloads: Family::default(),
+            manifest_reload_last_timestamp: Family::default(),
+            manifest_config_info: Family::default(),
+            manifest_last: Default::default(),
+            policy_source: Family::default(),
         }
     }
 }
 
-impl Families for Metrics {
+impl Families for AdmissionMetrics {
     fn register(&self, r: &mut Registry) {
-        r.register(
-            "podset_storage_migration_remaining",
-            "PodSets in the whole store (every replica's writes) stored in another version than this server's \
-             --storage-version, or encrypted by another provider than its writing one: what migration has yet to \
-             rewrite.",
-            self.storage_migration_remaining.clone(),
-        );
-        r.register(
-            "podset_storage_version_objects",
-            "PodSets in the whole store (every replica's writes) by the version each is stored in.",
-            self.storage_version_objects.clone(),
-        );
-        r.register(
-            "podset_storage_migration_migrated",
-            "PodSets the migration pass rewrote in the storage version.",
-            self.storage_migration_migrated.clone(),
-        );
-        let q = &self.workqueue;
-        r.register("workqueue_depth", "Current depth of workqueue", q.depth.clone());
-        r.register("workqueue_adds", "Total number of adds handled by workqueue", q.adds.clone());
-        r.register("workqueue_retries", "Total number of retries handled by workqueue", q.retries.clone());
-        r.register(
-            "workqueue_queue_duration_seconds",
-            "How long in seconds an item stays in workqueue before being requested.",
-            q.queue_duration.clone(),
-        );
-        r.register(
-            "workqueue_work_duration_seconds",
-            "How long in seconds processing an item from workqueue takes.",
-            q.work_duration.clone(),
-        );
-        r.register(
-            "leader_election_master_status",
-            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master.",
-            self.leader.clone(),
-        );
-        let a = &self.admission;
         r.register(
             "apiserver_admission_step_admission_duration_seconds",
             "Admission sub-step latency histogram in seconds, broken out for each operation and API resource and \
              step type (validate or admit).",
-            a.step_duration.clone(),
+            self.step_duration.clone(),
         );
         r.register(
             "apiserver_admission_controller_admission_duration_seconds",
             "Admission controller latency histogram in seconds, identified by name and broken out for each operation \
              and API resource and type (validate or admit).",
-            a.controller_duration.clone(),
+            self.controller_duration.clone(),
         );
         r.register(
             "apiserver_admission_webhook_admission_duration_seconds",
             "Admission webhook latency histogram in seconds, identified by name and broken out for each operation \
              and API resource and type (validate or admit).",
-            a.webhook_duration.clone(),
+            self.webhook_duration.clone(),
         );
         r.register(
             "apiserver_admission_webhook_rejection_count",
@@ -310,65 +218,78 @@ impl Families for Metrics {
              code if the webhook rejects the request with an HTTP status code (honored by the apiserver when the \
              code is greater or equal to 400). Codes greater than 600 are truncated to 600, to keep the metrics \
              cardinality bounded.",
-            a.webhook_rejections.clone(),
+            self.webhook_rejections.clone(),
         );
         r.register(
             "apiserver_admission_match_condition_evaluation_errors",
             "Admission match condition evaluation errors count, identified by name of resource containing the match \
              condition and broken out for each kind containing matchConditions (webhook or policy), operation and \
              admission type (validate or admit).",
-            a.match_condition_errors.clone(),
+            self.match_condition_errors.clone(),
         );
         r.register(
             "apiserver_admission_match_condition_exclusions",
             "Admission match condition evaluation exclusions count, identified by name of resource containing the \
              match condition and broken out for each kind containing matchConditions (webhook or policy), operation \
              and admission type (validate or admit).",
-            a.match_condition_exclusions.clone(),
+            self.match_condition_exclusions.clone(),
         );
         r.register(
             "apiserver_admission_match_condition_evaluation_seconds",
             "Admission match condition evaluation time in seconds, identified by name and broken out for each kind \
              containing matchConditions (webhook or policy), operation and type (validate or admit).",
-            a.match_condition_duration.clone(),
+            self.match_condition_duration.clone(),
         );
         r.register(
             "apiserver_validating_admission_policy_check",
             "Validation admission policy check total, labeled by policy and further identified by binding and \
              enforcement action taken.",
-            a.policy_checks.clone(),
+            self.policy_checks.clone(),
         );
         r.register(
             "apiserver_validating_admission_policy_check_duration_seconds",
             "Validation admission latency for individual validation expressions in seconds, labeled by policy and \
              further including binding and enforcement action taken.",
-            a.policy_check_duration.clone(),
+            self.policy_check_duration.clone(),
         );
         r.register(
             "apiserver_manifest_admission_config_controller_automatic_reloads",
             "Total number of automatic reloads of manifest-based admission configuration split by status, plugin, \
              and apiserver identity.",
-            a.manifest_reloads.clone(),
+            self.manifest_reloads.clone(),
         );
         r.register(
             "apiserver_manifest_admission_config_controller_automatic_reload_last_timestamp_seconds",
             "Timestamp of the last automatic reload of manifest-based admission configuration split by status, \
              plugin, and apiserver identity.",
-            a.manifest_reload_last_timestamp.clone(),
+            self.manifest_reload_last_timestamp.clone(),
         );
         r.register(
             "apiserver_manifest_admission_config_controller_last_config_info",
             "Information about the last applied manifest-based admission configuration with hash as label, split by \
              plugin and apiserver identity.",
-            a.manifest_config_info.clone(),
+            self.manifest_config_info.clone(),
         );
         r.register(
             "podset_admission_policy_source",
             "Whether an admission policy plugin watches the cluster's policies (state=watching) or why it does not \
              (not_served: the main API server has no such API; forbidden: RBAC; unreachable).",
-            a.policy_source.clone(),
+            self.policy_source.clone(),
         );
     }
+}
+
+/// The families not yet with their owner: admission's.
+#[derive(Debug)]
+pub struct Metrics {
+    pub admission: AdmissionMetrics,
+}
+
+static GLOBAL: LazyLock<Metrics> = LazyLock::new(|| Metrics { admission: registered(AdmissionMetrics::new()) });
+
+/// The process's admission metrics.
+pub fn global() -> &'static Metrics {
+    &GLOBAL
 }
 
 /// Gauges read at each scrape from a function (the store's revisions and sizes, say): (name, help, value).
@@ -393,13 +314,6 @@ where
         }
         Ok(())
     }
-}
-
-static GLOBAL: LazyLock<Metrics> = LazyLock::new(|| registered(Metrics::new()));
-
-/// The process's metrics.
-pub fn global() -> &'static Metrics {
-    &GLOBAL
 }
 
 static REGISTRY: LazyLock<parking_lot::Mutex<Registry>> = LazyLock::new(|| {
@@ -428,10 +342,10 @@ mod tests {
 
     use super::*;
     use crate::apiserver::metrics::RequestLabels;
+    use crate::controller::metrics::NameLabel;
 
     #[test]
     fn names_and_labels_are_kubernetes_own() {
-        let m = global();
         crate::apiserver::metrics::metrics()
             .requests
             .get_or_create(&RequestLabels {
@@ -446,7 +360,11 @@ mod tests {
             })
             .inc();
         crate::apiserver::auth::metrics::metrics().authn.observe("201", Duration::from_millis(3));
-        m.workqueue.depth.get_or_create(&NameLabel { name: "podset".into() }).set(2);
+        crate::controller::metrics::metrics()
+            .workqueue
+            .depth
+            .get_or_create(&NameLabel { name: "podset".into() })
+            .set(2);
         let text = encode();
         for line in [
             "# TYPE apiserver_request counter",
