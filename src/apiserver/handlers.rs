@@ -129,8 +129,8 @@ async fn dispatch(app: &App, info: &RequestInfo, req: Request, user: Arc<UserInf
 /// `/metrics`: the object count is read now (kube-apiserver polls it; a count from the cache is cheap).
 fn metrics_response(registry: &Registry) -> Response {
     let objects = registry.object_count();
-    let resource = crate::metrics::ResourceLabel { resource: format!("{PLURAL}.{GROUP}") };
-    crate::metrics::global().storage_objects.get_or_create(&resource).set(objects as i64);
+    let resource = super::metrics::ResourceLabel { resource: format!("{PLURAL}.{GROUP}") };
+    super::metrics::metrics().storage_objects.get_or_create(&resource).set(objects as i64);
     let mut resp = bytes_response(StatusCode::OK, crate::metrics::CONTENT_TYPE, Bytes::from(crate::metrics::encode()));
     resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     resp

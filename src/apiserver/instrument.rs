@@ -14,9 +14,9 @@ use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use prometheus_client::metrics::gauge::Gauge;
 
 use super::health::Endpoint;
+use super::metrics::{metrics, DurationLabels, LongRunningLabels, RequestLabels};
 use super::request::{RequestInfo, Target, Verb};
 use crate::api::{GROUP, PLURAL};
-use crate::metrics::{global, DurationLabels, LongRunningLabels, RequestLabels};
 
 const COMPONENT: &str = "apiserver";
 
@@ -129,7 +129,7 @@ impl RequestMetrics {
     /// One finished request (for a watch: its start; how long it then streams is not a latency).
     pub fn record(&self, code: u16, took: Duration) {
         let l = &self.labels;
-        let m = global();
+        let m = metrics();
         m.requests
             .get_or_create(&RequestLabels {
                 verb: l.verb.clone(),
@@ -152,7 +152,7 @@ impl RequestMetrics {
     /// [`hold_while_streaming`]).
     pub fn long_running(&self) -> impl Send + 'static {
         let l = &self.labels;
-        let gauge = global()
+        let gauge = metrics()
             .longrunning
             .get_or_create(&LongRunningLabels {
                 verb: l.verb.clone(),

@@ -12,6 +12,7 @@ mod golden;
 mod handlers;
 pub mod health;
 mod instrument;
+pub(crate) mod metrics;
 pub mod negotiate;
 mod render;
 pub mod request;

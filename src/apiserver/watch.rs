@@ -25,12 +25,12 @@ use tokio::time::{Interval, Sleep};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::error::{ApiError, ApiResult, StatusBody};
+use super::metrics::{metrics, GroupVersionResource};
 use super::negotiate::Output;
 use super::render::{bookmark_table, partial_metadata, single_row_table};
 use super::request::{IncludeObject, Query};
 use crate::api::selector::{FieldSelector, Selector};
 use crate::api::{Version, GROUP, KIND, PLURAL};
-use crate::metrics::GroupVersionResource;
 use crate::registry::{self, Event, EventType, Notification, Registry, Revision, WatchRequest as RegistryWatch};
 
 /// `apiserver_watch_events_total` for PodSets, by version.
@@ -41,7 +41,7 @@ static WATCH_EVENTS: std::sync::LazyLock<Vec<prometheus_client::metrics::counter
             .map(|v| {
                 let gvr =
                     GroupVersionResource { group: GROUP.into(), version: v.as_str().into(), resource: PLURAL.into() };
-                crate::metrics::global().watch_events.get_or_create(&gvr).clone()
+                metrics().watch_events.get_or_create(&gvr).clone()
             })
             .collect()
     });

@@ -103,6 +103,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
         min_request_timeout: opts.server_run.min_request_timeout(),
         audit,
     };
+    register_metrics();
     crate::metrics::register_collector(Box::new(crate::metrics::ScrapeGauges(store_gauges(store.clone()))));
     let registry = Registry::new(store.clone())
         .with_admission(Arc::new(admission))
@@ -277,6 +278,19 @@ fn health_checks(
         .add(Endpoint::Readyz, delegation)
         .add(Endpoint::Readyz, health::shutdown(shutdown_initiated.clone()));
     checks
+}
+
+/// Every part's metric families, registered before the first scrape: each registers its own on first use, and a
+/// family that is a plain counter or histogram shows (at 0) from the start, as a dashboard expects.
+fn register_metrics() {
+    crate::apiserver::metrics::metrics();
+    crate::apiserver::auth::metrics::metrics();
+    crate::apiserver::audit::metrics::metrics();
+    crate::metrics::global();
+    crate::storage::value::metrics::metrics();
+    crate::storage::sled_metrics();
+    crate::controller::metrics::metrics();
+    crate::resources::podset::metrics::metrics();
 }
 
 /// The store's revisions and sizes, read at each scrape.

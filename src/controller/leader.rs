@@ -137,7 +137,7 @@ where
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
     // `leader_election_master_status{name}`, as client-go's leaderelection reports it.
     let status =
-        crate::metrics::global().leader.get_or_create(&crate::metrics::NameLabel { name: cfg.name.clone() }).clone();
+        super::metrics::metrics().leader.get_or_create(&super::metrics::NameLabel { name: cfg.name.clone() }).clone();
     status.set(0);
     loop {
         tracing::info!(lease = %format!("{}/{}", cfg.namespace, cfg.name), identity = %cfg.identity, "waiting to become leader");

@@ -8,6 +8,7 @@ mod events;
 mod expectations;
 pub mod informers;
 pub mod leader;
+pub(crate) mod metrics;
 mod pods;
 mod queue;
 mod reconcile;

@@ -15,7 +15,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::Notify;
 
-use crate::metrics::{global, NameLabel};
+use super::metrics::{metrics, NameLabel};
 
 struct State<K> {
     queue: VecDeque<K>,
@@ -58,7 +58,7 @@ struct QueueMetrics {
 
 impl QueueMetrics {
     fn new(name: &str) -> Self {
-        let q = &global().workqueue;
+        let q = &metrics().workqueue;
         let l = NameLabel { name: name.to_owned() };
         Self {
             depth: q.depth.get_or_create(&l).clone(),

@@ -1,171 +1,38 @@
 //! `/metrics`: Prometheus metrics named and labelled as k8s.io/apiserver, client-go and kube-controller-manager
 //! name theirs, so existing dashboards and alerts (apiserver SLOs, workqueue depth, leader status) work unchanged.
 //!
-//! One process-wide registry, as Kubernetes' `legacyregistry`: each part of the server records into the families
-//! it owns (`global()`), and `/metrics` encodes them all with prometheus-client (OpenMetrics text). prometheus-client
-//! writes every counter with a `_total` suffix, as OpenMetrics requires; the names below are the family names.
+//! One process-wide registry, as Kubernetes' `legacyregistry`: each part of the server owns its families (its
+//! `metrics.rs`) and registers them here on first use ([`registered`]), and `/metrics` encodes them all with
+//! prometheus-client (OpenMetrics text). prometheus-client writes every counter with a `_total` suffix, as
+//! OpenMetrics requires; the names registered are the family names.
 
 pub mod process;
 
 use std::sync::LazyLock;
-use std::time::Duration;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// The content type of what [`encode`] writes.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// `apiserver_request_duration_seconds`' buckets, as k8s.io/apiserver's (tuned for its latency SLOs).
-const REQUEST_BUCKETS: [f64; 23] =
-    [0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2., 3., 4., 5., 6., 8., 10., 15., 20., 30., 45., 60.];
-/// The delegated authn/authz webhooks' buckets.
-const REVIEW_BUCKETS: [f64; 8] = [0.25, 0.5, 0.7, 1., 1.5, 3., 5., 10.];
-
-/// `apiserver_request_total`'s labels (the duration histogram has all but `code`).
-#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
-    pub verb: String,
-    pub dry_run: String,
-    pub group: String,
-    pub version: String,
-    pub resource: String,
-    pub subresource: String,
-    pub scope: String,
-    pub component: String,
-    pub code: String,
+/// Families one part of the server owns, registered into the process registry once.
+pub(crate) trait Families: Send + Sync + 'static {
+    fn register(&self, r: &mut Registry);
 }
 
-#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DurationLabels {
-    pub verb: String,
-    pub dry_run: String,
-    pub group: String,
-    pub version: String,
-    pub resource: String,
-    pub subresource: String,
-    pub scope: String,
-    pub component: String,
+/// Registers `families` into the process registry and hands them back: an owner's `LazyLock` initializer.
+pub(crate) fn registered<F: Families>(families: F) -> F {
+    families.register(&mut REGISTRY.lock());
+    families
 }
 
-#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct LongRunningLabels {
-    pub verb: String,
-    pub group: String,
-    pub version: String,
-    pub resource: String,
-    pub subresource: String,
-    pub scope: String,
-    pub component: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct GroupVersionResource {
-    pub group: String,
-    pub version: String,
-    pub resource: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestKindLabel {
-    pub request_kind: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResourceLabel {
-    pub resource: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CodeLabel {
-    pub code: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StatusLabel {
-    pub status: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PluginLabel {
-    pub plugin: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct LevelLabel {
-    pub level: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NameLabel {
-    pub name: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct VersionLabel {
-    pub version: String,
-}
-
-type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
-
-fn request_histogram() -> Histogram {
-    Histogram::new(REQUEST_BUCKETS)
-}
-
-fn review_histogram() -> Histogram {
-    Histogram::new(REVIEW_BUCKETS)
-}
-
-/// client-go's workqueue buckets: 10 ns to 10 s, by tens.
-fn workqueue_histogram() -> Histogram {
-    Histogram::new(exponential_buckets(10e-9, 10., 10))
-}
-
-/// Delegated authentication (TokenReview) or authorization (SubjectAccessReview), as k8s.io/apiserver's
-/// `authenticatorfactory` and `authorizerfactory` count them.
-#[derive(Debug)]
-pub struct DelegatedReviews {
-    pub requests: Family<CodeLabel, Counter>,
-    pub duration: HistogramFamily<CodeLabel>,
-    /// Answers from our cache (`hit`) or asked of the main API server (`miss`).
-    pub cache: Family<StatusLabel, Counter>,
-}
-
-impl DelegatedReviews {
-    fn new() -> Self {
-        Self {
-            requests: Family::default(),
-            duration: Family::new_with_constructor(review_histogram),
-            cache: Family::default(),
-        }
-    }
-
-    /// One review: `code` is the main API server's HTTP status, or `<error>` when it did not answer.
-    pub fn observe(&self, code: &str, took: Duration) {
-        let label = CodeLabel { code: code.to_owned() };
-        self.requests.get_or_create(&label).inc();
-        self.duration.get_or_create(&label).observe(took.as_secs_f64());
-    }
-
-    pub fn cache_lookup(&self, hit: bool) {
-        self.cache.get_or_create(&StatusLabel { status: if hit { "hit" } else { "miss" }.into() }).inc();
-    }
-}
-
-/// client-go's workqueue metrics (`workqueue_*{name}`), as kube-controller-manager exports them per controller.
-#[derive(Debug)]
-pub struct Workqueue {
-    pub depth: Family<NameLabel, Gauge>,
-    pub adds: Family<NameLabel, Counter>,
-    pub retries: Family<NameLabel, Counter>,
-    pub queue_duration: HistogramFamily<NameLabel>,
-    pub work_duration: HistogramFamily<NameLabel>,
-}
+pub(crate) type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// `apiserver_admission_step_admission_duration_seconds`' labels: `type` is `admit` or `validate`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -294,512 +161,48 @@ fn admission_histogram() -> Histogram {
     Histogram::new([0.005, 0.025, 0.1, 0.5, 2.5])
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct TransformationLabels {
-    /// `from_storage` or `to_storage`.
-    pub transformation_type: String,
-    pub transformer_prefix: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct TransformationStatusLabels {
-    pub resource: String,
-    pub transformation_type: String,
-    pub transformer_prefix: String,
-    /// `OK`, a KMS plugin's gRPC code's name, or `unknown-non-grpc`, as k8s.io/apiserver reports it.
-    pub status: String,
-}
-
-/// Values transformed at rest (encryption), as k8s.io/apiserver's `storage/value` counts them.
-#[derive(Debug)]
-pub struct Transformations {
-    pub operations: Family<TransformationStatusLabels, Counter>,
-    pub duration: HistogramFamily<TransformationLabels>,
-}
-
-impl Transformations {
-    fn new() -> Self {
-        // k8s.io/apiserver's buckets: in-process ciphers take microseconds, a KMS milliseconds or more.
-        let buckets: fn() -> Histogram = || Histogram::new(exponential_buckets(5e-6, 2., 25));
-        Self { operations: Family::default(), duration: Family::new_with_constructor(buckets) }
-    }
-
-    /// One transformation; its duration counts only when it succeeded, as upstream's.
-    pub fn observe(&self, resource: &str, direction: &str, prefix: &str, took: Duration, status: &str) {
-        let (transformation_type, transformer_prefix) = (direction.to_owned(), prefix.to_owned());
-        let labels = TransformationLabels { transformation_type, transformer_prefix };
-        if status == "OK" {
-            self.duration.get_or_create(&labels).observe(took.as_secs_f64());
-        }
-        let TransformationLabels { transformation_type, transformer_prefix } = labels;
-        let (resource, status) = (resource.to_owned(), status.to_owned());
-        let labels = TransformationStatusLabels { resource, transformation_type, transformer_prefix, status };
-        self.operations.get_or_create(&labels).inc();
-    }
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReloadLabels {
-    /// `success` or `failure`.
-    pub status: String,
-    pub apiserver_id_hash: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ConfigInfoLabels {
-    pub apiserver_id_hash: String,
-    /// `sha256:<hex>` of the file's bytes.
-    pub hash: String,
-}
-
-/// k8s.io/apiserver's encryption configuration controller metrics.
-#[derive(Debug, Default)]
-pub struct EncryptionConfigMetrics {
-    pub reloads: Family<ReloadLabels, Counter>,
-    pub reload_last_timestamp: Family<ReloadLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
-    pub last_config_info: Family<ConfigInfoLabels, Gauge>,
-}
-
-impl EncryptionConfigMetrics {
-    pub fn reloaded(&self, apiserver_id_hash: &str, ok: bool) {
-        let status = if ok { "success" } else { "failure" }.to_owned();
-        let labels = ReloadLabels { status, apiserver_id_hash: apiserver_id_hash.to_owned() };
-        self.reloads.get_or_create(&labels).inc();
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        self.reload_last_timestamp.get_or_create(&labels).set(now.as_secs_f64());
-    }
-
-    /// The configuration now in use: its series alone is 1.
-    pub fn loaded(&self, apiserver_id_hash: &str, hash: &str) {
-        self.last_config_info.clear();
-        let labels = ConfigInfoLabels { apiserver_id_hash: apiserver_id_hash.to_owned(), hash: hash.to_owned() };
-        self.last_config_info.get_or_create(&labels).set(1);
-    }
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KmsOperationLabels {
-    pub provider_name: String,
-    /// The full gRPC method, `/v2.KeyManagementService/Encrypt`.
-    pub method_name: String,
-    pub grpc_status_code: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KeyIdLabels {
-    pub transformation_type: String,
-    pub provider_name: String,
-    pub key_id_hash: String,
-    pub apiserver_id_hash: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StatusKeyIdLabels {
-    pub provider_name: String,
-    pub key_id_hash: String,
-    pub apiserver_id_hash: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct InvalidKeyIdLabels {
-    pub provider_name: String,
-    /// `empty` or `too_long`.
-    pub error: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ProviderLabel {
-    pub provider_name: String,
-}
-
-type TimestampGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
-
-fn unix_now() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs_f64()
-}
-
-/// KMS v2 envelope encryption, as k8s.io/apiserver's `envelope/metrics` and `storage/value` count it.
-#[derive(Debug)]
-pub struct EnvelopeMetrics {
-    pub kms_operations_latency: HistogramFamily<KmsOperationLabels>,
-    pub key_id_hash: Family<KeyIdLabels, Counter>,
-    pub key_id_hash_last_timestamp: Family<KeyIdLabels, TimestampGauge>,
-    pub key_id_hash_status_last_timestamp: Family<StatusKeyIdLabels, TimestampGauge>,
-    pub invalid_key_id_from_status: Family<InvalidKeyIdLabels, Counter>,
-    pub dek_source_cache_size: Family<ProviderLabel, Gauge>,
-    pub cache_misses: Counter,
-    pub data_key_generation_duration: Histogram,
-    pub data_key_generation_failures: Counter,
-}
-
-impl EnvelopeMetrics {
-    fn new() -> Self {
-        let latency: fn() -> Histogram = || Histogram::new(exponential_buckets(0.0001, 2., 20));
-        Self {
-            kms_operations_latency: Family::new_with_constructor(latency),
-            key_id_hash: Family::default(),
-            key_id_hash_last_timestamp: Family::default(),
-            key_id_hash_status_last_timestamp: Family::default(),
-            invalid_key_id_from_status: Family::default(),
-            dek_source_cache_size: Family::default(),
-            cache_misses: Counter::default(),
-            data_key_generation_duration: Histogram::new(exponential_buckets(5e-6, 2., 14)),
-            data_key_generation_failures: Counter::default(),
-        }
-    }
-
-    pub fn kms_operation(&self, provider: &str, method: &str, code: &str, took: Duration) {
-        let labels = KmsOperationLabels {
-            provider_name: provider.to_owned(),
-            method_name: method.to_owned(),
-            grpc_status_code: code.to_owned(),
-        };
-        self.kms_operations_latency.get_or_create(&labels).observe(took.as_secs_f64());
-    }
-
-    pub fn key_id_used(&self, direction: &str, provider: &str, key_id_hash: &str, apiserver_id_hash: &str) {
-        let labels = KeyIdLabels {
-            transformation_type: direction.to_owned(),
-            provider_name: provider.to_owned(),
-            key_id_hash: key_id_hash.to_owned(),
-            apiserver_id_hash: apiserver_id_hash.to_owned(),
-        };
-        self.key_id_hash.get_or_create(&labels).inc();
-        self.key_id_hash_last_timestamp.get_or_create(&labels).set(unix_now());
-    }
-
-    pub fn status_key_id(&self, provider: &str, key_id_hash: &str, apiserver_id_hash: &str) {
-        let labels = StatusKeyIdLabels {
-            provider_name: provider.to_owned(),
-            key_id_hash: key_id_hash.to_owned(),
-            apiserver_id_hash: apiserver_id_hash.to_owned(),
-        };
-        self.key_id_hash_status_last_timestamp.get_or_create(&labels).set(unix_now());
-    }
-
-    pub fn invalid_key_id(&self, provider: &str, error: &str) {
-        let labels = InvalidKeyIdLabels { provider_name: provider.to_owned(), error: error.to_owned() };
-        self.invalid_key_id_from_status.get_or_create(&labels).inc();
-    }
-
-    pub fn dek_source_cache_size(&self, provider: &str, size: usize) {
-        self.dek_source_cache_size
-            .get_or_create(&ProviderLabel { provider_name: provider.to_owned() })
-            .set(size as i64);
-    }
-
-    pub fn cache_miss(&self) {
-        self.cache_misses.inc();
-    }
-
-    pub fn data_key_generation(&self, took: Duration, ok: bool) {
-        match ok {
-            true => self.data_key_generation_duration.observe(took.as_secs_f64()),
-            false => drop(self.data_key_generation_failures.inc()),
-        }
-    }
-}
-
-/// Every metric the server exports.
-#[derive(Debug)]
-pub struct Metrics {
-    pub requests: Family<RequestLabels, Counter>,
-    pub request_duration: HistogramFamily<DurationLabels>,
-    pub current_inflight: Family<RequestKindLabel, Gauge>,
-    pub longrunning: Family<LongRunningLabels, Gauge>,
-    pub watch_events: Family<GroupVersionResource, Counter>,
-    pub storage_objects: Family<ResourceLabel, Gauge>,
-    pub authn: DelegatedReviews,
-    pub authz: DelegatedReviews,
-    pub workqueue: Workqueue,
-    pub leader: Family<NameLabel, Gauge>,
-    pub audit_events: Counter,
-    pub audit_errors: Family<PluginLabel, Counter>,
-    pub audit_levels: Family<LevelLabel, Counter>,
-    pub audit_requests_rejected: Counter,
-    pub admission: AdmissionMetrics,
-    /// One durable write group (batch + fsync) of the embedded store.
-    pub storage_commit_duration: Histogram,
-    /// Writes that shared one fsync.
-    pub storage_commit_group_size: Histogram,
-    /// PodSets in the whole store stored in another version than this server's storage version, or by another
-    /// encryption provider than the one writing now.
-    pub storage_migration_remaining: Gauge,
-    /// PodSets in the whole store by the version each is stored in.
-    pub storage_version_objects: Family<VersionLabel, Gauge>,
-    /// PodSets the storage migration rewrote.
-    pub storage_migration_migrated: Counter,
-    pub storage_transformation: Transformations,
-    pub encryption_config: EncryptionConfigMetrics,
-    pub envelope: EnvelopeMetrics,
-}
-
-impl Metrics {
+impl AdmissionMetrics {
     fn new() -> Self {
         Self {
-            requests: Family::default(),
-            request_duration: Family::new_with_constructor(request_histogram),
-            current_inflight: Family::default(),
-            longrunning: Family::default(),
-            watch_events: Family::default(),
-            storage_objects: Family::default(),
-            authn: DelegatedReviews::new(),
-            authz: DelegatedReviews::new(),
-            workqueue: Workqueue {
-                depth: Family::default(),
-                adds: Family::default(),
-                retries: Family::default(),
-                queue_duration: Family::new_with_constructor(workqueue_histogram),
-                work_duration: Family::new_with_constructor(workqueue_histogram),
-            },
-            leader: Family::default(),
-            audit_events: Counter::default(),
-            audit_errors: Family::default(),
-            audit_levels: Family::default(),
-            audit_requests_rejected: Counter::default(),
-            admission: AdmissionMetrics {
-                step_duration: Family::new_with_constructor(admission_histogram),
-                controller_duration: Family::new_with_constructor(admission_histogram),
-                webhook_duration: Family::new_with_constructor(admission_histogram),
-                webhook_rejections: Family::default(),
-                match_condition_errors: Family::default(),
-                match_condition_exclusions: Family::default(),
-                match_condition_duration: Family::new_with_constructor(|| {
-                    Histogram::new([0.001, 0.005, 0.01, 0.025, 0.1, 0.2, 0.25])
-                }),
-                policy_checks: Family::default(),
-                policy_check_duration: Family::new_with_constructor(|| {
-                    Histogram::new([0.0000005, 0.001, 0.01, 0.1, 1.0])
-                }),
-                manifest_reloads: Family::default(),
-                manifest_reload_last_timestamp: Family::default(),
-                manifest_config_info: Family::default(),
-                manifest_last: Default::default(),
-                policy_source: Family::default(),
-            },
-            storage_commit_duration: Histogram::new(exponential_buckets(0.0001, 2., 16)),
-            storage_commit_group_size: Histogram::new(exponential_buckets(1., 2., 10)),
-            storage_migration_remaining: Gauge::default(),
-            storage_version_objects: Family::default(),
-            storage_migration_migrated: Counter::default(),
-            storage_transformation: Transformations::new(),
-            encryption_config: EncryptionConfigMetrics::default(),
-            envelope: EnvelopeMetrics::new(),
+            step_duration: Family::new_with_constructor(admission_histogram),
+            controller_duration: Family::new_with_constructor(admission_histogram),
+            webhook_duration: Family::new_with_constructor(admission_histogram),
+            webhook_rejections: Family::default(),
+            match_condition_errors: Family::default(),
+            match_condition_exclusions: Family::default(),
+            match_condition_duration: Family::new_with_constructor(|| {
+                Histogram::new([0.001, 0.005, 0.01, 0.025, 0.1, 0.2, 0.25])
+            }),
+            policy_checks: Family::default(),
+            policy_check_duration: Family::new_with_constructor(|| Histogram::new([0.0000005, 0.001, 0.01, 0.1, 1.0])),
+            manifest_reloads: Family::default(),
+            manifest_reload_last_timestamp: Family::default(),
+            manifest_config_info: Family::default(),
+            manifest_last: Default::default(),
+            policy_source: Family::default(),
         }
     }
+}
 
+impl Families for AdmissionMetrics {
     fn register(&self, r: &mut Registry) {
-        r.register(
-            "apiserver_storage_transformation_operations",
-            "Total number of transformations.",
-            self.storage_transformation.operations.clone(),
-        );
-        r.register(
-            "apiserver_storage_transformation_duration_seconds",
-            "Latencies in seconds of value transformation operations.",
-            self.storage_transformation.duration.clone(),
-        );
-        let envelope = &self.envelope;
-        r.register(
-            "apiserver_envelope_encryption_kms_operations_latency_seconds",
-            "KMS operation duration with gRPC error code status total.",
-            envelope.kms_operations_latency.clone(),
-        );
-        r.register(
-            "apiserver_envelope_encryption_key_id_hash",
-            "Number of times a keyID is used split by transformation type, provider, and apiserver identity.",
-            envelope.key_id_hash.clone(),
-        );
-        r.register(
-            "apiserver_envelope_encryption_key_id_hash_last_timestamp_seconds",
-            "The last time in seconds when a keyID was used.",
-            envelope.key_id_hash_last_timestamp.clone(),
-        );
-        r.register(
-            "apiserver_envelope_encryption_key_id_hash_status_last_timestamp_seconds",
-            "The last time in seconds when a keyID was returned by the Status RPC call.",
-            envelope.key_id_hash_status_last_timestamp.clone(),
-        );
-        r.register(
-            "apiserver_envelope_encryption_invalid_key_id_from_status",
-            "Number of times an invalid keyID is returned by the Status RPC call split by error.",
-            envelope.invalid_key_id_from_status.clone(),
-        );
-        r.register(
-            "apiserver_envelope_encryption_dek_source_cache_size",
-            "Number of records in data encryption key (DEK) source cache.",
-            envelope.dek_source_cache_size.clone(),
-        );
-        r.register(
-            "apiserver_storage_envelope_transformation_cache_misses",
-            "Total number of cache misses while accessing key decryption key(KEK).",
-            envelope.cache_misses.clone(),
-        );
-        r.register(
-            "apiserver_storage_data_key_generation_duration_seconds",
-            "Latencies in seconds of data encryption key(DEK) generation operations.",
-            envelope.data_key_generation_duration.clone(),
-        );
-        r.register(
-            "apiserver_storage_data_key_generation_failures",
-            "Total number of failed data encryption key(DEK) generation operations.",
-            envelope.data_key_generation_failures.clone(),
-        );
-        r.register(
-            "apiserver_encryption_config_controller_automatic_reloads",
-            "Total number of reload successes and failures of encryption configuration split by apiserver identity.",
-            self.encryption_config.reloads.clone(),
-        );
-        r.register(
-            "apiserver_encryption_config_controller_automatic_reload_last_timestamp_seconds",
-            "Timestamp of the last successful or failed automatic reload of encryption configuration split by \
-             apiserver identity.",
-            self.encryption_config.reload_last_timestamp.clone(),
-        );
-        r.register(
-            "apiserver_encryption_config_controller_last_config_info",
-            "Information about the last applied encryption configuration with hash as label, split by apiserver \
-             identity.",
-            self.encryption_config.last_config_info.clone(),
-        );
-        r.register(
-            "podset_storage_migration_remaining",
-            "PodSets in the whole store (every replica's writes) stored in another version than this server's \
-             --storage-version, or encrypted by another provider than its writing one: what migration has yet to \
-             rewrite.",
-            self.storage_migration_remaining.clone(),
-        );
-        r.register(
-            "podset_storage_version_objects",
-            "PodSets in the whole store (every replica's writes) by the version each is stored in.",
-            self.storage_version_objects.clone(),
-        );
-        r.register(
-            "podset_storage_migration_migrated",
-            "PodSets the migration pass rewrote in the storage version.",
-            self.storage_migration_migrated.clone(),
-        );
-        r.register(
-            "podset_storage_commit_duration_seconds",
-            "Time one group of writes took to become durable in the embedded store (batch and fsync).",
-            self.storage_commit_duration.clone(),
-        );
-        r.register(
-            "podset_storage_commit_group_size",
-            "Writes made durable together by one fsync (group commit).",
-            self.storage_commit_group_size.clone(),
-        );
-        r.register(
-            "apiserver_request",
-            "Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, \
-             component, and HTTP response code.",
-            self.requests.clone(),
-        );
-        r.register(
-            "apiserver_request_duration_seconds",
-            "Response latency distribution in seconds for each verb, dry run value, group, version, resource, \
-             subresource, scope and component.",
-            self.request_duration.clone(),
-        );
-        r.register(
-            "apiserver_current_inflight_requests",
-            "Number of requests holding an in-flight slot now, per request kind.",
-            self.current_inflight.clone(),
-        );
-        r.register(
-            "apiserver_longrunning_requests",
-            "Gauge of all active long-running apiserver requests broken out by verb, group, version, resource, scope \
-             and component.",
-            self.longrunning.clone(),
-        );
-        r.register("apiserver_watch_events", "Number of events sent in watch clients", self.watch_events.clone());
-        r.register(
-            "apiserver_storage_objects",
-            "Number of stored objects at the time of last check split by kind.",
-            self.storage_objects.clone(),
-        );
-        for (prefix, reviews) in
-            [("apiserver_delegated_authn", &self.authn), ("apiserver_delegated_authz", &self.authz)]
-        {
-            r.register(
-                format!("{prefix}_request"),
-                "Number of HTTP requests partitioned by status code.",
-                reviews.requests.clone(),
-            );
-            r.register(
-                format!("{prefix}_request_duration_seconds"),
-                "Request latency in seconds. Broken down by status code.",
-                reviews.duration.clone(),
-            );
-        }
-        r.register(
-            "authentication_token_cache_request",
-            "TokenReview answers served from the cache (hit) or asked for (miss).",
-            self.authn.cache.clone(),
-        );
-        r.register(
-            "podset_authorization_cache_request",
-            "SubjectAccessReview answers served from the cache (hit) or asked for (miss).",
-            self.authz.cache.clone(),
-        );
-        let q = &self.workqueue;
-        r.register("workqueue_depth", "Current depth of workqueue", q.depth.clone());
-        r.register("workqueue_adds", "Total number of adds handled by workqueue", q.adds.clone());
-        r.register("workqueue_retries", "Total number of retries handled by workqueue", q.retries.clone());
-        r.register(
-            "workqueue_queue_duration_seconds",
-            "How long in seconds an item stays in workqueue before being requested.",
-            q.queue_duration.clone(),
-        );
-        r.register(
-            "workqueue_work_duration_seconds",
-            "How long in seconds processing an item from workqueue takes.",
-            q.work_duration.clone(),
-        );
-        r.register(
-            "leader_election_master_status",
-            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master.",
-            self.leader.clone(),
-        );
-        r.register(
-            "apiserver_audit_event",
-            "Counter of audit events generated and sent to the audit backend.",
-            self.audit_events.clone(),
-        );
-        r.register(
-            "apiserver_audit_error",
-            "Counter of audit events that failed to be audited properly. Plugin identifies the plugin affected by \
-             the error.",
-            self.audit_errors.clone(),
-        );
-        r.register(
-            "apiserver_audit_level",
-            "Counter of policy levels for audit events (1 per request).",
-            self.audit_levels.clone(),
-        );
-        r.register(
-            "apiserver_audit_requests_rejected",
-            "Counter of apiserver requests rejected due to an error in audit logging backend.",
-            self.audit_requests_rejected.clone(),
-        );
-        let a = &self.admission;
         r.register(
             "apiserver_admission_step_admission_duration_seconds",
             "Admission sub-step latency histogram in seconds, broken out for each operation and API resource and \
              step type (validate or admit).",
-            a.step_duration.clone(),
+            self.step_duration.clone(),
         );
         r.register(
             "apiserver_admission_controller_admission_duration_seconds",
             "Admission controller latency histogram in seconds, identified by name and broken out for each operation \
              and API resource and type (validate or admit).",
-            a.controller_duration.clone(),
+            self.controller_duration.clone(),
         );
         r.register(
             "apiserver_admission_webhook_admission_duration_seconds",
             "Admission webhook latency histogram in seconds, identified by name and broken out for each operation \
              and API resource and type (validate or admit).",
-            a.webhook_duration.clone(),
+            self.webhook_duration.clone(),
         );
         r.register(
             "apiserver_admission_webhook_rejection_count",
@@ -809,66 +212,78 @@ impl Metrics {
              code if the webhook rejects the request with an HTTP status code (honored by the apiserver when the \
              code is greater or equal to 400). Codes greater than 600 are truncated to 600, to keep the metrics \
              cardinality bounded.",
-            a.webhook_rejections.clone(),
+            self.webhook_rejections.clone(),
         );
         r.register(
             "apiserver_admission_match_condition_evaluation_errors",
             "Admission match condition evaluation errors count, identified by name of resource containing the match \
              condition and broken out for each kind containing matchConditions (webhook or policy), operation and \
              admission type (validate or admit).",
-            a.match_condition_errors.clone(),
+            self.match_condition_errors.clone(),
         );
         r.register(
             "apiserver_admission_match_condition_exclusions",
             "Admission match condition evaluation exclusions count, identified by name of resource containing the \
              match condition and broken out for each kind containing matchConditions (webhook or policy), operation \
              and admission type (validate or admit).",
-            a.match_condition_exclusions.clone(),
+            self.match_condition_exclusions.clone(),
         );
         r.register(
             "apiserver_admission_match_condition_evaluation_seconds",
             "Admission match condition evaluation time in seconds, identified by name and broken out for each kind \
              containing matchConditions (webhook or policy), operation and type (validate or admit).",
-            a.match_condition_duration.clone(),
+            self.match_condition_duration.clone(),
         );
         r.register(
             "apiserver_validating_admission_policy_check",
             "Validation admission policy check total, labeled by policy and further identified by binding and \
              enforcement action taken.",
-            a.policy_checks.clone(),
+            self.policy_checks.clone(),
         );
         r.register(
             "apiserver_validating_admission_policy_check_duration_seconds",
             "Validation admission latency for individual validation expressions in seconds, labeled by policy and \
              further including binding and enforcement action taken.",
-            a.policy_check_duration.clone(),
+            self.policy_check_duration.clone(),
         );
         r.register(
             "apiserver_manifest_admission_config_controller_automatic_reloads",
             "Total number of automatic reloads of manifest-based admission configuration split by status, plugin, \
              and apiserver identity.",
-            a.manifest_reloads.clone(),
+            self.manifest_reloads.clone(),
         );
         r.register(
             "apiserver_manifest_admission_config_controller_automatic_reload_last_timestamp_seconds",
             "Timestamp of the last automatic reload of manifest-based admission configuration split by status, \
              plugin, and apiserver identity.",
-            a.manifest_reload_last_timestamp.clone(),
+            self.manifest_reload_last_timestamp.clone(),
         );
         r.register(
             "apiserver_manifest_admission_config_controller_last_config_info",
             "Information about the last applied manifest-based admission configuration with hash as label, split by \
              plugin and apiserver identity.",
-            a.manifest_config_info.clone(),
+            self.manifest_config_info.clone(),
         );
         r.register(
             "podset_admission_policy_source",
             "Whether an admission policy plugin watches the cluster's policies (state=watching) or why it does not \
              (not_served: the main API server has no such API; forbidden: RBAC; unreachable).",
-            a.policy_source.clone(),
+            self.policy_source.clone(),
         );
-        r.register_collector(Box::new(process::ProcessCollector));
     }
+}
+
+/// The families not yet with their owner: admission's.
+#[derive(Debug)]
+pub struct Metrics {
+    pub admission: AdmissionMetrics,
+}
+
+static GLOBAL: LazyLock<Metrics> = LazyLock::new(|| Metrics { admission: registered(AdmissionMetrics::new()) });
+
+/// The process's admission metrics.
+pub fn global() -> &'static Metrics {
+    &GLOBAL
 }
 
 /// Gauges read at each scrape from a function (the store's revisions and sizes, say): (name, help, value).
@@ -895,32 +310,21 @@ where
     }
 }
 
-struct Global {
-    metrics: Metrics,
-    registry: parking_lot::Mutex<Registry>,
-}
-
-static GLOBAL: LazyLock<Global> = LazyLock::new(|| {
-    let metrics = Metrics::new();
+static REGISTRY: LazyLock<parking_lot::Mutex<Registry>> = LazyLock::new(|| {
     let mut registry = Registry::default();
-    metrics.register(&mut registry);
-    Global { metrics, registry: parking_lot::Mutex::new(registry) }
+    registry.register_collector(Box::new(process::ProcessCollector));
+    parking_lot::Mutex::new(registry)
 });
-
-/// The process's metrics.
-pub fn global() -> &'static Metrics {
-    &GLOBAL.metrics
-}
 
 /// Adds a collector read at each scrape (storage revisions, say).
 pub fn register_collector(collector: Box<dyn Collector>) {
-    GLOBAL.registry.lock().register_collector(collector);
+    REGISTRY.lock().register_collector(collector);
 }
 
-/// Everything, in the OpenMetrics text format.
+/// Everything registered so far, in the OpenMetrics text format.
 pub fn encode() -> String {
     let mut out = String::new();
-    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &GLOBAL.registry.lock()) {
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &REGISTRY.lock()) {
         tracing::warn!(error = %e, "encoding metrics failed");
     }
     out
@@ -928,12 +332,16 @@ pub fn encode() -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::apiserver::metrics::RequestLabels;
+    use crate::controller::metrics::NameLabel;
 
     #[test]
     fn names_and_labels_are_kubernetes_own() {
-        let m = global();
-        m.requests
+        crate::apiserver::metrics::metrics()
+            .requests
             .get_or_create(&RequestLabels {
                 verb: "LIST".into(),
                 group: "demo.k8s.io".into(),
@@ -945,8 +353,12 @@ mod tests {
                 ..Default::default()
             })
             .inc();
-        m.authn.observe("201", Duration::from_millis(3));
-        m.workqueue.depth.get_or_create(&NameLabel { name: "podset".into() }).set(2);
+        crate::apiserver::auth::metrics::metrics().authn.observe("201", Duration::from_millis(3));
+        crate::controller::metrics::metrics()
+            .workqueue
+            .depth
+            .get_or_create(&NameLabel { name: "podset".into() })
+            .set(2);
         let text = encode();
         for line in [
             "# TYPE apiserver_request counter",

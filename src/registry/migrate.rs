@@ -35,7 +35,7 @@ impl Registry {
     /// One pass of the storage migration. An object that cannot be rewritten is left for the next pass and the pass
     /// goes on, so one object never holds back the others; it stops when the store cannot take writes at all.
     pub async fn migrate_storage(&self) -> Result<Migration> {
-        let metrics = crate::metrics::global();
+        let metrics = crate::resources::podset::metrics::metrics();
         let page = self.list(ListRequest::readable()).await?;
         let stale: Vec<ObjectKey> = page.items.iter().filter(|o| self.needs_migration(o)).map(|o| o.key()).collect();
         let by_another_key = page.items.iter().any(|o| self.store.is_stale(o.object()));
@@ -97,9 +97,9 @@ impl Registry {
             counts[o.version().index()] += 1;
             remaining += usize::from(self.needs_migration(&o));
         }
-        let metrics = crate::metrics::global();
+        let metrics = crate::resources::podset::metrics::metrics();
         for v in Version::ALL {
-            let label = crate::metrics::VersionLabel { version: v.as_str().into() };
+            let label = crate::resources::podset::metrics::VersionLabel { version: v.as_str().into() };
             metrics.storage_version_objects.get_or_create(&label).set(counts[v.index()] as i64);
         }
         metrics.storage_migration_remaining.set(remaining as i64);

@@ -23,6 +23,7 @@ pub use backend::{Backend, Change, ChangeStream, Snapshot, Write};
 pub use cacher::Cacher;
 pub use etcd_backend::{EtcdBackend, EtcdOptions};
 pub use object::{Draft, Object, ObjectMeta};
+pub(crate) use sled_backend::metrics::metrics as sled_metrics;
 pub use sled_backend::{SledBackend, SledOptions};
 
 /// A revision of the whole store. 0 means "nothing written yet".

@@ -12,8 +12,8 @@ use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TryS
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::metrics::{metrics, PluginLabel};
 use super::Event;
-use crate::metrics::{global, PluginLabel};
 
 /// Something that takes events.
 pub trait Backend: Send + Sync + 'static {
@@ -33,7 +33,7 @@ const LOG_EVERY: Duration = Duration::from_secs(1);
 /// kube's `HandlePluginError`: counted per event (`apiserver_audit_error_total{plugin}`), logged with the first
 /// events' one-line form, at most once a second per plugin.
 pub fn plugin_error(plugin: &str, error: &str, events: &[Event]) {
-    global().audit_errors.get_or_create(&PluginLabel { plugin: plugin.into() }).inc_by(events.len() as u64);
+    metrics().errors.get_or_create(&PluginLabel { plugin: plugin.into() }).inc_by(events.len() as u64);
     static LAST: parking_lot::Mutex<Vec<(String, Instant, u64)>> = parking_lot::Mutex::new(Vec::new());
     let since = {
         let mut last = LAST.lock();

@@ -9,6 +9,7 @@
 
 pub mod backend;
 pub mod log;
+pub(crate) mod metrics;
 pub mod policy;
 pub mod webhook;
 
@@ -24,11 +25,11 @@ use serde::{Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use self::metrics::{metrics, LevelLabel};
 use super::auth::ConnInfo;
 use super::context::{info_of, AuditId, Authenticated, ReceivedAt};
 use super::error::Answered;
 use super::request::RequestInfo;
-use crate::metrics::{global, LevelLabel};
 use backend::Backend;
 pub use policy::{Level, Policy, RequestAudit, Stage};
 
@@ -427,7 +428,7 @@ impl Auditor {
         let info = info_of(req);
         let user = req.extensions().get::<Authenticated>().map(|a| &*a.0);
         let config = self.policy.evaluate(user, &info.attributes);
-        global().audit_levels.get_or_create(&LevelLabel { level: config.level.as_str().into() }).inc();
+        metrics().levels.get_or_create(&LevelLabel { level: config.level.as_str().into() }).inc();
         if config.level == Level::None {
             return None;
         }
@@ -444,7 +445,7 @@ impl Auditor {
         let mut ev = ctx.event.lock();
         ev.stage = stage;
         ev.stage_timestamp = if stage == Stage::RequestReceived { ev.request_received_timestamp } else { Utc::now() };
-        global().audit_events.inc();
+        metrics().events.inc();
         self.backend.process(std::slice::from_ref(&*ev))
     }
 

@@ -81,7 +81,7 @@ impl TokenReviewer {
     async fn review(&self, token: &str) -> Result<Option<UserInfo>, String> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let cached = self.cache.get(&key).await;
-        crate::metrics::global().authn.cache_lookup(cached.is_some());
+        super::metrics::metrics().authn.cache_lookup(cached.is_some());
         match cached {
             Some(Decision::Allowed(u)) => return Ok(Some(u)),
             Some(Decision::Denied(_)) => return Ok(None),
@@ -92,7 +92,7 @@ impl TokenReviewer {
             TokenReview { spec: TokenReviewSpec { token: token.to_owned(), audiences: None }, ..Default::default() };
         // Before the request's span (authentication comes first): a trace of its own, sampled as new traces are.
         let span = || tracing::info_span!(target: crate::trace::ROOT, "TokenReview");
-        let asked = super::review::review(&api, &review, self.timeout, &crate::metrics::global().authn);
+        let asked = super::review::review(&api, &review, self.timeout, &super::metrics::metrics().authn);
         let answer = crate::trace::new_trace(span, asked).await.map_err(|e| format!("TokenReview: {e}"))?;
         let status = answer.status.unwrap_or_default();
         let user = status

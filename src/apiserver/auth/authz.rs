@@ -161,7 +161,7 @@ impl Authorizer {
         }
         let key = review_key(user, attrs);
         let cached = self.cache.get(&key).await;
-        crate::metrics::global().authz.cache_lookup(cached.is_some());
+        super::metrics::metrics().authz.cache_lookup(cached.is_some());
         let decision = match cached {
             Some(d) => d,
             None => {
@@ -187,7 +187,7 @@ impl Authorizer {
         };
         let api: kube::Api<SubjectAccessReview> = kube::Api::all(client.clone());
         let review = SubjectAccessReview { spec, ..Default::default() };
-        let metrics = &crate::metrics::global().authz;
+        let metrics = &super::metrics::metrics().authz;
         let answer = super::review::review(&api, &review, self.timeout, metrics).await.map_err(|e| {
             tracing::warn!(error = %e, "SubjectAccessReview failed");
             ApiError::internal(format!("authorization check failed: {e}"))

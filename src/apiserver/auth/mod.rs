@@ -7,6 +7,7 @@ pub mod authz;
 pub mod cache;
 pub mod delegation;
 pub mod expressions;
+pub(crate) mod metrics;
 mod review;
 pub mod trust;
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use kube::api::PostParams;
 
-use crate::metrics::DelegatedReviews;
+use super::metrics::DelegatedReviews;
 
 /// Why a review has no answer.
 #[derive(Debug, thiserror::Error)]

@@ -36,7 +36,7 @@ impl Filter for Audit {
         let Some(auditor) = &self.0 else { return next.run(req).await };
         let Some(ctx) = auditor.begin(&mut req) else { return next.run(req).await };
         if !auditor.process(&ctx, Stage::RequestReceived) {
-            crate::metrics::global().audit_requests_rejected.inc();
+            crate::apiserver::audit::metrics::metrics().requests_rejected.inc();
             let uri = req.uri().to_string();
             let body = format!("Internal Server Error: {uri:?}: failed to store audit event\n");
             return (StatusCode::INTERNAL_SERVER_ERROR, body).into_response();
@@ -116,14 +116,14 @@ mod tests {
             seen.store(true, std::sync::atomic::Ordering::SeqCst);
             async { Ok::<_, std::convert::Infallible>("served".into_response()) }
         }));
-        let rejected = crate::metrics::global().audit_requests_rejected.get();
+        let rejected = crate::apiserver::audit::metrics::metrics().requests_rejected.get();
         let resp = svc.oneshot(request()).await.unwrap();
         assert_eq!(resp.status(), 500);
         let body = axum::body::to_bytes(resp.into_body(), 1024).await.unwrap();
         assert!(String::from_utf8_lossy(&body).ends_with("failed to store audit event\n"));
         assert!(!served.load(std::sync::atomic::Ordering::SeqCst), "never served");
         assert_eq!(rec.events.lock().len(), 1);
-        assert!(crate::metrics::global().audit_requests_rejected.get() > rejected);
+        assert!(crate::apiserver::audit::metrics::metrics().requests_rejected.get() > rejected);
     }
 
     #[tokio::test]

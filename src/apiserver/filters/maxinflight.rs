@@ -18,8 +18,8 @@ use crate::apiserver::auth::authz::MASTERS;
 use crate::apiserver::auth::UserInfo;
 use crate::apiserver::context::{info_of, Authenticated};
 use crate::apiserver::error::ApiError;
+use crate::apiserver::metrics::{metrics, RequestKindLabel};
 use crate::apiserver::request::RequestInfo;
-use crate::metrics::{global, RequestKindLabel};
 
 /// The two pools, as metrics label them (`request_kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,7 +55,7 @@ impl Pool {
     /// 0 means no limit, as in kube-apiserver.
     fn new(limit: usize, kind: RequestKind) -> Option<Self> {
         let label = RequestKindLabel { request_kind: kind.as_str().into() };
-        let gauge = global().current_inflight.get_or_create(&label).clone();
+        let gauge = metrics().current_inflight.get_or_create(&label).clone();
         (limit > 0).then(|| Self { limit, slots: Arc::new(Semaphore::new(limit)), gauge })
     }
 }

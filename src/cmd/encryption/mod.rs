@@ -75,7 +75,7 @@ pub fn apiserver_id_hash() -> String {
 /// Records the configuration in use (`apiserver_encryption_config_controller_last_config_info`).
 pub fn record_config(config: &EncryptionConfig) {
     let hash = hash(&config.content);
-    crate::metrics::global().encryption_config.loaded(&apiserver_id_hash(), &hash);
+    crate::storage::value::metrics::metrics().config.loaded(&apiserver_id_hash(), &hash);
     // The hash in the log too: with one replica, `kubectl logs` shows which file it runs without a metrics reader.
     tracing::info!(%hash, "encryption configuration loaded");
 }
@@ -91,7 +91,7 @@ pub async fn reload(
     changed: impl Fn() + Send + 'static,
     shutdown: CancellationToken,
 ) {
-    let metrics = &crate::metrics::global().encryption_config;
+    let metrics = &crate::storage::value::metrics::metrics().config;
     let id = apiserver_id_hash();
     loop {
         tokio::select! {

@@ -3,6 +3,7 @@
 
 pub mod conversion;
 pub mod defaults;
+pub(crate) mod metrics;
 pub mod schema;
 mod strategy;
 pub mod table;

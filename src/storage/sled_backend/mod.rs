@@ -5,6 +5,8 @@
 //! means the write is on disk, and concurrent writers share one fsync. Nothing of the objects is kept in memory
 //! here: the cache above holds them, and compare-and-swap reads the stored record.
 
+pub(crate) mod metrics;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -468,9 +470,9 @@ impl Writer {
         // Under the publish lock: a replay from the log (`watch`) or a load never sees a batch not yet published.
         let mut published = self.shared.published.lock();
         let durable = db.apply_batch(batch).and_then(|_| db.flush().map(|_| ()));
-        let m = crate::metrics::global();
-        m.storage_commit_duration.observe(started.elapsed().as_secs_f64());
-        m.storage_commit_group_size.observe(changes.len() as f64);
+        let m = metrics::metrics();
+        m.duration.observe(started.elapsed().as_secs_f64());
+        m.group_size.observe(changes.len() as f64);
         if let Err(e) = durable {
             drop(published);
             tracing::error!(error = %e, "store write failed; the whole group is refused");

@@ -5,6 +5,7 @@
 
 mod aes;
 pub mod kmsv2;
+pub(crate) mod metrics;
 mod secretbox;
 
 use std::sync::Arc;
@@ -190,7 +191,7 @@ impl Providers {
     }
 
     fn record(&self, direction: &str, prefix: &str, started: Instant, status: &str) {
-        let metrics = &crate::metrics::global().storage_transformation;
+        let metrics = &metrics::metrics().transformation;
         metrics.observe(&self.resource, direction, prefix, started.elapsed(), status);
     }
 }

@@ -34,7 +34,7 @@ fn event(level: Level, object_bytes: usize) -> Event {
 }
 
 fn errors(plugin: &str) -> u64 {
-    global().audit_errors.get_or_create(&PluginLabel { plugin: plugin.into() }).get()
+    metrics().errors.get_or_create(&PluginLabel { plugin: plugin.into() }).get()
 }
 
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {

@@ -9,6 +9,7 @@ use http::uri::PathAndQuery;
 use tonic::transport::{Channel, Endpoint};
 
 use super::api;
+use crate::storage::value::metrics::metrics;
 use crate::storage::value::ValueError;
 
 pub struct Client {
@@ -92,7 +93,7 @@ impl Client {
             Ok(_) => "OK",
             Err(s) => code_name(s.code()),
         };
-        crate::metrics::global().envelope.kms_operation(&self.name, method, code, started.elapsed());
+        metrics().envelope.kms_operation(&self.name, method, code, started.elapsed());
         result.map_err(|s| {
             ValueError::grpc(
                 format!("rpc error: code = {} desc = {}", code_name(s.code()), s.message()),

@@ -22,6 +22,7 @@ use self::api::{EncryptedDekSourceType, EncryptedObject};
 pub use self::client::socket_path;
 use self::client::Client;
 use super::aes::Gcm;
+use super::metrics::metrics;
 use super::{Transform, ValueError};
 
 /// Limits kube-apiserver puts on what a plugin hands back.
@@ -186,13 +187,13 @@ impl Shared {
             _ => None,
         };
         if let Some((label, why)) = invalid {
-            crate::metrics::global().envelope.invalid_key_id(name, label);
+            metrics().envelope.invalid_key_id(name, label);
             errors.push(format!("got invalid KMSv2 KeyID hash {:?}: {why}", hash(&status.key_id)));
         }
         if !errors.is_empty() {
             return Err(format!("kmsv2 Provider {name} is not healthy, error: {}", errors.join(", ")));
         }
-        crate::metrics::global().envelope.status_key_id(name, &hash(&status.key_id), &self.apiserver_id_hash);
+        metrics().envelope.status_key_id(name, &hash(&status.key_id), &self.apiserver_id_hash);
         Ok(status.key_id)
     }
 
@@ -210,7 +211,7 @@ impl Shared {
         rand::rng().fill_bytes(&mut seed);
         let uid = uuid::Uuid::new_v4().to_string();
         let request = api::EncryptRequest { plaintext: seed.to_vec(), uid: uid.clone() };
-        let envelope = &crate::metrics::global().envelope;
+        let envelope = &metrics().envelope;
         let response: api::EncryptResponse = match self.client.call(api::ENCRYPT, request).await {
             Ok(r) => r,
             Err(e) => {
@@ -255,7 +256,7 @@ impl Shared {
     fn remember(&self, object: &EncryptedObject, plain: Arc<[u8; 32]>) {
         let mut sources = self.sources.lock();
         sources.insert(source_key(object), plain);
-        crate::metrics::global().envelope.dek_source_cache_size(&self.name, sources.len());
+        metrics().envelope.dek_source_cache_size(&self.name, sources.len());
     }
 
     /// The plain seed (or key) of a stored value: cached, or asked of the plugin.
@@ -263,7 +264,7 @@ impl Shared {
         if let Some(plain) = self.sources.lock().get(&source_key(object)) {
             return Ok(plain.clone());
         }
-        crate::metrics::global().envelope.cache_miss();
+        metrics().envelope.cache_miss();
         let request = api::DecryptRequest {
             ciphertext: object.encrypted_dek_source.clone(),
             uid: uuid::Uuid::new_v4().to_string(),
@@ -372,7 +373,7 @@ impl Transform for KmsV2 {
             annotations: state.annotations.clone(),
             encrypted_dek_source_type: EncryptedDekSourceType::HkdfSha256XnonceAesGcmSeed as i32,
         };
-        let envelope = &crate::metrics::global().envelope;
+        let envelope = &metrics().envelope;
         envelope.key_id_used("to_storage", &self.0.name, &state.key_id_hash, &self.0.apiserver_id_hash);
         Ok(object.encode_to_vec())
     }
@@ -410,7 +411,7 @@ impl Transform for KmsV2 {
             Some(s) => s.key_id_hash.clone(),
             None => hash(&object.key_id),
         };
-        let envelope = &crate::metrics::global().envelope;
+        let envelope = &metrics().envelope;
         envelope.key_id_used("from_storage", &self.0.name, &key_id_hash, &self.0.apiserver_id_hash);
         Ok((opened, Some(format!("{}/{}", object.key_id, object.encrypted_dek_source_type))))
     }
