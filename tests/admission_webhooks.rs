@@ -446,7 +446,7 @@ async fn webhooks_are_called_with_the_kubeconfigs_credentials_over_reused_connec
 
 #[tokio::test]
 async fn calls_and_refusals_are_counted_under_kube_apiservers_metric_names() {
-    use podset_apiserver::metrics::{global, AdmissionRejectionLabels};
+    use podset_apiserver::admission::metrics::{metrics, AdmissionRejectionLabels};
     let s = WebhookServer::start(LOCALHOST).await;
     let closed = podset_envtest::free_port(); // nothing listens on it
     let down = json!({"clientConfig": {"url": format!("https://127.0.0.1:{closed}/allow")}});
@@ -463,7 +463,7 @@ async fn calls_and_refusals_are_counted_under_kube_apiservers_metric_names() {
             error_type: error_type.into(),
             rejection_code: code.into(),
         };
-        global().admission.webhook_rejections.get_or_create(&labels).get()
+        metrics().webhook_rejections.get_or_create(&labels).get()
     };
     assert_eq!(rejections("metrics-deny.test.io", "validating", "no_error", "403"), 1);
     assert_eq!(rejections("metrics-down.test.io", "admit", "calling_webhook_error", "0"), 1);
@@ -528,7 +528,7 @@ fn bob() -> UserInfo {
 /// webhooks' conditions see the object as the webhooks before them left it.
 #[tokio::test]
 async fn match_conditions_decide_whether_a_webhook_is_called() {
-    use podset_apiserver::metrics::{global, MatchConditionLabels};
+    use podset_apiserver::admission::metrics::{metrics, MatchConditionLabels};
     let s = WebhookServer::start(LOCALHOST).await;
     let not_jane = json!({"matchConditions": [
         {"name": "not-jane", "expression": "request.userInfo.username != 'jane'"},
@@ -546,7 +546,7 @@ async fn match_conditions_decide_whether_a_webhook_is_called() {
         r#type: "validate".into(),
         operation: "CREATE".into(),
     };
-    assert_eq!(global().admission.match_condition_exclusions.get_or_create(&exclusions).get(), 1);
+    assert_eq!(metrics().match_condition_exclusions.get_or_create(&exclusions).get(), 1);
 
     // A mutating webhook's conditions see what the webhook before it did.
     s.clear();
@@ -592,7 +592,7 @@ async fn match_conditions_decide_whether_a_webhook_is_called() {
         r#type: "validating".into(),
         operation: "CREATE".into(),
     };
-    assert_eq!(global().admission.match_condition_errors.get_or_create(&errors).get(), 2);
+    assert_eq!(metrics().match_condition_errors.get_or_create(&errors).get(), 2);
 
     // Without an authorizer to ask, a check errs (and says so) rather than allowing.
     let asks = json!({"matchConditions": [{"name": "asks", "expression": "authorizer.requestResource.check('create').errored() && !authorizer.requestResource.check('create').allowed()"}]});

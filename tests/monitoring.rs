@@ -124,7 +124,7 @@ fn alerts_and_dashboard_name_only_metrics_the_server_exports() {
                 .filter_map(|l| l.split(['{', ' ']).next())
                 .map(str::to_owned)
                 .collect();
-            let source: String = ["src/metrics/mod.rs", "src/apiserver/audit/metrics.rs"]
+            let source: String = ["src/admission/metrics.rs", "src/apiserver/audit/metrics.rs"]
                 .iter()
                 .map(|f| {
                     std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(f))

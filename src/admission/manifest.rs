@@ -169,7 +169,7 @@ pub fn start<T: Send + 'static>(
     let what = if plugin.ends_with("Webhook") { "webhook" } else { "policy" };
     let first =
         load(&dir).map_err(|e| format!("failed to load static {what} manifests from {:?}: {e}", dir.display()))?;
-    let metrics = &crate::metrics::global().admission;
+    let metrics = crate::admission::metrics::metrics();
     tracing::info!(plugin, count = first.count, dir = %dir.display(), "Loaded manifest-based admission configuration");
     metrics.manifest_reloaded(plugin, &apiserver_id_hash, true);
     metrics.manifest_loaded(plugin, &apiserver_id_hash, &first.hash);

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use k8s_openapi::api::admissionregistration::v1::MatchCondition;
 
 use super::activation::Reads;
+use crate::admission::metrics::MatchConditionLabels;
 use crate::cel::{self, Activation, Budget, EvalError};
-use crate::metrics::MatchConditionLabels;
 
 /// kube's budget for a webhook's or a binding's match conditions (`RuntimeCELCostBudgetMatchConditions`).
 pub const BUDGET: u64 = 2_500_000;
@@ -152,7 +152,7 @@ pub(crate) async fn evaluate(
         || (Matched::Error("the server is shutting down".into()), 0),
     )
     .await;
-    let m = &crate::metrics::global().admission;
+    let m = crate::admission::metrics::metrics();
     if errors > 0 {
         m.match_condition_errors.get_or_create(labels).inc_by(errors);
     }

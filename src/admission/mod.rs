@@ -25,6 +25,7 @@ mod cache;
 mod error;
 pub mod manifest;
 pub mod matchconditions;
+pub mod metrics;
 mod namespace;
 mod options;
 mod plugins;
@@ -280,24 +281,24 @@ impl Chain {
 
 /// Records one plugin's phase in `apiserver_admission_controller_admission_duration_seconds`.
 fn observe_plugin(name: &str, step: &str, a: &Attributes, started: std::time::Instant, rejected: bool) {
-    let labels = crate::metrics::AdmissionControllerLabels {
+    let labels = crate::admission::metrics::AdmissionControllerLabels {
         name: name.to_owned(),
         r#type: step.to_owned(),
         operation: a.operation.as_str().to_owned(),
         rejected: rejected.to_string(),
     };
-    let m = &crate::metrics::global().admission;
+    let m = crate::admission::metrics::metrics();
     m.controller_duration.get_or_create(&labels).observe(started.elapsed().as_secs_f64());
 }
 
 /// Records one phase in `apiserver_admission_step_admission_duration_seconds`; `step` is `admit` or `validate`.
 fn observe_step(step: &str, a: &Attributes, started: std::time::Instant, rejected: bool) {
-    let labels = crate::metrics::AdmissionStepLabels {
+    let labels = crate::admission::metrics::AdmissionStepLabels {
         r#type: step.to_owned(),
         operation: a.operation.as_str().to_owned(),
         rejected: rejected.to_string(),
     };
-    let m = &crate::metrics::global().admission;
+    let m = crate::admission::metrics::metrics();
     m.step_duration.get_or_create(&labels).observe(started.elapsed().as_secs_f64());
 }
 

@@ -286,7 +286,7 @@ fn register_metrics() {
     crate::apiserver::metrics::metrics();
     crate::apiserver::auth::metrics::metrics();
     crate::apiserver::audit::metrics::metrics();
-    crate::metrics::global();
+    crate::admission::metrics::metrics();
     crate::storage::value::metrics::metrics();
     crate::storage::sled_metrics();
     crate::controller::metrics::metrics();

@@ -46,9 +46,12 @@ impl State {
 }
 
 fn set_gauge(state: &State) {
-    let g = &crate::metrics::global().admission.policy_source;
+    let g = &crate::admission::metrics::metrics().policy_source;
     for s in ["watching", "not_served", "forbidden", "unreachable"] {
-        let labels = crate::metrics::PolicySourceLabels { plugin: "ValidatingAdmissionPolicy".into(), state: s.into() };
+        let labels = crate::admission::metrics::PolicySourceLabels {
+            plugin: "ValidatingAdmissionPolicy".into(),
+            state: s.into(),
+        };
         g.get_or_create(&labels).set(i64::from(s == state.label()));
     }
 }

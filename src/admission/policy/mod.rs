@@ -34,8 +34,8 @@ use super::namespace::resource_name;
 use super::{Attributes, Error, Handler, Namespaces, Outcome, PluginContext, Validating, READY_WAIT};
 use crate::api::Operation;
 
+use crate::admission::metrics::PolicyCheckLabels;
 use crate::cel;
-use crate::metrics::PolicyCheckLabels;
 
 /// The audit annotation of failed validations whose binding says `Audit`.
 pub const VALIDATION_FAILURE_ANNOTATION: &str = "validation.policy.admission.k8s.io/validation_failure";
@@ -229,7 +229,7 @@ fn observe(policy: &str, binding: &str, d: &Decision, action: &str) {
         error_type: error_type(d).to_owned(),
         enforcement_action: action.to_owned(),
     };
-    let m = &crate::metrics::global().admission;
+    let m = crate::admission::metrics::metrics();
     m.policy_checks.get_or_create(&labels).inc();
     m.policy_check_duration.get_or_create(&labels).observe(d.elapsed.as_secs_f64());
 }

@@ -56,8 +56,8 @@ pub(super) async fn call(
 
 /// Records one call of `hook` in `apiserver_admission_webhook_*`; `step` is `admit` or `validating`.
 pub(super) fn observe(hook: &Hook, step: &str, a: &Attributes, took: Duration, error: Option<&Error>) {
-    use crate::metrics::{AdmissionRejectionLabels, AdmissionWebhookLabels};
-    let m = &crate::metrics::global().admission;
+    use crate::admission::metrics::{AdmissionRejectionLabels, AdmissionWebhookLabels};
+    let m = crate::admission::metrics::metrics();
     let rejected = match error {
         None => false,
         Some(Error::Calling { .. }) => !hook.ignore_failures,
@@ -117,14 +117,14 @@ pub(super) async fn conditions_hold(
     let objects = (invocation.object(), invocation.old());
     let reads = hook.match_conditions.reads();
     let act = activation::activation(&invocation.attributes, requested, objects, authorizer, reads);
-    let labels = |t: &str| crate::metrics::MatchConditionLabels {
+    let labels = |t: &str| crate::admission::metrics::MatchConditionLabels {
         name: hook.name.clone(),
         kind: "webhook".into(),
         r#type: t.to_owned(),
         operation: requested.operation.as_str().to_owned(),
     };
     let excluded = || {
-        crate::metrics::global().admission.match_condition_exclusions.get_or_create(&labels(exclusion)).inc();
+        crate::admission::metrics::metrics().match_condition_exclusions.get_or_create(&labels(exclusion)).inc();
         Ok(false)
     };
     match matchconditions::evaluate(&hook.match_conditions, act, &labels(kind)).await {
