@@ -205,11 +205,11 @@ pub fn resource_paths(p: &ResourcePaths<'_>, flavor: Flavor) -> Map<String, Valu
     };
     let scope: Vec<&Param> = if namespaced { vec![&NAMESPACE] } else { vec![] };
     let item: Vec<&Param> = [vec![&name], scope.clone()].concat();
-    let listing: Vec<&Param> = [&[&PRETTY][..], &LIST_PARAMS.iter().collect::<Vec<_>>()].concat();
+    let listing: Vec<&Param> = std::iter::once(&PRETTY).chain(LIST_PARAMS).collect();
     let writes = [&PRETTY, &DRY_RUN, &FIELD_MANAGER, &FIELD_VALIDATION];
     let patches = [&PRETTY, &DRY_RUN, &FIELD_MANAGER, &FIELD_VALIDATION, &FORCE];
-    let deletes: Vec<&Param> =
-        [&[&PRETTY, &DRY_RUN, &GRACE, &PROPAGATION][..], &LIST_PARAMS.iter().collect::<Vec<_>>()].concat();
+    let deletes = [&PRETTY, &DRY_RUN, &GRACE, &PROPAGATION];
+    let deletes_selected: Vec<&Param> = deletes.into_iter().chain(LIST_PARAMS).collect();
     let op = |method, action, id: String, body, body_schema, response, kind, params| Operation {
         method,
         action,
@@ -251,7 +251,7 @@ pub fn resource_paths(p: &ResourcePaths<'_>, flavor: Flavor) -> Map<String, Valu
                 DELETE_OPTIONS,
                 STATUS,
                 gvk,
-                params(&scope, &deletes[..4]).into_iter().chain(deletes[4..].iter().copied()).collect(),
+                params(&scope, &deletes_selected),
             ),
         ],
     ));
@@ -271,16 +271,7 @@ pub fn resource_paths(p: &ResourcePaths<'_>, flavor: Flavor) -> Map<String, Valu
             op("patch", "patch", id("patch"), Some(PATCH_TYPES), PATCH, schema, sub_gvk, params(&item, &patches)),
         ];
         if sub.is_empty() {
-            ops.push(op(
-                "delete",
-                "delete",
-                id("delete"),
-                None,
-                DELETE_OPTIONS,
-                STATUS,
-                gvk,
-                params(&item, &deletes[..4]),
-            ));
+            ops.push(op("delete", "delete", id("delete"), None, DELETE_OPTIONS, STATUS, gvk, params(&item, &deletes)));
         }
         let path = match sub {
             "" => format!("{collection}/{{name}}"),
@@ -313,19 +304,15 @@ mod tests {
     /// A cluster-scoped resource with a status: no namespace anywhere, ids without `Namespaced`, no scale.
     #[test]
     fn a_cluster_scoped_resource_has_paths_and_ids_of_its_scope() {
-        let widgets = ResourceInfo {
-            group: "test.podset.example",
-            kind: "Widget",
-            list_kind: "WidgetList",
-            plural: "widgets",
-            singular: "widget",
-            short_names: &[],
-            categories: &[],
-            scope: Scope::Cluster,
-            key_root: "/widgets/",
-        };
         let (object, list) = ("example.podset.test.v1.Widget", "example.podset.test.v1.WidgetList");
-        let p = ResourcePaths { resource: &widgets, version: "v1", object, list, status: true, scale: false };
+        let p = ResourcePaths {
+            resource: &super::super::resource::WIDGETS,
+            version: "v1",
+            object,
+            list,
+            status: true,
+            scale: false,
+        };
         let paths = resource_paths(&p, Flavor::V3);
         let names: Vec<&str> = paths.keys().map(String::as_str).collect();
         let base = "/apis/test.podset.example/v1/widgets";

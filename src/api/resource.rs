@@ -40,3 +40,17 @@ impl fmt::Display for ResourceInfo {
         }
     }
 }
+
+/// A cluster-scoped kind for tests of what every resource gets: `widgets.test.podset.example`.
+#[cfg(test)]
+pub(crate) static WIDGETS: ResourceInfo = ResourceInfo {
+    group: "test.podset.example",
+    kind: "Widget",
+    list_kind: "WidgetList",
+    plural: "widgets",
+    singular: "widget",
+    short_names: &[],
+    categories: &[],
+    scope: Scope::Cluster,
+    key_root: "/widgets/",
+};

@@ -47,19 +47,7 @@ impl fmt::Display for ObjectKey {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::resource::Scope;
-
-    static WIDGETS: ResourceInfo = ResourceInfo {
-        group: "example.com",
-        kind: "Widget",
-        list_kind: "WidgetList",
-        plural: "widgets",
-        singular: "widget",
-        short_names: &[],
-        categories: &[],
-        scope: Scope::Cluster,
-        key_root: "/widgets/",
-    };
+    use crate::api::resource::WIDGETS;
 
     #[test]
     fn keys_prefixes_and_display() {
@@ -74,7 +62,7 @@ mod tests {
         assert_eq!((w.to_string(), w.storage_key(&WIDGETS)), ("blue".into(), "/widgets/blue".into()));
         assert_eq!(
             (podsets.to_string(), WIDGETS.to_string()),
-            ("podsets.demo.k8s.io".into(), "widgets.example.com".into())
+            ("podsets.demo.k8s.io".into(), "widgets.test.podset.example".into())
         );
     }
 }

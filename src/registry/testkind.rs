@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::strategy::Strategy;
-use crate::api::resource::{ResourceInfo, Scope};
+use crate::api::resource::ResourceInfo;
+pub(crate) use crate::api::resource::WIDGETS;
 use crate::api::validation::FieldError;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -23,18 +24,6 @@ pub(crate) struct Widget {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<Value>,
 }
-
-pub(crate) static WIDGETS: ResourceInfo = ResourceInfo {
-    group: "test.podset.example",
-    kind: "Widget",
-    list_kind: "WidgetList",
-    plural: "widgets",
-    singular: "widget",
-    short_names: &[],
-    categories: &[],
-    scope: Scope::Cluster,
-    key_root: "/widgets/",
-};
 
 pub(crate) struct WidgetStrategy;
 
