@@ -121,11 +121,11 @@ fn storage_failure(e: StorageError) -> Error {
         | StorageError::Backend(_)
         | StorageError::Corrupt(_)
         | StorageError::Unreadable { .. }
-        | StorageError::Unwritable { .. }) => Error::Internal(other.to_string()),
-        other
-        @ (StorageError::NotFound { .. } | StorageError::AlreadyExists { .. } | StorageError::Conflict { .. }) => {
-            Error::Internal(other.to_string())
-        }
+        | StorageError::Unwritable { .. }
+        // Only ever an object's, which `Error::storage` names.
+        | StorageError::NotFound { .. }
+        | StorageError::AlreadyExists { .. }
+        | StorageError::Conflict { .. }) => Error::Internal(other.to_string()),
     }
 }
 
@@ -134,5 +134,28 @@ fn storage_failure(e: StorageError) -> Error {
 impl From<StorageError> for Error {
     fn from(e: StorageError) -> Self {
         storage_failure(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::resource::WIDGETS;
+
+    /// An object's storage failure names its resource; a collection's never claims a missing or changed object.
+    #[test]
+    fn storage_failures_read_by_what_they_mean() {
+        let missing = || StorageError::NotFound { key: "/widgets/blue".into() };
+        let e = Error::storage(missing(), &WIDGETS, "blue");
+        assert_eq!(e.to_string(), "widgets.test.podset.example \"blue\" not found");
+        let e = Error::storage(
+            StorageError::Conflict { key: "/widgets/blue".into(), expected: 1, actual: 2 },
+            &WIDGETS,
+            "blue",
+        );
+        assert!(matches!(&e, Error::Conflict { resource, .. } if resource.kind == "Widget"), "{e:?}");
+        assert!(matches!(Error::from(missing()), Error::Internal(_)));
+        assert!(matches!(Error::from(StorageError::Timeout("slow".into())), Error::Timeout(_)));
+        assert!(matches!(Error::storage(StorageError::Closed, &WIDGETS, "blue"), Error::ShuttingDown));
     }
 }
