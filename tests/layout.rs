@@ -19,17 +19,9 @@ const NAMING_PODSET: &[&str] = &[
     "src/apiserver/request/mod.rs",
     "src/apiserver/request/options.rs",
     "src/apiserver/watch.rs",
-    "src/registry/admit.rs",
-    "src/registry/decode.rs",
-    "src/registry/managed.rs",
-    "src/registry/migrate.rs",
     "src/registry/mod.rs",
-    "src/registry/options.rs",
-    "src/registry/restore.rs",
     "src/registry/scale.rs",
-    "src/registry/stored.rs",
     "src/registry/view.rs",
-    "src/registry/write.rs",
     "src/storage/etcd_backend.rs",
 ];
 

@@ -64,7 +64,7 @@ pub trait ObjectInterfaces: Send + Sync + std::fmt::Debug {
 
     /// The versions of the reviewed resource's group that serve it: equivalent resources, for webhooks whose
     /// rules name another one (`matchPolicy: Equivalent`).
-    fn versions(&self) -> &'static [&'static str] {
+    fn versions(&self) -> &'static [crate::api::resource::VersionInfo] {
         &[]
     }
 

@@ -408,7 +408,7 @@ async fn delete(c: Call<'_>, body: Body, user: Arc<UserInfo>) -> ApiResult<Respo
     let opts = WriteOptions {
         user,
         dry_run: q.dry_run || delete.dry_run_all(),
-        version: Some(c.r.version),
+        version: Some(c.r.version.into()),
         ..Default::default()
     };
     let deleted = c.app.registry.delete(&key, &delete, &opts).await?;
@@ -446,7 +446,7 @@ async fn delete_collection(c: Call<'_>, body: Body, user: Arc<UserInfo>) -> ApiR
     let opts = WriteOptions {
         user,
         dry_run: q.dry_run || delete.dry_run_all(),
-        version: Some(c.r.version),
+        version: Some(c.r.version.into()),
         ..Default::default()
     };
     let (labels, fields) = selectors(q, None)?;

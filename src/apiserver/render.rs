@@ -15,6 +15,7 @@ use std::sync::LazyLock;
 use super::error::{ApiError, ApiResult};
 use super::negotiate::Output;
 use super::request::IncludeObject;
+use crate::api::resource::{ServedVersion, VersionIndex};
 use crate::api::table::{age, created};
 use crate::api::{Version, LIST_KIND};
 use crate::registry::{ListPage, Stored};
@@ -57,7 +58,7 @@ struct Row {
     /// Where `metadata` sits in the stored bytes.
     metadata: Option<Range<usize>>,
     /// The version the object is stored in.
-    stored_in: Version,
+    stored_in: VersionIndex,
     /// Whether every other version has it by splicing its `apiVersion` ([`Stored::converts_by_splicing`]).
     splices: bool,
 }
@@ -80,7 +81,7 @@ impl Row {
 
     /// Whether the object in `version` has the stored bytes' metadata (as [`Stored::to_version`] decides).
     fn stored_metadata_in(&self, version: Version) -> bool {
-        self.stored_in == version || self.splices
+        self.stored_in == version.into() || self.splices
     }
 }
 
@@ -221,9 +222,9 @@ pub fn bookmark_table(
     let include =
         if initial_events_end && include == IncludeObject::Object { IncludeObject::Metadata } else { include };
     let meta = ListMeta { resource_version: Some(revision.to_string()), ..Default::default() };
-    let bookmark = Stored::unstored(bookmark);
+    let bookmark = Stored::unstored(bookmark, &crate::resources::podset::INFO);
     // Already in the watch's version: rendered as it is.
-    let version = bookmark.version();
+    let version = Version::from_index(bookmark.version());
     table(meta, &[bookmark], include, version)
 }
 
@@ -315,10 +316,14 @@ pub fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn unstored(v: Value) -> Stored {
+        Stored::unstored(v, &crate::resources::podset::INFO)
+    }
     use crate::api::API_VERSION;
 
     fn podset() -> Stored {
-        Stored::unstored(json!({
+        unstored(json!({
             "apiVersion": API_VERSION, "kind": "PodSet",
             "metadata": {"name": "web", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z",
                          "labels": {"app": "web"}, "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
@@ -392,7 +397,7 @@ mod tests {
 
     #[test]
     fn an_object_without_metadata_still_renders() {
-        let obj = Stored::unstored(json!({"spec": {"replicas": 1}}));
+        let obj = unstored(json!({"spec": {"replicas": 1}}));
         let row = rows(&single_row_table(&obj, IncludeObject::Metadata, Version::V1alpha1).unwrap()).remove(0);
         assert_eq!(row["object"]["metadata"], json!({}));
         assert_eq!(row["cells"][0], json!(""));
@@ -412,10 +417,10 @@ mod tests {
                 "metadata": {"name": "web", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z",
                              "annotations": annotations, "managedFields": [{"manager": "m", "operation": "Apply"}]},
                 "spec": spec, "status": {"replicas": 2, "readyReplicas": 1, "podNames": ["web-a"]}});
-            let obj = Stored::unstored(v.clone());
+            let obj = unstored(v.clone());
             let mut alpha = v;
             crate::api::conversion::convert_value(&mut alpha, Version::V1beta1, Version::V1alpha1);
-            [obj, Stored::unstored(alpha)]
+            [obj, unstored(alpha)]
         };
         let selector = json!({"matchLabels": {"app": "web"}});
         let cases = [
@@ -451,7 +456,7 @@ mod tests {
                     {"key": "tier", "operator": "In", "values": ["db"]}]}}}),
         ]
         .into_iter()
-        .map(Stored::unstored)
+        .map(unstored)
         .collect();
         let meta = ListMeta { resource_version: Some("6".into()), ..ListMeta::default() };
         for version in Version::ALL {

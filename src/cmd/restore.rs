@@ -45,7 +45,7 @@ pub async fn run(opts: RestoreOptions) -> anyhow::Result<()> {
     let values = opts.storage.transformer()?.0;
     super::encryption::wait_for_providers(&values).await;
     let store = opts.storage.open(values).await?;
-    let registry = Registry::new(store.clone());
+    let registry: Registry = Registry::new(store.clone());
     anyhow::ensure!(
         registry.is_empty().await?,
         "the target store already holds PodSets: a restore goes into an empty store only"

@@ -35,6 +35,7 @@ pub use queue::Queue;
 
 use crate::api::{Version, KIND};
 use crate::registry::{ListRequest, Notification, PodSetKey, Registry, WatchRequest};
+use crate::resources::podset::PodSetStrategy;
 
 /// Controller settings.
 #[derive(Debug, Clone)]
@@ -388,7 +389,7 @@ async fn enqueue_matching(ctx: &Context, pod: &Pod) {
         return;
     };
     for o in list.items {
-        let Ok(ps) = o.decode() else { continue };
+        let Ok(ps) = o.decode::<PodSetStrategy>() else { continue };
         if ps.selector().is_some_and(|s| !s.is_empty() && s.matches(&labels)) {
             ctx.queue.add(&o.key());
         }

@@ -1,12 +1,13 @@
-//! From request bodies to PodSets: JSON/YAML objects, type fields, unknown fields per `fieldValidation`, and the
+//! From request bodies to objects: JSON/YAML objects, type fields, unknown fields per `fieldValidation`, and the
 //! JSON merge and JSON patches applied to a stored object.
 
 use serde_json::Value;
 
 use super::error::{Error, Result};
 use super::options::{FieldValidation, PatchType};
+use super::strategy::{typed, version_of, Strategy};
+use crate::api::resource::ServedVersion;
 use crate::api::validation::FieldError;
-use crate::api::{conversion, PodSet, Version, KIND};
 
 fn object(value: Value) -> Result<Value> {
     if !value.is_object() {
@@ -25,61 +26,68 @@ pub fn yaml_object(body: &[u8]) -> Result<Value> {
     object(serde_yaml::from_slice(body).map_err(|e| Error::bad_request(format!("error parsing YAML body: {e}")))?)
 }
 
-/// The version a body is read in: the request's (its URL's), else the one the body names, else `v1alpha1`, the
-/// version of every body before there were two (in-process callers that name none).
-pub(crate) fn body_version(value: &Value, asked: Option<Version>) -> Version {
-    asked.or_else(|| conversion::version_of(value)).unwrap_or(Version::V1alpha1)
+/// The version a body is read in: the request's (its URL's), else the one the body names, else the one objects
+/// naming none are in (in-process callers that name none).
+pub(crate) fn body_version<S: Strategy>(value: &Value, asked: Option<S::Version>) -> S::Version {
+    asked.unwrap_or_else(|| typed::<S>(S::INFO.version_of_value(value)))
 }
 
-/// Decodes a PodSet sent in `asked` (see [`body_version`]) into the hub, checking its type fields and, per
-/// `fieldValidation`, its unknown fields (`spec.minReadySeconds` is one in `v1alpha1`). Returns the warnings
-/// `Warn` earns, and the version it was read in.
-pub(crate) fn decode_podset(mut value: Value, fv: FieldValidation, asked: Option<Version>) -> Result<Decoded> {
-    let version = body_version(&value, asked);
-    check_type(&value, version.api_version(), KIND)?;
-    let mut unknown = Vec::new();
-    if version == Version::V1alpha1 {
-        if let Some(spec) = value.get_mut("spec").and_then(Value::as_object_mut) {
-            if spec.remove("minReadySeconds").is_some() {
-                unknown.push("spec.minReadySeconds".to_owned());
-            }
-        }
-    }
-    let mut ps: PodSet = serde_ignored::deserialize(value, |path| unknown.push(path.to_string())).map_err(|e| {
-        Error::bad_request(format!("PodSet in version \"{version}\" cannot be handled as a PodSet: {e}"))
+/// Decodes an object sent in `asked` (see [`body_version`]) into the hub, checking its type fields and, per
+/// `fieldValidation`, its unknown fields (those the version lacks among them). Returns the warnings `Warn` earns,
+/// and the version it was read in.
+pub(crate) fn decode_object<S: Strategy>(
+    mut value: Value,
+    fv: FieldValidation,
+    asked: Option<S::Version>,
+) -> Result<Decoded<S>> {
+    let version = body_version::<S>(&value, asked);
+    let kind = S::INFO.kind;
+    check_type(&value, S::INFO.version(version.to_index()).api_version, kind)?;
+    let mut unknown = S::absent_fields(version, &mut value);
+    let mut o: S::Object = serde_ignored::deserialize(value, |path| unknown.push(path.to_string())).map_err(|e| {
+        Error::bad_request(format!("{kind} in version \"{version}\" cannot be handled as a {kind}: {e}"))
     })?;
-    conversion::to_hub(&mut ps, version);
-    unknown_fields(unknown, fv, "PodSet", version).map(|w| (ps, w, version))
+    S::to_hub(&mut o, version);
+    unknown_fields(unknown, fv, kind, version).map(|w| (o, w, version))
 }
 
-/// A decoded body: the PodSet as the hub holds it, the warnings it earned, the version it came in.
-pub(crate) type Decoded = (PodSet, Vec<String>, Version);
+/// A decoded body: the object as the hub holds it, the warnings it earned, the version it came in.
+pub(crate) type Decoded<S> = (<S as Strategy>::Object, Vec<String>, <S as Strategy>::Version);
 
-/// [`decode_podset`] of a JSON body, read straight into the PodSet when it is a plain one (an object naming its
-/// type, nothing unknown in it), with no JSON tree in between; anything else goes the way of `decode_podset`, so
+/// [`decode_object`] of a JSON body, read straight into the object when it is a plain one (an object naming its
+/// type, nothing unknown in it), with no JSON tree in between; anything else goes the way of `decode_object`, so
 /// errors and warnings read the same.
-pub(crate) fn decode_json_podset(body: &[u8], fv: FieldValidation, asked: Option<Version>) -> Result<Decoded> {
+pub(crate) fn decode_json_object<S: Strategy>(
+    body: &[u8],
+    fv: FieldValidation,
+    asked: Option<S::Version>,
+) -> Result<Decoded<S>> {
     let is_object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
-    // v1alpha1 has no spec.minReadySeconds, which the hub would take: such a body goes the long way.
-    let plain = |v: Version| v != Version::V1alpha1 || memchr::memmem::find(body, b"\"minReadySeconds\"").is_none();
     if is_object {
         let mut de = serde_json::Deserializer::from_slice(body);
         let mut unknown = false;
-        let decoded: Result<PodSet, _> = serde_ignored::deserialize(&mut de, |_| unknown = true);
-        if let (Ok(mut ps), Ok(())) = (decoded, de.end()) {
-            let named = Version::of_api_version(&ps.api_version);
-            if let Some(v) = named.filter(|v| asked.is_none_or(|a| a == *v) && plain(*v)) {
-                if !unknown && ps.kind == KIND {
-                    conversion::to_hub(&mut ps, v);
-                    return Ok((ps, Vec::new(), v));
+        let decoded: Result<S::Object, _> = serde_ignored::deserialize(&mut de, |_| unknown = true);
+        if let (Ok(mut o), Ok(())) = (decoded, de.end()) {
+            let (api_version, kind) = S::type_fields(&mut o);
+            let named = version_of::<S>(api_version);
+            let plain = !unknown && kind == S::INFO.kind;
+            if let Some(v) = named.filter(|v| asked.is_none_or(|a| a == *v) && S::decodes_directly(*v, body)) {
+                if plain {
+                    S::to_hub(&mut o, v);
+                    return Ok((o, Vec::new(), v));
                 }
             }
         }
     }
-    decode_podset(json_object(body)?, fv, asked)
+    decode_object::<S>(json_object(body)?, fv, asked)
 }
 
-fn unknown_fields(unknown: Vec<String>, fv: FieldValidation, kind: &str, version: Version) -> Result<Vec<String>> {
+fn unknown_fields(
+    unknown: Vec<String>,
+    fv: FieldValidation,
+    kind: &str,
+    version: impl std::fmt::Display,
+) -> Result<Vec<String>> {
     let messages: Vec<String> = unknown.iter().map(|p| format!("unknown field \"{p}\"")).collect();
     match fv {
         FieldValidation::Strict if !messages.is_empty() => Err(Error::bad_request(format!(
@@ -91,12 +99,12 @@ fn unknown_fields(unknown: Vec<String>, fv: FieldValidation, kind: &str, version
     }
 }
 
-/// The hub object `ps` as JSON in `version`.
-pub(crate) fn versioned_value(ps: &PodSet, version: Version) -> Result<Value> {
-    let mut ps = ps.clone();
-    conversion::from_hub(&mut ps, version);
-    ps.kind = KIND.into();
-    serde_json::to_value(ps).map_err(|e| Error::internal(e.to_string()))
+/// The hub object `o` as JSON in `version`.
+pub(crate) fn versioned_value<S: Strategy>(o: &S::Object, version: S::Version) -> Result<Value> {
+    let mut o = o.clone();
+    S::from_hub(&mut o, version);
+    *S::type_fields(&mut o).1 = S::INFO.kind.into();
+    serde_json::to_value(o).map_err(|e| Error::internal(e.to_string()))
 }
 
 /// `apiVersion` and `kind`, when a body sets them, must be the ones the endpoint serves.
@@ -152,6 +160,16 @@ pub(crate) fn apply_patch(doc: &mut Value, patch: &[u8], patch_type: PatchType) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::{conversion, Version};
+    use crate::resources::podset::PodSetStrategy;
+
+    fn decode_podset(v: Value, fv: FieldValidation, asked: Option<Version>) -> Result<Decoded<PodSetStrategy>> {
+        decode_object::<PodSetStrategy>(v, fv, asked)
+    }
+
+    fn decode_json_podset(b: &[u8], fv: FieldValidation, asked: Option<Version>) -> Result<Decoded<PodSetStrategy>> {
+        decode_json_object::<PodSetStrategy>(b, fv, asked)
+    }
 
     #[test]
     fn strict_decoding_rejects_unknown_fields_and_warn_reports_them() {

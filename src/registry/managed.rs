@@ -1,28 +1,13 @@
 //! Where field management (managedFields, server-side apply) hooks into the write path: `manage_fields` records an
 //! update or merges an apply; a plain create's entry is written out directly by `created_managed_fields`.
 
-use std::sync::OnceLock;
-
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::error::Result;
-use super::fieldmanager::{FieldManager, Operation, Subresource};
+use super::fieldmanager::{Operation, Subresource};
 use super::options::WriteOptions;
-use super::strategy::now_text;
-use crate::api::schema::{component_schemas, podset_definition};
-use crate::api::Version;
-
-/// Field management for PodSets in `version`, merged by the schema the server publishes for it.
-pub fn podset_field_manager(version: Version) -> &'static FieldManager {
-    static FM: [OnceLock<FieldManager>; Version::ALL.len()] = [const { OnceLock::new() }; Version::ALL.len()];
-    FM[version.index()].get_or_init(|| {
-        // The parts of a PodSet that, like a Deployment's non-pointer structs, always exist: writes compared
-        // against them never own them as nodes of their own.
-        let skeleton = json!({"metadata": {}, "spec": {"template": {"metadata": {}, "spec": {"containers": null}}},
-                              "status": {}});
-        FieldManager::new(&component_schemas(version), &podset_definition(version), version.api_version(), skeleton)
-    })
-}
+use super::strategy::{now_text, version_of, Strategy};
+use crate::api::resource::ServedVersion;
 
 /// Whether a write sent managedFields of its own (which a create keeps, or which reset them).
 pub(crate) fn sent_managed_fields(new: &Value) -> bool {
@@ -32,8 +17,12 @@ pub(crate) fn sent_managed_fields(new: &Value) -> bool {
 /// The managedFields of a create by `opts.field_manager` of `new`, sent without managedFields, as the JSON to
 /// store beside it: what `manage_fields` would record, written out directly. `None` when there is nothing to
 /// record, or (logged) when the schema cannot take the object, which then loses field tracking as there.
-pub(crate) fn created_managed_fields(new: &mut Value, opts: &WriteOptions, version: Version) -> Option<String> {
-    podset_field_manager(version).created_managed_fields(new, &opts.field_manager, &now_text()).unwrap_or_else(|e| {
+pub(crate) fn created_managed_fields<S: Strategy>(
+    new: &mut Value,
+    opts: &WriteOptions,
+    version: S::Version,
+) -> Option<String> {
+    S::field_manager(version).created_managed_fields(new, &opts.field_manager, &now_text()).unwrap_or_else(|e| {
         tracing::warn!(error = %e, "managedFields could not be updated; dropping them");
         None
     })
@@ -48,15 +37,15 @@ pub(crate) fn created_managed_fields(new: &mut Value, opts: &WriteOptions, versi
 ///   kube-apiserver does.
 /// - `Apply`: `new` is the applied configuration; returns the object to store, merged and tracked, or the
 ///   conflicts with other managers (409) unless `opts.force`.
-pub(crate) fn manage_fields(
+pub(crate) fn manage_fields<S: Strategy>(
     live: Option<&Value>,
     new: Value,
     opts: &WriteOptions,
     op: Operation,
     sub: Subresource,
-    version: Version,
+    version: S::Version,
 ) -> Result<Value> {
-    let fm = podset_field_manager(version);
+    let fm = S::field_manager(version);
     match op {
         Operation::Apply => Ok(fm.apply(live, &new, &opts.field_manager, sub, opts.force, &now_text())?),
         Operation::Update => {
@@ -74,10 +63,10 @@ pub(crate) fn manage_fields(
 
 /// Renames the fields of each managedFields entry of `object` recorded in a version other than `version`: `forth`
 /// from the entry's version to `version`'s names, else back. The entry keeps the version it was recorded in.
-fn rename_fields(object: &mut Value, version: Version, forth: bool) {
+fn rename_fields<S: Strategy>(object: &mut Value, version: S::Version, forth: bool) {
     let Some(entries) = object.pointer_mut("/metadata/managedFields").and_then(Value::as_array_mut) else { return };
     for e in entries {
-        let Some(recorded) = e.get("apiVersion").and_then(Value::as_str).and_then(Version::of_api_version) else {
+        let Some(recorded) = e.get("apiVersion").and_then(Value::as_str).and_then(version_of::<S>) else {
             continue;
         };
         if recorded == version {
@@ -85,7 +74,7 @@ fn rename_fields(object: &mut Value, version: Version, forth: bool) {
         }
         let (from, to) = if forth { (recorded, version) } else { (version, recorded) };
         if let Some(fields) = e.get_mut("fieldsV1") {
-            crate::api::conversion::convert_fields(fields, from, to);
+            S::convert_fields(fields, from, to);
         }
     }
 }
@@ -95,48 +84,50 @@ fn rename_fields(object: &mut Value, version: Version, forth: bool) {
 /// manager and version, an apply's one per manager, in the version it last applied with), while the write's field
 /// management compares them all as `version` names fields. `new` is the object (or an apply's configuration) in
 /// `version`; the result is in `storage`.
-pub(crate) fn manage_fields_in(
+pub(crate) fn manage_fields_in<S: Strategy>(
     current: Option<&super::Stored>,
     mut new: Value,
     opts: &WriteOptions,
     op: Operation,
     sub: Subresource,
-    version: Version,
-    storage: Version,
+    version: S::Version,
+    storage: S::Version,
 ) -> Result<Value> {
     let live = match current {
         Some(c) => {
-            let mut live = c.to_version(version)?.to_value()?;
-            rename_fields(&mut live, version, true);
+            let mut live = c.to_version(version.to_index())?.to_value()?;
+            rename_fields::<S>(&mut live, version, true);
             Some(live)
         }
         None => None,
     };
     // Sent managedFields are compared with the live ones, so they are read the same way.
-    rename_fields(&mut new, version, true);
-    let mut out = manage_fields(live.as_ref(), new, opts, op, sub, version)?;
-    rename_fields(&mut out, version, false);
-    crate::api::conversion::convert_value(&mut out, version, storage);
+    rename_fields::<S>(&mut new, version, true);
+    let mut out = manage_fields::<S>(live.as_ref(), new, opts, op, sub, version)?;
+    rename_fields::<S>(&mut out, version, false);
+    S::INFO.convert_value(&mut out, version.to_index(), storage.to_index());
     Ok(out)
 }
 
 /// A create's managedFields (as [`created_managed_fields`] writes them, for `from`) as a write in `to` records them:
 /// the same fields, named as `to` names them. Text, as they are stored; parsed only when a field differs.
-pub(crate) fn created_in_version(entries: String, from: Version, to: Version) -> String {
+pub(crate) fn created_in_version<S: Strategy>(entries: String, from: S::Version, to: S::Version) -> String {
     if from == to {
         return entries;
     }
+    let api_version = |v: S::Version| S::INFO.version(v.to_index()).api_version;
     let (old, new) =
-        (format!("\"apiVersion\":\"{}\"", from.api_version()), format!("\"apiVersion\":\"{}\"", to.api_version()));
-    if !entries.contains("minReadySeconds") && !entries.contains(crate::api::conversion::MIN_READY_SECONDS) {
+        (format!("\"apiVersion\":\"{}\"", api_version(from)), format!("\"apiVersion\":\"{}\"", api_version(to)));
+    // Fields that read the same in every version keep their names.
+    if (S::INFO.conversion.version_neutral)(entries.as_bytes()) {
         return entries.replacen(&old, &new, 1);
     }
     let Ok(mut value) = serde_json::from_str::<Value>(&entries) else { return entries };
     for e in value.as_array_mut().into_iter().flatten() {
         if let Some(fields) = e.get_mut("fieldsV1") {
-            crate::api::conversion::convert_fields(fields, from, to);
+            S::convert_fields(fields, from, to);
         }
-        e["apiVersion"] = Value::String(to.api_version().into());
+        e["apiVersion"] = Value::String(api_version(to).into());
     }
     value.to_string()
 }

@@ -1,23 +1,32 @@
-//! Storage migration, as kube-storage-version-migrator does it through the API: every PodSet stored in another
+//! Storage migration, as kube-storage-version-migrator does it through the API: every object stored in another
 //! version than the storage version, or encrypted by another provider than the one writing now (a key being
 //! rotated out), is written again, unchanged, which stores it in the storage version with the current key. A pass
 //! reads the list anew, so a pass cut short is resumed by the next one. Progress is the whole store's, counted from
-//! the cache (which holds every replica's writes): `podset_storage_migration_remaining` and
-//! `podset_storage_version_objects` ([`Registry::count_storage_versions`]), and the log.
+//! the cache (which holds every replica's writes): in the resource's [`MigrationMetrics`], if it has them
+//! ([`Registry::count_storage_versions`]), and the log.
 
 use super::error::{Error, Result};
 use super::key::ObjectKey;
 use super::options::{ListRequest, WriteOptions};
 use super::stored::Stored;
-use super::view::PODSET;
+use super::strategy::Strategy;
+use super::view::ObjectView;
 use super::write::{Change, Write};
 use super::Registry;
 use crate::admission::WriteKind;
-use crate::api::{Operation, Subresource, UserInfo, Version};
-use crate::resources::podset::INFO;
+use crate::api::resource::ServedVersion;
+use crate::api::{Operation, Subresource, UserInfo};
 
 /// Who the migration's writes are made as (admission and the audit log see this user), and their field manager.
 pub const MIGRATOR: &str = "system:podset-storage-migrator";
+
+/// Where a resource publishes its migration's progress.
+pub trait MigrationMetrics: Sync {
+    /// One more object rewritten.
+    fn migrated(&self);
+    /// Objects in the whole store by the version each is stored in (by index), and those left to rewrite.
+    fn counted(&self, per_version: &[usize], remaining: usize);
+}
 
 /// What one pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -31,11 +40,10 @@ pub struct Migration {
     pub refused: usize,
 }
 
-impl Registry {
+impl<S: Strategy> Registry<S> {
     /// One pass of the storage migration. An object that cannot be rewritten is left for the next pass and the pass
     /// goes on, so one object never holds back the others; it stops when the store cannot take writes at all.
     pub async fn migrate_storage(&self) -> Result<Migration> {
-        let metrics = crate::resources::podset::metrics::metrics();
         let page = self.list(ListRequest::readable()).await?;
         let stale: Vec<ObjectKey> = page.items.iter().filter(|o| self.needs_migration(o)).map(|o| o.key()).collect();
         let by_another_key = page.items.iter().any(|o| self.store.is_stale(o.object()));
@@ -48,15 +56,17 @@ impl Registry {
             match self.migrate_one(key).await {
                 Ok(true) => {
                     done.migrated += 1;
-                    metrics.storage_migration_migrated.inc();
+                    if let Some(m) = S::migration_metrics() {
+                        m.migrated();
+                    }
                 }
                 Ok(false) | Err(Error::NotFound { .. }) => done.skipped += 1,
                 Err(e @ (Error::Unavailable(_) | Error::Timeout(_) | Error::ShuttingDown)) => {
-                    tracing::warn!(podset = %key, error = %e, "storage migration stopped; the next pass resumes it");
+                    tracing::warn!(resource = %S::INFO, object = %key, error = %e, "storage migration stopped; the next pass resumes it");
                     return Err(e);
                 }
                 Err(e) => {
-                    tracing::warn!(podset = %key, error = %e, "storage migration cannot rewrite this PodSet yet; the next pass tries again");
+                    tracing::warn!(resource = %S::INFO, object = %key, error = %e, "storage migration cannot rewrite this object yet; the next pass tries again");
                     done.refused += 1;
                 }
             }
@@ -78,55 +88,52 @@ impl Registry {
         Ok(done)
     }
 
-    /// Whether a stored PodSet is to be written again: in another version, or by another encryption provider.
+    /// Whether a stored object is to be written again: in another version, or by another encryption provider.
     pub(super) fn needs_migration(&self, o: &Stored) -> bool {
-        o.version() != self.storage_version || self.store.is_stale(o.object())
+        o.version() != self.storage_version.to_index() || self.store.is_stale(o.object())
     }
 
-    /// PodSets in the whole store by the version each is stored in (by [`Version::index`]), as the cache holds
-    /// them now; also set as the metrics `podset_storage_version_objects` and, for this server's storage version,
-    /// `podset_storage_migration_remaining`.
-    pub async fn count_storage_versions(&self) -> Result<[usize; Version::ALL.len()]> {
-        let mut counts = [0; Version::ALL.len()];
+    /// Objects in the whole store by the version each is stored in (by its index), as the cache holds them now;
+    /// also given, with those this server's storage version has yet to take, to the resource's metrics.
+    pub async fn count_storage_versions(&self) -> Result<Vec<usize>> {
+        let mut counts = vec![0; S::INFO.versions.len()];
         let mut remaining = 0;
         // From the cache as it is (`resourceVersion=0`): no round trip to the store each time.
         let listed = self.list(ListRequest { resource_version: Some(0), ..ListRequest::readable() }).await?.items;
-        // PodSets no provider reads cannot be migrated: they count as remaining, never as done.
+        // Objects no provider reads cannot be migrated: they count as remaining, never as done.
         remaining += self.store.stats().objects.saturating_sub(listed.len());
         for o in listed {
-            counts[o.version().index()] += 1;
+            counts[o.version().get()] += 1;
             remaining += usize::from(self.needs_migration(&o));
         }
-        let metrics = crate::resources::podset::metrics::metrics();
-        for v in Version::ALL {
-            let label = crate::resources::podset::metrics::VersionLabel { version: v.as_str().into() };
-            metrics.storage_version_objects.get_or_create(&label).set(counts[v.index()] as i64);
+        if let Some(m) = S::migration_metrics() {
+            m.counted(&counts, remaining);
         }
-        metrics.storage_migration_remaining.set(remaining as i64);
         Ok(counts)
     }
 
     /// Writes `key` again, unchanged, if it is stored in another version; `false` when it was not (any more).
     async fn migrate_one(&self, key: &ObjectKey) -> Result<bool> {
         let user = UserInfo::named(MIGRATOR, Vec::new()).authenticated();
-        let opts = WriteOptions { version: Some(self.storage_version), ..WriteOptions::manager(MIGRATOR, user) };
+        let opts =
+            WriteOptions { version: Some(self.storage_version.to_index()), ..WriteOptions::manager(MIGRATOR, user) };
         let w = Write {
             op: Operation::Update,
             sub: Subresource::Main,
             key,
             opts: &opts,
             options: WriteKind::Update,
-            view: &PODSET,
+            view: ObjectView::<S>::NEW,
             version: self.storage_version,
         };
         let mut rewritten = false;
         self.write(&w, |current| {
-            let Some((old, stored)) = current else { return Err(Error::not_found(&INFO, &key.name)) };
+            let Some((old, stored)) = current else { return Err(Error::not_found(S::INFO, &key.name)) };
             // Unchanged: the write path stores it only because it is in another version or by another key.
             rewritten = self.needs_migration(stored);
             // Its managedFields as the write path reads them (converted to the storage version), not as sent.
             let mut same = old.clone();
-            same.metadata.managed_fields = None;
+            S::meta_mut(&mut same).managed_fields = None;
             Ok(Change::update(same, Vec::new()))
         })
         .await?;
@@ -188,7 +195,7 @@ mod tests {
     #[tokio::test]
     async fn a_refused_object_holds_back_no_other_and_is_tried_again() {
         let dir = tempfile::tempdir().unwrap();
-        let old = Registry::on_sled(dir.path()).await.with_storage_version(Version::V1alpha1);
+        let old: Registry = Registry::on_sled(dir.path()).await.with_storage_version(Version::V1alpha1);
         let user = UserInfo::named("alice", Vec::new());
         for name in ["a", "held", "z"] {
             let body = json!({"apiVersion": "demo.k8s.io/v1alpha1", "kind": "PodSet", "metadata": {"name": name},

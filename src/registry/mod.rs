@@ -1,7 +1,9 @@
-//! The PodSet registry, as sample-apiserver's `pkg/registry`: PodSet semantics between the HTTP layer (and the
-//! controller) and storage, after kube-apiserver's generic registry — system fields, defaulting and validation
-//! (`strategy`), field management (`managed`), optimistic concurrency with retries, finalizers and graceful
-//! deletion, the `status` and `scale` subresources, watches. Nothing else reads or writes PodSets in storage.
+//! The registry, as kube-apiserver's generic registry (`registry/generic/registry.Store`) under sample-apiserver's
+//! `pkg/registry`: a resource's semantics between the HTTP layer (and the controller) and storage, the same for
+//! every resource around its [`Strategy`] — system fields, defaulting and validation (`strategy`), field
+//! management (`managed`), optimistic concurrency with retries, finalizers and graceful deletion, the `status`
+//! and `scale` subresources, watches, storage migration and restore. Nothing else reads or writes objects in
+//! storage.
 
 mod admit;
 mod continue_token;
@@ -26,14 +28,12 @@ mod write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::autoscaling::v1::Scale;
 use serde_json::Value;
 
 pub use self::decode::{json_object, yaml_object};
 pub use self::error::{Error, Result};
 pub use self::key::ObjectKey;
-pub use self::managed::podset_field_manager;
-pub use self::migrate::{Migration, MIGRATOR};
+pub use self::migrate::{Migration, MigrationMetrics, MIGRATOR};
 pub use self::options::{
     DeleteOptions, Deleted, FieldValidation, ListPage, ListRequest, PatchType, Preconditions, ScaleChange,
     WriteOptions, Written,
@@ -47,15 +47,15 @@ pub use crate::api::{Operation, Subresource, UserInfo};
 pub use crate::resources::podset::PodSetKey;
 pub use crate::storage::Revision;
 
-use self::decode::{apply_patch, decode_json_podset, decode_podset};
+use self::decode::{apply_patch, decode_json_object, decode_object};
 use self::managed::manage_fields_in;
-use self::strategy::{check_identity, Strategy};
-use self::view::PODSET;
+use self::strategy::{check_identity, typed, Strategy};
+use self::view::ObjectView;
 use self::write::{Change, Outcome, Write};
 use crate::admission::{Admission, Chain, WriteKind};
+use crate::api::resource::ServedVersion;
 use crate::api::validation::FieldError;
-use crate::api::{PodSet, PodSetStatus, Version};
-use crate::resources::podset::{PodSetStrategy, INFO};
+use crate::resources::podset::PodSetStrategy;
 use crate::storage::{ListOptions, Object, StorageError, Store};
 
 /// How long a read "not older than" a revision this server has not reached waits for it before a 504.
@@ -157,10 +157,10 @@ impl<S: Strategy> Registry<S> {
         if resource_version != Some(0) {
             self.read_revision(resource_version, false).await?;
         }
-        let found = self.get_object(key).await?.map(Stored::new);
+        let found = self.get_object(key).await?.map(|o| Stored::new(o, S::INFO));
         #[cfg(feature = "planted-bugs")]
         let found = match resource_version {
-            Some(0) => late_delete(key, found),
+            Some(0) => late_delete(key.storage_key(S::INFO), found),
             _ => found,
         };
         found.ok_or_else(|| Error::not_found(S::INFO, &key.name))
@@ -242,38 +242,36 @@ impl<S: Strategy> Registry<S> {
             .as_deref()
             .map(|k| continue_token::encode(result.revision as i64, k.strip_prefix(&prefix).unwrap_or(k)));
         Ok(ListPage {
-            items: result.items.into_iter().map(Stored::new).collect(),
+            items: result.items.into_iter().map(|o| Stored::new(o, S::INFO)).collect(),
             revision: result.revision,
             continue_token,
             remaining: result.remaining,
         })
     }
-}
 
-impl Registry<PodSetStrategy> {
-    /// GET of `/scale`.
-    pub async fn get_scale(&self, key: &ObjectKey, resource_version: Option<Revision>) -> Result<Scale> {
-        Ok(scale::scale_of(&self.get(key, resource_version).await?.decode()?))
-    }
-
-    /// POST: creates a PodSet in `namespace` from a decoded body.
+    /// POST: creates an object in `namespace` (empty for a cluster-scoped resource) from a decoded body.
     pub async fn create(&self, namespace: &str, body: Value, opts: &WriteOptions) -> Result<Written> {
-        let (ps, warnings, version) = decode_podset(body, opts.field_validation, opts.version)?;
-        self.insert(namespace, ps, warnings, version, opts).await
+        let (o, warnings, version) = decode_object::<S>(body, opts.field_validation, self.request_version(opts))?;
+        self.insert(namespace, o, warnings, version, opts).await
     }
 
     /// POST with a JSON body: [`Registry::create`] of `json_object(body)`, usually decoded without the tree.
     pub async fn create_json(&self, namespace: &str, body: &[u8], opts: &WriteOptions) -> Result<Written> {
-        let (ps, warnings, version) = decode_json_podset(body, opts.field_validation, opts.version)?;
-        self.insert(namespace, ps, warnings, version, opts).await
+        let (o, warnings, version) = decode_json_object::<S>(body, opts.field_validation, self.request_version(opts))?;
+        self.insert(namespace, o, warnings, version, opts).await
+    }
+
+    /// The version a request names (its URL's), as `S` types it.
+    fn request_version(&self, opts: &WriteOptions) -> Option<S::Version> {
+        opts.version.map(typed::<S>)
     }
 
     async fn insert(
         &self,
         namespace: &str,
-        ps: PodSet,
+        o: S::Object,
         warnings: Vec<String>,
-        version: Version,
+        version: S::Version,
         opts: &WriteOptions,
     ) -> Result<Written> {
         let key = ObjectKey::new(namespace, "");
@@ -283,10 +281,10 @@ impl Registry<PodSetStrategy> {
             key: &key,
             opts,
             options: WriteKind::Create,
-            view: &PODSET,
+            view: ObjectView::<S>::NEW,
             version,
         };
-        self.write(&w, |_| Ok(Change::update(ps.clone(), warnings.clone()))).await.map(Written::from)
+        self.write(&w, |_| Ok(Change::update(o.clone(), warnings.clone()))).await.map(Written::from)
     }
 
     /// PUT of the whole object or its status.
@@ -297,12 +295,13 @@ impl Registry<PodSetStrategy> {
         sub: Subresource,
         opts: &WriteOptions,
     ) -> Result<Written> {
-        let (ps, warnings, version) = decode_podset(body, opts.field_validation, opts.version)?;
-        check_identity(&ps.metadata, key)?;
-        let w = Write { op: Operation::Update, sub, key, opts, options: WriteKind::Update, view: &PODSET, version };
+        let (o, warnings, version) = decode_object::<S>(body, opts.field_validation, self.request_version(opts))?;
+        check_identity(S::meta(&o), key)?;
+        let view = ObjectView::<S>::NEW;
+        let w = Write { op: Operation::Update, sub, key, opts, options: WriteKind::Update, view, version };
         self.write(&w, |current| match current {
-            None => Err(Error::not_found(&INFO, &key.name)),
-            Some(_) => Ok(Change::update(ps.clone(), warnings.clone())),
+            None => Err(Error::not_found(S::INFO, &key.name)),
+            Some(_) => Ok(Change::update(o.clone(), warnings.clone())),
         })
         .await
         .map(Written::from)
@@ -321,15 +320,16 @@ impl Registry<PodSetStrategy> {
             return self.apply(key, patch, sub, opts).await;
         }
         // A patch applies to the object in the request's version.
-        let version = opts.version.unwrap_or(self.storage_version);
-        let w = Write { op: Operation::Update, sub, key, opts, options: WriteKind::Patch, view: &PODSET, version };
+        let version = self.request_version(opts).unwrap_or(self.storage_version);
+        let view = ObjectView::<S>::NEW;
+        let w = Write { op: Operation::Update, sub, key, opts, options: WriteKind::Patch, view, version };
         self.write(&w, |current| {
-            let Some((_, current)) = current else { return Err(Error::not_found(&INFO, &key.name)) };
-            let mut doc = current.to_version(version)?.to_value()?;
+            let Some((_, current)) = current else { return Err(Error::not_found(S::INFO, &key.name)) };
+            let mut doc = current.to_version(version.to_index())?.to_value()?;
             apply_patch(&mut doc, patch, patch_type)?;
-            let (ps, warnings, _) = decode_podset(doc, opts.field_validation, Some(version))?;
-            check_identity(&ps.metadata, key)?;
-            Ok(Change::update(ps, warnings))
+            let (o, warnings, _) = decode_object::<S>(doc, opts.field_validation, Some(version))?;
+            check_identity(S::meta(&o), key)?;
+            Ok(Change::update(o, warnings))
         })
         .await
         .map(Written::from)
@@ -347,76 +347,62 @@ impl Registry<PodSetStrategy> {
         }
         let mut config = yaml_object(patch)?;
         // Unknown fields per fieldValidation, and the type fields, as for any other write.
-        let (decoded, warnings, version) = decode_podset(config.clone(), opts.field_validation, opts.version)?;
-        check_identity(&decoded.metadata, key)?;
-        fieldmanager::typed::prune_unknown(podset_field_manager(version).schema(), &mut config);
-        let w = Write { op: Operation::Update, sub, key, opts, options: WriteKind::Patch, view: &PODSET, version };
+        let (decoded, warnings, version) =
+            decode_object::<S>(config.clone(), opts.field_validation, self.request_version(opts))?;
+        check_identity(S::meta(&decoded), key)?;
+        fieldmanager::typed::prune_unknown(S::field_manager(version).schema(), &mut config);
+        let view = ObjectView::<S>::NEW;
+        let w = Write { op: Operation::Update, sub, key, opts, options: WriteKind::Patch, view, version };
         self.write(&w, |current| {
             let live = match current {
                 Some((_, current)) => Some(current),
-                None if sub == Subresource::Status => return Err(Error::not_found(&INFO, &key.name)),
+                None if sub == Subresource::Status => return Err(Error::not_found(S::INFO, &key.name)),
                 None => None,
             };
             let op = fieldmanager::Operation::Apply;
             // Merged and read in the request's version, so it is validated as that version's create would be
-            // (read in the storage version, v1alpha1's annotation would stand for what v1beta1 refuses).
-            let merged = manage_fields_in(live, config.clone(), opts, op, sub, version, version)?;
-            let (mut ps, _, _) = decode_podset(merged, FieldValidation::Ignore, Some(version))?;
+            // (read in the storage version, a field kept elsewhere there would stand for what the request's
+            // version refuses).
+            let merged = manage_fields_in::<S>(live, config.clone(), opts, op, sub, version, version)?;
+            let (mut o, _, _) = decode_object::<S>(merged, FieldValidation::Ignore, Some(version))?;
             if live.is_none() {
-                ps.metadata.name = Some(key.name.clone());
+                S::meta_mut(&mut o).name = Some(key.name.clone());
             }
-            Ok(Change::applied(ps, warnings.clone()))
+            Ok(Change::applied(o, warnings.clone()))
         })
         .await
         .map(Written::from)
     }
 
-    /// A status write by an in-process manager (the controller) on the revision it read (409 when the object
-    /// changed since): through the same validation, field management and compare-and-swap as a PUT of `/status`.
-    pub async fn update_status(
+    /// A write by an in-process manager (the controller) of `sub` on the revision it read (409 when the object
+    /// changed since): `change` makes the new object of the current one, which then goes through the same
+    /// validation, field management and compare-and-swap as a PUT.
+    pub async fn update_with(
         &self,
         key: &ObjectKey,
-        status: PodSetStatus,
+        sub: Subresource,
         read_at: Revision,
         opts: &WriteOptions,
+        change: impl Fn(&mut S::Object),
     ) -> Result<Written> {
         let w = Write {
             op: Operation::Update,
-            sub: Subresource::Status,
+            sub,
             key,
             opts,
             options: WriteKind::Update,
-            view: &PODSET,
-            version: opts.version.unwrap_or(self.storage_version),
+            view: ObjectView::<S>::NEW,
+            version: self.request_version(opts).unwrap_or(self.storage_version),
         };
         self.write(&w, |current| {
-            let Some((old, _)) = current else { return Err(Error::not_found(&INFO, &key.name)) };
+            let Some((old, _)) = current else { return Err(Error::not_found(S::INFO, &key.name)) };
             let mut new = old.clone();
-            new.status = Some(status.clone());
-            new.metadata.resource_version = Some(read_at.to_string());
+            change(&mut new);
+            S::meta_mut(&mut new).resource_version = Some(read_at.to_string());
             Ok(Change::update(new, Vec::new()))
         })
         .await
         .map(Written::from)
-    }
-
-    /// PUT or PATCH of `/scale`: only `spec.replicas` changes. Returns the Scale as written.
-    pub async fn update_scale(&self, key: &ObjectKey, change: ScaleChange<'_>, opts: &WriteOptions) -> Result<Scale> {
-        let options = match change {
-            ScaleChange::Replace(_) => WriteKind::Update,
-            ScaleChange::Patch(..) => WriteKind::Patch,
-        };
-        let version = opts.version.unwrap_or(self.storage_version);
-        let w =
-            Write { op: Operation::Update, sub: Subresource::Scale, key, opts, options, view: &scale::SCALE, version };
-        let written = self
-            .write(&w, |current| {
-                let Some((old, _)) = current else { return Err(Error::not_found(&INFO, &key.name)) };
-                Ok(Change::update(scale::scaled(old, &change, key)?, Vec::new()))
-            })
-            .await
-            .map(Written::from)?;
-        Ok(scale::scale_of(&written.object.decode()?))
     }
 
     /// DELETE: the object goes at once, or is marked for deletion while finalizers hold it.
@@ -437,8 +423,8 @@ impl Registry<PodSetStrategy> {
             key,
             opts,
             options: WriteKind::Update,
-            view: &PODSET,
-            version: opts.version.unwrap_or(self.storage_version),
+            view: ObjectView::<S>::NEW,
+            version: self.request_version(opts).unwrap_or(self.storage_version),
         };
         match self.write(&w, |_| Ok(Change::Delete { options, collection })).await? {
             Outcome::Deleted { object, said, gone } => {
@@ -448,7 +434,7 @@ impl Registry<PodSetStrategy> {
         }
     }
 
-    /// Deletes every PodSet the list request selects; returns what was deleted (or marked for deletion) and the
+    /// Deletes every object the list request selects; returns what was deleted (or marked for deletion) and the
     /// revision after.
     pub async fn delete_collection(
         &self,
@@ -470,7 +456,7 @@ impl Registry<PodSetStrategy> {
     }
 }
 
-/// Per PodSet, the last live version a cached GET returned, and since when it has been hidden.
+/// Per object (by storage key), the last live version a cached GET returned, and since when it has been hidden.
 #[cfg(feature = "planted-bugs")]
 static HIDDEN: parking_lot::Mutex<std::collections::BTreeMap<String, (Stored, Option<std::time::Instant>)>> =
     parking_lot::Mutex::new(std::collections::BTreeMap::new());
@@ -478,21 +464,22 @@ static HIDDEN: parking_lot::Mutex<std::collections::BTreeMap<String, (Stored, Op
 /// What a GET of `key` at resourceVersion=0 returns, given what the cache holds: with the planted fault
 /// `LateDeletes`, the last live version it returned while the deletion is hidden.
 #[cfg(feature = "planted-bugs")]
-fn late_delete(key: &ObjectKey, cached: Option<Stored>) -> Option<Stored> {
+fn late_delete(key: String, cached: Option<Stored>) -> Option<Stored> {
     use crate::planted::{planted, Bug, LATE_DELETES};
     if !planted(Bug::LateDeletes) {
         return cached;
     }
     let mut hidden = HIDDEN.lock();
-    let live = cached.as_ref().filter(|s| s.decode().is_ok_and(|ps| ps.metadata.deletion_timestamp.is_none()));
+    let marked = |v: serde_json::Value| v.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null());
+    let live = cached.as_ref().filter(|s| s.to_value().is_ok_and(|v| !marked(v)));
     if let Some(live) = live {
-        hidden.insert(key.to_string(), (live.clone(), None));
+        hidden.insert(key, (live.clone(), None));
         return cached;
     }
-    let Some((last, since)) = hidden.get_mut(&key.to_string()) else { return cached };
+    let Some((last, since)) = hidden.get_mut(&key) else { return cached };
     if since.get_or_insert_with(std::time::Instant::now).elapsed() < LATE_DELETES {
         return Some(last.clone());
     }
-    hidden.remove(&key.to_string());
+    hidden.remove(&key);
     cached
 }

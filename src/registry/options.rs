@@ -8,8 +8,9 @@ use serde_json::Value;
 
 use super::stored::Stored;
 use super::Revision;
+use crate::api::resource::VersionIndex;
 use crate::api::selector::{FieldSelector, Selector};
-use crate::api::{UserInfo, Version};
+use crate::api::UserInfo;
 
 /// `fieldValidation`: what a write does with fields the schema does not know.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -47,8 +48,8 @@ pub struct WriteOptions {
     /// `force=true`: an apply takes over fields other managers own.
     pub force: bool,
     /// The version of the request (its URL's), which bodies must be in; `None` (in-process callers): the version
-    /// a body names, else `v1alpha1`.
-    pub version: Option<Version>,
+    /// a body names, else the resource's unnamed one.
+    pub version: Option<VersionIndex>,
 }
 
 impl WriteOptions {

@@ -8,12 +8,40 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use super::decode::{apply_patch, check_type};
 use super::error::{Error, Result};
 use super::key::ObjectKey;
-use super::options::ScaleChange;
-use super::strategy::check_identity;
+use super::options::{ScaleChange, WriteOptions};
+use super::strategy::{check_identity, typed};
 use super::view::View;
-use crate::admission::{BoxError, ObjectInterfaces};
+use super::write::{Change, Write};
+use super::{Registry, Revision, Written};
+use crate::admission::{BoxError, ObjectInterfaces, WriteKind};
 use crate::api::validation::FieldError;
-use crate::api::PodSet;
+use crate::api::{Operation, PodSet, Subresource};
+use crate::resources::podset::{PodSetStrategy, INFO};
+
+impl Registry<PodSetStrategy> {
+    /// GET of `/scale`.
+    pub async fn get_scale(&self, key: &ObjectKey, resource_version: Option<Revision>) -> Result<Scale> {
+        Ok(scale_of(&self.get(key, resource_version).await?.decode::<PodSetStrategy>()?))
+    }
+
+    /// PUT or PATCH of `/scale`: only `spec.replicas` changes. Returns the Scale as written.
+    pub async fn update_scale(&self, key: &ObjectKey, change: ScaleChange<'_>, opts: &WriteOptions) -> Result<Scale> {
+        let options = match change {
+            ScaleChange::Replace(_) => WriteKind::Update,
+            ScaleChange::Patch(..) => WriteKind::Patch,
+        };
+        let version = opts.version.map(typed::<PodSetStrategy>).unwrap_or(self.storage_version);
+        let w = Write { op: Operation::Update, sub: Subresource::Scale, key, opts, options, view: &SCALE, version };
+        let written = self
+            .write(&w, |current| {
+                let Some((old, _)) = current else { return Err(Error::not_found(&INFO, &key.name)) };
+                Ok(Change::update(scaled(old, &change, key)?, Vec::new()))
+            })
+            .await
+            .map(Written::from)?;
+        Ok(scale_of(&written.object.decode::<PodSetStrategy>()?))
+    }
+}
 
 pub(crate) fn scale_of(ps: &PodSet) -> Scale {
     let selector = ps.selector().map(|s| s.to_string());
@@ -87,12 +115,12 @@ impl ObjectInterfaces for ScaleView {
         Ok(())
     }
 
-    fn versions(&self) -> &'static [&'static str] {
-        &crate::api::Version::NAMES
+    fn versions(&self) -> &'static [crate::api::resource::VersionInfo] {
+        &crate::api::Version::INFOS
     }
 }
 
-impl View for ScaleView {
+impl View<PodSetStrategy> for ScaleView {
     fn kind(&self, _version: crate::api::Version) -> kube::core::GroupVersionKind {
         kube::core::GroupVersionKind::gvk("autoscaling", "v1", "Scale")
     }

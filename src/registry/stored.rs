@@ -1,4 +1,4 @@
-//! The registry's view of a stored PodSet. Everything outside the registry reads stored objects through these
+//! The registry's view of a stored object. Everything outside the registry reads stored objects through these
 //! accessors, and only `tree` here touches storage's parsed JSON, so storage can change how it keeps objects.
 
 use std::sync::Arc;
@@ -8,14 +8,15 @@ use serde_json::Value;
 
 use super::error::{Error, Result};
 use super::key::ObjectKey;
+use super::strategy::{typed, Strategy};
 use super::Revision;
+use crate::api::resource::{ResourceInfo, VersionIndex};
 use crate::api::selector::{FieldSelector, Selector};
-use crate::api::{conversion, PodSet, Version};
 use crate::storage::Object;
 
-/// A PodSet as stored at one revision (or as it would be stored, for a dry run).
+/// An object as stored at one revision (or as it would be stored, for a dry run), and its resource.
 #[derive(Debug, Clone)]
-pub struct Stored(Arc<Object>);
+pub struct Stored(Arc<Object>, &'static ResourceInfo);
 
 /// Whether a stored object passes a list's or watch's selectors, read from the metadata storage indexes.
 pub(crate) fn object_matches(obj: &Object, labels: &Selector, fields: &FieldSelector) -> bool {
@@ -27,8 +28,12 @@ fn unreadable(obj: &Object, e: impl std::fmt::Display) -> Error {
 }
 
 impl Stored {
-    pub(crate) fn new(obj: Arc<Object>) -> Self {
-        Self(obj)
+    pub(crate) fn new(obj: Arc<Object>, resource: &'static ResourceInfo) -> Self {
+        Self(obj, resource)
+    }
+
+    pub fn resource(&self) -> &'static ResourceInfo {
+        self.1
     }
 
     /// The object as storage holds it.
@@ -37,9 +42,9 @@ impl Stored {
     }
 
     /// An object that was not stored (dry run): its JSON, without a new resourceVersion.
-    pub(crate) fn unstored(value: Value) -> Self {
+    pub(crate) fn unstored(value: Value, resource: &'static ResourceInfo) -> Self {
         let bytes = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
-        Self(Arc::new(Object::with_bytes("", &value, bytes, 0)))
+        Self(Arc::new(Object::with_bytes("", &value, bytes, 0)), resource)
     }
 
     pub fn namespace(&self) -> &str {
@@ -73,20 +78,20 @@ impl Stored {
         self.0.parse().map_err(|e| unreadable(&self.0, e))
     }
 
-    /// The object as the hub holds it, whichever version it was stored in.
-    pub fn decode(&self) -> Result<PodSet> {
-        let mut ps: PodSet = serde_json::from_slice(&self.0.bytes).map_err(|e| unreadable(&self.0, e))?;
-        let version = Version::of_api_version(&ps.api_version).unwrap_or(Version::V1alpha1);
-        conversion::to_hub(&mut ps, version);
-        Ok(ps)
+    /// The object as `S`'s hub holds it, whichever version it was stored in.
+    pub fn decode<S: Strategy>(&self) -> Result<S::Object> {
+        debug_assert!(std::ptr::eq(S::INFO, self.1), "{} decoded as {}", self.1, S::INFO);
+        let mut o: S::Object = serde_json::from_slice(&self.0.bytes).map_err(|e| unreadable(&self.0, e))?;
+        S::to_hub(&mut o, typed::<S>(self.version()));
+        Ok(o)
     }
 
-    /// The version the object was stored in (`v1alpha1` for objects stored before there were two).
-    pub fn version(&self) -> Version {
+    /// The version the object was stored in (the resource's unnamed one for objects that name none).
+    pub fn version(&self) -> VersionIndex {
         // Stored objects are written by this server, apiVersion first; anything else is parsed to find it.
         let bytes = &self.0.bytes[..];
-        if let Some(v) = Version::ALL.into_iter().find(|v| bytes.starts_with(v.json_head().as_bytes())) {
-            return v;
+        if let Some(i) = self.1.versions.iter().position(|v| bytes.starts_with(v.json_head.as_bytes())) {
+            return VersionIndex(i as u8);
         }
         #[derive(serde::Deserialize)]
         struct Head {
@@ -95,28 +100,28 @@ impl Stored {
         }
         serde_json::from_slice::<Head>(bytes)
             .ok()
-            .and_then(|h| Version::of_api_version(&h.api_version))
-            .unwrap_or(Version::V1alpha1)
+            .and_then(|h| self.1.version_of(&h.api_version))
+            .unwrap_or(self.1.conversion.unnamed)
     }
 
     /// The object in `version`, as a client of that version reads it (its managedFields as recorded).
-    pub fn to_version(&self, version: Version) -> Result<Stored> {
-        let from = self.version();
+    pub fn to_version(&self, version: impl Into<VersionIndex>) -> Result<Stored> {
+        let (from, version) = (self.version(), version.into());
         if from == version {
             return Ok(self.clone());
         }
         if let Some(rest) = self.splice_rest(from) {
-            let bytes = [version.json_head().as_bytes(), rest].concat();
+            let bytes = [self.1.version(version).json_head.as_bytes(), rest].concat();
             let obj = Object::from_parts(&self.0.key, self.0.meta.clone(), bytes.into(), self.0.mod_revision);
-            return Ok(Self(Arc::new(obj)));
+            return Ok(Self(Arc::new(obj), self.1));
         }
         let mut value = self.to_value()?;
-        conversion::convert_value(&mut value, from, version);
+        self.1.convert_value(&mut value, from, version);
         if self.0.mod_revision == 0 {
-            return Ok(Self::unstored(value));
+            return Ok(Self::unstored(value, self.1));
         }
         let obj = Object::new(&self.0.key, value, self.0.mod_revision).map_err(|e| unreadable(&self.0, e))?;
-        Ok(Self(Arc::new(obj)))
+        Ok(Self(Arc::new(obj), self.1))
     }
 
     /// What `make` derives from this revision (a Table row, say), made once and kept as long as the revision is;
@@ -132,24 +137,14 @@ impl Stored {
     /// The same object reported at a later revision (a watch's DELETED for an object that left its selector).
     pub(crate) fn restamped(&self, revision: Revision) -> Result<Self> {
         let obj = Object::new(&self.0.key, self.to_value()?, revision).map_err(|e| unreadable(&self.0, e))?;
-        Ok(Self(Arc::new(obj)))
+        Ok(Self(Arc::new(obj), self.1))
     }
 
-    /// What follows `apiVersion` in the stored bytes, when `to` differs from the stored version only there (the
-    /// object has neither `minReadySeconds` nor its annotation, the one difference): most objects, converted by
-    /// splicing, nothing parsed.
-    fn splice_rest(&self, from: Version) -> Option<&[u8]> {
-        use memchr::memmem::Finder;
-        use std::sync::LazyLock;
-        // Built once: a finder's searcher costs as much to build as a short object takes to scan.
-        static FIELD: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"minReadySeconds\""));
-        static ANNOTATION: LazyLock<Finder<'static>> =
-            LazyLock::new(|| Finder::new(conversion::MIN_READY_SECONDS.as_bytes()));
-        let rest = self.0.bytes.strip_prefix(from.json_head().as_bytes())?;
-        if FIELD.find(rest).is_some() || ANNOTATION.find(rest).is_some() {
-            return None;
-        }
-        Some(rest)
+    /// What follows `apiVersion` in the stored bytes, when every version differs from the stored one only there
+    /// (the rest holds nothing a conversion moves): most objects, converted by splicing, nothing parsed.
+    fn splice_rest(&self, from: VersionIndex) -> Option<&[u8]> {
+        let rest = self.0.bytes.strip_prefix(self.1.version(from).json_head.as_bytes())?;
+        (self.1.conversion.version_neutral)(rest).then_some(rest)
     }
 
     /// Whether every other version has this object by [`Stored::to_version`]'s splice (the stored bytes with only
@@ -162,12 +157,12 @@ impl Stored {
 
     /// Appends the object as `version` has it to `buf` (a list's items): the stored bytes, spliced when they can be,
     /// with no copy of the object in between.
-    pub fn put_in_version(&self, buf: &mut impl bytes::BufMut, version: Version) -> Result<()> {
-        let from = self.version();
+    pub fn put_in_version(&self, buf: &mut impl bytes::BufMut, version: impl Into<VersionIndex>) -> Result<()> {
+        let (from, version) = (self.version(), version.into());
         if from == version {
             buf.put_slice(&self.0.bytes);
         } else if let Some(rest) = self.splice_rest(from) {
-            buf.put_slice(version.json_head().as_bytes());
+            buf.put_slice(self.1.version(version).json_head.as_bytes());
             buf.put_slice(rest);
         } else {
             buf.put_slice(self.to_version(version)?.bytes());
@@ -198,10 +193,11 @@ impl Stored {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::Version;
     use serde_json::json;
 
     fn stored(v: Value, revision: Revision) -> Stored {
-        Stored::new(Arc::new(Object::new("/podsets/ns/a", v, revision).unwrap()))
+        Stored::new(Arc::new(Object::new("/podsets/ns/a", v, revision).unwrap()), &crate::resources::podset::INFO)
     }
 
     #[test]
@@ -214,7 +210,7 @@ mod tests {
         want["apiVersion"] = json!("demo.k8s.io/v1alpha1");
         want["metadata"]["resourceVersion"] = json!("7");
         assert_eq!(spliced.to_value().unwrap(), want);
-        assert_eq!((spliced.resource_version(), spliced.name(), spliced.version()), (7, "a", Version::V1alpha1));
+        assert_eq!((spliced.resource_version(), spliced.name(), spliced.version()), (7, "a", Version::V1alpha1.into()));
         assert!(spliced.matches(&Selector::parse("app=x").unwrap(), &FieldSelector::default()), "indexes kept");
         // With the field, the real conversion.
         let mut with = plain.clone();

@@ -3,28 +3,31 @@
 //! and `RESTUpdateStrategy`: defaulting and validation on create and update, the main resource's and `/status`'s
 //! PrepareForUpdate.
 
-use std::fmt::{Debug, Display};
+use std::fmt::Debug;
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use rand::Rng;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use serde_json::Value;
 
 use super::error::{Error, Result};
+use super::fieldmanager::FieldManager;
 use super::key::ObjectKey;
-use crate::api::resource::ResourceInfo;
+use super::migrate::MigrationMetrics;
+use crate::api::resource::{ResourceInfo, ServedVersion, VersionIndex};
 use crate::api::validation::FieldError;
 use crate::api::Subresource;
 
-/// A resource's own rules, as k8s.io/apiserver's create and update strategies: its object type and versions, what
-/// a create clears, what the main resource and `/status` may each change, defaults and validation. The registry
-/// does the rest the same for every resource.
+/// A resource's own rules, as k8s.io/apiserver's create and update strategies: its object type and versions, how
+/// they convert, what a create clears, what the main resource and `/status` may each change, defaults, validation
+/// and field management. The registry does the rest the same for every resource.
 pub trait Strategy: Send + Sync + 'static {
     /// The hub (kube's internal version): every served version's fields.
-    type Object: Clone + PartialEq + Debug + Serialize + DeserializeOwned + Send + Sync + 'static;
+    type Object: Clone + Default + PartialEq + Debug + Serialize + DeserializeOwned + Send + Sync + 'static;
     /// A served version.
-    type Version: Copy + Eq + Debug + Display + Send + Sync + 'static;
+    type Version: ServedVersion;
 
     const INFO: &'static ResourceInfo;
     /// What objects are stored in unless the server is told otherwise.
@@ -34,6 +37,30 @@ pub trait Strategy: Send + Sync + 'static {
     fn meta_mut(o: &mut Self::Object) -> &mut ObjectMeta;
     /// The object's `apiVersion` and `kind` fields.
     fn type_fields(o: &mut Self::Object) -> (&mut String, &mut String);
+
+    /// `o`, read in `from`, as the hub holds it (with no `apiVersion`: the hub is no version clients see).
+    fn to_hub(o: &mut Self::Object, _from: Self::Version) {
+        Self::type_fields(o).0.clear();
+    }
+    /// The hub object `o` in `to`, its `apiVersion` set.
+    fn from_hub(o: &mut Self::Object, to: Self::Version) {
+        *Self::type_fields(o).0 = Self::INFO.version(to.to_index()).api_version.into();
+    }
+    /// Fields the hub has that `version` lacks: taken out of a body sent in it, and named (`spec.x`) to be
+    /// reported as unknown, as a typed decode into that version would report them.
+    fn absent_fields(_version: Self::Version, _body: &mut Value) -> Vec<String> {
+        Vec::new()
+    }
+    /// Whether a JSON body sent in `version` may be read straight into the hub: not when it may hold one of
+    /// [`Strategy::absent_fields`].
+    fn decodes_directly(_version: Self::Version, _body: &[u8]) -> bool {
+        true
+    }
+    /// A managedFields entry's field set (FieldsV1), recorded in `from`, as `to` names the same fields.
+    fn convert_fields(_fields: &mut Value, _from: Self::Version, _to: Self::Version) {}
+
+    /// Field management of objects in `version`: their schema, and the fields each subresource resets.
+    fn field_manager(version: Self::Version) -> &'static FieldManager;
 
     /// PrepareForCreate's part the resource owns: what a client may not set on a new object (its status).
     fn prepare_for_create(o: &mut Self::Object);
@@ -48,6 +75,21 @@ pub trait Strategy: Send + Sync + 'static {
     fn validate_status_update(new: &Self::Object, old: &Self::Object) -> Vec<FieldError>;
     /// Whether `metadata.generation` moves: the desired state changed.
     fn spec_changed(new: &Self::Object, old: &Self::Object) -> bool;
+
+    /// Where the storage migration reports its progress, for a resource that publishes it.
+    fn migration_metrics() -> Option<&'static dyn MigrationMetrics> {
+        None
+    }
+}
+
+/// The version an `apiVersion` of `S` names.
+pub(crate) fn version_of<S: Strategy>(api_version: &str) -> Option<S::Version> {
+    S::INFO.version_of(api_version).map(S::Version::from_index)
+}
+
+/// `S`'s typed version of a served one.
+pub(crate) fn typed<S: Strategy>(v: VersionIndex) -> S::Version {
+    S::Version::from_index(v)
 }
 
 /// Timestamps as Kubernetes keeps them: whole seconds.
@@ -249,7 +291,7 @@ mod tests {
     /// `EnsureObjectNamespaceMatchesRequestNamespace`), and the strategy's rules apply as PodSet's do.
     #[test]
     fn a_cluster_scoped_kind_is_prepared_without_a_namespace() {
-        use crate::registry::testkind::{Widget, WidgetStrategy};
+        use crate::registry::testkind::{Widget, WidgetStrategy, V1};
         let mut w: Widget = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "blue", "namespace": "stray"}, "spec": {"size": 2}, "status": {"seen": 1}
         }))
@@ -257,22 +299,22 @@ mod tests {
         assert_eq!(super::prepare_for_create::<WidgetStrategy>(&mut w, "").unwrap(), None);
         assert_eq!((w.metadata.namespace.as_deref(), w.status.as_ref(), w.kind.as_str()), (None, None, "Widget"));
         assert_eq!(w.metadata.generation, Some(1));
-        super::validate_create::<WidgetStrategy>(&mut w, "v1").unwrap();
+        super::validate_create::<WidgetStrategy>(&mut w, V1).unwrap();
         w.metadata.resource_version = Some("3".into());
 
         let key = ObjectKey::new("", "blue");
         let mut new = w.clone();
         new.spec = serde_json::json!({"size": 3});
         new.status = Some(serde_json::json!({"seen": 9}));
-        let updated = super::prepare_for_update::<WidgetStrategy>(new.clone(), &w, Subresource::Main, &key, "v1");
+        let updated = super::prepare_for_update::<WidgetStrategy>(new.clone(), &w, Subresource::Main, &key, V1);
         let updated = updated.unwrap();
         assert_eq!((updated.metadata.generation, updated.status.as_ref()), (Some(2), None));
         assert_eq!(updated.metadata.namespace, None);
-        let status = super::prepare_for_update::<WidgetStrategy>(new.clone(), &w, Subresource::Status, &key, "v1");
+        let status = super::prepare_for_update::<WidgetStrategy>(new.clone(), &w, Subresource::Status, &key, V1);
         let status = status.unwrap();
         assert_eq!((status.spec["size"].as_i64(), status.status), (Some(2), Some(serde_json::json!({"seen": 9}))));
         new.spec = serde_json::json!({"size": -1});
-        let e = super::prepare_for_update::<WidgetStrategy>(new, &w, Subresource::Main, &key, "v1").unwrap_err();
+        let e = super::prepare_for_update::<WidgetStrategy>(new, &w, Subresource::Main, &key, V1).unwrap_err();
         assert_eq!(
             e.to_string(),
             "Widget.test.podset.example \"blue\" is invalid: spec.size: Invalid value: -1: must be greater than or equal to 0"

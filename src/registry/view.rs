@@ -1,88 +1,112 @@
-//! What admission reviews of a write: the PodSet itself ([`PODSET`]), or a view of it (`/scale`'s Scale,
+//! What admission reviews of a write: the object itself ([`ObjectView`]), or a view of it (`/scale`'s Scale,
 //! [`super::scale::SCALE`]), as apiextensions-apiserver's `ScaleREST` shows its subresource to admission. The
 //! write path asks the write's view; it names no subresource.
+
+use std::marker::PhantomData;
 
 use kube::core::{GroupVersionKind, GroupVersionResource};
 use serde_json::Value;
 
-use super::decode::decode_podset;
+use super::decode::decode_object;
 use super::error::Result;
 use super::key::ObjectKey;
 use super::options::FieldValidation;
+use super::strategy::{typed, Strategy};
 use crate::admission::{Attributes, BoxError, ObjectInterfaces, RequestOptions};
-use crate::api::{conversion, Operation, PodSet, Subresource, UserInfo, Version, GROUP, KIND, PLURAL};
+use crate::api::resource::{ServedVersion, VersionInfo};
+use crate::api::{Operation, Subresource, UserInfo};
+use crate::resources::podset::{PodSetStrategy, Version};
 
 /// How admission sees the object of a write, and how what a mutating webhook made of it comes back.
-pub(crate) trait View: ObjectInterfaces {
+pub(crate) trait View<S: Strategy>: ObjectInterfaces {
     /// The kind of the objects admission reviews, for a request in `version`.
-    fn kind(&self, version: Version) -> GroupVersionKind;
+    fn kind(&self, version: S::Version) -> GroupVersionKind;
 
-    /// The object admission reviews for `ps`; `None` when that is the PodSet itself, which the caller may have as
+    /// The object admission reviews for `o`; `None` when that is the object itself, which the caller may have as
     /// JSON already.
-    fn review(&self, ps: &PodSet) -> Result<Option<Value>>;
+    fn review(&self, o: &S::Object) -> Result<Option<Value>>;
 
-    /// `proposed` with what mutating admission made of its review (a PodSet in `version`).
-    fn admitted(&self, proposed: PodSet, object: Value, key: &ObjectKey, version: Version) -> Result<PodSet>;
+    /// `proposed` with what mutating admission made of its review (an object in `version`).
+    fn admitted(&self, proposed: S::Object, object: Value, key: &ObjectKey, version: S::Version) -> Result<S::Object>;
 }
 
 /// A create's or update's body as an audit event records it (kube's `LogRequestObject`): decoded and defaulted in
 /// the version it was sent in, as the write's view reads it (`/scale`'s Scale, else the PodSet). `None` if it does
 /// not decode; the write then fails on its own.
 pub fn request_object(mut body: Value, sub: Subresource) -> Option<Value> {
-    let view: &dyn ObjectInterfaces = if sub == Subresource::Scale { &super::scale::SCALE } else { &PODSET };
+    let view: &dyn ObjectInterfaces =
+        if sub == Subresource::Scale { &super::scale::SCALE } else { ObjectView::<PodSetStrategy>::NEW };
     view.decode_and_default(&mut body).ok()?;
     Some(body)
 }
 
-/// The PodSet itself.
-#[derive(Debug)]
-pub(crate) struct PodSetView;
+/// The object itself.
+pub(crate) struct ObjectView<S>(PhantomData<S>);
 
-pub(crate) static PODSET: PodSetView = PodSetView;
+impl<S: Strategy> ObjectView<S> {
+    pub const NEW: &'static ObjectView<S> = &ObjectView(PhantomData);
+}
 
-impl ObjectInterfaces for PodSetView {
+impl<S> std::fmt::Debug for ObjectView<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ObjectView")
+    }
+}
+
+impl<S: Strategy> ObjectInterfaces for ObjectView<S> {
     fn decode_and_default(&self, object: &mut Value) -> std::result::Result<(), BoxError> {
-        let version = conversion::version_of(object).unwrap_or(Version::V1alpha1);
-        let mut ps: PodSet = serde_json::from_value(object.clone())?;
-        conversion::to_hub(&mut ps, version);
-        crate::api::defaults::default_podset(&mut ps, version);
-        conversion::from_hub(&mut ps, version);
-        *object = serde_json::to_value(ps)?;
+        let version = typed::<S>(S::INFO.version_of_value(object));
+        let mut o: S::Object = serde_json::from_value(object.clone())?;
+        S::to_hub(&mut o, version);
+        S::default(&mut o, version);
+        S::from_hub(&mut o, version);
+        *object = serde_json::to_value(o)?;
         Ok(())
     }
 
-    fn versions(&self) -> &'static [&'static str] {
-        &Version::NAMES
+    fn versions(&self) -> &'static [VersionInfo] {
+        S::INFO.versions
     }
 
     fn convert(&self, object: &mut Value, version: &str) -> std::result::Result<(), BoxError> {
-        let from = conversion::version_of(object).unwrap_or(Version::V1alpha1);
-        conversion::convert_value(object, from, version.parse()?);
+        let from = S::INFO.version_of_value(object);
+        let to = S::INFO
+            .versions
+            .iter()
+            .position(|v| v.name == version)
+            .ok_or_else(|| format!("{version:?} is not a version of {}", S::INFO.group))?;
+        S::INFO.convert_value(object, from, crate::api::resource::VersionIndex(to as u8));
         Ok(())
     }
 }
 
-impl View for PodSetView {
-    fn kind(&self, version: Version) -> GroupVersionKind {
-        GroupVersionKind::gvk(GROUP, version.as_str(), KIND)
+impl<S: Strategy> View<S> for ObjectView<S> {
+    fn kind(&self, version: S::Version) -> GroupVersionKind {
+        GroupVersionKind::gvk(S::INFO.group, S::INFO.version(version.to_index()).name, S::INFO.kind)
     }
 
-    fn review(&self, _ps: &PodSet) -> Result<Option<Value>> {
+    fn review(&self, _o: &S::Object) -> Result<Option<Value>> {
         Ok(None)
     }
 
     /// Decoded again (unknown fields dropped, as a typed object would drop them); defaults and validation follow.
-    fn admitted(&self, _proposed: PodSet, object: Value, _key: &ObjectKey, version: Version) -> Result<PodSet> {
-        let (ps, _, _) = decode_podset(object, FieldValidation::Ignore, Some(version))?;
-        Ok(ps)
+    fn admitted(
+        &self,
+        _proposed: S::Object,
+        object: Value,
+        _key: &ObjectKey,
+        version: S::Version,
+    ) -> Result<S::Object> {
+        let (o, _, _) = decode_object::<S>(object, FieldValidation::Ignore, Some(version))?;
+        Ok(o)
     }
 }
 
-/// A write to a PodSet (`sub` of it, seen through `view`) as admission is told of it.
+/// A write to an object of `S` (`sub` of it, seen through `view`) as admission is told of it.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn attributes(
-    view: &'static dyn View,
-    version: Version,
+pub(crate) fn attributes<S: Strategy>(
+    view: &'static dyn View<S>,
+    version: S::Version,
     operation: Operation,
     subresource: Subresource,
     namespace: &str,
@@ -99,7 +123,7 @@ pub(crate) fn attributes(
         user,
         dry_run,
         kind: view.kind(version),
-        resource: GroupVersionResource::gvr(GROUP, version.as_str(), PLURAL),
+        resource: GroupVersionResource::gvr(S::INFO.group, S::INFO.version(version.to_index()).name, S::INFO.plural),
         interfaces: view,
         options,
     }
@@ -115,9 +139,9 @@ pub fn admission_attributes(
     user: UserInfo,
     options: RequestOptions,
 ) -> Attributes {
-    let view: &'static dyn View = match subresource {
+    let view: &'static dyn View<PodSetStrategy> = match subresource {
         Subresource::Scale => &super::scale::SCALE,
-        _ => &PODSET,
+        _ => ObjectView::<PodSetStrategy>::NEW,
     };
     let dry_run = match &options {
         RequestOptions::Write(o) => o.dry_run.is_some(),
@@ -133,10 +157,10 @@ mod tests {
     #[test]
     fn a_patched_podset_or_scale_is_decoded_and_defaulted_again() {
         let mut ps = serde_json::json!({"apiVersion": "demo.k8s.io/v1alpha1", "kind": "PodSet", "metadata": {"name": "web"}, "spec": {}});
-        PODSET.decode_and_default(&mut ps).unwrap();
+        ObjectView::<PodSetStrategy>::NEW.decode_and_default(&mut ps).unwrap();
         assert_eq!(ps["spec"]["replicas"], 1);
         let mut bad = serde_json::json!({"metadata": {"name": "web"}, "spec": {"replicas": "many"}});
-        assert!(PODSET.decode_and_default(&mut bad).is_err());
+        assert!(ObjectView::<PodSetStrategy>::NEW.decode_and_default(&mut bad).is_err());
         let mut scale = serde_json::json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "web"}, "spec": {"replicas": 2}, "extra": 1});
         super::super::scale::SCALE.decode_and_default(&mut scale).unwrap();
         assert_eq!(

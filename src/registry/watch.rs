@@ -193,8 +193,8 @@ fn through_selectors(
     recent: &Recent,
 ) -> Result<Notification> {
     let ev = ev.map_err(|e| Error::storage(e, resource, ""))?;
-    let object = Stored::new(ev.object.clone());
-    let prev = ev.prev.clone().map(Stored::new);
+    let object = Stored::new(ev.object.clone(), resource);
+    let prev = ev.prev.clone().map(|p| Stored::new(p, resource));
     let now_in = object.matches(labels, fields);
     let was_in = prev.as_ref().is_some_and(|p| p.matches(labels, fields));
     let shared = || recent.get(ev.revision);
@@ -250,7 +250,7 @@ mod tests {
         let events: Vec<Event> = (0..10)
             .map(|_| seen(through_selectors(Ok(ev.clone()), &crate::resources::podset::INFO, &web, &fields, &recent)))
             .collect();
-        let was = Stored::new(before).restamped(5).unwrap();
+        let was = Stored::new(before, &crate::resources::podset::INFO).restamped(5).unwrap();
         for e in &events {
             assert_eq!(e.kind, EventType::Deleted);
             assert_eq!(e.object.bytes(), was.bytes(), "the previous state at the new revision, byte for byte");

@@ -15,20 +15,20 @@ use super::key::ObjectKey;
 use super::managed::{created_in_version, created_managed_fields, manage_fields_in, sent_managed_fields};
 use super::options::{DeleteOptions, Preconditions, WriteOptions};
 use super::stored::Stored;
-use super::strategy::{self, now};
+use super::strategy::{self, now, Strategy};
 use super::view::{self, View};
 use super::Registry;
 use crate::admission::{Outcome as Said, RequestOptions, WriteKind};
+use crate::api::resource::ResourceInfo;
 use crate::api::validation::{ErrorType, FieldError};
-use crate::api::{Operation, PodSet, Subresource};
-use crate::resources::podset::{PodSetStrategy, INFO};
+use crate::api::{Operation, Subresource};
 use crate::storage::{Draft, StorageError};
 
 /// Attempts at a read-modify-write before giving up on a hot object.
 const MAX_RETRIES: usize = 32;
 
 /// One write: what it does, to which part of which object, and how and by whom it is made.
-pub(crate) struct Write<'a> {
+pub(crate) struct Write<'a, S: Strategy> {
     /// `Create` is a POST: it reads nothing first. `Update` reads the current object, and may still create one
     /// (an apply to an object that does not exist).
     pub op: Operation,
@@ -39,37 +39,37 @@ pub(crate) struct Write<'a> {
     /// What admission is told the request's options were: `UpdateOptions` or `PatchOptions` (a create's are
     /// always `CreateOptions`, a delete's `DeleteOptions`).
     pub options: WriteKind,
-    /// What admission reviews: the PodSet, or a view of it (`/scale`'s Scale).
-    pub view: &'static dyn View,
+    /// What admission reviews: the object, or a view of it (`/scale`'s Scale).
+    pub view: &'static dyn View<S>,
     /// The version the request was made in: what defaults apply, and what admission sees.
-    pub version: crate::api::Version,
+    pub version: S::Version,
 }
 
 /// What a write makes of the current object.
-pub(crate) enum Change<'a> {
+pub(crate) enum Change<'a, S: Strategy> {
     /// Store this object: a create when there is no current one, else an update of it.
-    Put(Box<Proposed>),
+    Put(Box<Proposed<S>>),
     /// Delete the current object as the options say: at once, or marked while finalizers hold it. An item of a
     /// deletecollection (`collection`) is named to admission by no name, as kube-apiserver names it.
     Delete { options: &'a DeleteOptions, collection: bool },
 }
 
 /// An object a write proposes, before the server's fields, defaults and validation.
-pub(crate) struct Proposed {
-    pub object: PodSet,
+pub(crate) struct Proposed<S: Strategy> {
+    pub object: S::Object,
     pub warnings: Vec<String>,
     /// How field management records the write: `Update` still to be recorded, `Apply` merged by the apply.
     pub fields: fieldmanager::Operation,
 }
 
-impl Change<'_> {
+impl<S: Strategy> Change<'_, S> {
     /// Store `object`, recording the write in managedFields.
-    pub fn update(object: PodSet, warnings: Vec<String>) -> Self {
+    pub fn update(object: S::Object, warnings: Vec<String>) -> Self {
         Change::Put(Box::new(Proposed { object, warnings, fields: fieldmanager::Operation::Update }))
     }
 
     /// Store `object`, which an apply merged and recorded already.
-    pub fn applied(object: PodSet, warnings: Vec<String>) -> Self {
+    pub fn applied(object: S::Object, warnings: Vec<String>) -> Self {
         Change::Put(Box::new(Proposed { object, warnings, fields: fieldmanager::Operation::Apply }))
     }
 }
@@ -120,10 +120,10 @@ enum Plan {
 impl Preconditions {
     /// `storage.Preconditions.Check`: the object must still be the one the caller means.
     pub(crate) fn check(&self, current: &Stored, name: &str) -> Result<()> {
-        let uid = current.uid().unwrap_or("");
+        let (uid, resource) = (current.uid().unwrap_or(""), current.resource());
         if let Some(want) = self.uid.as_deref().filter(|u| !u.is_empty() && *u != uid) {
             return Err(Error::conflict(
-                &INFO,
+                resource,
                 name,
                 format!("Precondition failed: UID in precondition: {want}, UID in object meta: {uid}"),
             ));
@@ -131,7 +131,7 @@ impl Preconditions {
         let rv = current.resource_version();
         if let Some(want) = self.resource_version.as_deref().filter(|want| *want != rv.to_string()) {
             return Err(Error::conflict(
-                &INFO,
+                resource,
                 name,
                 format!("Precondition failed: ResourceVersion in precondition: {want}, ResourceVersion in object meta: {rv}"),
             ));
@@ -140,41 +140,42 @@ impl Preconditions {
     }
 }
 
-impl Registry {
+impl<S: Strategy> Registry<S> {
     /// The one write function: `change` turns the current object (`None`: there is none) into what to store.
-    pub(crate) async fn write<'o, F>(&self, w: &Write<'_>, mut change: F) -> Result<Outcome>
+    pub(crate) async fn write<'o, F>(&self, w: &Write<'_, S>, mut change: F) -> Result<Outcome>
     where
-        F: FnMut(Option<(&PodSet, &Stored)>) -> Result<Change<'o>>,
+        F: FnMut(Option<(&S::Object, &Stored)>) -> Result<Change<'o, S>>,
     {
+        let info: &'static ResourceInfo = S::INFO;
         let mut synced = false;
         for _ in 0..MAX_RETRIES {
             let current = match w.op {
                 Operation::Create => None,
-                _ => self.get_for_write(w.key).await?.map(Stored::new),
+                _ => self.get_for_write(w.key).await?.map(|o| Stored::new(o, info)),
             };
-            // A PodSet is some 2.4 KB: boxed, with each step's future, so that the futures of every write and of
+            // An object may be kilobytes: boxed, with each step's future, so that the futures of every write and of
             // the handlers above it stay small (they are moved whole on their way to the runtime).
-            let old = current.as_ref().map(Stored::decode).transpose()?.map(Box::new);
+            let old = current.as_ref().map(Stored::decode::<S>).transpose()?.map(Box::new);
             let step = match (change(old.as_deref().zip(current.as_ref()))?, current.as_ref(), old) {
                 (Change::Put(p), None, _) => Box::pin(self.plan_create(w, *p)).await,
                 (Change::Put(p), Some(cur), Some(old)) => Box::pin(self.plan_update(w, *p, cur, old)).await,
                 (Change::Delete { options, collection }, Some(cur), Some(old)) => {
                     Box::pin(self.plan_delete(w, options, collection, cur, old)).await
                 }
-                (Change::Delete { .. }, None, _) | (_, Some(_), None) => Err(Error::not_found(&INFO, &w.key.name)),
+                (Change::Delete { .. }, None, _) | (_, Some(_), None) => Err(Error::not_found(info, &w.key.name)),
             };
             let step = match step {
                 // A precondition failed on the cache, which may lag a write another replica acknowledged: judge it
                 // again on the newest state before calling it failed, as GuaranteedUpdate does on a cached object.
                 Err(Error::Conflict { .. }) if current.is_some() && !std::mem::replace(&mut synced, true) => {
-                    self.store.sync().await.map_err(|e| Error::storage(e, &INFO, &w.key.name))?;
+                    self.store.sync().await.map_err(|e| Error::storage(e, info, &w.key.name))?;
                     continue;
                 }
                 step => step?,
             };
             let plan = match step {
                 Step::Done(outcome) => return Ok(outcome),
-                Step::Store(plan) if w.opts.dry_run => return Ok(dry_run(plan)),
+                Step::Store(plan) if w.opts.dry_run => return Ok(dry_run(plan, info)),
                 Step::Store(plan) => plan,
             };
             // Who may retry when the name is taken: a POST whose name was generated, or a write that found no
@@ -190,39 +191,39 @@ impl Registry {
                 Plan::Create { key, value, managed_fields, said, .. } => {
                     name = key.name.clone();
                     let raw: Vec<(&str, &str)> = managed_fields.iter().map(|m| ("managedFields", m.as_str())).collect();
-                    let draft = Draft::new(&value, &raw).map_err(|e| Error::storage(e, &INFO, &name))?;
+                    let draft = Draft::new(&value, &raw).map_err(|e| Error::storage(e, info, &name))?;
                     #[cfg(feature = "planted-bugs")]
                     if crate::planted::strikes(crate::planted::Bug::AckBeforeCommit, 4) {
                         let revision = self.store.current_revision() + 1;
-                        let object = crate::storage::Object::from_draft(&key.storage_key(&INFO), draft, revision);
+                        let object = crate::storage::Object::from_draft(&key.storage_key(info), draft, revision);
                         return Ok(Outcome::Put {
-                            object: Stored::new(std::sync::Arc::new(object)),
+                            object: Stored::new(std::sync::Arc::new(object), info),
                             said,
                             created: true,
                         });
                     }
-                    let result = self.store.create(&key.storage_key(&INFO), draft).await;
-                    result.map(|o| Outcome::Put { object: Stored::new(o), said, created: true })
+                    let result = self.store.create(&key.storage_key(info), draft).await;
+                    result.map(|o| Outcome::Put { object: Stored::new(o, info), said, created: true })
                 }
                 Plan::Update { value, said } => {
-                    let draft = Draft::new(&value, &[]).map_err(|e| Error::storage(e, &INFO, &name))?;
-                    let result = self.store.update(&w.key.storage_key(&INFO), draft, expected).await;
+                    let draft = Draft::new(&value, &[]).map_err(|e| Error::storage(e, info, &name))?;
+                    let result = self.store.update(&w.key.storage_key(info), draft, expected).await;
                     #[cfg(feature = "planted-bugs")]
                     if result.is_ok() && crate::planted::strikes(crate::planted::Bug::ConflictAfterCommit, 4) {
-                        return Err(Error::stale(&INFO, &name));
+                        return Err(Error::stale(info, &name));
                     }
-                    result.map(|o| Outcome::Put { object: Stored::new(o), said, created: false })
+                    result.map(|o| Outcome::Put { object: Stored::new(o, info), said, created: false })
                 }
                 Plan::Mark { value, said } => {
-                    let draft = Draft::new(&value, &[]).map_err(|e| Error::storage(e, &INFO, &name))?;
-                    let result = self.store.update(&w.key.storage_key(&INFO), draft, expected).await;
-                    result.map(|o| Outcome::Deleted { object: Stored::new(o), said, gone: false })
+                    let draft = Draft::new(&value, &[]).map_err(|e| Error::storage(e, info, &name))?;
+                    let result = self.store.update(&w.key.storage_key(info), draft, expected).await;
+                    result.map(|o| Outcome::Deleted { object: Stored::new(o, info), said, gone: false })
                 }
                 Plan::Remove { put, said, .. } => {
-                    let result = self.store.delete(&w.key.storage_key(&INFO), expected).await;
+                    let result = self.store.delete(&w.key.storage_key(info), expected).await;
                     result.map(|o| match put {
-                        Some(_) => Outcome::Put { object: Stored::new(o), said, created: false },
-                        None => Outcome::Deleted { object: Stored::new(o), said, gone: true },
+                        Some(_) => Outcome::Put { object: Stored::new(o, info), said, created: false },
+                        None => Outcome::Deleted { object: Stored::new(o, info), said, gone: true },
                     })
                 }
             };
@@ -232,42 +233,43 @@ impl Registry {
                 // state (a precondition is checked there; an update of nothing is a 404 there).
                 Err(StorageError::Conflict { .. } | StorageError::NotFound { .. }) if current.is_some() => continue,
                 Err(StorageError::AlreadyExists { .. }) if retry_taken => continue,
-                Err(e) => return Err(Error::storage(e, &INFO, &name)),
+                Err(e) => return Err(Error::storage(e, info, &name)),
             }
         }
-        Err(Error::stale(&INFO, &w.key.name))
+        Err(Error::stale(info, &w.key.name))
     }
 
     /// Mutating admission, PrepareForCreate, defaults, validation, field tracking and validating admission of a
     /// new object.
-    async fn plan_create(&self, w: &Write<'_>, p: Proposed) -> Result<Step> {
-        let mut ps = p.object;
+    async fn plan_create(&self, w: &Write<'_, S>, p: Proposed<S>) -> Result<Step> {
+        let mut o = p.object;
         // As kube-apiserver: a create's attributes carry the name sent (empty with generateName), and admission
         // is told of CreateOptions even when an apply creates.
-        let name = ps.metadata.name.clone().unwrap_or_default();
+        let name = S::meta(&o).name.clone().unwrap_or_default();
         let options = || self.options(w, WriteKind::Create);
         let mut review = self.review(w, Operation::Create, &name, options, p.warnings);
         // Mutating admission sees the object as sent, before the server's own fields.
-        ps.kind = crate::api::KIND.into();
-        review.admit(&mut ps, None, w.key).await?;
-        let prefix = strategy::prepare_for_create::<PodSetStrategy>(&mut ps, &w.key.namespace)?;
+        *S::type_fields(&mut o).1 = S::INFO.kind.into();
+        review.admit(&mut o, None, w.key).await?;
+        let prefix = strategy::prepare_for_create::<S>(&mut o, &w.key.namespace)?;
         if let Some(prefix) = &prefix {
-            ps.metadata.name = Some(strategy::generated_name(prefix));
+            S::meta_mut(&mut o).name = Some(strategy::generated_name(prefix));
         }
-        strategy::validate_create::<PodSetStrategy>(&mut ps, w.version)?;
-        let key = ObjectKey::new(&w.key.namespace, ps.metadata.name.clone().unwrap_or_default());
+        strategy::validate_create::<S>(&mut o, w.version)?;
+        let key = ObjectKey::new(&w.key.namespace, S::meta(&o).name.clone().unwrap_or_default());
         let (storage, version) = (self.storage_version, w.version);
-        let mut value = versioned_value(&ps, storage)?;
+        let mut value = versioned_value::<S>(&o, storage)?;
         // A create's managedFields are written out as JSON and stored as such, never built as a tree; ones the
         // client sent go the general way. Either way the writer's fields are recorded in the request's version.
         let managed_fields = match p.fields {
             fieldmanager::Operation::Update if sent_managed_fields(&value) => {
-                let sent = versioned_value(&ps, version)?;
-                value = manage_fields_in(None, sent, w.opts, fieldmanager::Operation::Update, w.sub, version, storage)?;
+                let sent = versioned_value::<S>(&o, version)?;
+                let op = fieldmanager::Operation::Update;
+                value = manage_fields_in::<S>(None, sent, w.opts, op, w.sub, version, storage)?;
                 None
             }
-            fieldmanager::Operation::Update => created_managed_fields(&mut value, w.opts, storage)
-                .map(|entries| created_in_version(entries, storage, version)),
+            fieldmanager::Operation::Update => created_managed_fields::<S>(&mut value, w.opts, storage)
+                .map(|entries| created_in_version::<S>(entries, storage, version)),
             fieldmanager::Operation::Apply => None,
         };
         // Validating admission sees the object as it is to be stored.
@@ -278,7 +280,7 @@ impl Registry {
             }
             Ok(object)
         };
-        review.validate(&ps, stored, None).await?;
+        review.validate(&o, stored, None).await?;
         let generated = prefix.is_some();
         let said = review.said;
         Ok(Step::Store(Plan::Create { key, value, managed_fields, said, generated }))
@@ -286,19 +288,24 @@ impl Registry {
 
     /// Preconditions, mutating admission, PrepareForUpdate, defaults, validation, field tracking and validating
     /// admission of a change to `old`.
-    async fn plan_update(&self, w: &Write<'_>, p: Proposed, current: &Stored, old: Box<PodSet>) -> Result<Step> {
+    async fn plan_update(
+        &self,
+        w: &Write<'_, S>,
+        p: Proposed<S>,
+        current: &Stored,
+        old: Box<S::Object>,
+    ) -> Result<Step> {
         let name = &w.key.name;
         // As kube-apiserver: the body's uid is a precondition, and so is its resourceVersion, which fails as any
         // compare-and-swap that lost a race does.
-        let uid = p.object.metadata.uid.clone();
+        let uid = S::meta(&p.object).uid.clone();
         Preconditions { uid, resource_version: None }.check(current, name)?;
-        if p.object
-            .metadata
+        if S::meta(&p.object)
             .resource_version
             .as_deref()
             .is_some_and(|rv| !rv.is_empty() && rv != current.resource_version().to_string())
         {
-            return Err(Error::stale(&INFO, name));
+            return Err(Error::stale(S::INFO, name));
         }
         let mut review = self.review(w, Operation::Update, name, || self.options(w, w.options), p.warnings);
         let tracked = p.fields == fieldmanager::Operation::Update;
@@ -312,16 +319,16 @@ impl Registry {
         let old_view = review.old(&old, || live.clone().map_or_else(|| current.to_value(), Ok))?;
         let mut proposed = p.object;
         review.admit(&mut proposed, old_view.as_ref(), w.key).await?;
-        let mut new = strategy::prepare_for_update::<PodSetStrategy>(proposed, &old, w.sub, w.key, w.version)?;
+        let mut new = strategy::prepare_for_update::<S>(proposed, &old, w.sub, w.key, w.version)?;
         let value = match tracked {
             true => {
-                let sent = versioned_value(&new, w.version)?;
+                let sent = versioned_value::<S>(&new, w.version)?;
                 let op = fieldmanager::Operation::Update;
-                manage_fields_in(Some(current), sent, w.opts, op, w.sub, w.version, storage)?
+                manage_fields_in::<S>(Some(current), sent, w.opts, op, w.sub, w.version, storage)?
             }
-            false => versioned_value(&new, storage)?,
+            false => versioned_value::<S>(&new, storage)?,
         };
-        new.metadata.managed_fields = value
+        S::meta_mut(&mut new).managed_fields = value
             .pointer("/metadata/managedFields")
             .map(|m| serde_json::from_value(m.clone()))
             .transpose()
@@ -336,8 +343,8 @@ impl Registry {
             return Ok(Step::Done(Outcome::Put { object, said, created: false }));
         }
         // The last finalizer is gone from an object marked for deletion: it goes now, as in kube-apiserver.
-        let finalized =
-            new.metadata.deletion_timestamp.is_some() && new.metadata.finalizers.as_ref().is_none_or(Vec::is_empty);
+        let meta = S::meta(&new);
+        let finalized = meta.deletion_timestamp.is_some() && meta.finalizers.as_ref().is_none_or(Vec::is_empty);
         Ok(Step::Store(match finalized {
             true => Plan::Remove { was: current.clone(), said, put: Some(value) },
             false => Plan::Update { value, said },
@@ -348,17 +355,17 @@ impl Registry {
     /// hold it.
     async fn plan_delete(
         &self,
-        w: &Write<'_>,
+        w: &Write<'_, S>,
         d: &DeleteOptions,
         collection: bool,
         current: &Stored,
-        old: Box<PodSet>,
+        old: Box<S::Object>,
     ) -> Result<Step> {
         let name = &w.key.name;
         if let Some(p) = &d.preconditions {
             p.check(current, name)?;
         }
-        let mut finalizers = old.metadata.finalizers.clone().unwrap_or_default();
+        let mut finalizers = S::meta(&old).finalizers.clone().unwrap_or_default();
         match d.propagation()? {
             Some(Propagation::Orphan) => set_finalizer(&mut finalizers, "orphan", "foregroundDeletion"),
             Some(Propagation::Foreground) => set_finalizer(&mut finalizers, "foregroundDeletion", "orphan"),
@@ -375,27 +382,28 @@ impl Registry {
             return Ok(Step::Store(Plan::Remove { was: current.clone(), said, put: None }));
         }
         // Graceful: mark for deletion; whoever owns the finalizers finishes it.
-        let mut ps = old.clone();
-        ps.metadata.finalizers = Some(finalizers);
-        if ps.metadata.deletion_timestamp.is_none() {
-            ps.metadata.deletion_timestamp = Some(now());
-            ps.metadata.deletion_grace_period_seconds = Some(0);
+        let mut marked = old.clone();
+        let meta = S::meta_mut(&mut marked);
+        meta.finalizers = Some(finalizers);
+        if meta.deletion_timestamp.is_none() {
+            meta.deletion_timestamp = Some(now());
+            meta.deletion_grace_period_seconds = Some(0);
         }
-        if ps == old {
+        if marked == old {
             return Ok(Step::Done(Outcome::Deleted { object: current.clone(), said, gone: false }));
         }
-        Ok(Step::Store(Plan::Mark { value: versioned_value(&ps, self.storage_version)?, said }))
+        Ok(Step::Store(Plan::Mark { value: versioned_value::<S>(&marked, self.storage_version)?, said }))
     }
 
     /// The write's admission, as `op` on `name` (its attributes built only when a plugin runs).
     fn review(
         &self,
-        w: &Write<'_>,
+        w: &Write<'_, S>,
         op: Operation,
         name: &str,
         options: impl FnOnce() -> RequestOptions,
         warnings: Vec<String>,
-    ) -> Review<'_> {
+    ) -> Review<'_, S> {
         let attrs = || {
             let (user, dry_run) = (w.opts.user.clone(), w.opts.dry_run);
             view::attributes(w.view, w.version, op, w.sub, &w.key.namespace, name, user, dry_run, options())
@@ -404,26 +412,25 @@ impl Registry {
     }
 
     /// The options admission is told of, as kube-apiserver fills them.
-    fn options(&self, w: &Write<'_>, kind: WriteKind) -> RequestOptions {
+    fn options(&self, w: &Write<'_, S>, kind: WriteKind) -> RequestOptions {
         let manager = w.opts.field_manager_named.then_some(w.opts.field_manager.as_str());
         RequestOptions::write(kind, w.opts.dry_run, manager)
     }
 }
 
 /// What a dry run answers: the object as it would be stored (or, deleted, as it was).
-fn dry_run(plan: Plan) -> Outcome {
+fn dry_run(plan: Plan, resource: &'static ResourceInfo) -> Outcome {
+    let unstored = |value| Stored::unstored(value, resource);
     match plan {
         Plan::Create { mut value, managed_fields, said, .. } => {
             if let Some(m) = managed_fields.and_then(|json| serde_json::from_str::<Value>(&json).ok()) {
                 value["metadata"]["managedFields"] = m;
             }
-            Outcome::Put { object: Stored::unstored(value), said, created: true }
+            Outcome::Put { object: unstored(value), said, created: true }
         }
-        Plan::Update { value, said } => Outcome::Put { object: Stored::unstored(value), said, created: false },
-        Plan::Mark { value, said } => Outcome::Deleted { object: Stored::unstored(value), said, gone: false },
-        Plan::Remove { put: Some(value), said, .. } => {
-            Outcome::Put { object: Stored::unstored(value), said, created: false }
-        }
+        Plan::Update { value, said } => Outcome::Put { object: unstored(value), said, created: false },
+        Plan::Mark { value, said } => Outcome::Deleted { object: unstored(value), said, gone: false },
+        Plan::Remove { put: Some(value), said, .. } => Outcome::Put { object: unstored(value), said, created: false },
         Plan::Remove { was, said, put: None } => Outcome::Deleted { object: was, said, gone: true },
     }
 }
@@ -497,6 +504,7 @@ mod tests {
     use super::*;
     use crate::api::UserInfo;
     use crate::registry::{PatchType, Written};
+    use crate::resources::podset::PodSetStrategy;
 
     async fn registry(dir: &std::path::Path) -> Registry {
         Registry::on_sled(dir).await
@@ -561,7 +569,7 @@ mod tests {
         let before = reg.get(&key, None).await.unwrap();
         let patch = br#"{"spec":{"replicas":5}}"#;
         let w = reg.patch(&key, patch, PatchType::Merge, Subresource::Main, &dry).await.unwrap();
-        assert_eq!(w.object.decode().unwrap().spec.replicas, Some(5));
+        assert_eq!(w.object.decode::<PodSetStrategy>().unwrap().spec.replicas, Some(5));
         let d = reg.delete(&key, &DeleteOptions::default(), &dry).await.unwrap();
         assert!(d.gone);
         let after = reg.get(&key, None).await.unwrap();
@@ -578,12 +586,12 @@ mod tests {
         let key = ObjectKey::new("ns", "a");
         let d = reg.delete(&key, &DeleteOptions::default(), &opts()).await.unwrap();
         assert!(!d.gone);
-        let marked = d.object.decode().unwrap();
+        let marked = d.object.decode::<PodSetStrategy>().unwrap();
         assert!(marked.metadata.deletion_timestamp.is_some());
         let again = reg.delete(&key, &DeleteOptions::default(), &opts()).await.unwrap();
         assert_eq!(again.object.resource_version(), d.object.resource_version(), "marking twice changes nothing");
         let orphan = DeleteOptions { propagation_policy: Some("Orphan".into()), ..Default::default() };
-        let o = reg.delete(&key, &orphan, &opts()).await.unwrap().object.decode().unwrap();
+        let o = reg.delete(&key, &orphan, &opts()).await.unwrap().object.decode::<PodSetStrategy>().unwrap();
         assert_eq!(o.metadata.finalizers, Some(vec!["example.com/hold".to_owned(), "orphan".to_owned()]));
         let bad = DeleteOptions { propagation_policy: Some("Sometimes".into()), ..Default::default() };
         assert!(matches!(reg.delete(&key, &bad, &opts()).await, Err(Error::Invalid { .. })));
@@ -618,7 +626,7 @@ mod tests {
         let cfg = b"apiVersion: demo.k8s.io/v1alpha1\nkind: PodSet\nmetadata: {name: a}\nspec: {replicas: 3}\n";
         let changed = reg.patch(&key, cfg, PatchType::Apply, Subresource::Main, &opts()).await.unwrap();
         assert!(!changed.created);
-        assert_eq!(changed.object.decode().unwrap().spec.replicas, Some(3));
+        assert_eq!(changed.object.decode::<PodSetStrategy>().unwrap().spec.replicas, Some(3));
         let missing = ObjectKey::new("ns", "b");
         let status = b"apiVersion: demo.k8s.io/v1alpha1\nkind: PodSet\nmetadata: {name: b}\nstatus: {replicas: 1}\n";
         let e = reg.patch(&missing, status, PatchType::Apply, Subresource::Status, &opts()).await;

@@ -79,7 +79,7 @@ impl Matcher {
         if !self.equivalent {
             return None;
         }
-        let others = a.interfaces.versions().iter().filter(|v| **v != requested);
+        let others = a.interfaces.versions().iter().map(|v| v.name).filter(|v| *v != requested);
         others.into_iter().find(|v| rules.iter().any(|r| r.matches(a, v))).map(|v| v.to_string())
     }
 

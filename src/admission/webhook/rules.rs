@@ -49,7 +49,7 @@ fn invocation_version(hook: &Hook, a: &Attributes) -> Option<String> {
     if hook.match_policy.as_deref() == Some("Exact") {
         return None;
     }
-    let others = a.interfaces.versions().iter().filter(|v| **v != requested);
+    let others = a.interfaces.versions().iter().map(|v| v.name).filter(|v| *v != requested);
     others.into_iter().find(|v| hook.rules.iter().any(|r| rule_matches(r, a, v))).map(|v| v.to_string())
 }
 

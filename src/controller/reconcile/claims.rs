@@ -15,6 +15,7 @@ use super::{is_not_found, owner_reference, Error};
 use crate::api::selector::Selector;
 use crate::api::{PodSet, KIND};
 use crate::registry::{ListRequest, PodSetKey};
+use crate::resources::podset::PodSetStrategy;
 
 /// `syncReplicaSet`'s terminating Pods: `FilterTerminatingPods`, then `FilterClaimedPods` (ours by UID, selected).
 pub(super) fn terminating(pods: &[Arc<Pod>], uid: &str, selector: &Selector) -> usize {
@@ -56,7 +57,7 @@ pub(super) async fn recheck(ctx: &Context, key: &PodSetKey, ps: &PodSet) -> Resu
     if crate::planted::planted(crate::planted::Bug::NoAdoptionRecheck) {
         return Ok(());
     }
-    let fresh = match ctx.registry.get(key, None).await.and_then(|o| o.decode()) {
+    let fresh = match ctx.registry.get(key, None).await.and_then(|o| o.decode::<PodSetStrategy>()) {
         Ok(fresh) => fresh,
         Err(e) => return Err(format!("can't recheck DeletionTimestamp: {e}")),
     };
@@ -101,7 +102,7 @@ pub(super) async fn indirectly_related_pods<'a>(ctx: &Context, ps: &PodSet, pods
     let Some(owner) = controller_of(&ps.metadata) else { return Vec::new() };
     let list = ListRequest { namespace: ps.namespace(), resource_version: Some(0), ..ListRequest::readable() };
     let podsets: Vec<PodSet> = match ctx.registry.list(list).await {
-        Ok(page) => page.items.iter().filter_map(|o| o.decode().ok()).collect(),
+        Ok(page) => page.items.iter().filter_map(|o| o.decode::<PodSetStrategy>().ok()).collect(),
         Err(e) => {
             tracing::warn!(podset = %ps.name_any(), error = %e, "listing related PodSets failed");
             return Vec::new();

@@ -21,8 +21,9 @@ use self::records::{create_failed, created, delete_failed, deleted, publish};
 use self::status::{status_of, Counted};
 use super::pods::pods_to_delete;
 use super::Context;
-use crate::api::{PodSet, UserInfo, API_VERSION, KIND};
+use crate::api::{PodSet, Subresource, UserInfo, API_VERSION, KIND};
 use crate::registry::{self, PodSetKey, Revision, WriteOptions};
+use crate::resources::podset::PodSetStrategy;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -116,7 +117,7 @@ async fn reconcile_once(ctx: &Arc<Context>, key: &PodSetKey) -> Result<(), Error
         }
         Err(e) => return Err(Error::Read(e)),
     };
-    let ps = obj.decode().map_err(Error::Read)?;
+    let ps = obj.decode::<PodSetStrategy>().map_err(Error::Read)?;
     if ps.metadata.deletion_timestamp.is_some() {
         // The garbage collector removes the Pods through their ownerReferences.
         return Ok(());
@@ -308,7 +309,8 @@ async fn write_status(
         return Ok(());
     }
     let opts = WriteOptions::manager(FIELD_MANAGER, controller_user());
-    match ctx.registry.update_status(key, status, read_at, &opts).await {
+    let set = |ps: &mut PodSet| ps.status = Some(status.clone());
+    match ctx.registry.update_with(key, Subresource::Status, read_at, &opts, set).await {
         Ok(_) => Ok(()),
         Err(registry::Error::Conflict { .. }) => Err(Error::Conflict),
         Err(registry::Error::NotFound { .. }) => Ok(()),

@@ -145,9 +145,24 @@ fn annotations(v: &Value) -> Option<&Map<String, Value>> {
     v.pointer("/metadata/annotations").and_then(Value::as_object)
 }
 
+/// kube's reset fields: per subresource, the fields a write to it never changes (the main resource keeps status,
+/// `/status` everything else), so that nobody owns them through it.
+pub struct ResetFields {
+    pub main: &'static [&'static [&'static str]],
+    pub status: &'static [&'static [&'static str]],
+    pub scale: &'static [&'static [&'static str]],
+}
+
 impl FieldManager {
-    /// `definitions`: OpenAPI v3 component schemas; `root`: the resource's definition name.
-    pub fn new(definitions: &Map<String, Value>, root: &str, api_version: &str, skeleton: Value) -> Self {
+    /// `definitions`: OpenAPI v3 component schemas; `root`: the resource's definition name; `reset`: what each
+    /// subresource never writes.
+    pub fn new(
+        definitions: &Map<String, Value>,
+        root: &str,
+        api_version: &str,
+        skeleton: Value,
+        reset: &ResetFields,
+    ) -> Self {
         let strip = set_of(&[
             &["apiVersion"],
             &["kind"],
@@ -162,11 +177,7 @@ impl FieldManager {
             &["metadata", "managedFields"],
             &["metadata", "resourceVersion"],
         ]);
-        let ignored = [
-            set_of(&[&["status"]]),
-            set_of(&[&["metadata"], &["spec"]]),
-            set_of(&[&["metadata"], &["status"], &["spec", "selector"], &["spec", "template"]]),
-        ];
+        let ignored = [set_of(reset.main), set_of(reset.status), set_of(reset.scale)];
         Self {
             schema: Schema::from_openapi(definitions, root),
             api_version: api_version.to_owned(),

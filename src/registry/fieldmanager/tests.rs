@@ -18,6 +18,7 @@ fn fm() -> FieldManager {
         &podset_definition(Version::V1alpha1),
         V,
         json!({"metadata": {}, "spec": {"template": {"metadata": {}, "spec": {"containers": null}}}, "status": {}}),
+        &crate::resources::podset::RESET_FIELDS,
     )
 }
 

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::{PodSet, Version};
+use crate::api::resource::{ServedVersion, VersionIndex};
 
 /// Where `v1alpha1` keeps `v1beta1`'s `spec.minReadySeconds`.
 pub const MIN_READY_SECONDS: &str = "demo.k8s.io/v1beta1-min-ready-seconds";
@@ -106,6 +107,22 @@ pub fn convert_value(value: &mut Value, from: Version, to: Version) {
         }
         _ => {}
     }
+}
+
+/// [`convert_value`] between versions as the layers that serve any resource name them.
+pub(super) fn convert_value_at(value: &mut Value, from: VersionIndex, to: VersionIndex) {
+    convert_value(value, Version::from_index(from), Version::from_index(to))
+}
+
+/// Whether a PodSet's JSON (or managedFields' field sets, `f:minReadySeconds`) reads the same in every version: it
+/// has neither `minReadySeconds` nor the annotation that holds it in `v1alpha1`, the one difference.
+pub(super) fn version_neutral(json: &[u8]) -> bool {
+    use memchr::memmem::Finder;
+    use std::sync::LazyLock;
+    // Built once: a finder's searcher costs as much to build as a short object takes to scan.
+    static FIELD: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"minReadySeconds"));
+    static ANNOTATION: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(MIN_READY_SECONDS.as_bytes()));
+    FIELD.find(json).is_none() && ANNOTATION.find(json).is_none()
 }
 
 /// The version a stored or sent object's `apiVersion` names, if it is one of ours.

@@ -8,31 +8,33 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use super::Version;
 use crate::metrics::{registered, Families};
+use crate::registry::MigrationMetrics;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct VersionLabel {
-    pub version: String,
+struct VersionLabel {
+    version: String,
 }
 
 #[derive(Debug, Default)]
-pub(crate) struct MigrationMetrics {
+pub(crate) struct StorageMetrics {
     /// PodSets in the whole store stored in another version than this server's storage version, or by another
     /// encryption provider than the one writing now.
-    pub storage_migration_remaining: Gauge,
+    storage_migration_remaining: Gauge,
     /// PodSets in the whole store by the version each is stored in.
-    pub storage_version_objects: Family<VersionLabel, Gauge>,
+    storage_version_objects: Family<VersionLabel, Gauge>,
     /// PodSets the storage migration rewrote.
-    pub storage_migration_migrated: Counter,
+    storage_migration_migrated: Counter,
 }
 
-static METRICS: LazyLock<MigrationMetrics> = LazyLock::new(|| registered(MigrationMetrics::default()));
+static METRICS: LazyLock<StorageMetrics> = LazyLock::new(|| registered(StorageMetrics::default()));
 
-pub(crate) fn metrics() -> &'static MigrationMetrics {
+pub(crate) fn metrics() -> &'static StorageMetrics {
     &METRICS
 }
 
-impl Families for MigrationMetrics {
+impl Families for StorageMetrics {
     fn register(&self, r: &mut Registry) {
         r.register(
             "podset_storage_migration_remaining",
@@ -51,5 +53,19 @@ impl Families for MigrationMetrics {
             "PodSets the migration pass rewrote in the storage version.",
             self.storage_migration_migrated.clone(),
         );
+    }
+}
+
+impl MigrationMetrics for StorageMetrics {
+    fn migrated(&self) {
+        self.storage_migration_migrated.inc();
+    }
+
+    fn counted(&self, per_version: &[usize], remaining: usize) {
+        for v in Version::ALL {
+            let label = VersionLabel { version: v.as_str().into() };
+            self.storage_version_objects.get_or_create(&label).set(per_version[v.index()] as i64);
+        }
+        self.storage_migration_remaining.set(remaining as i64);
     }
 }

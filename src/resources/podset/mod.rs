@@ -11,10 +11,10 @@ mod types;
 pub mod validation;
 mod version;
 
-use crate::api::resource::{ResourceInfo, Scope};
+use crate::api::resource::{Conversion, ResourceInfo, Scope};
 use crate::registry::ObjectKey;
 
-pub use strategy::PodSetStrategy;
+pub use strategy::{PodSetStrategy, RESET_FIELDS};
 pub use types::{PodSet, PodSetList, PodSetSpec, PodSetStatus};
 pub use version::Version;
 
@@ -45,5 +45,11 @@ pub static INFO: ResourceInfo = ResourceInfo {
     short_names: SHORT_NAMES,
     categories: CATEGORIES,
     scope: Scope::Namespaced,
+    versions: &Version::INFOS,
+    conversion: Conversion {
+        unnamed: crate::api::resource::VersionIndex(Version::V1alpha1 as u8),
+        convert_value: conversion::convert_value_at,
+        version_neutral: conversion::version_neutral,
+    },
     key_root: "/podsets/",
 };

@@ -6,6 +6,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::GROUP;
+use crate::api::resource::{ServedVersion, VersionIndex, VersionInfo};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Version {
@@ -65,6 +66,29 @@ impl Version {
     pub const fn index(self) -> usize {
         self as usize
     }
+
+    const fn info(self) -> VersionInfo {
+        VersionInfo { name: self.as_str(), api_version: self.api_version(), json_head: self.json_head() }
+    }
+
+    /// [`Version::ALL`]'s names, as the layers that serve any resource read them.
+    pub const INFOS: [VersionInfo; Version::ALL.len()] = [Version::V1alpha1.info(), Version::V1beta1.info()];
+}
+
+impl ServedVersion for Version {
+    fn to_index(self) -> VersionIndex {
+        VersionIndex(self as u8)
+    }
+
+    fn from_index(index: VersionIndex) -> Self {
+        Version::ALL[index.get()]
+    }
+}
+
+impl From<Version> for VersionIndex {
+    fn from(v: Version) -> Self {
+        v.to_index()
+    }
 }
 
 impl fmt::Display for Version {
@@ -95,6 +119,8 @@ mod tests {
             assert_eq!(Version::of_api_version(v.api_version()), Some(v));
             assert_eq!(Version::ALL[v.index()], v);
             assert_eq!(v.json_head(), format!("{{\"apiVersion\":\"{}\"", v.api_version()));
+            assert_eq!(Version::from_index(v.to_index()), v);
+            assert_eq!(Version::INFOS[v.index()].name, v.as_str());
         }
         assert_eq!(Version::of_api_version("apps/v1beta1"), None);
         assert_eq!(Version::of_api_version("demo.k8s.io/v1"), None);
