@@ -20,7 +20,6 @@ const NAMING_PODSET: &[&str] = &[
     "src/apiserver/request/options.rs",
     "src/apiserver/watch.rs",
     "src/registry/mod.rs",
-    "src/registry/scale.rs",
     "src/registry/view.rs",
     "src/storage/etcd_backend.rs",
 ];

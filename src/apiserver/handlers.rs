@@ -27,6 +27,7 @@ use crate::api::{Subresource, GROUP, LIST_KIND, PLURAL};
 use crate::registry::{
     json_object, yaml_object, ListRequest, ObjectKey, PatchType, Registry, ScaleChange, WriteOptions, Written,
 };
+use crate::resources::podset::PodSetStrategy;
 
 /// Request bodies above this are refused with 413, as kube-apiserver does.
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
@@ -197,7 +198,7 @@ impl Call<'_> {
         if a.level() < Level::Request {
             return a.log_request_object(body);
         }
-        if let Some(obj) = crate::registry::request_object(body.clone(), self.r.subresource) {
+        if let Some(obj) = crate::registry::request_object::<PodSetStrategy>(body.clone(), self.r.subresource) {
             a.log_request_object(&obj);
         }
     }

@@ -38,6 +38,7 @@ pub use self::options::{
     DeleteOptions, Deleted, FieldValidation, ListPage, ListRequest, PatchType, Preconditions, ScaleChange,
     WriteOptions, Written,
 };
+pub use self::scale::ScaleAccessor;
 pub use self::stored::Stored;
 pub use self::view::admission_attributes;
 pub use self::view::request_object;

@@ -1,6 +1,9 @@
-//! The `/scale` subresource, a view over the PodSet (apiextensions-apiserver's `ScaleREST`): a PodSet seen as an
-//! `autoscaling/v1` Scale, so `kubectl scale` and autoscalers work. A Scale write becomes a PodSet change
-//! ([`scaled`]) before the generic write, and admission reviews Scales ([`SCALE`]).
+//! The `/scale` subresource, a view over the object (apiextensions-apiserver's `ScaleREST`): an object seen as an
+//! `autoscaling/v1` Scale through its resource's [`ScaleAccessor`], so `kubectl scale` and autoscalers work. A
+//! Scale write becomes a change of the object ([`scaled`]) before the generic write, and admission reviews Scales
+//! ([`ScaleView`]).
+
+use std::marker::PhantomData;
 
 use k8s_openapi::api::autoscaling::v1::{Scale, ScaleSpec, ScaleStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -9,43 +12,59 @@ use super::decode::{apply_patch, check_type};
 use super::error::{Error, Result};
 use super::key::ObjectKey;
 use super::options::{ScaleChange, WriteOptions};
-use super::strategy::{check_identity, typed};
+use super::strategy::{check_identity, typed, Strategy};
 use super::view::View;
 use super::write::{Change, Write};
 use super::{Registry, Revision, Written};
 use crate::admission::{BoxError, ObjectInterfaces, WriteKind};
+use crate::api::resource::VersionInfo;
 use crate::api::validation::FieldError;
-use crate::api::{Operation, PodSet, Subresource};
-use crate::resources::podset::{PodSetStrategy, INFO};
+use crate::api::{Operation, Subresource};
 
-impl Registry<PodSetStrategy> {
+/// Where a resource with `/scale` keeps its replicas and selector (a CRD's `specReplicasPath`,
+/// `statusReplicasPath` and `labelSelectorPath`).
+pub trait ScaleAccessor<O>: Send + Sync + 'static {
+    fn spec_replicas(&self, o: &O) -> Option<i32>;
+    fn set_spec_replicas(&self, o: &mut O, replicas: i32);
+    fn status_replicas(&self, o: &O) -> i32;
+    /// The label selector of what it scales, as a string (`status.selector`).
+    fn selector(&self, o: &O) -> Option<String>;
+}
+
+fn accessor<S: Strategy>() -> Result<&'static dyn ScaleAccessor<S::Object>> {
+    S::scale().ok_or_else(|| Error::bad_request(format!("{} has no scale subresource", S::INFO)))
+}
+
+impl<S: Strategy> Registry<S> {
     /// GET of `/scale`.
     pub async fn get_scale(&self, key: &ObjectKey, resource_version: Option<Revision>) -> Result<Scale> {
-        Ok(scale_of(&self.get(key, resource_version).await?.decode::<PodSetStrategy>()?))
+        let scale = accessor::<S>()?;
+        Ok(scale_of::<S>(scale, &self.get(key, resource_version).await?.decode::<S>()?))
     }
 
     /// PUT or PATCH of `/scale`: only `spec.replicas` changes. Returns the Scale as written.
     pub async fn update_scale(&self, key: &ObjectKey, change: ScaleChange<'_>, opts: &WriteOptions) -> Result<Scale> {
+        let scale = accessor::<S>()?;
         let options = match change {
             ScaleChange::Replace(_) => WriteKind::Update,
             ScaleChange::Patch(..) => WriteKind::Patch,
         };
-        let version = opts.version.map(typed::<PodSetStrategy>).unwrap_or(self.storage_version);
-        let w = Write { op: Operation::Update, sub: Subresource::Scale, key, opts, options, view: &SCALE, version };
+        let version = opts.version.map(typed::<S>).unwrap_or(self.storage_version);
+        let view = ScaleView::<S>::NEW;
+        let w = Write { op: Operation::Update, sub: Subresource::Scale, key, opts, options, view, version };
         let written = self
             .write(&w, |current| {
-                let Some((old, _)) = current else { return Err(Error::not_found(&INFO, &key.name)) };
-                Ok(Change::update(scaled(old, &change, key)?, Vec::new()))
+                let Some((old, _)) = current else { return Err(Error::not_found(S::INFO, &key.name)) };
+                Ok(Change::update(scaled::<S>(scale, old, &change, key)?, Vec::new()))
             })
             .await
             .map(Written::from)?;
-        Ok(scale_of(&written.object.decode::<PodSetStrategy>()?))
+        Ok(scale_of::<S>(scale, &written.object.decode::<S>()?))
     }
 }
 
-pub(crate) fn scale_of(ps: &PodSet) -> Scale {
-    let selector = ps.selector().map(|s| s.to_string());
-    let m = &ps.metadata;
+pub(crate) fn scale_of<S: Strategy>(scale: &dyn ScaleAccessor<S::Object>, o: &S::Object) -> Scale {
+    let m = S::meta(o);
     Scale {
         metadata: ObjectMeta {
             name: m.name.clone(),
@@ -55,32 +74,37 @@ pub(crate) fn scale_of(ps: &PodSet) -> Scale {
             creation_timestamp: m.creation_timestamp.clone(),
             ..Default::default()
         },
-        spec: Some(ScaleSpec { replicas: ps.spec.replicas }),
-        status: Some(ScaleStatus { replicas: ps.status.as_ref().map(|s| s.replicas).unwrap_or(0), selector }),
+        spec: Some(ScaleSpec { replicas: scale.spec_replicas(o) }),
+        status: Some(ScaleStatus { replicas: scale.status_replicas(o), selector: scale.selector(o) }),
     }
 }
 
-/// The `/scale` view of `ps` as JSON, as admission and a Scale patch see it.
-pub(crate) fn scale_value(ps: &PodSet) -> Result<serde_json::Value> {
-    to_value(&scale_of(ps))
+/// The `/scale` view of `o` as JSON, as admission and a Scale patch see it.
+fn scale_value<S: Strategy>(scale: &dyn ScaleAccessor<S::Object>, o: &S::Object) -> Result<serde_json::Value> {
+    to_value(&scale_of::<S>(scale, o))
 }
 
-/// The PodSet a `/scale` write makes of `old`: only `spec.replicas` changes; a resourceVersion in the Scale is a
+/// The object a `/scale` write makes of `old`: only `spec.replicas` changes; a resourceVersion in the Scale is a
 /// precondition.
-pub(crate) fn scaled(old: &PodSet, change: &ScaleChange<'_>, key: &ObjectKey) -> Result<PodSet> {
+fn scaled<S: Strategy>(
+    scale: &dyn ScaleAccessor<S::Object>,
+    old: &S::Object,
+    change: &ScaleChange<'_>,
+    key: &ObjectKey,
+) -> Result<S::Object> {
     let scale_value = match change {
         ScaleChange::Replace(body) => body.clone(),
         ScaleChange::Patch(patch, patch_type) => {
-            let mut doc = scale_value(old)?;
+            let mut doc = scale_value::<S>(scale, old)?;
             apply_patch(&mut doc, patch, *patch_type)?;
             doc
         }
     };
     check_type(&scale_value, "autoscaling/v1", "Scale")?;
-    let scale: Scale = serde_json::from_value(scale_value)
+    let sent: Scale = serde_json::from_value(scale_value)
         .map_err(|e| Error::bad_request(format!("Scale in version \"v1\" cannot be handled as a Scale: {e}")))?;
-    check_identity(&scale.metadata, key)?;
-    let replicas = scale.spec.and_then(|s| s.replicas).unwrap_or(0);
+    check_identity(&sent.metadata, key)?;
+    let replicas = sent.spec.and_then(|s| s.replicas).unwrap_or(0);
     if replicas < 0 {
         return Err(Error::invalid_kind(
             "Scale.autoscaling",
@@ -89,19 +113,27 @@ pub(crate) fn scaled(old: &PodSet, change: &ScaleChange<'_>, key: &ObjectKey) ->
         ));
     }
     let mut new = old.clone();
-    new.spec.replicas = Some(replicas);
-    new.metadata.resource_version = scale.metadata.resource_version;
-    new.metadata.managed_fields = None;
+    scale.set_spec_replicas(&mut new, replicas);
+    let meta = S::meta_mut(&mut new);
+    meta.resource_version = sent.metadata.resource_version;
+    meta.managed_fields = None;
     Ok(new)
 }
 
 /// Admission's view of a `/scale` write: Scales.
-#[derive(Debug)]
-pub(crate) struct ScaleView;
+pub(crate) struct ScaleView<S>(PhantomData<S>);
 
-pub(crate) static SCALE: ScaleView = ScaleView;
+impl<S: Strategy> ScaleView<S> {
+    pub const NEW: &'static ScaleView<S> = &ScaleView(PhantomData);
+}
 
-impl ObjectInterfaces for ScaleView {
+impl<S> std::fmt::Debug for ScaleView<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ScaleView")
+    }
+}
+
+impl<S: Strategy> ObjectInterfaces for ScaleView<S> {
     fn decode_and_default(&self, object: &mut serde_json::Value) -> std::result::Result<(), BoxError> {
         let scale: Scale = serde_json::from_value(object.clone())?;
         let mut v = serde_json::to_value(scale)?;
@@ -115,29 +147,29 @@ impl ObjectInterfaces for ScaleView {
         Ok(())
     }
 
-    fn versions(&self) -> &'static [crate::api::resource::VersionInfo] {
-        &crate::api::Version::INFOS
+    fn versions(&self) -> &'static [VersionInfo] {
+        S::INFO.versions
     }
 }
 
-impl View<PodSetStrategy> for ScaleView {
-    fn kind(&self, _version: crate::api::Version) -> kube::core::GroupVersionKind {
+impl<S: Strategy> View<S> for ScaleView<S> {
+    fn kind(&self, _version: S::Version) -> kube::core::GroupVersionKind {
         kube::core::GroupVersionKind::gvk("autoscaling", "v1", "Scale")
     }
 
-    fn review(&self, ps: &PodSet) -> Result<Option<serde_json::Value>> {
-        scale_value(ps).map(Some)
+    fn review(&self, o: &S::Object) -> Result<Option<serde_json::Value>> {
+        scale_value::<S>(accessor::<S>()?, o).map(Some)
     }
 
     /// The Scale a mutating webhook left: its `spec.replicas` taken as a `/scale` write would take it.
     fn admitted(
         &self,
-        proposed: PodSet,
+        proposed: S::Object,
         object: serde_json::Value,
         key: &ObjectKey,
-        _version: crate::api::Version,
-    ) -> Result<PodSet> {
-        scaled(&proposed, &ScaleChange::Replace(object), key)
+        _version: S::Version,
+    ) -> Result<S::Object> {
+        scaled::<S>(accessor::<S>()?, &proposed, &ScaleChange::Replace(object), key)
     }
 }
 

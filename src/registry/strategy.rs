@@ -16,6 +16,7 @@ use super::error::{Error, Result};
 use super::fieldmanager::FieldManager;
 use super::key::ObjectKey;
 use super::migrate::MigrationMetrics;
+use super::scale::ScaleAccessor;
 use crate::api::resource::{ResourceInfo, ServedVersion, VersionIndex};
 use crate::api::validation::FieldError;
 use crate::api::Subresource;
@@ -75,6 +76,11 @@ pub trait Strategy: Send + Sync + 'static {
     fn validate_status_update(new: &Self::Object, old: &Self::Object) -> Vec<FieldError>;
     /// Whether `metadata.generation` moves: the desired state changed.
     fn spec_changed(new: &Self::Object, old: &Self::Object) -> bool;
+
+    /// Where a resource with a `/scale` subresource keeps replicas and selector.
+    fn scale() -> Option<&'static dyn ScaleAccessor<Self::Object>> {
+        None
+    }
 
     /// Where the storage migration reports its progress, for a resource that publishes it.
     fn migration_metrics() -> Option<&'static dyn MigrationMetrics> {

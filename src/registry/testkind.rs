@@ -98,6 +98,10 @@ impl Strategy for WidgetStrategy {
         })
     }
 
+    fn scale() -> Option<&'static dyn crate::registry::ScaleAccessor<Widget>> {
+        Some(&Size)
+    }
+
     fn prepare_for_create(o: &mut Widget) {
         o.status = None;
     }
@@ -135,6 +139,27 @@ impl Strategy for WidgetStrategy {
 
     fn spec_changed(new: &Widget, old: &Widget) -> bool {
         new.spec != old.spec
+    }
+}
+
+/// `/scale` of a widget is its `spec.size`.
+struct Size;
+
+impl crate::registry::ScaleAccessor<Widget> for Size {
+    fn spec_replicas(&self, o: &Widget) -> Option<i32> {
+        o.spec["size"].as_i64().map(|n| n as i32)
+    }
+
+    fn set_spec_replicas(&self, o: &mut Widget, replicas: i32) {
+        o.spec["size"] = replicas.into();
+    }
+
+    fn status_replicas(&self, o: &Widget) -> i32 {
+        o.status.as_ref().and_then(|s| s["seen"].as_i64()).unwrap_or(0) as i32
+    }
+
+    fn selector(&self, _o: &Widget) -> Option<String> {
+        Some("color=blue".into())
     }
 }
 
@@ -238,6 +263,18 @@ mod tests {
         let managers: Vec<_> = w.metadata.managed_fields.iter().flatten().filter_map(|m| m.manager.clone()).collect();
         assert_eq!(w.spec["size"].as_i64(), Some(4));
         assert!(managers.contains(&"b".to_owned()) && managers.contains(&"ctl".to_owned()), "{managers:?}");
+
+        // `/scale` reads and writes the size, nothing else.
+        let scale = widgets.get_scale(&key, None).await.unwrap();
+        assert_eq!(
+            (scale.spec.unwrap().replicas, scale.status.unwrap().selector.as_deref()),
+            (Some(4), Some("color=blue"))
+        );
+        let patch = crate::registry::ScaleChange::Patch(br#"{"spec":{"replicas":6}}"#, PatchType::Merge);
+        let scale = widgets.update_scale(&key, patch, &opts("hpa")).await.unwrap();
+        assert_eq!((scale.spec.unwrap().replicas, scale.status.unwrap().replicas), (Some(6), 1));
+        let w = widgets.get(&key, None).await.unwrap().decode::<WidgetStrategy>().unwrap();
+        assert_eq!((w.spec, w.metadata.generation), (json!({"size": 6}), Some(4)));
 
         // A dry run stores nothing; finalizers hold a delete; the last one going deletes.
         let dry = crate::registry::WriteOptions { dry_run: true, ..opts("kubectl") };

@@ -1,5 +1,5 @@
 //! What admission reviews of a write: the object itself ([`ObjectView`]), or a view of it (`/scale`'s Scale,
-//! [`super::scale::SCALE`]), as apiextensions-apiserver's `ScaleREST` shows its subresource to admission. The
+//! [`super::scale::ScaleView`]), as apiextensions-apiserver's `ScaleREST` shows its subresource to admission. The
 //! write path asks the write's view; it names no subresource.
 
 use std::marker::PhantomData;
@@ -31,13 +31,19 @@ pub(crate) trait View<S: Strategy>: ObjectInterfaces {
 }
 
 /// A create's or update's body as an audit event records it (kube's `LogRequestObject`): decoded and defaulted in
-/// the version it was sent in, as the write's view reads it (`/scale`'s Scale, else the PodSet). `None` if it does
+/// the version it was sent in, as the write's view reads it (`/scale`'s Scale, else the object). `None` if it does
 /// not decode; the write then fails on its own.
-pub fn request_object(mut body: Value, sub: Subresource) -> Option<Value> {
-    let view: &dyn ObjectInterfaces =
-        if sub == Subresource::Scale { &super::scale::SCALE } else { ObjectView::<PodSetStrategy>::NEW };
-    view.decode_and_default(&mut body).ok()?;
+pub fn request_object<S: Strategy>(mut body: Value, sub: Subresource) -> Option<Value> {
+    view_of::<S>(sub).decode_and_default(&mut body).ok()?;
     Some(body)
+}
+
+/// How admission sees a write to `sub`.
+fn view_of<S: Strategy>(sub: Subresource) -> &'static dyn View<S> {
+    match sub {
+        Subresource::Scale => super::scale::ScaleView::<S>::NEW,
+        _ => ObjectView::<S>::NEW,
+    }
 }
 
 /// The object itself.
@@ -139,10 +145,7 @@ pub fn admission_attributes(
     user: UserInfo,
     options: RequestOptions,
 ) -> Attributes {
-    let view: &'static dyn View<PodSetStrategy> = match subresource {
-        Subresource::Scale => &super::scale::SCALE,
-        _ => ObjectView::<PodSetStrategy>::NEW,
-    };
+    let view = view_of::<PodSetStrategy>(subresource);
     let dry_run = match &options {
         RequestOptions::Write(o) => o.dry_run.is_some(),
         RequestOptions::Delete(o) => o.dry_run.is_some(),
@@ -162,7 +165,7 @@ mod tests {
         let mut bad = serde_json::json!({"metadata": {"name": "web"}, "spec": {"replicas": "many"}});
         assert!(ObjectView::<PodSetStrategy>::NEW.decode_and_default(&mut bad).is_err());
         let mut scale = serde_json::json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "web"}, "spec": {"replicas": 2}, "extra": 1});
-        super::super::scale::SCALE.decode_and_default(&mut scale).unwrap();
+        super::super::scale::ScaleView::<PodSetStrategy>::NEW.decode_and_default(&mut scale).unwrap();
         assert_eq!(
             scale,
             serde_json::json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "web"}, "spec": {"replicas": 2}})

@@ -13,7 +13,7 @@ use crate::api::resource::ResourceInfo;
 use crate::api::validation::FieldError;
 use crate::registry::fieldmanager::{FieldManager, ResetFields};
 use crate::registry::strategy::Strategy;
-use crate::registry::MigrationMetrics;
+use crate::registry::{MigrationMetrics, ScaleAccessor};
 
 /// What each subresource never writes: the main resource status, `/status` all else, `/scale` all but
 /// `spec.replicas` (kube's ReplicaSet reset fields).
@@ -82,6 +82,10 @@ impl Strategy for PodSetStrategy {
         })
     }
 
+    fn scale() -> Option<&'static dyn ScaleAccessor<PodSet>> {
+        Some(&Replicas)
+    }
+
     fn migration_metrics() -> Option<&'static dyn MigrationMetrics> {
         Some(super::metrics::metrics())
     }
@@ -117,5 +121,26 @@ impl Strategy for PodSetStrategy {
 
     fn spec_changed(new: &PodSet, old: &PodSet) -> bool {
         new.spec != old.spec
+    }
+}
+
+/// `/scale` reads and writes `spec.replicas`, `status.replicas` and the selector, as a ReplicaSet's.
+struct Replicas;
+
+impl ScaleAccessor<PodSet> for Replicas {
+    fn spec_replicas(&self, o: &PodSet) -> Option<i32> {
+        o.spec.replicas
+    }
+
+    fn set_spec_replicas(&self, o: &mut PodSet, replicas: i32) {
+        o.spec.replicas = Some(replicas);
+    }
+
+    fn status_replicas(&self, o: &PodSet) -> i32 {
+        o.status.as_ref().map(|s| s.replicas).unwrap_or(0)
+    }
+
+    fn selector(&self, o: &PodSet) -> Option<String> {
+        o.selector().map(|s| s.to_string())
     }
 }
