@@ -6,6 +6,8 @@ use std::fmt;
 
 use serde_json::Value;
 
+use super::table::TableConvertor;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
     Namespaced,
@@ -68,9 +70,13 @@ pub struct ResourceInfo {
     pub short_names: &'static [&'static str],
     pub categories: &'static [&'static str],
     pub scope: Scope,
+    /// Whether it has a `/status` subresource, which alone writes `status`.
+    pub status: bool,
     /// Every served version, oldest first.
     pub versions: &'static [VersionInfo],
     pub conversion: Conversion,
+    /// Its Table rows.
+    pub table: TableConvertor,
     /// Where the resource's objects live in its group's storage, `/<plural>/`: `/<plural>/<namespace>/<name>`, or
     /// `/<plural>/<name>` when cluster-scoped, as kube-apiserver keys them under the group's prefix.
     pub key_root: &'static str,
@@ -127,11 +133,33 @@ pub(crate) static WIDGETS: ResourceInfo = ResourceInfo {
     short_names: &[],
     categories: &[],
     scope: Scope::Cluster,
+    status: true,
     versions: &[VersionInfo {
         name: "v1",
         api_version: "test.podset.example/v1",
         json_head: r#"{"apiVersion":"test.podset.example/v1""#,
     }],
     conversion: Conversion::NONE,
+    table: TableConvertor::new(WIDGET_COLUMNS, widget_cells, 1),
     key_root: "/widgets/",
 };
+
+#[cfg(test)]
+const WIDGET_COLUMNS: &[super::table::TableColumnDefinition] = &[
+    super::table::TableColumnDefinition {
+        name: "Name",
+        type_: "string",
+        format: "name",
+        description: "Name must be unique.",
+        priority: 0,
+    },
+    super::table::TableColumnDefinition { name: "Age", type_: "string", format: "", description: "", priority: 0 },
+    super::table::TableColumnDefinition { name: "Size", type_: "integer", format: "", description: "", priority: 0 },
+];
+
+#[cfg(test)]
+fn widget_cells(obj: &Value, now: jiff::Timestamp) -> Vec<Value> {
+    let name = obj.pointer("/metadata/name").cloned().unwrap_or_default();
+    let size = obj.pointer("/spec/size").cloned().unwrap_or_default();
+    vec![name, super::table::age(super::table::created(obj), now).into(), size]
+}

@@ -1,9 +1,38 @@
 //! A `meta.k8s.io/v1` Table's parts every resource shares (neither k8s-openapi nor kube-core has the type; the
 //! HTTP layer writes Tables around a resource's cells).
 
+use std::sync::OnceLock;
+
 use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::Value;
+
+/// How a resource's objects read as Table rows (kube's `rest.TableConvertor`): its printer columns, and each
+/// object's cells read from its JSON. The cells must read the same in every version (the HTTP layer keeps one row
+/// per stored revision for all), and only the Age cell may change with the time of asking.
+#[derive(Debug)]
+pub struct TableConvertor {
+    pub columns: &'static [TableColumnDefinition],
+    pub cells: fn(&Value, Timestamp) -> Vec<Value>,
+    /// Which cell is the Age.
+    pub age_cell: usize,
+    /// The column definitions as JSON, the same in every Table: serialized once.
+    columns_json: OnceLock<Vec<u8>>,
+}
+
+impl TableConvertor {
+    pub const fn new(
+        columns: &'static [TableColumnDefinition],
+        cells: fn(&Value, Timestamp) -> Vec<Value>,
+        age_cell: usize,
+    ) -> Self {
+        Self { columns, cells, age_cell, columns_json: OnceLock::new() }
+    }
+
+    pub fn columns_json(&self) -> &[u8] {
+        self.columns_json.get_or_init(|| serde_json::to_vec(self.columns).unwrap_or_else(|_| b"[]".to_vec()))
+    }
+}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct TableColumnDefinition {

@@ -9,6 +9,7 @@ use http::HeaderValue;
 
 use super::auth::UserInfo;
 use super::request::RequestInfo;
+use super::routes::Routes;
 
 /// The header kube-apiserver's proxy sets on every request it forwards, and every server answers with.
 pub const AUDIT_ID_HEADER: &str = "audit-id";
@@ -33,12 +34,12 @@ pub struct ReceivedAt(pub DateTime<Utc>);
 pub struct Authenticated(pub Arc<UserInfo>);
 
 /// The request's [`RequestInfo`]: the one the request-info filter worked out, or (for a service run without it, as
-/// in a unit test) worked out now and kept for the steps after.
+/// in a unit test) worked out now, as for a server that serves no resource, and kept for the steps after.
 pub fn info_of<B>(req: &mut Request<B>) -> Arc<RequestInfo> {
     if let Some(info) = req.extensions().get::<Arc<RequestInfo>>() {
         return info.clone();
     }
-    let info = Arc::new(RequestInfo::new(req.method(), req.uri().path(), req.uri().query()));
+    let info = Arc::new(RequestInfo::new(req.method(), req.uri().path(), req.uri().query(), &Routes::default()));
     req.extensions_mut().insert(info.clone());
     info
 }

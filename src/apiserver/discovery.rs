@@ -13,8 +13,12 @@ use serde::Serialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::api::schema::{openapi_v2, openapi_v3};
-use crate::api::{Version, CATEGORIES, GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR};
+use std::collections::HashMap;
+
+use super::routes::{groups_of, Described, Group};
+use crate::api::resource::{ResourceInfo, Scope, VersionIndex};
+use crate::api::schema::{openapi_v2, openapi_v3 as openapi_v3_of};
+use crate::api::{Version, GROUP};
 
 /// A precomputed response body with its strong ETag.
 #[derive(Clone)]
@@ -42,14 +46,15 @@ fn hex(bytes: &[u8]) -> String {
 
 pub struct Discovery {
     pub group_list: Doc,
-    pub group: Doc,
-    /// Each version's `APIResourceList`, by [`Version::index`].
-    pub resource_lists: Vec<Doc>,
+    /// Each group's `APIGroup`, by name.
+    groups: HashMap<&'static str, Doc>,
+    /// Each group version's `APIResourceList`.
+    resource_lists: Vec<((&'static str, &'static str), Doc)>,
     pub aggregated_v2: Doc,
     pub aggregated_v2beta1: Doc,
     pub openapi_v2: Doc,
-    /// Each version's OpenAPI v3 document, by [`Version::index`].
-    pub openapi_v3: Vec<Doc>,
+    /// Each group version's OpenAPI v3 document.
+    openapi_v3: Vec<((&'static str, &'static str), Doc)>,
     pub openapi_v3_root: Doc,
     pub version: Doc,
 }
@@ -61,23 +66,21 @@ fn strings(s: &[&str]) -> Vec<String> {
     s.iter().map(|v| v.to_string()).collect()
 }
 
-fn group_version(v: Version) -> GroupVersionForDiscovery {
-    GroupVersionForDiscovery { group_version: v.api_version().into(), version: v.as_str().into() }
+/// A list kube leaves out when it is empty.
+fn listed(s: &[&str]) -> Option<Vec<String>> {
+    (!s.is_empty()).then(|| strings(s))
 }
 
-/// The versions in the order discovery lists them: the preferred first, then newest to oldest, as kube-apiserver
-/// orders a group's versions.
-fn by_priority() -> Vec<Version> {
-    let mut versions: Vec<Version> = Version::ALL.iter().rev().copied().collect();
-    versions.sort_by_key(|v| *v != Version::PREFERRED);
-    versions
+fn group_version(group: &str, version: &str) -> GroupVersionForDiscovery {
+    GroupVersionForDiscovery { group_version: format!("{group}/{version}"), version: version.into() }
 }
 
-fn api_group() -> APIGroup {
+/// A group with its versions in the order discovery lists them: the preferred (highest priority) first.
+fn api_group(g: &Group) -> APIGroup {
     APIGroup {
-        name: GROUP.into(),
-        versions: by_priority().into_iter().map(group_version).collect(),
-        preferred_version: Some(group_version(Version::PREFERRED)),
+        name: g.name.into(),
+        versions: g.versions.iter().map(|v| group_version(g.name, v)).collect(),
+        preferred_version: g.versions.first().map(|v| group_version(g.name, v)),
         server_address_by_client_cidrs: None,
     }
 }
@@ -85,42 +88,58 @@ fn api_group() -> APIGroup {
 /// `storageVersionHash` as k8s.io/apiserver computes it (`discovery.StorageVersionHash`): base64 of the first 8 bytes
 /// of SHA-256 of `<group>/<version>/<kind>` of the storage version. Storage migrators compare it over time to know
 /// when objects must be rewritten.
-pub fn storage_version_hash(storage: Version) -> String {
+pub fn storage_version_hash(resource: &ResourceInfo, storage: VersionIndex) -> String {
     use base64::Engine;
-    let gvk = format!("{GROUP}/{}/{KIND}", storage.as_str());
+    let gvk = format!("{}/{}/{}", resource.group, resource.version(storage).name, resource.kind);
     base64::engine::general_purpose::STANDARD.encode(&Sha256::digest(gvk.as_bytes())[..8])
 }
 
-fn resource_list(version: Version, storage: Version) -> APIResourceList {
-    let sub = |name: &str, group: Option<&str>, version: Option<&str>, kind: &str| APIResource {
-        name: name.into(),
-        singular_name: String::new(),
-        namespaced: true,
-        group: group.map(Into::into),
-        version: version.map(Into::into),
-        kind: kind.into(),
-        verbs: strings(SUB_VERBS),
-        ..Default::default()
-    };
-    APIResourceList {
-        group_version: version.api_version().into(),
-        resources: vec![
-            APIResource {
-                name: PLURAL.into(),
-                singular_name: SINGULAR.into(),
-                namespaced: true,
-                kind: KIND.into(),
-                verbs: strings(VERBS),
-                short_names: Some(strings(SHORT_NAMES)),
-                categories: Some(strings(CATEGORIES)),
-                // On the resource only: subresources have none, as in kube-apiserver.
-                storage_version_hash: Some(storage_version_hash(storage)),
-                ..Default::default()
-            },
-            sub(&format!("{PLURAL}/status"), None, None, KIND),
-            sub(&format!("{PLURAL}/scale"), Some("autoscaling"), Some("v1"), "Scale"),
-        ],
+fn scope(r: &ResourceInfo) -> &'static str {
+    match r.scope {
+        Scope::Namespaced => "Namespaced",
+        Scope::Cluster => "Cluster",
     }
+}
+
+/// The resources of `group` served in `version`.
+fn in_version<'a>(described: &'a [Described], group: &'a str, version: &'a str) -> impl Iterator<Item = &'a Described> {
+    described.iter().filter(move |d| d.resource.group == group && d.resource.versions.iter().any(|v| v.name == version))
+}
+
+fn resource_list(described: &[Described], group: &str, version: &str) -> APIResourceList {
+    let mut resources = Vec::new();
+    for d in in_version(described, group, version) {
+        let r = d.resource;
+        let sub = |name: &str, group: Option<&str>, version: Option<&str>, kind: &str| APIResource {
+            name: format!("{}/{name}", r.plural),
+            singular_name: String::new(),
+            namespaced: r.namespaced(),
+            group: group.map(Into::into),
+            version: version.map(Into::into),
+            kind: kind.into(),
+            verbs: strings(SUB_VERBS),
+            ..Default::default()
+        };
+        resources.push(APIResource {
+            name: r.plural.into(),
+            singular_name: r.singular.into(),
+            namespaced: r.namespaced(),
+            kind: r.kind.into(),
+            verbs: strings(VERBS),
+            short_names: listed(r.short_names),
+            categories: listed(r.categories),
+            // On the resource only: subresources have none, as in kube-apiserver.
+            storage_version_hash: Some(storage_version_hash(r, d.storage_version)),
+            ..Default::default()
+        });
+        if r.status {
+            resources.push(sub("status", None, None, r.kind));
+        }
+        if d.scale {
+            resources.push(sub("scale", Some("autoscaling"), Some("v1"), "Scale"));
+        }
+    }
+    APIResourceList { group_version: format!("{group}/{version}"), resources }
 }
 
 fn gvk(group: &str, version: &str, kind: &str) -> Option<GroupVersionKind> {
@@ -137,41 +156,53 @@ struct Typed<'a, T> {
     inner: &'a T,
 }
 
-fn aggregated(version: &str) -> Doc {
+fn aggregated(described: &[Described], groups: &[Group], version: &str) -> Doc {
     let sub = |name: &str, kind: Option<GroupVersionKind>| APISubresourceDiscovery {
         subresource: Some(name.into()),
         response_kind: kind,
         accepted_types: Vec::new(),
         verbs: strings(SUB_VERBS),
     };
+    let resource = |d: &Described, v: &str| {
+        let r = d.resource;
+        let mut subresources = Vec::new();
+        if r.status {
+            subresources.push(sub("status", gvk(r.group, v, r.kind)));
+        }
+        if d.scale {
+            subresources.push(sub("scale", gvk("autoscaling", "v1", "Scale")));
+        }
+        APIResourceDiscovery {
+            resource: Some(r.plural.into()),
+            response_kind: gvk(r.group, v, r.kind),
+            scope: Some(scope(r).into()),
+            singular_resource: Some(r.singular.into()),
+            verbs: strings(VERBS),
+            short_names: strings(r.short_names),
+            categories: strings(r.categories),
+            subresources,
+        }
+    };
     let list = APIGroupDiscoveryList {
         metadata: None,
-        items: vec![APIGroupDiscovery {
-            metadata: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                name: Some(GROUP.into()),
-                ..Default::default()
-            }),
-            versions: by_priority()
-                .into_iter()
-                .map(|v| APIVersionDiscovery {
-                    version: Some(v.as_str().into()),
-                    resources: vec![APIResourceDiscovery {
-                        resource: Some(PLURAL.into()),
-                        response_kind: gvk(GROUP, v.as_str(), KIND),
-                        scope: Some("Namespaced".into()),
-                        singular_resource: Some(SINGULAR.into()),
-                        verbs: strings(VERBS),
-                        short_names: strings(SHORT_NAMES),
-                        categories: strings(CATEGORIES),
-                        subresources: vec![
-                            sub("status", gvk(GROUP, v.as_str(), KIND)),
-                            sub("scale", gvk("autoscaling", "v1", "Scale")),
-                        ],
-                    }],
-                    freshness: Some("Current".into()),
-                })
-                .collect(),
-        }],
+        items: groups
+            .iter()
+            .map(|g| APIGroupDiscovery {
+                metadata: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: Some(g.name.into()),
+                    ..Default::default()
+                }),
+                versions: g
+                    .versions
+                    .iter()
+                    .map(|v| APIVersionDiscovery {
+                        version: Some(v.to_string()),
+                        resources: in_version(described, g.name, v).map(|d| resource(d, v)).collect(),
+                        freshness: Some("Current".into()),
+                    })
+                    .collect(),
+            })
+            .collect(),
     };
     Doc::new(&Typed {
         kind: "APIGroupDiscoveryList",
@@ -181,39 +212,74 @@ fn aggregated(version: &str) -> Doc {
 }
 
 impl Discovery {
-    /// The documents of a server that stores PodSets in `storage`.
-    pub fn build(storage: Version) -> Self {
-        let openapi_v3: Vec<Doc> = Version::ALL.iter().map(|v| Doc::new(&openapi_v3(*v))).collect();
-        let paths: serde_json::Map<String, serde_json::Value> = Version::ALL
-            .iter()
-            .map(|v| {
-                let url = format!("/openapi/v3/apis/{GROUP}/{v}?hash={}", openapi_v3[v.index()].hash());
-                (format!("apis/{GROUP}/{v}"), json!({"serverRelativeURL": url}))
-            })
-            .collect();
+    /// The documents of a server that serves `described`.
+    pub fn build(described: &[Described]) -> Self {
+        let groups = groups_of(described.iter().map(|d| d.resource));
+        let mut openapi_v3 = Vec::new();
+        let mut paths = serde_json::Map::new();
+        for v in Version::ALL {
+            let doc = Doc::new(&openapi_v3_of(v));
+            let url = format!("/openapi/v3/apis/{GROUP}/{v}?hash={}", doc.hash());
+            paths.insert(format!("apis/{GROUP}/{v}"), json!({"serverRelativeURL": url}));
+            openapi_v3.push(((GROUP, v.as_str()), doc));
+        }
         let root = json!({ "paths": paths });
+        let mut resource_lists = Vec::new();
+        for g in &groups {
+            for v in &g.versions {
+                resource_lists.push(((g.name, *v), Doc::new(&resource_list(described, g.name, v))));
+            }
+        }
         Self {
-            group_list: Doc::new(&APIGroupList { groups: vec![api_group()] }),
-            group: Doc::new(&api_group()),
-            resource_lists: Version::ALL.iter().map(|v| Doc::new(&resource_list(*v, storage))).collect(),
-            aggregated_v2: aggregated("v2"),
-            aggregated_v2beta1: aggregated("v2beta1"),
+            group_list: Doc::new(&APIGroupList { groups: groups.iter().map(api_group).collect() }),
+            groups: groups.iter().map(|g| (g.name, Doc::new(&api_group(g)))).collect(),
+            resource_lists,
+            aggregated_v2: aggregated(described, &groups, "v2"),
+            aggregated_v2beta1: aggregated(described, &groups, "v2beta1"),
             openapi_v2: Doc::new(&openapi_v2()),
             openapi_v3_root: Doc::new(&root),
             openapi_v3,
             version: Doc::new(&crate::version::info()),
         }
     }
+
+    /// `/apis/<group>` of a served group.
+    pub fn group(&self, group: &str) -> Option<&Doc> {
+        self.groups.get(group)
+    }
+
+    /// `/apis/<group>/<version>` of a served group version.
+    pub fn resource_list(&self, group: &str, version: &str) -> Option<&Doc> {
+        find(&self.resource_lists, group, version)
+    }
+
+    /// `/openapi/v3/apis/<group>/<version>`, when the group version publishes one.
+    pub fn openapi_v3(&self, group: &str, version: &str) -> Option<&Doc> {
+        find(&self.openapi_v3, group, version)
+    }
+}
+
+fn find<'a>(docs: &'a [((&str, &str), Doc)], group: &str, version: &str) -> Option<&'a Doc> {
+    docs.iter().find(|((g, v), _)| *g == group && *v == version).map(|(_, d)| d)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resources::podset::INFO;
+
+    fn build(storage: Version) -> Discovery {
+        Discovery::build(&[Described { resource: &INFO, storage_version: storage.into(), scale: true }])
+    }
+
+    fn list(d: &Discovery, v: Version) -> &Doc {
+        d.resource_list(GROUP, v.as_str()).unwrap()
+    }
 
     #[test]
     fn documents_carry_type_fields_and_response_kinds() {
-        let d = Discovery::build(Version::V1alpha1);
-        let v: serde_json::Value = serde_json::from_slice(&d.resource_lists[Version::V1beta1.index()].body).unwrap();
+        let d = build(Version::V1alpha1);
+        let v: serde_json::Value = serde_json::from_slice(&list(&d, Version::V1beta1).body).unwrap();
         assert_eq!(v["groupVersion"], "demo.k8s.io/v1beta1");
         assert_eq!(v["kind"], "APIResourceList");
         assert_eq!(v["resources"][0]["shortNames"][0], "ps");
@@ -241,15 +307,19 @@ mod tests {
     /// independently with Python's hashlib.
     #[test]
     fn storage_version_hash_is_k8s_apiservers_on_the_resource_in_every_version() {
-        assert_eq!(storage_version_hash(Version::V1alpha1), "Yd5hXh3MgaM=");
-        assert_eq!(storage_version_hash(Version::V1beta1), "jnZbWqzqWzc=");
+        assert_eq!(storage_version_hash(&INFO, Version::V1alpha1.into()), "Yd5hXh3MgaM=");
+        assert_eq!(storage_version_hash(&INFO, Version::V1beta1.into()), "jnZbWqzqWzc=");
         for storage in Version::ALL {
-            let d = Discovery::build(storage);
+            let d = build(storage);
             for v in Version::ALL {
-                let list: serde_json::Value = serde_json::from_slice(&d.resource_lists[v.index()].body).unwrap();
+                let list: serde_json::Value = serde_json::from_slice(&list(&d, v).body).unwrap();
                 let hashes: Vec<_> =
                     list["resources"].as_array().unwrap().iter().map(|r| &r["storageVersionHash"]).collect();
-                assert_eq!(hashes[0], &serde_json::json!(storage_version_hash(storage)), "{v} on {storage}");
+                assert_eq!(
+                    hashes[0],
+                    &serde_json::json!(storage_version_hash(&INFO, storage.into())),
+                    "{v} on {storage}"
+                );
                 assert!(hashes[1..].iter().all(|h| h.is_null()), "subresources carry none: {hashes:?}");
             }
         }
@@ -259,21 +329,57 @@ mod tests {
     #[test]
     fn documents_equal_their_snapshots() {
         for storage in Version::ALL {
-            let d = Discovery::build(storage);
+            let d = build(storage);
             let name = |doc: &str| format!("discovery/{storage}-storage/{doc}.json");
             super::super::golden::check(&name("group-list"), &d.group_list.body);
-            super::super::golden::check(&name("group"), &d.group.body);
+            super::super::golden::check(&name("group"), &d.group(GROUP).unwrap().body);
             for v in Version::ALL {
-                super::super::golden::check(&name(&format!("resources-{v}")), &d.resource_lists[v.index()].body);
+                super::super::golden::check(&name(&format!("resources-{v}")), &list(&d, v).body);
             }
             super::super::golden::check(&name("aggregated-v2"), &d.aggregated_v2.body);
             super::super::golden::check(&name("aggregated-v2beta1"), &d.aggregated_v2beta1.body);
         }
-        let d = Discovery::build(Version::STORAGE);
+        let d = build(Version::STORAGE);
         super::super::golden::check("openapi/v2.json", &d.openapi_v2.body);
         for v in Version::ALL {
-            super::super::golden::check(&format!("openapi/v3-{v}.json"), &d.openapi_v3[v.index()].body);
+            super::super::golden::check(
+                &format!("openapi/v3-{v}.json"),
+                &d.openapi_v3(GROUP, v.as_str()).unwrap().body,
+            );
         }
         super::super::golden::check("openapi/v3-root.json", &d.openapi_v3_root.body);
+    }
+
+    /// A cluster-scoped group beside demo.k8s.io: listed after it, its resource Cluster-scoped with `/status` and
+    /// no `/scale`, no shortNames or categories, PodSets' documents unchanged.
+    #[test]
+    fn a_second_group_is_listed_with_its_own_scope_and_subresources() {
+        use crate::api::resource::WIDGETS;
+        let podsets = Described { resource: &INFO, storage_version: Version::V1alpha1.into(), scale: true };
+        let widgets = Described { resource: &WIDGETS, storage_version: VersionIndex(0), scale: false };
+        let d = Discovery::build(&[podsets, widgets]);
+        let groups: serde_json::Value = serde_json::from_slice(&d.group_list.body).unwrap();
+        let names: Vec<_> = groups["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["demo.k8s.io", "test.podset.example"]);
+        assert_eq!(groups["groups"][1]["preferredVersion"]["groupVersion"], "test.podset.example/v1");
+        let list: serde_json::Value =
+            serde_json::from_slice(&d.resource_list("test.podset.example", "v1").unwrap().body).unwrap();
+        let r = &list["resources"];
+        assert_eq!((r[0]["name"].as_str(), r[0]["namespaced"].as_bool()), (Some("widgets"), Some(false)));
+        assert_eq!(r[0]["storageVersionHash"], storage_version_hash(&WIDGETS, VersionIndex(0)));
+        assert!(r[0].get("shortNames").is_none() && r[0].get("categories").is_none(), "{list}");
+        assert_eq!(r[1]["name"], "widgets/status");
+        assert_eq!(r.as_array().unwrap().len(), 2, "no /scale");
+        assert!(d.resource_list("test.podset.example", "v1beta1").is_none());
+        let v2: serde_json::Value = serde_json::from_slice(&d.aggregated_v2.body).unwrap();
+        let w = &v2["items"][1]["versions"][0]["resources"][0];
+        assert_eq!((w["resource"].as_str(), w["scope"].as_str()), (Some("widgets"), Some("Cluster")));
+        assert_eq!(w["subresources"].as_array().unwrap().len(), 1);
+        let alone = build(Version::V1alpha1);
+        assert_eq!(d.resource_list(GROUP, "v1beta1").unwrap().body, list_of(&alone, Version::V1beta1));
+    }
+
+    fn list_of(d: &Discovery, v: Version) -> bytes::Bytes {
+        list(d, v).body.clone()
     }
 }

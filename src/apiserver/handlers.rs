@@ -20,14 +20,15 @@ use super::health::HealthChecks;
 use super::negotiate::{body_format, negotiate, BodyFormat, Output, APIS, OBJECTS, PLAIN};
 use super::render::{bytes_response, list_response, object_response, value_response, with_admission, JSON};
 use super::request::{delete_options, write_options, Query, RequestInfo, ResourceRequest, Target, Verb};
+use super::routes::Routes;
 use super::status::status_details;
 use super::watch::{self, WatchConfig, WatchRequest};
+use crate::api::resource::{ResourceInfo, VersionIndex};
 use crate::api::selector::{FieldSelector, Selector};
-use crate::api::{Subresource, GROUP, LIST_KIND, PLURAL};
+use crate::api::Subresource;
 use crate::registry::{
-    json_object, yaml_object, ListRequest, ObjectKey, PatchType, Registry, ScaleChange, WriteOptions, Written,
+    json_object, yaml_object, ListRequest, ObjectKey, PatchType, RestStorage, ScaleChange, WriteOptions, Written,
 };
-use crate::resources::podset::PodSetStrategy;
 
 /// Request bodies above this are refused with 413, as kube-apiserver does.
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
@@ -35,7 +36,7 @@ const DRAIN_BYTES: usize = 16 * 1024 * 1024;
 
 /// Everything the handler needs, shared by all connections (the filters before it hold their own).
 pub struct App {
-    pub registry: Registry,
+    pub routes: Arc<Routes>,
     pub discovery: Discovery,
     pub watch: WatchConfig,
     pub health: HealthChecks,
@@ -104,12 +105,14 @@ async fn dispatch(app: &App, info: &RequestInfo, req: Request, user: Arc<UserInf
             }
             _ => doc_response(&d.group_list, JSON, headers),
         }),
-        Target::Group => plain_doc(&d.group, headers),
-        Target::GroupVersion(v) => plain_doc(&d.resource_lists[v.index()], headers),
+        Target::Group(g) => plain_doc(d.group(g).ok_or_else(|| ApiError::path_not_found(&path))?, headers),
+        Target::GroupVersion(g, v) => {
+            plain_doc(d.resource_list(g, v).ok_or_else(|| ApiError::path_not_found(&path))?, headers)
+        }
         Target::OpenApiV2 => plain_doc(&d.openapi_v2, headers),
         Target::OpenApiV3Root => plain_doc(&d.openapi_v3_root, headers),
-        Target::OpenApiV3GroupVersion(v) => {
-            let doc = &d.openapi_v3[v.index()];
+        Target::OpenApiV3GroupVersion(g, v) => {
+            let doc = d.openapi_v3(g, v).ok_or_else(|| ApiError::path_not_found(&path))?;
             let mut resp = plain_doc(doc, headers)?;
             let hashed = req.uri().query().is_some_and(|q| q.contains(&format!("hash={}", doc.hash())));
             let cache = if hashed { "public, immutable" } else { "no-cache, private" };
@@ -117,7 +120,7 @@ async fn dispatch(app: &App, info: &RequestInfo, req: Request, user: Arc<UserInf
             Ok(resp)
         }
         Target::Version => plain_doc(&d.version, headers),
-        Target::Metrics => Ok(metrics_response(&app.registry)),
+        Target::Metrics => Ok(metrics_response(&app.routes)),
         Target::Health(endpoint, check) => {
             if method != Method::GET && method != Method::HEAD {
                 return Err(ApiError::method_not_allowed(&method, "health"));
@@ -127,11 +130,12 @@ async fn dispatch(app: &App, info: &RequestInfo, req: Request, user: Arc<UserInf
     }
 }
 
-/// `/metrics`: the object count is read now (kube-apiserver polls it; a count from the cache is cheap).
-fn metrics_response(registry: &Registry) -> Response {
-    let objects = registry.object_count();
-    let resource = super::metrics::ResourceLabel { resource: format!("{PLURAL}.{GROUP}") };
-    super::metrics::metrics().storage_objects.get_or_create(&resource).set(objects as i64);
+/// `/metrics`: the object counts are read now (kube-apiserver polls them; a count from the cache is cheap).
+fn metrics_response(routes: &Routes) -> Response {
+    for r in routes.routes() {
+        let resource = super::metrics::ResourceLabel { resource: r.resource.to_string() };
+        super::metrics::metrics().storage_objects.get_or_create(&resource).set(r.storage.object_count() as i64);
+    }
     let mut resp = bytes_response(StatusCode::OK, crate::metrics::CONTENT_TYPE, Bytes::from(crate::metrics::encode()));
     resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     resp
@@ -175,9 +179,14 @@ fn selectors(q: &Query, name: Option<&str>) -> ApiResult<(Selector, FieldSelecto
     Ok((labels, fields))
 }
 
-/// A PodSet request, worked out: what every verb's step reads.
+/// A resource request, worked out: what every verb's step reads.
 struct Call<'a> {
     app: &'a App,
+    /// The resource's storage.
+    storage: &'a dyn RestStorage,
+    resource: &'static ResourceInfo,
+    /// The version in the path.
+    version: VersionIndex,
     r: &'a ResourceRequest,
     q: &'a Query,
     /// The representation the client takes.
@@ -198,7 +207,7 @@ impl Call<'_> {
         if a.level() < Level::Request {
             return a.log_request_object(body);
         }
-        if let Some(obj) = crate::registry::request_object::<PodSetStrategy>(body.clone(), self.r.subresource) {
+        if let Some(obj) = self.storage.request_object(body.clone(), self.r.subresource) {
             a.log_request_object(&obj);
         }
     }
@@ -231,7 +240,7 @@ impl Call<'_> {
     }
 
     fn object(&self, code: StatusCode, written: &Written) -> ApiResult<Response> {
-        let resp = object_response(code, self.out, &written.object, self.q.include_object, self.r.version)?;
+        let resp = object_response(code, self.out, &written.object, self.q.include_object, self.version)?;
         Ok(with_admission(resp, &written.warnings, &written.audit_annotations))
     }
 
@@ -261,7 +270,11 @@ async fn resource(
     let out = negotiate(accept(&parts.headers), offers)?;
     let content_type = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let audit = parts.extensions.get::<Arc<AuditContext>>().cloned();
-    let call = Call { app, r, q, out, content_type, headers: parts.headers, method: parts.method, path, audit };
+    let route = app.routes.route(r.resolved.route);
+    let (storage, resource, version) = (&*route.storage, r.resolved.resource, r.resolved.version);
+    let headers = parts.headers;
+    let method = parts.method;
+    let call = Call { app, storage, resource, version, r, q, out, content_type, headers, method, path, audit };
     // Reads run inline; each write's larger future is boxed, so a get does not carry (and copy) a write's state.
     match verb {
         Verb::Watch => watch(call).await,
@@ -287,9 +300,10 @@ async fn watch(c: Call<'_>) -> ApiResult<Response> {
         fields,
         query: c.q.clone(),
         output,
-        version: c.r.version,
+        resource: c.resource,
+        version: c.version,
     };
-    watch::serve(&c.app.registry, &c.app.watch, wr).await
+    watch::serve(c.storage, &c.app.watch, wr).await
 }
 
 async fn list(c: Call<'_>) -> ApiResult<Response> {
@@ -305,8 +319,7 @@ async fn list(c: Call<'_>) -> ApiResult<Response> {
     let (labels, fields) = selectors(q, None)?;
     let exact = q.resource_version_match.as_deref() == Some("Exact");
     let page = c
-        .app
-        .registry
+        .storage
         .list(ListRequest {
             namespace: c.r.namespace.clone(),
             labels,
@@ -315,20 +328,20 @@ async fn list(c: Call<'_>) -> ApiResult<Response> {
             continue_token: q.continue_token.clone(),
             resource_version: q.revision()?,
             exact,
-            // A client's list fails on a PodSet no key reads, naming it.
+            // A client's list fails on an object no key reads, naming it.
             skip_unreadable: false,
         })
         .await?;
-    list_response(c.out, &page, q.include_object, c.r.version)
+    list_response(c.resource, c.out, &page, q.include_object, c.version)
 }
 
 async fn get(c: Call<'_>) -> ApiResult<Response> {
-    let reg = &c.app.registry;
+    let reg = c.storage;
     match c.r.subresource {
         Subresource::Scale => scale_response(c.out, &reg.get_scale(&c.key(), c.q.revision()?).await?),
         _ => {
             let obj = reg.get(&c.key(), c.q.revision()?).await?;
-            object_response(StatusCode::OK, c.out, &obj, c.q.include_object, c.r.version)
+            object_response(StatusCode::OK, c.out, &obj, c.q.include_object, c.version)
         }
     }
 }
@@ -337,12 +350,13 @@ async fn create(c: Call<'_>, body: Body, user: Arc<UserInfo>) -> ApiResult<Respo
     let user = Arc::unwrap_or_clone(user);
     let ns = match (&c.r.namespace, c.r.subresource) {
         (Some(ns), Subresource::Main) => ns.as_str(),
+        (None, Subresource::Main) if !c.resource.namespaced() => "",
         _ => return Err(c.not_allowed()),
     };
     let format = c.body_format()?;
-    let opts = write_options(c.q, &c.headers, Verb::Create, None, user, c.r.version)?;
+    let opts = write_options(c.q, &c.headers, Verb::Create, None, user, c.version)?;
     let body = read_body(body).await?;
-    let reg = &c.app.registry;
+    let reg = c.storage;
     let written = match format {
         // An audited create is parsed once, for its event and for the write.
         _ if c.audit.is_some() => {
@@ -359,10 +373,10 @@ async fn create(c: Call<'_>, body: Body, user: Arc<UserInfo>) -> ApiResult<Respo
 async fn update(c: Call<'_>, body: Body, user: Arc<UserInfo>) -> ApiResult<Response> {
     let user = Arc::unwrap_or_clone(user);
     let format = c.body_format()?;
-    let opts = write_options(c.q, &c.headers, Verb::Update, None, user, c.r.version)?;
+    let opts = write_options(c.q, &c.headers, Verb::Update, None, user, c.version)?;
     let body = parse_body(&read_body(body).await?, format)?;
     c.audit_object(&body);
-    let (reg, key) = (&c.app.registry, c.key());
+    let (reg, key) = (c.storage, c.key());
     match c.r.subresource {
         Subresource::Scale => scale_response(c.out, &reg.update_scale(&key, ScaleChange::Replace(body), &opts).await?),
         sub => c.object(StatusCode::OK, &reg.replace(&key, body, sub, &opts).await?),
@@ -372,8 +386,8 @@ async fn update(c: Call<'_>, body: Body, user: Arc<UserInfo>) -> ApiResult<Respo
 async fn patch(c: Call<'_>, body: Body, user: Arc<UserInfo>) -> ApiResult<Response> {
     let user = Arc::unwrap_or_clone(user);
     let patch_type = patch_type(c.content_type.as_deref())?;
-    let opts = write_options(c.q, &c.headers, Verb::Patch, Some(patch_type), user, c.r.version)?;
-    let (reg, key) = (&c.app.registry, c.key());
+    let opts = write_options(c.q, &c.headers, Verb::Patch, Some(patch_type), user, c.version)?;
+    let (reg, key) = (c.storage, c.key());
     match c.r.subresource {
         // No field management runs on a Scale, so it takes merge and JSON patches only.
         Subresource::Scale if patch_type == PatchType::Apply => {
@@ -409,13 +423,13 @@ async fn delete(c: Call<'_>, body: Body, user: Arc<UserInfo>) -> ApiResult<Respo
     let opts = WriteOptions {
         user,
         dry_run: q.dry_run || delete.dry_run_all(),
-        version: Some(c.r.version.into()),
+        version: Some(c.version),
         ..Default::default()
     };
-    let deleted = c.app.registry.delete(&key, &delete, &opts).await?;
+    let deleted = c.storage.delete(&key, &delete, &opts).await?;
     let resp = if deleted.gone {
         // As kube-apiserver: a Status once the object is gone, the object while finalizers hold it.
-        let mut details = status_details(&key.name, crate::api::GROUP, crate::api::PLURAL, Vec::new());
+        let mut details = status_details(&key.name, c.resource.group, c.resource.plural, Vec::new());
         details.uid = deleted.object.uid().unwrap_or_default().to_owned();
         let status = kube::core::Status {
             // As kube's store answers a delete: no code in the body.
@@ -429,7 +443,7 @@ async fn delete(c: Call<'_>, body: Body, user: Arc<UserInfo>) -> ApiResult<Respo
         resp.extensions_mut().insert(Answered(Box::new(status)));
         resp
     } else {
-        object_response(StatusCode::OK, c.out, &deleted.object, q.include_object, c.r.version)?
+        object_response(StatusCode::OK, c.out, &deleted.object, q.include_object, c.version)?
     };
     Ok(with_admission(resp, &deleted.warnings, &deleted.audit_annotations))
 }
@@ -437,7 +451,8 @@ async fn delete(c: Call<'_>, body: Body, user: Arc<UserInfo>) -> ApiResult<Respo
 async fn delete_collection(c: Call<'_>, body: Body, user: Arc<UserInfo>) -> ApiResult<Response> {
     let user = Arc::unwrap_or_clone(user);
     let ns = match (&c.r.namespace, c.r.subresource) {
-        (Some(ns), Subresource::Main) => ns.clone(),
+        (Some(ns), Subresource::Main) => Some(ns.clone()),
+        (None, Subresource::Main) if !c.resource.namespaced() => None,
         _ => return Err(c.not_allowed()),
     };
     let q = c.q;
@@ -447,16 +462,16 @@ async fn delete_collection(c: Call<'_>, body: Body, user: Arc<UserInfo>) -> ApiR
     let opts = WriteOptions {
         user,
         dry_run: q.dry_run || delete.dry_run_all(),
-        version: Some(c.r.version.into()),
+        version: Some(c.version),
         ..Default::default()
     };
     let (labels, fields) = selectors(q, None)?;
-    let req = ListRequest { namespace: Some(ns), labels, fields, ..Default::default() };
-    let (items, revision) = c.app.registry.delete_collection(req, &delete, &opts).await?;
-    let items = items.iter().map(|o| o.to_version(c.r.version)?.to_value()).collect::<Result<Vec<_>, _>>()?;
+    let req = ListRequest { namespace: ns, labels, fields, ..Default::default() };
+    let (items, revision) = c.storage.delete_collection(req, &delete, &opts).await?;
+    let items = items.iter().map(|o| o.to_version(c.version)?.to_value()).collect::<Result<Vec<_>, _>>()?;
     c.plain(&serde_json::json!({
-        "apiVersion": c.r.version.api_version(),
-        "kind": LIST_KIND,
+        "apiVersion": c.resource.version(c.version).api_version,
+        "kind": c.resource.list_kind,
         "metadata": {"resourceVersion": revision.to_string()},
         "items": items,
     }))

@@ -16,7 +16,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use super::health::Endpoint;
 use super::metrics::{metrics, DurationLabels, LongRunningLabels, RequestLabels};
 use super::request::{RequestInfo, Target, Verb};
-use crate::api::{GROUP, PLURAL};
 
 const COMPONENT: &str = "apiserver";
 
@@ -83,9 +82,10 @@ impl RequestMetrics {
             Ok(Target::Resource(r)) => {
                 let verb = r.verb;
                 l.verb = verb.map_or("other", |v| verb_label(v, headers)).into();
-                l.group = GROUP.into();
-                l.version = r.version.as_str().into();
-                l.resource = PLURAL.into();
+                let resource = r.resolved.resource;
+                l.group = resource.group.into();
+                l.version = resource.version(r.resolved.version).name.into();
+                l.resource = resource.plural.into();
                 l.subresource = r.subresource.as_str().into();
                 l.scope = if r.name.is_some() || verb == Some(Verb::Create) {
                     "resource"
@@ -98,11 +98,11 @@ impl RequestMetrics {
                 None
             }
             Ok(Target::Apis) => Some("/apis".to_owned()),
-            Ok(Target::Group) => Some(format!("/apis/{GROUP}")),
-            Ok(Target::GroupVersion(v)) => Some(format!("/apis/{GROUP}/{v}")),
+            Ok(Target::Group(g)) => Some(format!("/apis/{g}")),
+            Ok(Target::GroupVersion(g, v)) => Some(format!("/apis/{g}/{v}")),
             Ok(Target::OpenApiV2) => Some("/openapi/v2".to_owned()),
             Ok(Target::OpenApiV3Root) => Some("/openapi/v3".to_owned()),
-            Ok(Target::OpenApiV3GroupVersion(v)) => Some(format!("/openapi/v3/apis/{GROUP}/{v}")),
+            Ok(Target::OpenApiV3GroupVersion(g, v)) => Some(format!("/openapi/v3/apis/{g}/{v}")),
             Ok(Target::Version) => Some("/version".to_owned()),
             Ok(Target::Metrics) => Some("/metrics".to_owned()),
             Ok(Target::Health(e, _)) => Some(
@@ -216,7 +216,7 @@ mod tests {
             headers.insert(header::CONTENT_TYPE, ct.parse().unwrap());
         }
         let uri: Uri = uri.parse().unwrap();
-        let info = RequestInfo::new(&method, uri.path(), uri.query());
+        let info = RequestInfo::new(&method, uri.path(), uri.query(), &crate::apiserver::routes::testing::routes());
         RequestMetrics::new(&info, &method, &uri, &headers).labels
     }
 

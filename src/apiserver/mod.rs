@@ -16,6 +16,7 @@ pub(crate) mod metrics;
 pub mod negotiate;
 mod render;
 pub mod request;
+pub mod routes;
 pub mod self_signed;
 pub mod serving_cert;
 mod status;
@@ -39,7 +40,7 @@ use tower::ServiceExt;
 pub use handlers::{App, MAX_BODY_BYTES};
 pub use watch::WatchConfig;
 
-use crate::registry::Registry;
+use self::routes::Routes;
 use auth::{Authenticator, Authorizer, ConnInfo};
 use filters::goaway::ConnectionGoaway;
 use filters::FilterLayer;
@@ -117,12 +118,12 @@ pub struct Server {
 impl Server {
     pub async fn bind(
         addr: SocketAddr,
-        registry: Registry,
+        routes: Routes,
         cfg: ServerConfig,
         shutdown: CancellationToken,
     ) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
-        let discovery = discovery::Discovery::build(registry.storage_version());
+        let discovery = discovery::Discovery::build(&routes.described());
         let filters = Filters {
             authentication: FilterLayer::new(filters::authentication::Authentication {
                 authenticator: cfg.authenticator,
@@ -135,7 +136,7 @@ impl Server {
             goaway: FilterLayer::new(filters::goaway::ProbabilisticGoaway::new(cfg.goaway_chance)),
         };
         let app = Arc::new(App {
-            registry,
+            routes: Arc::new(routes),
             discovery,
             watch: WatchConfig {
                 bookmark_interval: cfg.bookmark_interval,
@@ -167,7 +168,7 @@ impl Server {
         let chain = tower::ServiceBuilder::new()
             .layer(FilterLayer::new(filters::audit_init::AuditInit))
             .layer(FilterLayer::new(filters::panics::PanicRecovery))
-            .layer(filters::RequestInfoLayer)
+            .layer(filters::RequestInfoLayer(self.app.routes.clone()))
             .layer(FilterLayer::new(filters::httplog::HttpLog))
             .layer(f.goaway)
             .layer(f.timeout)

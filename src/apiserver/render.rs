@@ -10,16 +10,13 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::sync::LazyLock;
 
 use super::error::{ApiError, ApiResult};
 use super::negotiate::Output;
 use super::request::IncludeObject;
-use crate::api::resource::{ServedVersion, VersionIndex};
+use crate::api::resource::{ResourceInfo, VersionIndex};
 use crate::api::table::{age, created};
-use crate::api::{Version, LIST_KIND};
 use crate::registry::{ListPage, Stored};
-use crate::resources::podset::table::{cells, columns, AGE_CELL};
 
 pub const JSON: &str = "application/json";
 pub const YAML: &str = "application/yaml";
@@ -45,9 +42,9 @@ pub fn value_response(status: StatusCode, out: Output, value: &Value) -> ApiResu
 /// an object's serializations): the cells around Age, which alone depends on the time of asking, and where
 /// `metadata` sits in the stored JSON, so a row's object is spliced from the stored bytes, never re-serialized.
 ///
-/// Kept with the stored object and used for every version: conversion touches only `apiVersion`,
-/// `spec.minReadySeconds` and its `v1alpha1` annotation, none of them a cell, so the cells are the same in every
-/// version; the metadata is the stored bytes' too in every version the object converts to by splicing.
+/// Kept with the stored object and used for every version: a resource's cells read the same in every version
+/// ([`crate::api::table::TableConvertor`]); the metadata is the stored bytes' too in every version the object
+/// converts to by splicing.
 #[derive(Clone)]
 struct Row {
     /// `"web",3,2,1,`
@@ -66,9 +63,11 @@ struct Row {
 impl Row {
     fn of(obj: &Stored) -> Result<Row, String> {
         let value = obj.to_value().map_err(|e| e.to_string())?;
-        let cells = cells(&value, Timestamp::UNIX_EPOCH);
+        let table = &obj.resource().table;
+        let cells = (table.cells)(&value, Timestamp::UNIX_EPOCH);
         let join = |cells: &[Value]| cells.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
-        let (before, after) = (join(&cells[..AGE_CELL]), join(&cells[AGE_CELL + 1..]));
+        let at = table.age_cell.min(cells.len().saturating_sub(1));
+        let (before, after) = (join(&cells[..at]), join(&cells[(at + 1).min(cells.len())..]));
         Ok(Row {
             before_age: format!("{before},").into_bytes().into(),
             after_age: if after.is_empty() { Box::default() } else { format!(",{after}").into_bytes().into() },
@@ -80,8 +79,8 @@ impl Row {
     }
 
     /// Whether the object in `version` has the stored bytes' metadata (as [`Stored::to_version`] decides).
-    fn stored_metadata_in(&self, version: Version) -> bool {
-        self.stored_in == version.into() || self.splices
+    fn stored_metadata_in(&self, version: VersionIndex) -> bool {
+        self.stored_in == version || self.splices
     }
 }
 
@@ -111,8 +110,8 @@ fn row(obj: &Stored) -> ApiResult<std::borrow::Cow<'_, Row>> {
 }
 
 /// `{"kind":"PartialObjectMetadata",...}` for a stored object in `version`, its metadata spliced from the stored
-/// bytes; converted first only when `minReadySeconds` moves between spec and an annotation.
-fn put_partial_metadata(buf: &mut BytesMut, obj: &Stored, row: &Row, version: Version) -> ApiResult<()> {
+/// bytes; converted first only when conversion changes more than its `apiVersion`.
+fn put_partial_metadata(buf: &mut BytesMut, obj: &Stored, row: &Row, version: VersionIndex) -> ApiResult<()> {
     buf.put_slice(br#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":"#);
     if row.stored_metadata_in(version) {
         match &row.metadata {
@@ -139,7 +138,7 @@ fn put_row(
     obj: &Stored,
     include: IncludeObject,
     now: Timestamp,
-    version: Version,
+    version: VersionIndex,
 ) -> ApiResult<()> {
     let row = row(obj)?;
     buf.put_slice(b"{\"cells\":[");
@@ -190,30 +189,35 @@ fn head(v: &Value) -> Vec<u8> {
     serde_json::to_vec(v).unwrap_or_else(|_| b"{}".to_vec())
 }
 
-/// The column definitions, the same in every Table: serialized once.
-static COLUMNS: LazyLock<Vec<u8>> = LazyLock::new(|| serde_json::to_vec(&columns()).unwrap_or_else(|_| b"[]".to_vec()));
-
-/// A Table of stored `items` in `version`, the rows spliced from their memos.
-fn table(meta: ListMeta, items: &[Stored], include: IncludeObject, version: Version) -> ApiResult<Bytes> {
+/// A Table of stored `items` of `resource` in `version`, the rows spliced from their memos.
+fn table(
+    resource: &ResourceInfo,
+    meta: ListMeta,
+    items: &[Stored],
+    include: IncludeObject,
+    version: VersionIndex,
+) -> ApiResult<Bytes> {
     let mut head = head(&json!({"apiVersion": "meta.k8s.io/v1", "kind": "Table", "metadata": meta}));
     head.pop();
     head.extend_from_slice(b",\"columnDefinitions\":");
-    head.extend_from_slice(&COLUMNS);
+    head.extend_from_slice(resource.table.columns_json());
     head.push(b'}');
     let now = Timestamp::now();
     splice_list(&head, "rows", items, |buf, obj| put_row(buf, obj, include, now, version))
 }
 
 /// A Table of one stored object in `version`, as a watch event or a GET carries it.
-pub fn single_row_table(obj: &Stored, include: IncludeObject, version: Version) -> ApiResult<Bytes> {
+pub fn single_row_table(obj: &Stored, include: IncludeObject, version: VersionIndex) -> ApiResult<Bytes> {
     let rv = Some(obj.resource_version()).filter(|rv| *rv > 0).map(|rv| rv.to_string());
-    table(ListMeta { resource_version: rv, ..Default::default() }, std::slice::from_ref(obj), include, version)
+    let meta = ListMeta { resource_version: rv, ..Default::default() };
+    table(obj.resource(), meta, std::slice::from_ref(obj), include, version)
 }
 
 /// A watch's BOOKMARK in Table form, as kube-apiserver's table conversion renders the bookmark object: one row
 /// of it, whose object is its metadata alone when it marks the end of the initial events (`initial_events_end`;
 /// else as `include` says), and the table at its revision.
 pub fn bookmark_table(
+    resource: &'static ResourceInfo,
     bookmark: Value,
     revision: u64,
     initial_events_end: bool,
@@ -222,14 +226,14 @@ pub fn bookmark_table(
     let include =
         if initial_events_end && include == IncludeObject::Object { IncludeObject::Metadata } else { include };
     let meta = ListMeta { resource_version: Some(revision.to_string()), ..Default::default() };
-    let bookmark = Stored::unstored(bookmark, &crate::resources::podset::INFO);
+    let bookmark = Stored::unstored(bookmark, resource);
     // Already in the watch's version: rendered as it is.
-    let version = Version::from_index(bookmark.version());
-    table(meta, &[bookmark], include, version)
+    let version = bookmark.version();
+    table(resource, meta, &[bookmark], include, version)
 }
 
 /// A stored object as PartialObjectMetadata, in `version`.
-pub fn partial_metadata(obj: &Stored, version: Version) -> ApiResult<Bytes> {
+pub fn partial_metadata(obj: &Stored, version: VersionIndex) -> ApiResult<Bytes> {
     let row = row(obj)?;
     let mut buf = BytesMut::with_capacity(obj.bytes().len());
     put_partial_metadata(&mut buf, obj, &row, version)?;
@@ -242,7 +246,7 @@ pub fn object_response(
     out: Output,
     obj: &Stored,
     include: IncludeObject,
-    version: Version,
+    version: VersionIndex,
 ) -> ApiResult<Response> {
     match out {
         Output::Json | Output::Discovery(_) => {
@@ -264,24 +268,33 @@ fn list_meta(page: &ListPage) -> ListMeta {
     }
 }
 
-/// A list in `version`: each item as that version has it. JSON, Table and PartialObjectMetadata are written from
-/// the stored items (their bytes, spliced, and their row memos, which serve every version); YAML converts them.
-pub fn list_response(out: Output, page: &ListPage, include: IncludeObject, version: Version) -> ApiResult<Response> {
+/// A list of `resource` in `version`: each item as that version has it. JSON, Table and PartialObjectMetadata are
+/// written from the stored items (their bytes, spliced, and their row memos, which serve every version); YAML
+/// converts them.
+pub fn list_response(
+    resource: &ResourceInfo,
+    out: Output,
+    page: &ListPage,
+    include: IncludeObject,
+    version: VersionIndex,
+) -> ApiResult<Response> {
     let meta = list_meta(page);
-    let api_version = version.api_version();
+    let (api_version, list_kind) = (resource.version(version).api_version, resource.list_kind);
     match out {
         Output::Json | Output::Discovery(_) => {
             // Each item written in the version straight from its stored bytes.
-            let head = head(&json!({"apiVersion": api_version, "kind": LIST_KIND, "metadata": meta}));
+            let head = head(&json!({"apiVersion": api_version, "kind": list_kind, "metadata": meta}));
             let body = splice_list(&head, "items", &page.items, |buf, obj| Ok(obj.put_in_version(buf, version)?))?;
             Ok(bytes_response(StatusCode::OK, JSON, body))
         }
         Output::Yaml => {
             let items = page.items.iter().map(|o| o.to_version(version)?.to_value()).collect::<Result<Vec<_>, _>>()?;
-            let v = json!({"apiVersion": api_version, "kind": LIST_KIND, "metadata": meta, "items": items});
+            let v = json!({"apiVersion": api_version, "kind": list_kind, "metadata": meta, "items": items});
             value_response(StatusCode::OK, out, &v)
         }
-        Output::Table => Ok(bytes_response(StatusCode::OK, JSON, table(meta, &page.items, include, version)?)),
+        Output::Table => {
+            Ok(bytes_response(StatusCode::OK, JSON, table(resource, meta, &page.items, include, version)?))
+        }
         Output::Metadata => {
             let head =
                 head(&json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta}));
@@ -316,9 +329,12 @@ pub fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::Version;
+    use crate::resources::podset::table::{cells, AGE_CELL};
+    use crate::resources::podset::INFO;
 
     fn unstored(v: Value) -> Stored {
-        Stored::unstored(v, &crate::resources::podset::INFO)
+        Stored::unstored(v, &INFO)
     }
     use crate::api::API_VERSION;
 
@@ -351,14 +367,15 @@ mod tests {
             (IncludeObject::Object, Some(value.clone())),
         ] {
             let now = Timestamp::now();
-            let row = rows(&single_row_table(&obj, include, Version::V1alpha1).unwrap()).remove(0);
+            let row = rows(&single_row_table(&obj, include, Version::V1alpha1.into()).unwrap()).remove(0);
             let mut want = json!({"cells": cells(&value, now)});
             if let Some(o) = object {
                 want["object"] = o;
             }
             assert_eq!(row, want, "{include:?}");
         }
-        let partial: Value = serde_json::from_slice(&partial_metadata(&obj, Version::V1alpha1).unwrap()).unwrap();
+        let partial: Value =
+            serde_json::from_slice(&partial_metadata(&obj, Version::V1alpha1.into()).unwrap()).unwrap();
         assert_eq!(partial, metadata);
     }
 
@@ -366,14 +383,26 @@ mod tests {
     fn a_row_is_made_once_per_revision_and_its_age_moves() {
         let obj = podset();
         let first = rows(
-            &table(ListMeta::default(), std::slice::from_ref(&obj), IncludeObject::None, Version::V1alpha1).unwrap(),
+            &table(
+                &INFO,
+                ListMeta::default(),
+                std::slice::from_ref(&obj),
+                IncludeObject::None,
+                Version::V1alpha1.into(),
+            )
+            .unwrap(),
         );
         assert!(obj.memo(|| -> Result<Row, String> { panic!("made twice") }).is_some());
         let age = first[0]["cells"][AGE_CELL].as_str().unwrap().to_owned();
         assert!(age.ends_with('d') || age.ends_with('y') || age.contains('d'), "{age}");
-        let many =
-            table(ListMeta::default(), &[obj.clone(), obj.clone(), obj], IncludeObject::Metadata, Version::V1alpha1)
-                .unwrap();
+        let many = table(
+            &INFO,
+            ListMeta::default(),
+            &[obj.clone(), obj.clone(), obj],
+            IncludeObject::Metadata,
+            Version::V1alpha1.into(),
+        )
+        .unwrap();
         assert_eq!(rows(&many).len(), 3);
     }
 
@@ -382,7 +411,8 @@ mod tests {
         let end = json!({"apiVersion": API_VERSION, "kind": "PodSet",
             "metadata": {"resourceVersion": "7", "annotations": {"k8s.io/initial-events-end": "true"}}});
         let table: Value =
-            serde_json::from_slice(&bookmark_table(end.clone(), 7, true, IncludeObject::Object).unwrap()).unwrap();
+            serde_json::from_slice(&bookmark_table(&INFO, end.clone(), 7, true, IncludeObject::Object).unwrap())
+                .unwrap();
         assert_eq!(table["metadata"]["resourceVersion"], "7");
         let row = &table["rows"][0];
         assert_eq!(
@@ -391,14 +421,15 @@ mod tests {
         );
         let plain = json!({"apiVersion": API_VERSION, "kind": "PodSet", "metadata": {"resourceVersion": "8"}});
         let table: Value =
-            serde_json::from_slice(&bookmark_table(plain.clone(), 8, false, IncludeObject::Object).unwrap()).unwrap();
+            serde_json::from_slice(&bookmark_table(&INFO, plain.clone(), 8, false, IncludeObject::Object).unwrap())
+                .unwrap();
         assert_eq!(table["rows"][0]["object"], plain);
     }
 
     #[test]
     fn an_object_without_metadata_still_renders() {
         let obj = unstored(json!({"spec": {"replicas": 1}}));
-        let row = rows(&single_row_table(&obj, IncludeObject::Metadata, Version::V1alpha1).unwrap()).remove(0);
+        let row = rows(&single_row_table(&obj, IncludeObject::Metadata, Version::V1alpha1.into()).unwrap()).remove(0);
         assert_eq!(row["object"]["metadata"], json!({}));
         assert_eq!(row["cells"][0], json!(""));
     }
@@ -407,7 +438,7 @@ mod tests {
     /// converted copy (whose memo is its own), and that copy's bytes.
     fn converted_first(obj: &Stored, include: IncludeObject, version: Version) -> (Bytes, Bytes) {
         let copy = obj.to_version(version).unwrap();
-        (single_row_table(&copy, include, version).unwrap(), partial_metadata(&copy, version).unwrap())
+        (single_row_table(&copy, include, version.into()).unwrap(), partial_metadata(&copy, version.into()).unwrap())
     }
 
     #[test]
@@ -432,8 +463,10 @@ mod tests {
             for version in Version::ALL {
                 for include in [IncludeObject::None, IncludeObject::Metadata, IncludeObject::Object] {
                     // Byte for byte (the Age cell, in days here, is the same within the test).
-                    let ours =
-                        (single_row_table(obj, include, version).unwrap(), partial_metadata(obj, version).unwrap());
+                    let ours = (
+                        single_row_table(obj, include, version.into()).unwrap(),
+                        partial_metadata(obj, version.into()).unwrap(),
+                    );
                     assert_eq!(ours, converted_first(obj, include, version), "{version} {include:?}");
                 }
             }
@@ -461,7 +494,7 @@ mod tests {
         let meta = ListMeta { resource_version: Some("6".into()), ..ListMeta::default() };
         for version in Version::ALL {
             for include in [IncludeObject::None, IncludeObject::Metadata, IncludeObject::Object] {
-                let out = table(meta.clone(), &objects, include, version).unwrap();
+                let out = table(&INFO, meta.clone(), &objects, include, version.into()).unwrap();
                 crate::apiserver::golden::check(&format!("table/{version}-{include:?}.json"), &out);
             }
         }

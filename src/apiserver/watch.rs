@@ -29,22 +29,9 @@ use super::metrics::{metrics, GroupVersionResource};
 use super::negotiate::Output;
 use super::render::{bookmark_table, partial_metadata, single_row_table};
 use super::request::{IncludeObject, Query};
+use crate::api::resource::{ResourceInfo, VersionIndex};
 use crate::api::selector::{FieldSelector, Selector};
-use crate::api::{Version, GROUP, KIND, PLURAL};
-use crate::registry::{self, Event, EventType, Notification, Registry, Revision, WatchRequest as RegistryWatch};
-
-/// `apiserver_watch_events_total` for PodSets, by version.
-static WATCH_EVENTS: std::sync::LazyLock<Vec<prometheus_client::metrics::counter::Counter>> =
-    std::sync::LazyLock::new(|| {
-        Version::ALL
-            .iter()
-            .map(|v| {
-                let gvr =
-                    GroupVersionResource { group: GROUP.into(), version: v.as_str().into(), resource: PLURAL.into() };
-                metrics().watch_events.get_or_create(&gvr).clone()
-            })
-            .collect()
-    });
+use crate::registry::{self, Event, EventType, Notification, RestStorage, Revision, WatchRequest as RegistryWatch};
 
 /// Settings for every watch this server serves.
 #[derive(Clone)]
@@ -73,8 +60,9 @@ pub struct WatchRequest {
     pub fields: FieldSelector,
     pub query: Query,
     pub output: Output,
+    pub resource: &'static ResourceInfo,
     /// The version events are sent in.
-    pub version: Version,
+    pub version: VersionIndex,
 }
 
 /// The line forms a watch can send: JSON (as stored), PartialObjectMetadata, and Table with each `includeObject`.
@@ -85,8 +73,13 @@ const TABLE_FRESH: Duration = Duration::from_secs(1);
 /// One revision's encoded lines, by version, event type and form: encoded (and converted) by the first watcher to
 /// send one, shared (as `Bytes`, not copied) by the others. A version's table is made when a watcher of it comes:
 /// most revisions are watched in one version only, and every revision watched keeps its lines.
-#[derive(Default)]
-struct Lines([OnceLock<Box<VersionLines>>; Version::ALL.len()]);
+struct Lines(Box<[OnceLock<Box<VersionLines>>]>);
+
+impl Lines {
+    fn new(versions: usize) -> Self {
+        Self((0..versions).map(|_| OnceLock::new()).collect())
+    }
+}
 
 /// One version's lines, by event type and form.
 type VersionLines = [[OnceLock<Line>; FORMS]; 3];
@@ -99,7 +92,10 @@ struct Line {
 struct Encoder {
     output: Output,
     include: IncludeObject,
-    version: Version,
+    resource: &'static ResourceInfo,
+    version: VersionIndex,
+    /// `apiserver_watch_events_total` of the resource in the version.
+    sent: prometheus_client::metrics::counter::Counter,
 }
 
 impl Encoder {
@@ -114,14 +110,15 @@ impl Encoder {
     }
 
     fn event(&self, ev: &Event) -> Bytes {
-        WATCH_EVENTS[self.version.index()].inc();
-        let Some(lines) = ev.memo(Lines::default) else { return self.encode(ev) };
+        self.sent.inc();
+        let Some(lines) = ev.memo(|| Lines::new(self.resource.versions.len())) else { return self.encode(ev) };
         let kind = match ev.kind {
             EventType::Added => 0,
             EventType::Modified => 1,
             EventType::Deleted => 2,
         };
-        let lines = lines.0[self.version.index()].get_or_init(Box::default);
+        let Some(lines) = lines.0.get(self.version.get()) else { return self.encode(ev) };
+        let lines = lines.get_or_init(Box::default);
         let line = lines[kind][self.form()].get_or_init(|| Line { made: Instant::now(), bytes: self.encode(ev) });
         if self.output == Output::Table && line.made.elapsed() > TABLE_FRESH {
             return self.encode(ev);
@@ -149,14 +146,17 @@ impl Encoder {
         }
         let types = match self.output {
             Output::Metadata => TypeMeta { api_version: "meta.k8s.io/v1".into(), kind: "PartialObjectMetadata".into() },
-            _ => TypeMeta { api_version: self.version.api_version().into(), kind: KIND.into() },
+            _ => TypeMeta {
+                api_version: self.resource.version(self.version).api_version.into(),
+                kind: self.resource.kind.into(),
+            },
         };
         let bookmark =
             Bookmark { types, metadata: BookmarkMeta { resource_version: revision.to_string(), annotations } };
         if self.output == Output::Table {
             // kube-apiserver's table conversion turns every event's object into a Table, bookmarks' too.
             let object = serde_json::to_value(&bookmark).unwrap_or_default();
-            return match bookmark_table(object, revision, initial_events_end, self.include) {
+            return match bookmark_table(self.resource, object, revision, initial_events_end, self.include) {
                 Ok(table) => frame("BOOKMARK", &table),
                 Err(e) => self.error(&e),
             };
@@ -395,14 +395,26 @@ fn response(body: Body) -> Response {
     resp
 }
 
-/// Starts a watch and returns the streaming response.
-pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) -> ApiResult<Response> {
+impl Encoder {
+    fn new(output: Output, include: IncludeObject, resource: &'static ResourceInfo, version: VersionIndex) -> Self {
+        let gvr = GroupVersionResource {
+            group: resource.group.into(),
+            version: resource.version(version).name.into(),
+            resource: resource.plural.into(),
+        };
+        let sent = metrics().watch_events.get_or_create(&gvr).clone();
+        Self { output, include, resource, version, sent }
+    }
+}
+
+/// Starts a watch on `storage` and returns the streaming response.
+pub async fn serve(storage: &dyn RestStorage, cfg: &WatchConfig, req: WatchRequest) -> ApiResult<Response> {
     let q = &req.query;
     let requested = q.revision()?;
     q.check_list_options(true)?;
 
-    let encoder = Encoder { output: req.output, include: q.include_object, version: req.version };
-    let watch = registry.watch(RegistryWatch {
+    let encoder = Encoder::new(req.output, q.include_object, req.resource, req.version);
+    let watch = storage.watch(RegistryWatch {
         namespace: req.namespace,
         labels: req.labels,
         fields: req.fields,
@@ -441,7 +453,9 @@ pub async fn serve(registry: &Registry, cfg: &WatchConfig, req: WatchRequest) ->
 mod tests {
     use super::*;
     use crate::api::{Subresource, UserInfo, API_VERSION};
-    use crate::registry::{ObjectKey, PatchType, Stored, WriteOptions};
+    use crate::api::{Version, KIND};
+    use crate::registry::{ObjectKey, PatchType, Registry, Stored, WriteOptions};
+    use crate::resources::podset::INFO;
     use http_body_util::BodyExt;
     use serde_json::json;
 
@@ -481,7 +495,8 @@ mod tests {
             fields: FieldSelector::default(),
             query,
             output,
-            version: reg.storage_version(),
+            resource: &INFO,
+            version: reg.storage_version().into(),
         };
         serve(reg, &config(), req).await.unwrap().into_body()
     }
@@ -544,7 +559,7 @@ mod tests {
         assert!(row["object"]["rows"][0].get("object").is_none(), "includeObject=None is its own form");
 
         let partial = next_frame(&mut metadata).await;
-        assert_eq!(partial, event_line("MODIFIED", &partial_metadata(&changed, reg.storage_version()).unwrap()));
+        assert_eq!(partial, event_line("MODIFIED", &partial_metadata(&changed, reg.storage_version().into()).unwrap()));
     }
 
     #[tokio::test]
@@ -561,7 +576,8 @@ mod tests {
                 fields: FieldSelector::default(),
                 query,
                 output: Output::Json,
-                version: v,
+                resource: &INFO,
+                version: v.into(),
             };
             serve(&reg, &cfg, req)
         };
@@ -626,7 +642,7 @@ mod tests {
         seen: Revision,
         shutdown: CancellationToken,
     ) -> WatchBody {
-        let encoder = Encoder { output: Output::Json, include: IncludeObject::Metadata, version: Version::V1alpha1 };
+        let encoder = Encoder::new(Output::Json, IncludeObject::Metadata, &INFO, Version::V1alpha1.into());
         WatchBody::new(encoder, events, seen, Duration::from_secs(10), shutdown)
     }
 

@@ -109,9 +109,9 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
         .with_admission(Arc::new(admission))
         .with_storage_version(opts.storage.storage_version);
     let addr = opts.serving.address();
-    let server = Server::bind(addr, registry.clone(), cfg, shutdown.clone())
-        .await
-        .with_context(|| format!("listening on {addr}"))?;
+    let routes = crate::apiserver::routes::Routes::new(vec![Arc::new(registry.clone())]);
+    let server =
+        Server::bind(addr, routes, cfg, shutdown.clone()).await.with_context(|| format!("listening on {addr}"))?;
     tracing::info!(
         address = %server.local_addr()?,
         storage_version = %opts.storage.storage_version,

@@ -15,6 +15,7 @@ mod managed;
 mod migrate;
 mod options;
 
+mod rest;
 mod restore;
 mod scale;
 mod stored;
@@ -38,6 +39,7 @@ pub use self::options::{
     DeleteOptions, Deleted, FieldValidation, ListPage, ListRequest, PatchType, Preconditions, ScaleChange,
     WriteOptions, Written,
 };
+pub use self::rest::RestStorage;
 pub use self::scale::ScaleAccessor;
 pub use self::stored::Stored;
 pub use self::view::admission_attributes;

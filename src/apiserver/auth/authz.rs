@@ -258,7 +258,7 @@ mod tests {
     use http::Method;
 
     fn attrs(method: Method, path: &str, query: Option<&str>) -> Attributes {
-        RequestInfo::new(&method, path, query).attributes
+        RequestInfo::new(&method, path, query, &crate::apiserver::routes::testing::routes()).attributes
     }
 
     fn res(a: &Attributes) -> (&str, &str, &str, &str, &str) {

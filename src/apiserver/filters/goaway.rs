@@ -76,7 +76,7 @@ mod tests {
 
     async fn goaway_after(chance: f64, decide: fn() -> f64, req: Request) -> bool {
         let filter = ProbabilisticGoaway { chance, decide };
-        let svc = RequestInfoLayer
+        let svc = RequestInfoLayer::default()
             .layer(FilterLayer::new(filter).layer(tower::service_fn(|_: Request| async { Ok("ok".into_response()) })));
         let connection = ConnectionGoaway::default();
         let mut req = req;

@@ -150,7 +150,7 @@ mod tests {
     use http::Method;
 
     fn info(method: Method, path: &str, query: Option<&str>) -> RequestInfo {
-        RequestInfo::new(&method, path, query)
+        RequestInfo::new(&method, path, query, &crate::apiserver::routes::testing::routes())
     }
 
     fn user(groups: &[&str]) -> UserInfo {

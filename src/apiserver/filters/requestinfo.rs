@@ -1,27 +1,31 @@
 //! `WithRequestInfo`: the first filter works out the request's `RequestInfo` once and keeps it in the request's
 //! extensions, where every later filter and the handler read it.
 
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::Request;
 use tower::{Layer, Service};
 
-use crate::apiserver::context::info_of;
+use crate::apiserver::request::RequestInfo;
+use crate::apiserver::routes::Routes;
 
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RequestInfoLayer;
+/// Works out each request against what `routes` serve.
+#[derive(Clone, Default)]
+pub struct RequestInfoLayer(pub Arc<Routes>);
 
 impl<S> Layer<S> for RequestInfoLayer {
     type Service = WithRequestInfo<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        WithRequestInfo { inner }
+        WithRequestInfo { inner, routes: self.0.clone() }
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct WithRequestInfo<S> {
     inner: S,
+    routes: Arc<Routes>,
 }
 
 impl<S, B> Service<Request<B>> for WithRequestInfo<S>
@@ -37,7 +41,8 @@ where
     }
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        info_of(&mut req);
+        let info = RequestInfo::new(req.method(), req.uri().path(), req.uri().query(), &self.routes);
+        req.extensions_mut().insert(Arc::new(info));
         self.inner.call(req)
     }
 }
@@ -45,8 +50,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apiserver::request::RequestInfo;
-    use std::sync::Arc;
+    use crate::apiserver::context::info_of;
     use tower::ServiceExt;
 
     #[tokio::test]
@@ -57,7 +61,7 @@ mod tests {
             Ok::<_, std::convert::Infallible>((Arc::ptr_eq(&first, &again), again.attributes.verb.clone()))
         });
         let req = Request::get("/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets?watch=1").body(()).unwrap();
-        let (same, verb) = RequestInfoLayer.layer(svc).oneshot(req).await.unwrap();
+        let (same, verb) = RequestInfoLayer::default().layer(svc).oneshot(req).await.unwrap();
         assert!(same, "read, not worked out again");
         assert_eq!(verb, "watch");
     }

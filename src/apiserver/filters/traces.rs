@@ -120,7 +120,7 @@ mod tests {
             (http::Method::GET, "/apis/demo.k8s.io/v1alpha1/podsets", "GET /apis/demo.k8s.io/v1alpha1/podsets"),
             (http::Method::GET, "/openapi/v2", "GET"),
         ] {
-            let info = RequestInfo::new(&method, path, None);
+            let info = RequestInfo::new(&method, path, None, &crate::apiserver::routes::testing::routes());
             assert_eq!(span_name(&method, &info), want, "{path}");
         }
     }

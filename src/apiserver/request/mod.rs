@@ -5,9 +5,10 @@ use http::Method;
 
 use super::error::{ApiError, ApiResult};
 use super::health::Endpoint;
+use super::routes::{Resolved, Routes};
 use crate::api::selector::FieldSelector;
 use crate::api::validation::dns1123_label_errors;
-use crate::api::{Subresource, Version, GROUP, PLURAL};
+use crate::api::Subresource;
 
 mod options;
 mod query;
@@ -57,13 +58,13 @@ pub struct ResourceAttrs {
 pub enum Target {
     /// `/apis`
     Apis,
-    /// `/apis/demo.k8s.io`
-    Group,
-    /// `/apis/demo.k8s.io/<version>`
-    GroupVersion(Version),
+    /// `/apis/<group>` of a served group.
+    Group(&'static str),
+    /// `/apis/<group>/<version>` of a served group and version.
+    GroupVersion(&'static str, &'static str),
     OpenApiV2,
     OpenApiV3Root,
-    OpenApiV3GroupVersion(Version),
+    OpenApiV3GroupVersion(&'static str, &'static str),
     Version,
     /// `/metrics`
     Metrics,
@@ -73,11 +74,11 @@ pub enum Target {
     Unknown,
 }
 
-/// A request for PodSets: a collection (no name) or one object, maybe a subresource of it.
+/// A request for a served resource: a collection (no name) or one object, maybe a subresource of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceRequest {
-    /// The version in the path: the one bodies are read in and answers written in.
-    pub version: Version,
+    /// Which resource, and the version in the path: the one bodies are read in and answers written in.
+    pub resolved: Resolved,
     pub namespace: Option<String>,
     pub name: Option<String>,
     pub subresource: Subresource,
@@ -104,13 +105,14 @@ fn valid_path_segment(name: &str) -> bool {
 
 impl RequestInfo {
     /// k8s.io/apiserver's `RequestInfoFactory.NewRequestInfo`: `/apis/<group>/<version>/...` is a resource request,
-    /// anything else a non-resource one (`/api/v1/...` is never ours, so it is authorized as the path it is).
-    pub fn new(method: &Method, path: &str, query: Option<&str>) -> Self {
+    /// anything else a non-resource one (`/api/v1/...` is never ours, so it is authorized as the path it is). What
+    /// authorization sees depends on the path alone; what it addresses, on what `routes` serve.
+    pub fn new(method: &Method, path: &str, query: Option<&str>, routes: &Routes) -> Self {
         let query = Query::parse(query);
         let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
         if parts.len() < 4 || parts[0] != "apis" {
             let attributes = Attributes { verb: method.as_str().to_lowercase(), path: path.to_owned(), resource: None };
-            return Self { attributes, target: Ok(non_resource_target(path)), query };
+            return Self { attributes, target: Ok(non_resource_target(path, routes)), query };
         }
         let (group, version) = (parts[1], parts[2]);
         let mut parts = &parts[3..];
@@ -158,16 +160,20 @@ impl RequestInfo {
         if path_name.is_empty() && verb == "delete" {
             verb = "deletecollection";
         }
-        let served =
-            version.parse::<Version>().ok().filter(|_| group == GROUP && resource == PLURAL && verb != "proxy");
+        let served = routes.resolve(group, version, resource).filter(|_| verb != "proxy");
         let target = match (served, Subresource::parse(subresource)) {
-            // Nothing past the subresource, and a name only within a namespace (PodSets are namespaced).
-            (Some(v), Some(sub))
+            // Nothing past the subresource, a subresource the resource has, and a namespace as its scope says: a
+            // name only within one for a namespaced resource (a list may span them), never one for a cluster one.
+            (Some(r), Some(sub))
                 if parts.len() <= 3
-                    && (path_name.is_empty() || !namespace.is_empty())
+                    && routes.route(r.route).serves(sub)
+                    && match r.resource.namespaced() {
+                        true => path_name.is_empty() || !namespace.is_empty(),
+                        false => namespace.is_empty(),
+                    }
                     && (!path_name.is_empty() || sub == Subresource::Main) =>
             {
-                resource_target(method, verb, special, v, namespace, path_name, sub)
+                resource_target(method, verb, special, r, namespace, path_name, sub)
             }
             _ => Ok(Target::Unknown),
         };
@@ -189,12 +195,12 @@ impl RequestInfo {
     }
 }
 
-/// A PodSet request: the verb served, from the one kube-apiserver authorizes (what was authorized is what runs).
+/// A resource request: the verb served, from the one kube-apiserver authorizes (what was authorized is what runs).
 fn resource_target(
     method: &Method,
     verb: &str,
     special: bool,
-    version: Version,
+    resolved: Resolved,
     namespace: &str,
     name: &str,
     sub: Subresource,
@@ -220,7 +226,7 @@ fn resource_target(
         _ => None,
     };
     Ok(Target::Resource(ResourceRequest {
-        version,
+        resolved,
         namespace: (!namespace.is_empty()).then(|| namespace.to_owned()),
         name: named.then(|| name.to_owned()),
         subresource: sub,
@@ -228,7 +234,7 @@ fn resource_target(
     }))
 }
 
-fn non_resource_target(path: &str) -> Target {
+fn non_resource_target(path: &str, routes: &Routes) -> Target {
     let trimmed = path.trim_end_matches('/');
     let parts: Vec<&str> = trimmed.split('/').skip(1).collect();
     if let (Some(endpoint), 1..=2) = (parts.first().and_then(|p| Endpoint::parse(p)), parts.len()) {
@@ -236,15 +242,22 @@ fn non_resource_target(path: &str) -> Target {
     }
     match parts.as_slice() {
         ["apis"] => Target::Apis,
-        ["apis", g] if *g == GROUP => Target::Group,
-        ["apis", g, v] if *g == GROUP => v.parse().map_or(Target::Unknown, Target::GroupVersion),
+        ["apis", g] => routes.group(g).map_or(Target::Unknown, |g| Target::Group(g.name)),
+        ["apis", g, v] => group_version(routes, g, v).map_or(Target::Unknown, |(g, v)| Target::GroupVersion(g, v)),
         ["openapi", "v2"] => Target::OpenApiV2,
         ["openapi", "v3"] => Target::OpenApiV3Root,
-        ["openapi", "v3", "apis", g, v] if *g == GROUP => {
-            v.parse().map_or(Target::Unknown, Target::OpenApiV3GroupVersion)
+        ["openapi", "v3", "apis", g, v] => {
+            group_version(routes, g, v).map_or(Target::Unknown, |(g, v)| Target::OpenApiV3GroupVersion(g, v))
         }
         ["version"] => Target::Version,
         ["metrics"] => Target::Metrics,
         _ => Target::Unknown,
     }
+}
+
+/// A served group and version, named as served.
+fn group_version(routes: &Routes, group: &str, version: &str) -> Option<(&'static str, &'static str)> {
+    let g = routes.group(group)?;
+    let v = g.versions.iter().find(|v| **v == version)?;
+    Some((g.name, v))
 }

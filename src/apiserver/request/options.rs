@@ -20,7 +20,7 @@ pub fn write_options(
     verb: Verb,
     patch: Option<PatchType>,
     user: UserInfo,
-    version: crate::api::Version,
+    version: crate::api::resource::VersionIndex,
 ) -> ApiResult<WriteOptions> {
     let mut errors = Vec::new();
     if verb == Verb::Patch {
@@ -50,7 +50,7 @@ pub fn write_options(
         field_manager: q.field_manager.clone().unwrap_or_else(|| prefix_from_user_agent(agent())),
         field_manager_named: q.field_manager.is_some(),
         force: q.force.unwrap_or(false),
-        version: Some(version.into()),
+        version: Some(version),
     })
 }
 

@@ -1,11 +1,15 @@
 use super::options::{field_manager_errors, prefix_from_user_agent};
 use super::*;
+use crate::api::resource::VersionIndex;
 use crate::api::validation::ErrorType;
+use crate::api::Version;
+use crate::apiserver::routes::{testing, Resolved};
 use crate::registry::FieldValidation;
+use crate::resources::podset::INFO;
 
 fn res(ns: Option<&str>, name: Option<&str>, sub: Subresource, verb: Verb) -> Target {
     Target::Resource(ResourceRequest {
-        version: Version::V1alpha1,
+        resolved: Resolved { route: 0, resource: &INFO, version: Version::V1alpha1.into() },
         namespace: ns.map(Into::into),
         name: name.map(Into::into),
         subresource: sub,
@@ -14,18 +18,18 @@ fn res(ns: Option<&str>, name: Option<&str>, sub: Subresource, verb: Verb) -> Ta
 }
 
 fn target(method: Method, path: &str, query: Option<&str>) -> ApiResult<Target> {
-    RequestInfo::new(&method, path, query).target
+    RequestInfo::new(&method, path, query, &testing::routes()).target
 }
 
 #[test]
 fn parses_paths() {
     let p = |s| target(Method::GET, s, None).unwrap();
     assert_eq!(p("/apis"), Target::Apis);
-    assert_eq!(p("/apis/demo.k8s.io/"), Target::Group);
-    assert_eq!(p("/apis/demo.k8s.io/v1alpha1"), Target::GroupVersion(Version::V1alpha1));
-    assert_eq!(p("/apis/demo.k8s.io/v1beta1"), Target::GroupVersion(Version::V1beta1));
+    assert_eq!(p("/apis/demo.k8s.io/"), Target::Group("demo.k8s.io"));
+    assert_eq!(p("/apis/demo.k8s.io/v1alpha1"), Target::GroupVersion("demo.k8s.io", "v1alpha1"));
+    assert_eq!(p("/apis/demo.k8s.io/v1beta1"), Target::GroupVersion("demo.k8s.io", "v1beta1"));
     assert_eq!(p("/apis/demo.k8s.io/v1"), Target::Unknown);
-    assert_eq!(p("/openapi/v3/apis/demo.k8s.io/v1beta1"), Target::OpenApiV3GroupVersion(Version::V1beta1));
+    assert_eq!(p("/openapi/v3/apis/demo.k8s.io/v1beta1"), Target::OpenApiV3GroupVersion("demo.k8s.io", "v1beta1"));
     assert_eq!(p("/apis/demo.k8s.io/v1alpha1/podsets"), res(None, None, Subresource::Main, Verb::List));
     assert_eq!(
         p("/apis/demo.k8s.io/v1alpha1/namespaces/ns/podsets"),
@@ -74,7 +78,7 @@ fn the_verb_served_is_the_verb_authorized() {
         (Method::OPTIONS, NS.to_owned(), None, None),
     ];
     for (method, path, query, want) in cases {
-        let info = RequestInfo::new(&method, &path, query);
+        let info = RequestInfo::new(&method, &path, query, &testing::routes());
         let Ok(Target::Resource(r)) = &info.target else { panic!("{method} {path}: {:?}", info.target) };
         assert_eq!(r.verb, want, "{method} {path}");
         if let Some(v) = r.verb {
@@ -83,7 +87,8 @@ fn the_verb_served_is_the_verb_authorized() {
         }
     }
     for m in [Method::DELETE, Method::POST, Method::PUT, Method::PATCH] {
-        let info = RequestInfo::new(&m, "/apis/demo.k8s.io/v1alpha1/watch/namespaces/ns/podsets", None);
+        let info =
+            RequestInfo::new(&m, "/apis/demo.k8s.io/v1alpha1/watch/namespaces/ns/podsets", None, &testing::routes());
         assert!(matches!(info.target, Ok(Target::Resource(ResourceRequest { verb: None, .. }))), "{m} on /watch/");
     }
 }
@@ -143,4 +148,39 @@ fn a_delete_body_of_null_or_nothing_is_no_options() {
     assert_eq!(o.propagation_policy.as_deref(), Some("Orphan"));
     let e = delete_options(&q, b"[1]").unwrap_err();
     assert_eq!(e.code(), 400);
+}
+
+/// A cluster-scoped kind beside PodSets: its paths have no namespace, and it serves only the subresources it has.
+#[test]
+fn a_cluster_scoped_kind_is_addressed_without_a_namespace() {
+    let p = |s| target(Method::GET, s, None).unwrap();
+    let widget = |name: Option<&str>, sub, verb| {
+        Target::Resource(ResourceRequest {
+            resolved: Resolved { route: 1, resource: &crate::api::resource::WIDGETS, version: VersionIndex(0) },
+            namespace: None,
+            name: name.map(Into::into),
+            subresource: sub,
+            verb: Some(verb),
+        })
+    };
+    assert_eq!(p("/apis/test.podset.example"), Target::Group("test.podset.example"));
+    assert_eq!(p("/apis/test.podset.example/v1"), Target::GroupVersion("test.podset.example", "v1"));
+    assert_eq!(p("/apis/test.podset.example/v1alpha1"), Target::Unknown, "not a version of this group");
+    assert_eq!(p("/apis/test.podset.example/v1/widgets"), widget(None, Subresource::Main, Verb::List));
+    assert_eq!(p("/apis/test.podset.example/v1/widgets/blue"), widget(Some("blue"), Subresource::Main, Verb::Get));
+    assert_eq!(
+        p("/apis/test.podset.example/v1/widgets/blue/status"),
+        widget(Some("blue"), Subresource::Status, Verb::Get)
+    );
+    for unserved in [
+        "/apis/test.podset.example/v1/namespaces/ns/widgets",
+        "/apis/test.podset.example/v1/namespaces/ns/widgets/blue",
+        "/apis/test.podset.example/v1/widgets/blue/scale",
+        "/apis/test.podset.example/v1/podsets",
+        "/apis/demo.k8s.io/v1beta1/widgets",
+    ] {
+        assert_eq!(p(unserved), Target::Unknown, "{unserved}");
+    }
+    let create = target(Method::POST, "/apis/test.podset.example/v1/widgets", None).unwrap();
+    assert_eq!(create, widget(None, Subresource::Main, Verb::Create));
 }

@@ -12,6 +12,7 @@ pub mod validation;
 mod version;
 
 use crate::api::resource::{Conversion, ResourceInfo, Scope};
+use crate::api::table::TableConvertor;
 use crate::registry::ObjectKey;
 
 pub use strategy::{PodSetStrategy, RESET_FIELDS};
@@ -45,11 +46,14 @@ pub static INFO: ResourceInfo = ResourceInfo {
     short_names: SHORT_NAMES,
     categories: CATEGORIES,
     scope: Scope::Namespaced,
+    status: true,
     versions: &Version::INFOS,
     conversion: Conversion {
         unnamed: crate::api::resource::VersionIndex(Version::V1alpha1 as u8),
         convert_value: conversion::convert_value_at,
         version_neutral: conversion::version_neutral,
     },
+    // Conversion moves only `minReadySeconds`, no cell: rows read the same in every version.
+    table: TableConvertor::new(table::COLUMNS, table::cells, table::AGE_CELL),
     key_root: "/podsets/",
 };

@@ -6,25 +6,26 @@ use serde_json::{json, Value};
 use crate::api::selector::Selector;
 use crate::api::table::{age, created, TableColumnDefinition};
 
-/// Name, Desired, Current, Ready, Age; `-o wide` adds Pods and Selector.
-pub fn columns() -> Vec<TableColumnDefinition> {
-    let col = |name, type_, format, description, priority| TableColumnDefinition {
-        name,
-        type_,
-        format,
-        description,
-        priority,
-    };
-    vec![
-        col("Name", "string", "name", "Name must be unique within a namespace.", 0),
-        col("Desired", "integer", "", "Number of desired pods (spec.replicas).", 0),
-        col("Current", "integer", "", "Number of pods the controller counts (status.replicas).", 0),
-        col("Ready", "integer", "", "Number of ready pods (status.readyReplicas).", 0),
-        col("Age", "string", "", "Time since the PodSet was created.", 0),
-        col("Pods", "string", "", "Names of the pods (status.podNames).", 1),
-        col("Selector", "string", "", "Label selector of the pods (spec.selector).", 1),
-    ]
+const fn col(
+    name: &'static str,
+    type_: &'static str,
+    format: &'static str,
+    description: &'static str,
+    priority: i32,
+) -> TableColumnDefinition {
+    TableColumnDefinition { name, type_, format, description, priority }
 }
+
+/// Name, Desired, Current, Ready, Age; `-o wide` adds Pods and Selector.
+pub const COLUMNS: &[TableColumnDefinition] = &[
+    col("Name", "string", "name", "Name must be unique within a namespace.", 0),
+    col("Desired", "integer", "", "Number of desired pods (spec.replicas).", 0),
+    col("Current", "integer", "", "Number of pods the controller counts (status.replicas).", 0),
+    col("Ready", "integer", "", "Number of ready pods (status.readyReplicas).", 0),
+    col("Age", "string", "", "Time since the PodSet was created.", 0),
+    col("Pods", "string", "", "Names of the pods (status.podNames).", 1),
+    col("Selector", "string", "", "Label selector of the pods (spec.selector).", 1),
+];
 
 /// Index of the Age cell, the only one that changes with the time of asking.
 pub const AGE_CELL: usize = 4;

@@ -5,7 +5,7 @@ use crate::apiserver::request::RequestInfo;
 
 fn attrs(method: Method, path: &str) -> Attributes {
     let (path, query) = path.split_once('?').map_or((path, None), |(p, q)| (p, Some(q)));
-    RequestInfo::new(&method, path, query).attributes
+    RequestInfo::new(&method, path, query, &crate::apiserver::routes::testing::routes()).attributes
 }
 
 fn user(name: &str, groups: &[&str]) -> UserInfo {
