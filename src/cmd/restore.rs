@@ -42,7 +42,7 @@ pub async fn run(opts: RestoreOptions) -> anyhow::Result<()> {
         Box::new(std::fs::File::open(&opts.from).with_context(|| format!("opening {}", opts.from.display()))?)
     };
     // Written through the configured providers, as the server writes.
-    let values = opts.storage.transformer()?.0;
+    let values = opts.storage.transformer(&super::start::SERVED)?.0;
     super::encryption::wait_for_providers(&values).await;
     let store = opts.storage.open(values).await?;
     let registry = Registry::new(store.clone());

@@ -151,7 +151,7 @@ fn write_error(e: etcd_client::Error) -> StorageError {
 /// The object a value etcd holds at `etcd_key` stands for: its JSON (without resourceVersion) once the configured
 /// providers have read it, stamped with `rev`. A value none reads becomes an unreadable object.
 fn read_value(values: &Transformer, key: &str, etcd_key: &[u8], value: &[u8], rev: Revision) -> Result<Object> {
-    match values.read(value, etcd_key) {
+    match values.read(key, value, etcd_key) {
         Ok(Read::AsStored(json)) => Object::from_unstamped_json(key, json, rev),
         Ok(Read::Plain(p)) => Ok(Object::from_unstamped_json(key, &p.bytes, rev)?.stored_with(p.provider)),
         Err(e) => Ok(Object::unreadable(key, rev, &e)),

@@ -8,6 +8,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 
 use super::duration;
+use crate::api::resource::ResourceInfo;
 use crate::cmd::encryption::config::EncryptionConfig;
 use crate::storage::value::kmsv2::Timing;
 use crate::storage::value::Transformer;
@@ -182,25 +183,32 @@ impl StorageOptions {
         }
     }
 
-    /// How values are stored: through the providers --encryption-provider-config gives PodSets, or plainly; and
-    /// the configuration read, if any.
-    pub fn transformer(&self) -> anyhow::Result<(Transformer, Option<EncryptionConfig>)> {
+    /// How the values of `resources` are stored: through the providers --encryption-provider-config gives each, or
+    /// plainly; and the configuration read, if any.
+    pub fn transformer(
+        &self,
+        resources: &[&'static ResourceInfo],
+    ) -> anyhow::Result<(Transformer, Option<EncryptionConfig>)> {
         let Some(path) = &self.encryption_provider_config else { return Ok((Transformer::plain(), None)) };
+        one_root_each(resources)?;
         let config = EncryptionConfig::load(path)?;
-        let values = match crate::cmd::encryption::providers(&config, self.kms_timing())? {
-            Some(providers) => Transformer::new(providers),
-            // A reload may cover them later: values go through providers (identity for now) that it can replace.
-            None if self.encryption_provider_config_automatic_reload => {
-                Transformer::new(crate::cmd::encryption::identity_only())
-            }
-            None => {
+        let table = crate::cmd::encryption::providers(&config, resources, self.kms_timing())?;
+        let values = if self.encryption_provider_config_automatic_reload {
+            // A reload may cover the ones it leaves out later: their values go through providers (identity for
+            // now) that it can replace.
+            Transformer::new(crate::cmd::encryption::or_identity(table, resources))
+        } else if table.is_empty() {
+            for r in resources {
                 tracing::warn!(
                     file = %path.display(),
-                    "--encryption-provider-config names neither podsets.demo.k8s.io, *.demo.k8s.io nor *.*: PodSets \
-                     are stored unencrypted"
+                    "--encryption-provider-config names neither {r}, *.{} nor *.*: {}s are stored unencrypted",
+                    r.group,
+                    r.kind
                 );
-                Transformer::plain()
             }
+            Transformer::plain()
+        } else {
+            Transformer::new(table)
         };
         Ok((values, Some(config)))
     }
@@ -262,6 +270,16 @@ impl StorageOptions {
             StorageBackend::Etcd => store.stats().objects == 0,
         }
     }
+}
+
+/// The transformer tells resources' values apart by their storage keys alone, whatever their group.
+fn one_root_each(resources: &[&'static ResourceInfo]) -> anyhow::Result<()> {
+    for (i, r) in resources.iter().enumerate() {
+        if let Some(other) = resources[..i].iter().find(|o| o.key_root == r.key_root) {
+            anyhow::bail!("{other} and {r} are both kept under {}: their values cannot be told apart", r.key_root);
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
