@@ -81,6 +81,7 @@ async fn sled(dir: &Path, values: Transformer) -> Arc<dyn Store> {
 async fn etcd_store(url: &str, values: Transformer) -> Arc<dyn Store> {
     let options = EtcdOptions {
         servers: vec![url.to_owned()],
+        group: "demo.k8s.io".into(),
         compaction_interval: Duration::ZERO,
         request_timeout: Duration::from_secs(3),
         values,

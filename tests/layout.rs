@@ -30,7 +30,6 @@ const NAMING_PODSET: &[&str] = &[
     "src/registry/stored.rs",
     "src/registry/view.rs",
     "src/registry/write.rs",
-    "src/storage/etcd_backend.rs",
 ];
 
 const FRAMEWORK: &[&str] = &["src/apiserver", "src/registry", "src/storage", "src/admission"];

@@ -10,6 +10,7 @@ use clap::{Args, ValueEnum};
 use super::duration;
 use crate::api::resource::ResourceInfo;
 use crate::cmd::encryption::config::EncryptionConfig;
+use crate::resources::podset;
 use crate::storage::value::kmsv2::Timing;
 use crate::storage::value::Transformer;
 use crate::storage::{Backend, Cacher, EtcdBackend, EtcdOptions, HistoryLimits, SledBackend, SledOptions, Store};
@@ -255,6 +256,7 @@ impl StorageOptions {
         EtcdOptions {
             servers: self.etcd_servers.clone(),
             prefix: self.etcd_prefix.clone(),
+            group: podset::GROUP.to_owned(),
             ca_file: self.etcd_cafile.clone(),
             cert_file: self.etcd_certfile.clone(),
             key_file: self.etcd_keyfile.clone(),
