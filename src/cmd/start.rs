@@ -67,11 +67,13 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
 
     let (values, encryption) = opts.storage.transformer(&SERVED)?;
     super::encryption::wait_for_providers(&values).await;
-    let store = opts.storage.open(values.clone()).await?;
+    let stores = opts.storage.factory(values.clone()).open(&SERVED).await?;
+    let store = stores.get(podset::GROUP).cloned().context("PodSets' store")?;
+    drop(stores);
     if let (Some(client), true, false) =
         (&controller_client, opts.storage.looks_new(store.as_ref()), opts.storage.allow_empty_store)
     {
-        refuse_if_pods_are_orphaned(client, &opts.storage.location()).await?;
+        refuse_if_pods_are_orphaned(client, &opts.storage.location(podset::GROUP)).await?;
     }
 
     let informers = InformerSync::default();
