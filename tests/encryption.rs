@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use podset_apiserver::cmd::encryption::config::{EncryptionConfig, KmsConfiguration};
-use podset_apiserver::storage::value::{Provider, Providers, Transformer};
+use podset_apiserver::resources::podset::INFO;
+use podset_apiserver::storage::value::{Provider, ProviderTable, Providers, Transformer};
 use podset_apiserver::storage::{
     Cacher, Draft, EtcdBackend, EtcdOptions, HistoryLimits, ListOptions, SledBackend, SledOptions, StorageError, Store,
 };
@@ -56,8 +57,13 @@ fn providers(text: &str) -> Providers {
     config.providers_for("podsets", "demo.k8s.io", &no_kms).unwrap().expect("covers podsets")
 }
 
+/// PodSets' providers, the table of a store of PodSets.
+fn table(text: &str) -> ProviderTable {
+    ProviderTable::new().with(INFO.key_root, providers(text))
+}
+
 fn transformer(text: &str) -> Transformer {
-    Transformer::new(providers(text))
+    Transformer::new(table(text))
 }
 
 fn draft(name: &str) -> Draft {
@@ -75,6 +81,7 @@ async fn sled(dir: &Path, values: Transformer) -> Arc<dyn Store> {
 async fn etcd_store(url: &str, values: Transformer) -> Arc<dyn Store> {
     let options = EtcdOptions {
         servers: vec![url.to_owned()],
+        group: "demo.k8s.io".into(),
         compaction_interval: Duration::ZERO,
         request_timeout: Duration::from_secs(3),
         values,
@@ -217,7 +224,7 @@ async fn etcd_replicas_rotate_a_key_without_meeting_an_unreadable_value() {
     for step in &steps[1..] {
         for v in &values {
             tokio::time::sleep(Duration::from_millis(300)).await;
-            v.replace(providers(step));
+            v.replace(table(step));
         }
         if step == &steps[2] {
             // The rewrite: every object the old key wrote, written again unchanged (the migration pass).
@@ -348,8 +355,10 @@ fn kube_apiserver_and_we_encrypt_values_alike() {
                 }
                 // Our code reads kube-apiserver's value, bound to its etcd key.
                 let theirs = kube_values.providers_for(resource, group, &no_kms).unwrap().expect("configured");
-                let theirs = Transformer::new(theirs);
-                let plain = theirs.from_storage(&kube_value, kube_key.as_bytes()).expect("we read kube's value").bytes;
+                let theirs = Transformer::new(ProviderTable::new().with("/registry/", theirs));
+                let plain =
+                    theirs.from_storage(&kube_key, &kube_value, kube_key.as_bytes()).expect("we read kube's value");
+                let plain = plain.bytes;
                 assert!(plain.starts_with(b"k8s\0"), "kube-apiserver stores protobuf");
                 assert!(plain.windows(MARKER.len()).any(|w| w == MARKER.as_bytes()), "the marker");
                 // kube-apiserver reads what our code writes: the same object with a marker of the same length.
@@ -360,7 +369,7 @@ fn kube_apiserver_and_we_encrypt_values_alike() {
                 while let Some(at) = edited.windows(MARKER.len()).position(|w| w == MARKER.as_bytes()) {
                     edited[at..at + MARKER.len()].copy_from_slice(changed.as_bytes());
                 }
-                let (sealed, _) = theirs.to_storage(&edited, kube_key.as_bytes()).unwrap();
+                let (sealed, _) = theirs.to_storage(&kube_key, &edited, kube_key.as_bytes()).unwrap();
                 etcd.put(kube_key.as_str(), sealed, None).await.unwrap();
                 let kind = if group.is_empty() { resource.to_owned() } else { format!("{resource}.{group}") };
                 c.wait_for("kube-apiserver to read our value", Duration::from_secs(30), |c| {

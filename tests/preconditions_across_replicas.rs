@@ -15,6 +15,7 @@ use serde_json::json;
 async fn replica(etcd: &Etcd) -> Registry {
     let options = EtcdOptions {
         servers: vec![etcd.url()],
+        group: "demo.k8s.io".into(),
         compaction_interval: Duration::ZERO,
         request_timeout: Duration::from_secs(5),
         ..Default::default()

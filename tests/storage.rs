@@ -50,6 +50,7 @@ fn etcd_for(dir: &Path) -> Arc<Mutex<podset_envtest::etcd::Etcd>> {
 fn etcd_options(url: String) -> EtcdOptions {
     EtcdOptions {
         servers: vec![url],
+        group: "demo.k8s.io".into(),
         compaction_interval: Duration::ZERO,
         request_timeout: Duration::from_secs(3),
         ..Default::default()

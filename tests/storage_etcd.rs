@@ -25,6 +25,7 @@ fn n_of(o: &podset_apiserver::storage::Object) -> i64 {
 fn options(etcd: &Etcd) -> EtcdOptions {
     EtcdOptions {
         servers: vec![etcd.url()],
+        group: "demo.k8s.io".into(),
         compaction_interval: Duration::ZERO,
         request_timeout: Duration::from_secs(2),
         ..Default::default()

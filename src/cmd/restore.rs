@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 
 use super::options::{StorageBackend, StorageOptions};
 use crate::registry::Registry;
+use crate::resources::podset;
 
 /// Writes in flight: enough to fill sled's group commits and etcd's pipeline.
 const IN_FLIGHT: usize = 256;
@@ -42,9 +43,9 @@ pub async fn run(opts: RestoreOptions) -> anyhow::Result<()> {
         Box::new(std::fs::File::open(&opts.from).with_context(|| format!("opening {}", opts.from.display()))?)
     };
     // Written through the configured providers, as the server writes.
-    let values = opts.storage.transformer()?.0;
+    let values = opts.storage.transformer(&super::start::SERVED)?.0;
     super::encryption::wait_for_providers(&values).await;
-    let store = opts.storage.open(values).await?;
+    let store = opts.storage.factory(values).open_group(podset::GROUP).await?;
     let registry: Registry = Registry::new(store.clone());
     anyhow::ensure!(
         registry.is_empty().await?,
@@ -88,7 +89,7 @@ pub async fn run(opts: RestoreOptions) -> anyhow::Result<()> {
         } else {
             e.context(format!(
                 "PodSets read before this were written to {}: empty it before restoring again",
-                opts.storage.location()
+                opts.storage.location(podset::GROUP)
             ))
         });
     }

@@ -8,13 +8,18 @@ use tokio_util::sync::CancellationToken;
 
 use super::options::{client_from, in_cluster, Options};
 use crate::admission::Chain;
+use crate::api::resource::ResourceInfo;
 use crate::apiserver::auth::{DynamicTrust, ExpressionAuthorizer};
 use crate::apiserver::filters::MaxInFlight;
 use crate::apiserver::health::{self, named_check, Endpoint, HealthChecks};
 use crate::apiserver::{tls, Server, ServerConfig};
 use crate::controller::InformerSync;
 use crate::registry::Registry;
+use crate::resources::podset;
 use crate::storage::{Revision, Store};
+
+/// The resources this server serves, each stored in its group's store, encrypted by its own providers.
+pub(super) static SERVED: [&ResourceInfo; 1] = [&podset::INFO];
 
 /// Runs the server until SIGTERM or SIGINT.
 pub async fn run(mut opts: Options) -> anyhow::Result<()> {
@@ -60,13 +65,15 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     let expression_authorizer = Arc::new(ExpressionAuthorizer::new(authorizer.clone()));
     let admission = opts.admission.build(main_client, Some(expression_authorizer), shutdown.clone())?;
 
-    let (values, encryption) = opts.storage.transformer()?;
+    let (values, encryption) = opts.storage.transformer(&SERVED)?;
     super::encryption::wait_for_providers(&values).await;
-    let store = opts.storage.open(values.clone()).await?;
+    let stores = opts.storage.factory(values.clone()).open(&SERVED).await?;
+    let store = stores.get(podset::GROUP).cloned().context("PodSets' store")?;
+    drop(stores);
     if let (Some(client), true, false) =
         (&controller_client, opts.storage.looks_new(store.as_ref()), opts.storage.allow_empty_store)
     {
-        refuse_if_pods_are_orphaned(client, &opts.storage.location()).await?;
+        refuse_if_pods_are_orphaned(client, &opts.storage.location(podset::GROUP)).await?;
     }
 
     let informers = InformerSync::default();
@@ -126,9 +133,9 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
             let interval = opts.storage.encryption_provider_config_reload_interval;
             // A new writing provider: the migration moves every object to it.
             let changed = move || migrations.notify_one();
-            let timing = opts.storage.kms_timing();
+            let served = super::encryption::Served { resources: SERVED.to_vec(), timing: opts.storage.kms_timing() };
             let content = config.content.clone();
-            let reload = super::encryption::reload(path, interval, timing, values, content, changed, shutdown.clone());
+            let reload = super::encryption::reload(path, interval, served, values, content, changed, shutdown.clone());
             tokio::spawn(reload);
         }
     }

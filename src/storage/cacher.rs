@@ -318,7 +318,7 @@ impl Store for Cacher {
     }
 
     fn is_stale(&self, object: &Object) -> bool {
-        self.backend.values().is_stale(object.stored_with.as_ref())
+        self.backend.values().is_stale(&object.key, object.stored_with.as_ref())
     }
 
     fn check_alive(&self) -> Result<()> {

@@ -68,7 +68,7 @@ pub fn record_revision(record: &[u8]) -> Result<Revision> {
 /// provider reads becomes an unreadable object, so the load goes on and reads of that one key fail.
 pub fn decode_object(key: &str, record: &IVec, values: &Transformer) -> Result<Object> {
     let mod_revision = record_revision(record)?;
-    match values.read(&record[8..], key.as_bytes()) {
+    match values.read(key, &record[8..], key.as_bytes()) {
         Ok(Read::AsStored(_)) => Object::from_json(key, Bytes::from_owner(record.clone()).slice(8..), mod_revision),
         Ok(Read::Plain(p)) => Ok(Object::from_json(key, Bytes::from(p.bytes), mod_revision)?.stored_with(p.provider)),
         Err(e) => Ok(Object::unreadable(key, mod_revision, &e)),

@@ -1,10 +1,11 @@
-//! The distributed backend: etcd, laid out as kube-apiserver's etcd3 store. Keys are
-//! `<prefix>/demo.k8s.io/podsets/<namespace>/<name>`, values the object's JSON without `resourceVersion` (it is the
-//! key's `mod_revision`, stamped on read), creates and compare-and-swap writes are transactions on the key's
-//! revisions, and the cache above is fed by one watch with `prev_kv` from the revision it listed at. Several servers
-//! may share the store: each one's cache follows every write. Every write also touches one marker key beside the
-//! range, in the same transaction, so a consistent read needs only the marker's revision to know what the cache
-//! must have applied — not etcd's progress notifications, which etcd before 3.4.31 may send ahead of events.
+//! The distributed backend: etcd, laid out as kube-apiserver's etcd3 store. One backend holds one API group's
+//! resources: keys are `<prefix>/<group>/<plural>/<namespace>/<name>`, values the object's JSON without
+//! `resourceVersion` (it is the key's `mod_revision`, stamped on read), creates and compare-and-swap writes are
+//! transactions on the key's revisions, and the cache above is fed by one watch with `prev_kv` from the revision it
+//! listed at. Several servers may share the store: each one's cache follows every write. Every write also touches
+//! one marker key beside the group's range, in the same transaction, so a consistent read needs only the marker's
+//! revision to know what the cache must have applied — not etcd's progress notifications, which etcd before 3.4.31
+//! may send ahead of events.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -25,8 +26,6 @@ use super::{
     Backend, Change, ChangeStream, EventType, HistoryLimits, Object, Result, Revision, Snapshot, StorageError, Write,
 };
 
-/// The API group's part of every key, as kube-apiserver keys resources of a group.
-const GROUP_ROOT: &str = "/demo.k8s.io";
 /// The key compactors of one etcd agree on (kube-apiserver's own), so however many servers share the etcd, one
 /// compacts per interval.
 const COMPACT_REV_KEY: &str = "compact_rev_key";
@@ -51,12 +50,15 @@ fn header_revision(header: Option<&ResponseHeader>) -> Result<i64> {
     header.map(|h| h.revision()).ok_or_else(|| StorageError::Backend("etcd sent a response without a header".into()))
 }
 
-/// How to reach etcd, with kube-apiserver's flag names.
+/// How to reach etcd, with kube-apiserver's flag names, and which API group's keys the backend holds.
 #[derive(Debug, Clone)]
 pub struct EtcdOptions {
     pub servers: Vec<String>,
     /// Prefix of every key (`--etcd-prefix`).
     pub prefix: String,
+    /// The API group whose resources the backend holds, under `<prefix>/<group>` as kube-apiserver keys a group's
+    /// (none by default: `connect` refuses to guess).
+    pub group: String,
     pub ca_file: Option<PathBuf>,
     pub cert_file: Option<PathBuf>,
     pub key_file: Option<PathBuf>,
@@ -68,11 +70,37 @@ pub struct EtcdOptions {
     pub values: Transformer,
 }
 
+impl EtcdOptions {
+    /// `<prefix>/<group>`: the storage key `/<plural>/<namespace>/<name>` of an object lives at this plus the key.
+    pub fn root(&self) -> String {
+        format!("{}/{}", self.prefix.trim_end_matches('/'), self.group)
+    }
+
+    /// The etcd key of the object at storage key `key`.
+    pub fn key(&self, key: &str) -> String {
+        key_under(&self.root(), key)
+    }
+
+    /// The marker every write touches, beside (not inside) the group's range: `<root>#last-write`.
+    pub fn marker(&self) -> String {
+        marker_of(&self.root())
+    }
+}
+
+fn key_under(root: &str, key: &str) -> String {
+    format!("{root}{key}")
+}
+
+fn marker_of(root: &str) -> String {
+    format!("{root}{LAST_WRITE}")
+}
+
 impl Default for EtcdOptions {
     fn default() -> Self {
         Self {
             servers: Vec::new(),
             prefix: "/registry".into(),
+            group: String::new(),
             ca_file: None,
             cert_file: None,
             key_file: None,
@@ -85,7 +113,7 @@ impl Default for EtcdOptions {
 
 pub struct EtcdBackend {
     client: Client,
-    /// `<prefix>/demo.k8s.io`: a storage key `/podsets/ns/name` lives at this plus the key.
+    /// `<prefix>/<group>` (`EtcdOptions::root`): a storage key `/<plural>/ns/name` lives at this plus the key.
     root: String,
     timeout: Duration,
     compactor: Option<tokio::task::JoinHandle<()>>,
@@ -151,7 +179,7 @@ fn write_error(e: etcd_client::Error) -> StorageError {
 /// The object a value etcd holds at `etcd_key` stands for: its JSON (without resourceVersion) once the configured
 /// providers have read it, stamped with `rev`. A value none reads becomes an unreadable object.
 fn read_value(values: &Transformer, key: &str, etcd_key: &[u8], value: &[u8], rev: Revision) -> Result<Object> {
-    match values.read(value, etcd_key) {
+    match values.read(key, value, etcd_key) {
         Ok(Read::AsStored(json)) => Object::from_unstamped_json(key, json, rev),
         Ok(Read::Plain(p)) => Ok(Object::from_unstamped_json(key, &p.bytes, rev)?.stored_with(p.provider)),
         Err(e) => Ok(Object::unreadable(key, rev, &e)),
@@ -167,6 +195,9 @@ impl EtcdBackend {
     pub async fn connect(options: EtcdOptions) -> Result<Self> {
         if options.servers.is_empty() {
             return Err(StorageError::Backend("no etcd servers given (--etcd-servers)".into()));
+        }
+        if options.group.is_empty() || options.group.contains('/') {
+            return Err(StorageError::Backend(format!("no API group to keep in etcd (got {:?})", options.group)));
         }
         let mut connect = ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(5))
@@ -187,7 +218,7 @@ impl EtcdBackend {
             connect = connect.with_tls(tls);
         }
         let client = Client::connect(&options.servers, Some(connect)).await.map_err(etcd_error)?;
-        let root = format!("{}{GROUP_ROOT}", options.prefix.trim_end_matches('/'));
+        let root = options.root();
         let compactor = (!options.compaction_interval.is_zero())
             .then(|| tokio::spawn(compactor(client.clone(), options.compaction_interval, options.request_timeout)));
         let (timeout, reads, values) = (options.request_timeout, RevisionReads::default(), options.values);
@@ -196,7 +227,7 @@ impl EtcdBackend {
 
     /// A linearizable read of the marker every write of ours touches (0 before the first); see `RevisionReads`.
     fn marker_read(&self) -> impl std::future::Future<Output = Result<Revision>> + Send + 'static {
-        let (mut kv, key, timeout) = (kv_client(&self.client), format!("{}{LAST_WRITE}", self.root), self.timeout);
+        let (mut kv, key, timeout) = (kv_client(&self.client), marker_of(&self.root), self.timeout);
         let (next, turn) = (self.reads.next.clone(), self.reads.turn.clone());
         async move {
             // The wait is bounded: the read in flight has its own timeout.
@@ -214,12 +245,12 @@ impl EtcdBackend {
     }
 
     fn etcd_key(&self, key: &str) -> Vec<u8> {
-        format!("{}{key}", self.root).into_bytes()
+        key_under(&self.root, key).into_bytes()
     }
 
     /// Put in every write's transaction: see `last_write_revision`.
     fn touch(&self) -> TxnOp {
-        TxnOp::put(format!("{}{LAST_WRITE}", self.root), "", None)
+        TxnOp::put(marker_of(&self.root), "", None)
     }
 
     /// Every key under our root: `[root/, root0)`.
@@ -529,6 +560,34 @@ async fn compact_once(client: &Client, version: i64, rev: i64) -> Result<(i64, i
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_groups_keys_and_marker_are_where_kube_apiserver_and_earlier_builds_put_them() {
+        let options = |prefix: &str, group: &str| EtcdOptions {
+            prefix: prefix.into(),
+            group: group.into(),
+            ..Default::default()
+        };
+        for prefix in ["/registry", "/registry/"] {
+            let podsets = options(prefix, "demo.k8s.io");
+            assert_eq!(podsets.root(), "/registry/demo.k8s.io");
+            assert_eq!(podsets.key("/podsets/ns/name"), "/registry/demo.k8s.io/podsets/ns/name");
+            assert_eq!(podsets.marker(), "/registry/demo.k8s.io#last-write");
+        }
+        let widgets = options("/kube", "test.podset.example");
+        assert_eq!(widgets.key("/widgets/gear"), "/kube/test.podset.example/widgets/gear");
+        assert_eq!(widgets.marker(), "/kube/test.podset.example#last-write");
+    }
+
+    #[tokio::test]
+    async fn a_backend_needs_its_group() {
+        let servers = vec!["http://127.0.0.1:1".to_owned()];
+        for group in ["", "a/b"] {
+            let options = EtcdOptions { servers: servers.clone(), group: group.into(), ..Default::default() };
+            let err = EtcdBackend::connect(options).await.err().expect("refused").to_string();
+            assert!(err.contains("no API group to keep in etcd"), "{err}");
+        }
+    }
 
     #[test]
     fn a_write_cut_off_in_flight_may_have_been_applied() {

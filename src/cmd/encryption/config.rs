@@ -9,6 +9,7 @@ use std::time::Duration;
 use base64::Engine;
 use serde::Deserialize;
 
+use crate::api::resource::ResourceInfo;
 use crate::api::validation::FieldError;
 use crate::cmd::config_file::{aggregate, decode_strict};
 use crate::storage::value::{Cbc, Gcm, Provider, Providers, Secretbox, Transform, ValueError};
@@ -159,39 +160,52 @@ impl EncryptionConfig {
         group: &str,
         kms: KmsBuilder<'_>,
     ) -> Result<Option<Providers>, ConfigError> {
-        let building = |e: String| ConfigError(format!("error while building transformers: {e}"));
-        // `configmaps` for the core group's, `podsets.demo.k8s.io` for another's.
+        Ok(self.build(&[(resource, group)], kms)?.pop().flatten())
+    }
+
+    /// [`Self::providers_for`] each of `resources`, in their order. The providers of one entry are built once and
+    /// shared by every resource it serves, as kube-apiserver's are: a `kms` provider connects to its plugin once.
+    pub fn providers_for_each(
+        &self,
+        resources: &[&ResourceInfo],
+        kms: KmsBuilder<'_>,
+    ) -> Result<Vec<Option<Providers>>, ConfigError> {
+        let names: Vec<_> = resources.iter().map(|r| (r.plural, r.group)).collect();
+        self.build(&names, kms)
+    }
+
+    /// The entries that serve `resource.group`, and the name they serve it by (`podsets.demo.k8s.io`,
+    /// `configmaps` for the core group's): those naming it exactly, else `*.<group>`, else `*.*`.
+    fn entries_for(&self, resource: &str, group: &str) -> (String, Vec<usize>) {
         let exact = if group.is_empty() { resource.to_owned() } else { format!("{resource}.{group}") };
         let names = [exact.clone(), format!("*.{group}"), "*.*".to_owned()];
-        let Some(name) = names.iter().find(|n| self.entries.iter().any(|(rs, _)| rs.contains(n))) else {
-            return Ok(None);
+        let named = |n: &String| -> Vec<usize> {
+            self.entries.iter().enumerate().filter(|(_, (rs, _))| rs.contains(n)).map(|(i, _)| i).collect()
         };
-        let specs = self.entries.iter().filter(|(rs, _)| rs.contains(name)).flat_map(|(_, specs)| specs);
-        let mut providers = Vec::new();
-        for spec in specs {
-            let mut keyed = |keys: &[(String, Vec<u8>)], kind: &str, make: MakeTransform| {
-                for (key, secret) in keys {
-                    let t = make(secret).map_err(|e| building(format!("{kind} key {key:?}: {e}")))?;
-                    providers.push(Provider::new(format!("k8s:enc:{kind}:v1:"), Some(format!("{key}:")), t));
-                }
-                Ok::<_, ConfigError>(())
-            };
-            match spec {
-                ProviderSpec::Identity => providers.push(Provider::identity()),
-                ProviderSpec::Aescbc(keys) => keyed(keys, "aescbc", |k| Ok(Box::new(Cbc::new(k)?)))?,
-                ProviderSpec::Aesgcm(keys) => keyed(keys, "aesgcm", |k| Ok(Box::new(Gcm::new(k)?)))?,
-                ProviderSpec::Secretbox(keys) => keyed(keys, "secretbox", |k| Ok(Box::new(Secretbox::new(k)?)))?,
-                ProviderSpec::Kms(c) if c.api_version != "v2" => {
-                    return Err(building(
-                        "KMSv1 is deprecated and will only receive security updates going forward. Use KMSv2 \
-                         instead (apiVersion: v2); this server serves only KMS v2."
-                            .into(),
-                    ))
-                }
-                ProviderSpec::Kms(c) => providers.push(kms(c).map_err(building)?),
+        let entries = names.iter().map(named).find(|e| !e.is_empty()).unwrap_or_default();
+        (exact, entries)
+    }
+
+    fn build(&self, resources: &[(&str, &str)], kms: KmsBuilder<'_>) -> Result<Vec<Option<Providers>>, ConfigError> {
+        let mut built: Vec<Option<Vec<Provider>>> = vec![None; self.entries.len()];
+        let mut out = Vec::with_capacity(resources.len());
+        for (resource, group) in resources {
+            let (name, entries) = self.entries_for(resource, group);
+            if entries.is_empty() {
+                out.push(None);
+                continue;
             }
+            let mut providers = Vec::new();
+            for i in entries {
+                let entry = match &mut built[i] {
+                    Some(entry) => entry,
+                    slot => slot.insert(build_entry(&self.entries[i].1, kms)?),
+                };
+                providers.extend(entry.iter().cloned());
+            }
+            out.push(Some(Providers::new(&name, providers)));
         }
-        Ok(Some(Providers::new(&exact, providers)))
+        Ok(out)
     }
 
     /// The `kms` providers the configuration names, for every resource.
@@ -201,6 +215,36 @@ impl EncryptionConfig {
             _ => None,
         })
     }
+}
+
+/// One entry's providers, built in its order.
+fn build_entry(specs: &[ProviderSpec], kms: KmsBuilder<'_>) -> Result<Vec<Provider>, ConfigError> {
+    let building = |e: String| ConfigError(format!("error while building transformers: {e}"));
+    let mut providers = Vec::new();
+    for spec in specs {
+        let mut keyed = |keys: &[(String, Vec<u8>)], kind: &str, make: MakeTransform| {
+            for (key, secret) in keys {
+                let t = make(secret).map_err(|e| building(format!("{kind} key {key:?}: {e}")))?;
+                providers.push(Provider::new(format!("k8s:enc:{kind}:v1:"), Some(format!("{key}:")), t));
+            }
+            Ok::<_, ConfigError>(())
+        };
+        match spec {
+            ProviderSpec::Identity => providers.push(Provider::identity()),
+            ProviderSpec::Aescbc(keys) => keyed(keys, "aescbc", |k| Ok(Box::new(Cbc::new(k)?)))?,
+            ProviderSpec::Aesgcm(keys) => keyed(keys, "aesgcm", |k| Ok(Box::new(Gcm::new(k)?)))?,
+            ProviderSpec::Secretbox(keys) => keyed(keys, "secretbox", |k| Ok(Box::new(Secretbox::new(k)?)))?,
+            ProviderSpec::Kms(c) if c.api_version != "v2" => {
+                return Err(building(
+                    "KMSv1 is deprecated and will only receive security updates going forward. Use KMSv2 \
+                     instead (apiVersion: v2); this server serves only KMS v2."
+                        .into(),
+                ))
+            }
+            ProviderSpec::Kms(c) => providers.push(kms(c).map_err(building)?),
+        }
+    }
+    Ok(providers)
 }
 
 /// A configured name as a resource and its group (`secrets` is the core group's; `*.` every core resource).

@@ -1,4 +1,4 @@
-//! Encryption at rest, wired: the providers --encryption-provider-config gives PodSets, and, with
+//! Encryption at rest, wired: the providers --encryption-provider-config gives each served resource, and, with
 //! --encryption-provider-config-automatic-reload, kube-apiserver's reload controller: the file is read again when
 //! its contents change, a configuration that loads replaces the running one (whose objects the storage migration
 //! then moves to the new writing provider), and one that does not is logged and counted, the old one kept. The
@@ -13,28 +13,52 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use self::config::{ConfigError, EncryptionConfig, KmsConfiguration};
-use crate::resources::podset::INFO;
+use crate::api::resource::ResourceInfo;
 use crate::storage::value::kmsv2::{KmsV2, Timing};
-use crate::storage::value::{Provider, Providers, Transformer};
+use crate::storage::value::{Provider, ProviderTable, Providers, Transformer};
 
-/// The providers the configuration gives PodSets; `None` when it names none of their resource names. A `kms`
-/// provider connects to its plugin (paced by `timing`).
-pub fn providers(config: &EncryptionConfig, timing: Timing) -> Result<Option<Providers>, ConfigError> {
+/// The providers the configuration gives each of `resources`, by the root its objects are kept under; a resource
+/// it names in no entry is left out, stored plainly. A `kms` provider connects to its plugin (paced by `timing`)
+/// once, however many resources its entry serves.
+pub fn providers(
+    config: &EncryptionConfig,
+    resources: &[&'static ResourceInfo],
+    timing: Timing,
+) -> Result<ProviderTable, ConfigError> {
     let id = apiserver_id_hash();
     let kms = |c: &KmsConfiguration| {
         let timeout = c.timeout.unwrap_or(Duration::from_secs(3));
         let plugin = KmsV2::new(&c.name, &c.endpoint, timeout, timing, &id)?;
         Ok(Provider::new(format!("k8s:enc:kms:v2:{}:", c.name), None, Box::new(plugin)))
     };
-    config.providers_for(INFO.plural, INFO.group, &kms)
+    let mut table = ProviderTable::new();
+    for (resource, providers) in resources.iter().zip(config.providers_for_each(resources, &kms)?) {
+        if let Some(providers) = providers {
+            table.insert(resource.key_root, providers);
+        }
+    }
+    Ok(table)
 }
 
-/// The registry's resource stored plainly, by providers a reload can replace.
-pub fn identity_only() -> Providers {
-    Providers::new(&INFO.to_string(), vec![Provider::identity()])
+/// `table`, with each of `resources` it leaves out stored plainly by providers a reload can replace.
+pub fn or_identity(mut table: ProviderTable, resources: &[&'static ResourceInfo]) -> ProviderTable {
+    for resource in resources {
+        if table.get(resource.key_root).is_none() {
+            table.insert(resource.key_root, Providers::new(&resource.to_string(), vec![Provider::identity()]));
+        }
+    }
+    table
 }
 
-/// `/healthz/kms-providers` (and /readyz): every KMS plugin the providers use answers `Status` as healthy.
+/// What a configuration is read for: the served resources, and how their KMS plugins are paced.
+#[derive(Debug, Clone)]
+pub struct Served {
+    pub resources: Vec<&'static ResourceInfo>,
+    pub timing: Timing,
+}
+
+/// `/healthz/kms-providers` (and /readyz): every KMS plugin the providers of every resource use answers `Status`
+/// as healthy.
 pub fn kms_check(values: &Transformer) -> std::sync::Arc<dyn crate::apiserver::health::HealthCheck> {
     let values = values.clone();
     crate::apiserver::health::named_check("kms-providers", move || {
@@ -80,12 +104,12 @@ pub fn record_config(config: &EncryptionConfig) {
     tracing::info!(%hash, "encryption configuration loaded");
 }
 
-/// Watches `path` every `interval` until `shutdown`; on a change that loads, `values` take the new providers and
-/// `changed` runs.
+/// Watches `path` every `interval` until `shutdown`; on a change that loads, `values` take the new providers of
+/// every served resource at once and `changed` runs.
 pub async fn reload(
     path: PathBuf,
     interval: Duration,
-    timing: Timing,
+    served: Served,
     values: Transformer,
     mut last: Vec<u8>,
     changed: impl Fn() + Send + 'static,
@@ -108,8 +132,8 @@ pub async fn reload(
             continue;
         }
         // Building KMS providers waits for their plugins' first answer: not on the runtime's workers.
-        let (file, handle) = (path.clone(), values.clone());
-        let loaded = tokio::task::spawn_blocking(move || load(&file, &handle, timing)).await;
+        let (file, handle, served) = (path.clone(), values.clone(), served.clone());
+        let loaded = tokio::task::spawn_blocking(move || load(&file, &handle, &served)).await;
         let loaded = loaded.unwrap_or_else(|e| Err(ConfigError(format!("loading the configuration: {e}"))));
         match loaded {
             Ok(config) => {
@@ -129,11 +153,12 @@ pub async fn reload(
     }
 }
 
-/// Loads `path` and hands its providers to `values`.
-fn load(path: &Path, values: &Transformer, timing: Timing) -> Result<EncryptionConfig, ConfigError> {
+/// Loads `path` and hands the providers it gives the served resources to `values`, all at once.
+fn load(path: &Path, values: &Transformer, served: &Served) -> Result<EncryptionConfig, ConfigError> {
     let config = EncryptionConfig::load(path)?;
-    // A configuration that no longer names PodSets stores them plainly from now on, as kube-apiserver's does.
-    values.replace(providers(&config, timing)?.unwrap_or_else(identity_only));
+    // A resource the configuration no longer names is stored plainly from now on, as kube-apiserver's is.
+    let table = providers(&config, &served.resources, served.timing)?;
+    values.replace(or_identity(table, &served.resources));
     Ok(config)
 }
 
@@ -150,3 +175,6 @@ pub async fn wait_for_providers(values: &Transformer) {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,4 +1,5 @@
-//! Storage: where PodSets are kept, and how much history watches can resume from.
+//! Storage: where PodSets are kept, and how much history watches can resume from. One store per API group
+//! ([`StorageFactory`]), each resource's values encrypted by the providers the encryption configuration gives it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,7 +9,9 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 
 use super::duration;
+use crate::api::resource::ResourceInfo;
 use crate::cmd::encryption::config::EncryptionConfig;
+use crate::resources::podset;
 use crate::storage::value::kmsv2::Timing;
 use crate::storage::value::Transformer;
 use crate::storage::{Backend, Cacher, EtcdBackend, EtcdOptions, HistoryLimits, SledBackend, SledOptions, Store};
@@ -182,25 +185,32 @@ impl StorageOptions {
         }
     }
 
-    /// How values are stored: through the providers --encryption-provider-config gives PodSets, or plainly; and
-    /// the configuration read, if any.
-    pub fn transformer(&self) -> anyhow::Result<(Transformer, Option<EncryptionConfig>)> {
+    /// How the values of `resources` are stored: through the providers --encryption-provider-config gives each, or
+    /// plainly; and the configuration read, if any.
+    pub fn transformer(
+        &self,
+        resources: &[&'static ResourceInfo],
+    ) -> anyhow::Result<(Transformer, Option<EncryptionConfig>)> {
         let Some(path) = &self.encryption_provider_config else { return Ok((Transformer::plain(), None)) };
+        one_root_each(resources)?;
         let config = EncryptionConfig::load(path)?;
-        let values = match crate::cmd::encryption::providers(&config, self.kms_timing())? {
-            Some(providers) => Transformer::new(providers),
-            // A reload may cover them later: values go through providers (identity for now) that it can replace.
-            None if self.encryption_provider_config_automatic_reload => {
-                Transformer::new(crate::cmd::encryption::identity_only())
-            }
-            None => {
+        let table = crate::cmd::encryption::providers(&config, resources, self.kms_timing())?;
+        let values = if self.encryption_provider_config_automatic_reload {
+            // A reload may cover the ones it leaves out later: their values go through providers (identity for
+            // now) that it can replace.
+            Transformer::new(crate::cmd::encryption::or_identity(table, resources))
+        } else if table.is_empty() {
+            for r in resources {
                 tracing::warn!(
                     file = %path.display(),
-                    "--encryption-provider-config names neither podsets.demo.k8s.io, *.demo.k8s.io nor *.*: PodSets \
-                     are stored unencrypted"
+                    "--encryption-provider-config names neither {r}, *.{} nor *.*: {}s are stored unencrypted",
+                    r.group,
+                    r.kind
                 );
-                Transformer::plain()
             }
+            Transformer::plain()
+        } else {
+            Transformer::new(table)
         };
         Ok((values, Some(config)))
     }
@@ -213,40 +223,36 @@ impl StorageOptions {
         }
     }
 
-    /// Opens the store: the cache over the chosen backend, loaded, its values read and written through `values`.
-    pub async fn open(&self, values: Transformer) -> anyhow::Result<Arc<dyn Store>> {
-        let backend: Arc<dyn Backend> = match self.storage_backend {
-            StorageBackend::Sled => {
-                let db_dir = self.data_dir.join("db");
-                let sled = SledOptions { cache_capacity: self.storage_sled_cache_bytes, values, ..Default::default() };
-                Arc::new(tokio::task::spawn_blocking(move || SledBackend::open(&db_dir, sled)).await??)
-            }
-            StorageBackend::Etcd => {
-                Arc::new(EtcdBackend::connect(EtcdOptions { values, ..self.etcd_options() }).await?)
-            }
-        };
-        let cacher = Cacher::open(backend, self.history_limits())
-            .await
-            .with_context(|| format!("loading {}", self.location()))?;
-        Ok(Arc::new(cacher))
+    /// The stores of the chosen backend, their values read and written through `values`.
+    pub fn factory(&self, values: Transformer) -> StorageFactory<'_> {
+        StorageFactory { options: self, values }
     }
 
-    /// Where the PodSets are, for messages.
-    pub fn location(&self) -> String {
+    /// Where `group`'s objects are, for messages.
+    pub fn location(&self, group: &str) -> String {
         match self.storage_backend {
-            StorageBackend::Sled => format!("the store in {}", self.data_dir.display()),
-            StorageBackend::Etcd => format!(
-                "etcd at {} under {}/demo.k8s.io",
-                self.etcd_servers.join(","),
-                self.etcd_prefix.trim_end_matches('/')
-            ),
+            StorageBackend::Sled => format!("the store of {group} in {}", self.sled_dir(group).display()),
+            StorageBackend::Etcd => {
+                format!("etcd at {} under {}", self.etcd_servers.join(","), self.etcd_options(group).root())
+            }
         }
     }
 
-    pub fn etcd_options(&self) -> EtcdOptions {
+    /// `group`'s sled database: `<data-dir>/db` for demo.k8s.io (where it always was), `<data-dir>/db-<group>` for
+    /// another group.
+    pub fn sled_dir(&self, group: &str) -> PathBuf {
+        match group {
+            podset::GROUP => self.data_dir.join("db"),
+            _ => self.data_dir.join(format!("db-{group}")),
+        }
+    }
+
+    /// How to reach etcd, for `group`'s keys.
+    pub fn etcd_options(&self, group: &str) -> EtcdOptions {
         EtcdOptions {
             servers: self.etcd_servers.clone(),
             prefix: self.etcd_prefix.clone(),
+            group: group.to_owned(),
             ca_file: self.etcd_cafile.clone(),
             cert_file: self.etcd_certfile.clone(),
             key_file: self.etcd_keyfile.clone(),
@@ -262,6 +268,73 @@ impl StorageOptions {
             StorageBackend::Etcd => store.stats().objects == 0,
         }
     }
+}
+
+/// Each resource's objects live in one store per API group, as kube-apiserver's `StorageFactory` gives each group
+/// its etcd prefix: one root per group in etcd (`<prefix>/<group>`, its marker `<prefix>/<group>#last-write`), one
+/// sled database per group under --data-dir. Every store reads and writes through the same transformer, whose
+/// table tells each resource's values by their keys.
+pub struct StorageFactory<'a> {
+    options: &'a StorageOptions,
+    values: Transformer,
+}
+
+/// The open stores, one per API group, in the order their groups came.
+pub struct Stores(Vec<(&'static str, Arc<dyn Store>)>);
+
+impl Stores {
+    /// `group`'s store.
+    pub fn get(&self, group: &str) -> Option<&Arc<dyn Store>> {
+        self.0.iter().find(|(g, _)| *g == group).map(|(_, s)| s)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &Arc<dyn Store>)> {
+        self.0.iter().map(|(g, s)| (*g, s))
+    }
+}
+
+impl StorageFactory<'_> {
+    /// Opens one store for each group `resources` belong to: the cache over the chosen backend, loaded.
+    pub async fn open(&self, resources: &[&'static ResourceInfo]) -> anyhow::Result<Stores> {
+        one_root_each(resources)?;
+        let mut stores: Vec<(&'static str, Arc<dyn Store>)> = Vec::new();
+        for r in resources {
+            if stores.iter().all(|(g, _)| *g != r.group) {
+                stores.push((r.group, self.open_group(r.group).await?));
+            }
+        }
+        Ok(Stores(stores))
+    }
+
+    /// Opens `group`'s store.
+    pub async fn open_group(&self, group: &str) -> anyhow::Result<Arc<dyn Store>> {
+        let (options, values) = (self.options, self.values.clone());
+        let backend: Arc<dyn Backend> = match options.storage_backend {
+            StorageBackend::Sled => {
+                let db_dir = options.sled_dir(group);
+                let sled =
+                    SledOptions { cache_capacity: options.storage_sled_cache_bytes, values, ..Default::default() };
+                Arc::new(tokio::task::spawn_blocking(move || SledBackend::open(&db_dir, sled)).await??)
+            }
+            StorageBackend::Etcd => {
+                Arc::new(EtcdBackend::connect(EtcdOptions { values, ..options.etcd_options(group) }).await?)
+            }
+        };
+        let cacher = Cacher::open(backend, options.history_limits())
+            .await
+            .with_context(|| format!("loading {}", options.location(group)))?;
+        Ok(Arc::new(cacher))
+    }
+}
+
+/// The transformer tells resources' values apart by their storage keys alone, whatever their group.
+fn one_root_each(resources: &[&'static ResourceInfo]) -> anyhow::Result<()> {
+    for (i, r) in resources.iter().enumerate() {
+        if let Some(other) = resources[..i].iter().find(|o| o.key_root == r.key_root) {
+            anyhow::bail!("{other} and {r} are both kept under {}: their values cannot be told apart", r.key_root);
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -295,11 +368,11 @@ mod tests {
             "--etcd-compaction-interval=1m",
         ]);
         o.validate().unwrap();
-        let e = o.etcd_options();
+        let e = o.etcd_options(podset::GROUP);
         assert_eq!(e.servers, ["https://a:2379", "https://b:2379"]);
         assert_eq!((e.prefix.as_str(), e.compaction_interval), ("/kube", Duration::from_secs(60)));
         assert_eq!(e.ca_file.as_deref(), Some(std::path::Path::new("/ca.crt")));
-        assert_eq!(o.location(), "etcd at https://a:2379,https://b:2379 under /kube/demo.k8s.io");
+        assert_eq!(o.location(podset::GROUP), "etcd at https://a:2379,https://b:2379 under /kube/demo.k8s.io");
         parse(&["--storage-backend=etcd", "--etcd-servers=127.0.0.1:2379"]).validate().unwrap();
         parse(&[]).validate().unwrap();
     }
@@ -331,5 +404,61 @@ mod tests {
             let e = refusal(args);
             assert!(e.contains(says), "{args:?}: {e}");
         }
+    }
+
+    /// PodSets' etcd keys and marker are where every earlier build put them: a rolling upgrade, or a downgrade,
+    /// reads the same etcd.
+    #[test]
+    fn podsets_stay_where_they_were_in_etcd() {
+        let o = parse(&["--storage-backend=etcd", "--etcd-servers=https://a:2379"]);
+        let e = o.etcd_options(podset::INFO.group);
+        let key = crate::registry::ObjectKey::new("ns", "name").storage_key(&podset::INFO);
+        assert_eq!(e.key(&key), "/registry/demo.k8s.io/podsets/ns/name");
+        assert_eq!(e.marker(), "/registry/demo.k8s.io#last-write");
+        let o = parse(&["--storage-backend=etcd", "--etcd-servers=https://a:2379", "--etcd-prefix=/kube/"]);
+        assert_eq!(o.etcd_options(podset::INFO.group).key(&key), "/kube/demo.k8s.io/podsets/ns/name");
+        assert_eq!(o.location(podset::GROUP), "etcd at https://a:2379 under /kube/demo.k8s.io");
+    }
+
+    #[test]
+    fn each_group_has_its_own_etcd_root_and_sled_database() {
+        use crate::api::resource::WIDGETS;
+        let o = parse(&["--storage-backend=etcd", "--etcd-servers=https://a:2379"]);
+        let e = o.etcd_options(WIDGETS.group);
+        let key = crate::registry::ObjectKey::new("", "gear").storage_key(&WIDGETS);
+        assert_eq!(e.key(&key), "/registry/test.podset.example/widgets/gear");
+        assert_eq!(e.marker(), "/registry/test.podset.example#last-write");
+        assert_eq!(o.location(WIDGETS.group), "etcd at https://a:2379 under /registry/test.podset.example");
+
+        let o = parse(&["--data-dir=/var/lib/podset"]);
+        assert_eq!(o.sled_dir(podset::GROUP), std::path::Path::new("/var/lib/podset/db"), "as before groups");
+        assert_eq!(o.sled_dir(WIDGETS.group), std::path::Path::new("/var/lib/podset/db-test.podset.example"));
+        assert_eq!(
+            o.location(WIDGETS.group),
+            "the store of test.podset.example in /var/lib/podset/db-test.podset.example"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_factory_opens_one_sled_store_per_group() {
+        use crate::api::resource::WIDGETS;
+        use crate::storage::Draft;
+        let dir = tempfile::tempdir().unwrap();
+        let o = parse(&[&format!("--data-dir={}", dir.path().display())]);
+        let stores = o.factory(Transformer::plain()).open(&[&podset::INFO, &WIDGETS]).await.unwrap();
+        assert_eq!(stores.iter().map(|(g, _)| g).collect::<Vec<_>>(), [podset::GROUP, WIDGETS.group]);
+        let draft = |name: &str| Draft::new(&serde_json::json!({"metadata": {"name": name}}), &[]).unwrap();
+        stores.get(WIDGETS.group).unwrap().create("/widgets/gear", draft("gear")).await.unwrap();
+        let podsets = stores.get(podset::GROUP).unwrap();
+        assert!(podsets.get("/widgets/gear").await.unwrap().is_none(), "another group's store");
+        assert_eq!(podsets.current_revision(), 0);
+        drop(stores);
+        let mut dirs: Vec<_> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        dirs.sort();
+        assert_eq!(dirs, ["db", "db-test.podset.example"]);
+
+        let twice = o.factory(Transformer::plain()).open(&[&podset::INFO, &podset::INFO]).await.err().unwrap();
+        assert!(twice.to_string().contains("are both kept under /podsets/"), "{twice}");
     }
 }

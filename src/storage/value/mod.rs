@@ -1,7 +1,8 @@
 //! Values at rest, as k8s.io/apiserver's `storage/value` transforms them: between an object's JSON and the bytes
-//! its backend keeps, the providers of an `EncryptionConfiguration` (`--encryption-provider-config`). The first
-//! provider writes; every provider reads what carries its prefix (`k8s:enc:aescbc:v1:<key name>:` ...), identity
-//! what carries none. sled and etcd store the same bytes for the same object and key.
+//! its backend keeps, the providers an `EncryptionConfiguration` (`--encryption-provider-config`) gives the
+//! object's resource (a [`ProviderTable`], by the key it is stored at). The first provider writes; every provider
+//! reads what carries its prefix (`k8s:enc:aescbc:v1:<key name>:` ...), identity what carries none. sled
+//! and etcd store the same bytes for the same object and key.
 
 mod aes;
 pub mod kmsv2;
@@ -69,7 +70,9 @@ pub trait Transform: Send + Sync {
 /// What every encrypted value starts with; identity refuses to read such a value as plain JSON.
 pub const ENCRYPTED: &[u8] = b"k8s:enc:";
 
-/// One configured provider with one key: what its values start with, and what it does.
+/// One configured provider with one key: what its values start with, and what it does. A clone shares the
+/// transformation (one KMS plugin's client serves every resource its configuration entry names).
+#[derive(Clone)]
 pub struct Provider {
     /// `k8s:enc:aescbc:v1:`, `k8s:enc:kms:v2:<name>:`; empty for identity.
     outer: Arc<str>,
@@ -77,18 +80,18 @@ pub struct Provider {
     inner: Option<Arc<str>>,
     /// The whole prefix, which objects record as the provider that read them.
     label: Arc<str>,
-    transform: Option<Box<dyn Transform>>,
+    transform: Option<Arc<dyn Transform>>,
 }
 
 impl Provider {
     pub fn identity() -> Self {
-        Self { outer: "".into(), inner: None, label: "identity".into(), transform: None }
+        Self { outer: "".into(), inner: None, label: IDENTITY.into(), transform: None }
     }
 
     /// A provider whose values start with `outer` then `inner` (`<key name>:`, if any).
     pub fn new(outer: String, inner: Option<String>, transform: Box<dyn Transform>) -> Self {
         let label = format!("{outer}{}", inner.as_deref().unwrap_or_default()).into();
-        Self { outer: outer.into(), inner: inner.map(Into::into), label, transform: Some(transform) }
+        Self { outer: outer.into(), inner: inner.map(Into::into), label, transform: Some(transform.into()) }
     }
 
     pub fn label(&self) -> &Arc<str> {
@@ -131,6 +134,11 @@ impl Providers {
         &self.list[0]
     }
 
+    /// `<resource>.<group>`, as the metrics name it.
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
     /// Every provider, in order.
     pub fn iter(&self) -> impl Iterator<Item = &Provider> {
         self.list.iter()
@@ -145,7 +153,7 @@ impl Providers {
                 if stored.starts_with(ENCRYPTED) {
                     continue;
                 }
-                self.record(FROM_STORAGE, "identity", Instant::now(), "OK");
+                self.record(FROM_STORAGE, IDENTITY, Instant::now(), "OK");
                 return Ok((stored.to_vec(), p.label.clone()));
             };
             if !stored.starts_with(p.label.as_bytes()) {
@@ -197,6 +205,8 @@ impl Providers {
 }
 
 const FROM_STORAGE: &str = "from_storage";
+/// The label of the provider that stores values as they are.
+const IDENTITY: &str = "identity";
 /// The metrics' status of a failure that is not a KMS plugin's gRPC answer.
 const UNKNOWN_NON_GRPC: &str = "unknown-non-grpc";
 const TO_STORAGE: &str = "to_storage";
@@ -228,21 +238,65 @@ fn check_plain(stored: &[u8]) -> Result<(), ValueError> {
     }
 }
 
-/// How a store transforms its values: plain (no `--encryption-provider-config`, nothing transformed or counted),
-/// or a resource's providers, which a reload of the configuration replaces while the store runs.
-#[derive(Clone, Default)]
-pub struct Transformer(Option<Arc<RwLock<Arc<Providers>>>>);
+/// Which providers serve which resource of a store, by the root its objects are kept under (a resource's
+/// `key_root`, `/podsets/`): the storage key of a value picks its resource's providers, as kube-apiserver's
+/// `EncryptionConfiguration` serves each resource its own. A resource the table leaves out is stored plainly.
+#[derive(Default)]
+pub struct ProviderTable {
+    by_root: Vec<(String, Providers)>,
+}
 
-impl std::fmt::Debug for Transformer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.0 {
-            None => f.write_str("Transformer(plain)"),
-            Some(p) => write!(f, "Transformer(writes with {})", p.read().writer().label),
-        }
+impl ProviderTable {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The table, with `providers` serving the objects under `key_root`.
+    pub fn with(mut self, key_root: impl Into<String>, providers: Providers) -> Self {
+        self.insert(key_root, providers);
+        self
+    }
+
+    /// `providers` serve the objects under `key_root` (a root holds one resource: a second one is a bug).
+    pub fn insert(&mut self, key_root: impl Into<String>, providers: Providers) {
+        let key_root = key_root.into();
+        assert!(self.by_root.iter().all(|(r, _)| *r != key_root), "two resources under {key_root}");
+        self.by_root.push((key_root, providers));
+    }
+
+    /// The providers of the resource `key` belongs to.
+    pub fn get(&self, key: &str) -> Option<&Providers> {
+        self.by_root.iter().find(|(root, _)| key.starts_with(root.as_str())).map(|(_, p)| p)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_root.is_empty()
+    }
+
+    /// Every resource's root and providers, in the order they were added.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Providers)> {
+        self.by_root.iter().map(|(root, p)| (root.as_str(), p))
+    }
+
+    fn providers(&self) -> impl Iterator<Item = &Provider> {
+        self.by_root.iter().flat_map(|(_, p)| p.list.iter())
     }
 }
 
-/// A value read from storage: its plain bytes and the provider that read them (`None` when the store is plain).
+/// How a store transforms its values: plain (no `--encryption-provider-config`, nothing transformed or counted),
+/// or by its resources' providers, whose whole table a reload of the configuration replaces while the store runs.
+#[derive(Clone, Default)]
+pub struct Transformer(Option<Arc<RwLock<Arc<ProviderTable>>>>);
+
+impl std::fmt::Debug for Transformer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Some(table) = self.table() else { return f.write_str("Transformer(plain)") };
+        let writers = table.iter().map(|(root, p)| format!("{root} with {}", p.writer().label));
+        write!(f, "Transformer(writes {})", writers.collect::<Vec<_>>().join(", "))
+    }
+}
+
+/// A value read from storage: its plain bytes and the provider that read them (`None` when stored plainly).
 #[derive(Debug)]
 pub struct Plain {
     pub bytes: Vec<u8>,
@@ -251,7 +305,7 @@ pub struct Plain {
 
 /// How a backend takes a stored value.
 pub enum Read<'a> {
-    /// As it is stored: a plain store (the backend may share the buffer rather than copy it).
+    /// As it is stored: a plain store or resource (the backend may share the buffer rather than copy it).
     AsStored(&'a [u8]),
     /// The plain bytes the providers gave.
     Plain(Plain),
@@ -263,47 +317,58 @@ impl Transformer {
         Self(None)
     }
 
-    pub fn new(providers: Providers) -> Self {
-        Self(Some(Arc::new(RwLock::new(Arc::new(providers)))))
+    pub fn new(table: ProviderTable) -> Self {
+        Self(Some(Arc::new(RwLock::new(Arc::new(table)))))
     }
 
     pub fn is_plain(&self) -> bool {
         self.0.is_none()
     }
 
-    /// Takes `providers` for every value read and written from now on.
-    pub fn replace(&self, providers: Providers) {
+    /// Takes `table` for every value read and written from now on: every resource's providers change at once.
+    pub fn replace(&self, table: ProviderTable) {
         if let Some(current) = &self.0 {
-            *current.write() = Arc::new(providers);
+            *current.write() = Arc::new(table);
         }
     }
 
-    /// Whether every provider can read and write yet: a store loaded before would hold what a KMS plugin not yet
-    /// answering wrote as unreadable.
+    /// Whether every provider of every resource can read and write yet: a store loaded before would hold what a
+    /// KMS plugin not yet answering wrote as unreadable.
     pub fn ready(&self) -> bool {
-        self.providers().is_none_or(|p| p.list.iter().all(|p| p.transform.as_ref().is_none_or(|t| t.ready())))
+        self.table().is_none_or(|t| t.providers().all(|p| p.transform.as_ref().is_none_or(|t| t.ready())))
     }
 
-    /// The probes of the KMS plugins the providers depend on, named `kms-provider-<n>` in configuration order.
+    /// The probes of the KMS plugins every resource's providers depend on, named `kms-provider-<n>` in the table's
+    /// order; a plugin that serves several resources is probed once.
     pub fn kms_probes(&self) -> Vec<(String, futures::future::BoxFuture<'static, Result<(), String>>)> {
-        let Some(providers) = self.providers() else { return Vec::new() };
-        providers
-            .list
-            .iter()
+        let Some(table) = self.table() else { return Vec::new() };
+        let mut seen = Vec::new();
+        let first = |p: &&Provider| {
+            p.transform.as_ref().is_some_and(|t| {
+                let at = Arc::as_ptr(t).cast::<()>();
+                let new = !seen.contains(&at);
+                seen.push(at);
+                new
+            })
+        };
+        table
+            .providers()
+            .filter(first)
             .filter_map(Provider::healthz)
             .enumerate()
             .map(|(i, f)| (format!("kms-provider-{i}"), f))
             .collect()
     }
 
-    fn providers(&self) -> Option<Arc<Providers>> {
-        self.0.as_ref().map(|p| p.read().clone())
+    fn table(&self) -> Option<Arc<ProviderTable>> {
+        self.0.as_ref().map(|t| t.read().clone())
     }
 
-    /// A value stored under `context`, as a backend takes it: as stored in a plain store (which refuses an encrypted
-    /// one), else as the providers read it.
-    pub fn read<'a>(&self, stored: &'a [u8], context: &[u8]) -> Result<Read<'a>, ValueError> {
-        match self.providers() {
+    /// The value stored at `key` (under `context`, the key the backend keeps it at), as a backend takes it: as
+    /// stored when its resource is stored plainly (an encrypted value is refused), else as its providers read it.
+    pub fn read<'a>(&self, key: &str, stored: &'a [u8], context: &[u8]) -> Result<Read<'a>, ValueError> {
+        let table = self.table();
+        match table.as_deref().and_then(|t| t.get(key)) {
             None => check_plain(stored).map(|()| Read::AsStored(stored)),
             Some(p) => {
                 p.read(stored, context).map(|(bytes, label)| Read::Plain(Plain { bytes, provider: Some(label) }))
@@ -311,17 +376,23 @@ impl Transformer {
         }
     }
 
-    /// The plain bytes of a value stored under `context`.
-    pub fn from_storage(&self, stored: &[u8], context: &[u8]) -> Result<Plain, ValueError> {
-        Ok(match self.read(stored, context)? {
+    /// The plain bytes of the value stored at `key` under `context`.
+    pub fn from_storage(&self, key: &str, stored: &[u8], context: &[u8]) -> Result<Plain, ValueError> {
+        Ok(match self.read(key, stored, context)? {
             Read::AsStored(bytes) => Plain { bytes: bytes.to_vec(), provider: None },
             Read::Plain(plain) => plain,
         })
     }
 
-    /// The bytes to store for `plain` under `context`, and the provider that wrote them.
-    pub fn to_storage(&self, plain: &[u8], context: &[u8]) -> Result<(Vec<u8>, Option<Arc<str>>), ValueError> {
-        match self.providers() {
+    /// The bytes to store for `plain` at `key` under `context`, and the provider that wrote them.
+    pub fn to_storage(
+        &self,
+        key: &str,
+        plain: &[u8],
+        context: &[u8],
+    ) -> Result<(Vec<u8>, Option<Arc<str>>), ValueError> {
+        let table = self.table();
+        match table.as_deref().and_then(|t| t.get(key)) {
             None => Ok((plain.to_vec(), None)),
             Some(p) => p.write(plain, context).map(|stored| (stored, Some(p.writer().writer_label()))),
         }
@@ -335,15 +406,18 @@ impl Transformer {
         plain: &[u8],
         context: &[u8],
     ) -> StoreResult<(Vec<u8>, Option<Arc<str>>)> {
-        self.to_storage(plain, context)
+        self.to_storage(key, plain, context)
             .map_err(|e| StorageError::Unwritable { key: key.to_owned(), reason: e.to_string() })
     }
 
-    /// Whether a value read by `provider` should be written again: another provider than the writer read it.
-    pub fn is_stale(&self, provider: Option<&Arc<str>>) -> bool {
-        match (self.providers(), provider) {
-            (Some(p), Some(read_by)) => *read_by != p.writer().writer_label(),
-            _ => false,
+    /// Whether the value at `key` that `provider` read should be written again: another provider than its
+    /// resource's writer read it. A resource a reload left out is written plainly: what any provider but identity
+    /// wrote of it is stale.
+    pub fn is_stale(&self, key: &str, provider: Option<&Arc<str>>) -> bool {
+        let (Some(table), Some(read_by)) = (self.table(), provider) else { return false };
+        match table.get(key) {
+            Some(p) => *read_by != p.writer().writer_label(),
+            None => &**read_by != IDENTITY,
         }
     }
 }

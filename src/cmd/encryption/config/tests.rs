@@ -180,3 +180,80 @@ fn a_missing_or_empty_file_is_named() {
     std::fs::write(&empty, "").unwrap();
     assert!(EncryptionConfig::load(&empty).unwrap_err().0.ends_with("empty.yaml\" is empty"));
 }
+
+mod resources {
+    use super::*;
+    use crate::api::resource::WIDGETS;
+    use crate::resources::podset::INFO as PODSETS;
+
+    fn cbc(name: &str) -> String {
+        format!("  - aescbc:\n      keys:\n      - name: {name}\n        secret: {KEY32}\n")
+    }
+
+    /// A configuration of `entries`: (resources, providers).
+    fn file(entries: &[(&str, String)]) -> EncryptionConfig {
+        let mut text = "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n".to_owned();
+        for (resources, providers) in entries {
+            text += &format!("- resources: {resources}\n  providers:\n{providers}");
+        }
+        parse(&text).unwrap()
+    }
+
+    /// Each served resource's provider labels, `None` for one the file leaves out.
+    fn served(config: &EncryptionConfig) -> Vec<Option<Vec<String>>> {
+        let each = config.providers_for_each(&[&PODSETS, &WIDGETS], &no_kms).unwrap();
+        each.into_iter().map(|p| p.map(|p| p.iter().map(|p| p.label().to_string()).collect())).collect()
+    }
+
+    fn labels(names: &[&str]) -> Option<Vec<String>> {
+        Some(names.iter().map(|n| n.to_string()).collect())
+    }
+
+    #[test]
+    fn each_served_resource_is_matched_on_its_own() {
+        let config = file(&[("[podsets.demo.k8s.io]", cbc("p")), ("['*.test.podset.example']", cbc("w"))]);
+        assert_eq!(served(&config), [labels(&["k8s:enc:aescbc:v1:p:"]), labels(&["k8s:enc:aescbc:v1:w:"])]);
+        let widgets_only = file(&[("['*.test.podset.example']", cbc("w"))]);
+        assert_eq!(served(&widgets_only), [None, labels(&["k8s:enc:aescbc:v1:w:"])]);
+        let podsets_only = file(&[("[podsets.demo.k8s.io]", cbc("p"))]);
+        assert_eq!(served(&podsets_only), [labels(&["k8s:enc:aescbc:v1:p:"]), None]);
+        let everything = file(&[("['*.*']", cbc("all"))]);
+        assert_eq!(served(&everything), [labels(&["k8s:enc:aescbc:v1:all:"]), labels(&["k8s:enc:aescbc:v1:all:"])]);
+        // Metrics name each resource's providers by the resource.
+        let each = everything.providers_for_each(&[&PODSETS, &WIDGETS], &no_kms).unwrap();
+        assert_eq!(
+            each.iter().flatten().map(|p| p.resource().to_owned()).collect::<Vec<_>>(),
+            ["podsets.demo.k8s.io", "widgets.test.podset.example"]
+        );
+    }
+
+    #[test]
+    fn the_first_entry_naming_a_resource_writes_it_and_wildcards_take_the_rest() {
+        let config = file(&[
+            ("[podsets.demo.k8s.io, widgets.test.podset.example]", cbc("both")),
+            ("[widgets.test.podset.example]", cbc("widgets")),
+            ("['*.*']", "  - identity: {}\n".to_owned()),
+        ]);
+        assert_eq!(
+            served(&config),
+            [labels(&["k8s:enc:aescbc:v1:both:"]), labels(&["k8s:enc:aescbc:v1:both:", "k8s:enc:aescbc:v1:widgets:"])]
+        );
+        let group_first = file(&[("['*.test.podset.example']", cbc("group")), ("['*.*']", cbc("all"))]);
+        assert_eq!(served(&group_first), [labels(&["k8s:enc:aescbc:v1:all:"]), labels(&["k8s:enc:aescbc:v1:group:"])]);
+        assert_eq!(served(&file(&[("[secrets]", cbc("s"))])), [None, None]);
+    }
+
+    #[test]
+    fn an_entry_serving_several_resources_builds_its_kms_provider_once() {
+        let built = std::cell::Cell::new(0);
+        let kms = |_: &KmsConfiguration| -> Result<Provider, String> {
+            built.set(built.get() + 1);
+            let plugin = crate::storage::value::Cbc::new(&[1; 32]).map_err(|e| e.to_string())?;
+            Ok(Provider::new("k8s:enc:kms:v2:k:".into(), None, Box::new(plugin)))
+        };
+        let plugin = "  - kms:\n      apiVersion: v2\n      name: k\n      endpoint: unix:///k.sock\n";
+        let config = file(&[("['*.*']", plugin.to_owned())]);
+        let each = config.providers_for_each(&[&PODSETS, &WIDGETS], &kms).unwrap();
+        assert_eq!((each.iter().flatten().count(), built.get()), (2, 1));
+    }
+}
