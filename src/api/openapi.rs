@@ -9,7 +9,7 @@ use std::borrow::Cow;
 
 use serde_json::{json, Map, Value};
 
-use super::resource::{ResourceInfo, Scope};
+use super::resource::{ResourceInfo, Scope, VersionIndex};
 
 pub const SCALE: &str = "io.k8s.api.autoscaling.v1.Scale";
 pub const STATUS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Status";
@@ -337,4 +337,91 @@ mod tests {
             format!("#/components/schemas/{object}")
         );
     }
+}
+
+/// A resource's part of the OpenAPI documents: its definitions in one version (the object, its list and what they
+/// reference, the shared kinds its paths name among them), and the name of its object's definition there (its
+/// list's is that name with `List`).
+#[derive(Debug)]
+pub struct OpenApi {
+    pub definitions: fn(VersionIndex, Flavor) -> Map<String, Value>,
+    pub definition: fn(VersionIndex) -> String,
+}
+
+/// A served resource as the documents describe it: whether it has `/scale` (its strategy says).
+#[derive(Debug, Clone, Copy)]
+pub struct Published {
+    pub resource: &'static ResourceInfo,
+    pub scale: bool,
+}
+
+/// `from`'s definitions added to `into`; a definition both have (a kind every resource shares) lists the
+/// group-version-kinds of both.
+fn merge(into: &mut Map<String, Value>, from: Map<String, Value>) {
+    const GVK: &str = "x-kubernetes-group-version-kind";
+    for (name, def) in from {
+        match into.get_mut(&name) {
+            None => {
+                into.insert(name, def);
+            }
+            Some(have) => {
+                let (Some(Value::Array(mine)), Some(Value::Array(theirs))) = (have.get_mut(GVK), def.get(GVK)) else {
+                    continue;
+                };
+                for g in theirs {
+                    if !mine.contains(g) {
+                        mine.push(g.clone());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The paths and definitions of `published` in `version` (a resource not served in it adds nothing).
+fn resource_parts(
+    p: &Published,
+    version: &str,
+    flavor: Flavor,
+    paths: &mut Map<String, Value>,
+    definitions: &mut Map<String, Value>,
+) {
+    let r = p.resource;
+    let Some(v) = r.versions.iter().position(|x| x.name == version).map(|i| VersionIndex(i as u8)) else { return };
+    let object = (r.openapi.definition)(v);
+    let list = format!("{object}List");
+    let rp = ResourcePaths { resource: r, version, object: &object, list: &list, status: r.status, scale: p.scale };
+    paths.extend(resource_paths(&rp, flavor));
+    merge(definitions, (r.openapi.definitions)(v, flavor));
+}
+
+/// The Swagger 2.0 document served at `/openapi/v2`: every resource's paths and definitions in every version.
+/// `info.version` is the first resource's preferred version.
+pub fn document_v2(published: &[Published], preferred: &str) -> Value {
+    let (mut paths, mut definitions) = (Map::new(), Map::new());
+    for p in published {
+        for v in p.resource.versions {
+            resource_parts(p, v.name, Flavor::V2, &mut paths, &mut definitions);
+        }
+    }
+    json!({
+        "swagger": "2.0",
+        "info": {"title": "podset-apiserver", "version": preferred},
+        "paths": paths,
+        "definitions": definitions,
+    })
+}
+
+/// The OpenAPI 3.0 document served at `/openapi/v3/apis/<group>/<version>`.
+pub fn document_v3(published: &[Published], group: &str, version: &str) -> Value {
+    let (mut paths, mut schemas) = (Map::new(), Map::new());
+    for p in published.iter().filter(|p| p.resource.group == group) {
+        resource_parts(p, version, Flavor::V3, &mut paths, &mut schemas);
+    }
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "podset-apiserver", "version": version},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    })
 }

@@ -6,6 +6,7 @@ use std::fmt;
 
 use serde_json::Value;
 
+use super::openapi::OpenApi;
 use super::table::TableConvertor;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +78,8 @@ pub struct ResourceInfo {
     pub conversion: Conversion,
     /// Its Table rows.
     pub table: TableConvertor,
+    /// Its part of the OpenAPI documents.
+    pub openapi: OpenApi,
     /// Where the resource's objects live in its group's storage, `/<plural>/`: `/<plural>/<namespace>/<name>`, or
     /// `/<plural>/<name>` when cluster-scoped, as kube-apiserver keys them under the group's prefix.
     pub key_root: &'static str,
@@ -141,6 +144,10 @@ pub(crate) static WIDGETS: ResourceInfo = ResourceInfo {
     }],
     conversion: Conversion::NONE,
     table: TableConvertor::new(WIDGET_COLUMNS, widget_cells, 1),
+    openapi: OpenApi {
+        definitions: |_, _| serde_json::Map::new(),
+        definition: |_| "io.example.podset.test.v1.Widget".into(),
+    },
     key_root: "/widgets/",
 };
 

@@ -16,9 +16,8 @@ use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 
 use super::routes::{groups_of, Described, Group};
+use crate::api::openapi::{document_v2, document_v3, Published};
 use crate::api::resource::{ResourceInfo, Scope, VersionIndex};
-use crate::api::schema::{openapi_v2, openapi_v3 as openapi_v3_of};
-use crate::api::{Version, GROUP};
 
 /// A precomputed response body with its strong ETag.
 #[derive(Clone)]
@@ -215,28 +214,28 @@ impl Discovery {
     /// The documents of a server that serves `described`.
     pub fn build(described: &[Described]) -> Self {
         let groups = groups_of(described.iter().map(|d| d.resource));
-        let mut openapi_v3 = Vec::new();
+        let published: Vec<Published> =
+            described.iter().map(|d| Published { resource: d.resource, scale: d.scale }).collect();
+        let (mut openapi_v3, mut resource_lists) = (Vec::new(), Vec::new());
         let mut paths = serde_json::Map::new();
-        for v in Version::ALL {
-            let doc = Doc::new(&openapi_v3_of(v));
-            let url = format!("/openapi/v3/apis/{GROUP}/{v}?hash={}", doc.hash());
-            paths.insert(format!("apis/{GROUP}/{v}"), json!({"serverRelativeURL": url}));
-            openapi_v3.push(((GROUP, v.as_str()), doc));
-        }
-        let root = json!({ "paths": paths });
-        let mut resource_lists = Vec::new();
         for g in &groups {
             for v in &g.versions {
+                let doc = Doc::new(&document_v3(&published, g.name, v));
+                let url = format!("/openapi/v3/apis/{}/{v}?hash={}", g.name, doc.hash());
+                paths.insert(format!("apis/{}/{v}", g.name), json!({"serverRelativeURL": url}));
+                openapi_v3.push(((g.name, *v), doc));
                 resource_lists.push(((g.name, *v), Doc::new(&resource_list(described, g.name, v))));
             }
         }
+        let root = json!({ "paths": paths });
+        let preferred = groups.first().and_then(|g| g.versions.first()).copied().unwrap_or_default();
         Self {
             group_list: Doc::new(&APIGroupList { groups: groups.iter().map(api_group).collect() }),
             groups: groups.iter().map(|g| (g.name, Doc::new(&api_group(g)))).collect(),
             resource_lists,
             aggregated_v2: aggregated(described, &groups, "v2"),
             aggregated_v2beta1: aggregated(described, &groups, "v2beta1"),
-            openapi_v2: Doc::new(&openapi_v2()),
+            openapi_v2: Doc::new(&document_v2(&published, preferred)),
             openapi_v3_root: Doc::new(&root),
             openapi_v3,
             version: Doc::new(&crate::version::info()),
@@ -266,6 +265,7 @@ fn find<'a>(docs: &'a [((&str, &str), Doc)], group: &str, version: &str) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::{Version, GROUP};
     use crate::resources::podset::INFO;
 
     fn build(storage: Version) -> Discovery {
@@ -375,7 +375,17 @@ mod tests {
         let w = &v2["items"][1]["versions"][0]["resources"][0];
         assert_eq!((w["resource"].as_str(), w["scope"].as_str()), (Some("widgets"), Some("Cluster")));
         assert_eq!(w["subresources"].as_array().unwrap().len(), 1);
+        let v3: serde_json::Value =
+            serde_json::from_slice(&d.openapi_v3("test.podset.example", "v1").unwrap().body).unwrap();
+        let paths: Vec<&String> = v3["paths"].as_object().unwrap().keys().collect();
+        assert!(paths.contains(&&"/apis/test.podset.example/v1/widgets/{name}/status".to_owned()), "{paths:?}");
+        assert!(paths.iter().all(|p| p.starts_with("/apis/test.podset.example/v1/") && !p.contains("namespaces")));
+        let root: serde_json::Value = serde_json::from_slice(&d.openapi_v3_root.body).unwrap();
+        assert!(root["paths"]["apis/test.podset.example/v1"]["serverRelativeURL"].is_string(), "{root}");
+        let v2: serde_json::Value = serde_json::from_slice(&d.openapi_v2.body).unwrap();
+        assert!(v2["paths"]["/apis/test.podset.example/v1/widgets"]["get"].is_object());
         let alone = build(Version::V1alpha1);
+        assert_eq!(d.openapi_v3(GROUP, "v1beta1").unwrap().body, alone.openapi_v3(GROUP, "v1beta1").unwrap().body);
         assert_eq!(d.resource_list(GROUP, "v1beta1").unwrap().body, list_of(&alone, Version::V1beta1));
     }
 

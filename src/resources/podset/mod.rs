@@ -11,6 +11,7 @@ mod types;
 pub mod validation;
 mod version;
 
+use crate::api::openapi::OpenApi;
 use crate::api::resource::{Conversion, ResourceInfo, Scope};
 use crate::api::table::TableConvertor;
 use crate::registry::ObjectKey;
@@ -55,5 +56,6 @@ pub static INFO: ResourceInfo = ResourceInfo {
     },
     // Conversion moves only `minReadySeconds`, no cell: rows read the same in every version.
     table: TableConvertor::new(table::COLUMNS, table::cells, table::AGE_CELL),
+    openapi: OpenApi { definitions: schema::definitions_at, definition: schema::definition_at },
     key_root: "/podsets/",
 };

@@ -1,13 +1,14 @@
-//! The OpenAPI documents (v2 and v3) describing the PodSet API: the definitions built once from the Rust types, the
-//! paths as every resource's ([`crate::api::openapi`]).
+//! PodSet's part of the OpenAPI documents (v2 and v3): its definitions, built from the Rust types; the paths and
+//! the documents are every resource's ([`crate::api::openapi`]).
 
 use k8s_openapi::api::autoscaling::v1::Scale;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, Status, WatchEvent};
 use schemars::generate::SchemaSettings;
 use serde_json::{json, Map, Value};
 
-use super::{PodSet, PodSetList, Version, GROUP, INFO};
-use crate::api::openapi::{resource_paths, Flavor, ResourcePaths, DELETE_OPTIONS, PATCH, SCALE, STATUS, WATCH_EVENT};
+use super::{PodSet, PodSetList, Version, GROUP};
+use crate::api::openapi::{Flavor, DELETE_OPTIONS, PATCH, SCALE, STATUS, WATCH_EVENT};
+use crate::api::resource::{ServedVersion, VersionIndex};
 
 /// The documents are built for `v1alpha1` from the types (the hub), then retargeted per version ([`retarget`]).
 const VERSION: &str = "v1alpha1";
@@ -236,49 +237,30 @@ fn normalize(v: &mut Value, flavor: Flavor) {
     }
 }
 
-/// PodSet's paths in `version`: namespaced, with `status` and `scale`.
-fn paths(version: Version, flavor: Flavor) -> Map<String, Value> {
-    let (object, list) = (podset_definition(version), format!("io.k8s.demo.{version}.PodSetList"));
-    let p = ResourcePaths {
-        resource: &INFO,
-        version: version.as_str(),
-        object: &object,
-        list: &list,
-        status: true,
-        scale: true,
-    };
-    resource_paths(&p, flavor)
+/// PodSet's definitions in `version`, as the documents every resource's are assembled into take them.
+pub(super) fn definitions_at(version: VersionIndex, flavor: Flavor) -> Map<String, Value> {
+    retarget(definitions(flavor), Version::from_index(version))
 }
 
-/// The Swagger 2.0 document served at `/openapi/v2`: every version's paths and definitions.
-pub fn openapi_v2() -> Value {
-    let (mut paths_all, mut defs_all) = (Map::new(), Map::new());
-    let defs = definitions(Flavor::V2);
-    for v in Version::ALL {
-        paths_all.extend(paths(v, Flavor::V2));
-        defs_all.extend(retarget(defs.clone(), v));
-    }
-    json!({
-        "swagger": "2.0",
-        "info": {"title": "podset-apiserver", "version": Version::PREFERRED.as_str()},
-        "paths": paths_all,
-        "definitions": defs_all,
-    })
-}
-
-/// The OpenAPI 3.0 document served at `/openapi/v3/apis/demo.k8s.io/<version>`.
-pub fn openapi_v3(version: Version) -> Value {
-    json!({
-        "openapi": "3.0.0",
-        "info": {"title": "podset-apiserver", "version": version.as_str()},
-        "paths": paths(version, Flavor::V3),
-        "components": {"schemas": retarget(definitions(Flavor::V3), version)},
-    })
+pub(super) fn definition_at(version: VersionIndex) -> String {
+    podset_definition(Version::from_index(version))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::openapi::{document_v2, document_v3, Published};
+    use crate::resources::podset::INFO;
+
+    const PODSETS: &[Published] = &[Published { resource: &INFO, scale: true }];
+
+    fn openapi_v2() -> Value {
+        document_v2(PODSETS, Version::PREFERRED.as_str())
+    }
+
+    fn openapi_v3(v: Version) -> Value {
+        document_v3(PODSETS, GROUP, v.as_str())
+    }
 
     #[test]
     fn podset_schema_carries_its_gvk_and_field_docs() {
