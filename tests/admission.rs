@@ -24,7 +24,7 @@ use podset_apiserver::admission::{recommended, Admission, Chain, Outcome, Plugin
 use podset_apiserver::api::{Operation, Subresource, UserInfo};
 use podset_apiserver::apiserver::error::ApiError;
 use podset_apiserver::controller::CONTROLLER_USER;
-use podset_apiserver::registry::admission_attributes;
+use podset_apiserver::resources::podset::admission_attributes;
 use serde_json::{json, Value};
 use webhook::WebhookServer;
 

@@ -17,7 +17,7 @@ use podset_apiserver::admission::{
 };
 use podset_apiserver::api::{Operation, Subresource, UserInfo};
 use podset_apiserver::apiserver::error::ApiError;
-use podset_apiserver::registry::admission_attributes;
+use podset_apiserver::resources::podset::admission_attributes;
 use serde_json::{json, Value};
 use webhook::WebhookServer;
 

@@ -11,7 +11,7 @@ const MAX_LINES: usize = 800;
 const LONG: &[&str] = &[];
 
 /// Framework files that still name PodSet, its group or its versions.
-const NAMING_PODSET: &[&str] = &["src/registry/mod.rs", "src/registry/view.rs"];
+const NAMING_PODSET: &[&str] = &[];
 
 const FRAMEWORK: &[&str] = &["src/apiserver", "src/registry", "src/storage", "src/admission"];
 

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use podset_apiserver::api::{Subresource, UserInfo};
-use podset_apiserver::registry::{DeleteOptions, PodSetKey, Preconditions, Registry, WriteOptions};
+use podset_apiserver::registry::{DeleteOptions, Preconditions, WriteOptions};
+use podset_apiserver::resources::podset::{PodSetKey, PodSets as Registry};
 use podset_apiserver::storage::{Cacher, EtcdBackend, EtcdOptions, HistoryLimits};
 use podset_envtest::etcd::Etcd;
 use serde_json::json;

@@ -226,6 +226,9 @@ pub(crate) mod testing {
         fn request_object(&self, _: Value, _: Subresource) -> Option<Value> {
             None
         }
+        async fn migrate_storage(&self) -> Result<crate::registry::Migration> {
+            none()
+        }
         async fn get(&self, _: &ObjectKey, _: Option<Revision>) -> Result<Stored> {
             none()
         }

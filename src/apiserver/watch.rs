@@ -452,9 +452,11 @@ pub async fn serve(storage: &dyn RestStorage, cfg: &WatchConfig, req: WatchReque
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    type Registry = crate::registry::Registry<crate::resources::podset::PodSetStrategy>;
     use crate::api::{Subresource, UserInfo, API_VERSION};
     use crate::api::{Version, KIND};
-    use crate::registry::{ObjectKey, PatchType, Registry, Stored, WriteOptions};
+    use crate::registry::{ObjectKey, PatchType, Stored, WriteOptions};
     use crate::resources::podset::INFO;
     use http_body_util::BodyExt;
     use serde_json::json;

@@ -16,7 +16,7 @@ pub use check::CheckOptions;
 pub use options::{Command, LogFormat, Options};
 pub use restore::RestoreOptions;
 pub use rotate_ca::RotateCaOptions;
-pub use start::run;
+pub use start::{run, run_with, Extra};
 
 /// PodSets in `version`, as the tools that reach them through kube-apiserver (`backup`, `check`) name them.
 fn podsets_in(version: crate::api::Version) -> kube::api::ApiResource {

@@ -14,8 +14,8 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::options::{StorageBackend, StorageOptions};
-use crate::registry::Registry;
 use crate::resources::podset;
+use crate::resources::podset::PodSets as Registry;
 
 /// Writes in flight: enough to fill sled's group commits and etcd's pipeline.
 const IN_FLIGHT: usize = 256;

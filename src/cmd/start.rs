@@ -7,6 +7,7 @@ use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
 use super::options::{client_from, in_cluster, Options};
+use crate::admission::Admission;
 use crate::admission::Chain;
 use crate::api::resource::ResourceInfo;
 use crate::apiserver::auth::{DynamicTrust, ExpressionAuthorizer};
@@ -14,15 +15,42 @@ use crate::apiserver::filters::MaxInFlight;
 use crate::apiserver::health::{self, named_check, Endpoint, HealthChecks};
 use crate::apiserver::{tls, Server, ServerConfig};
 use crate::controller::InformerSync;
-use crate::registry::Registry;
+use crate::registry::{Registry as GenericRegistry, RestStorage, Strategy};
 use crate::resources::podset;
+use crate::resources::podset::PodSets as Registry;
 use crate::storage::{Revision, Store};
 
 /// The resources this server serves, each stored in its group's store, encrypted by its own providers.
 pub(super) static SERVED: [&ResourceInfo; 1] = [&podset::INFO];
 
+/// A resource served beside PodSets (a test's second kind, say): stored in its group's store, encrypted by its own
+/// providers, written through the same admission, discovered and published with them. PodSets' controller,
+/// storage version flag, metrics and tools stay theirs.
+pub struct Extra {
+    pub resource: &'static ResourceInfo,
+    build: BuildStorage,
+}
+
+/// A resource's storage over its group's store, with the server's admission.
+type BuildStorage = fn(Arc<dyn Store>, Arc<dyn Admission>) -> Arc<dyn RestStorage>;
+
+impl Extra {
+    /// The resource `S` describes, served by its registry.
+    pub fn of<S: Strategy>() -> Self {
+        Self {
+            resource: S::INFO,
+            build: |store, admission| Arc::new(GenericRegistry::<S>::new(store).with_admission(admission)),
+        }
+    }
+}
+
 /// Runs the server until SIGTERM or SIGINT.
-pub async fn run(mut opts: Options) -> anyhow::Result<()> {
+pub async fn run(opts: Options) -> anyhow::Result<()> {
+    run_with(opts, Vec::new()).await
+}
+
+/// [`run`], serving `extra` resources beside PodSets.
+pub async fn run_with(mut opts: Options, extra: Vec<Extra>) -> anyhow::Result<()> {
     // One rustls provider for every TLS client and server of the process, subcommands' too.
     tls::provider();
     #[cfg(feature = "planted-bugs")]
@@ -65,11 +93,13 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     let expression_authorizer = Arc::new(ExpressionAuthorizer::new(authorizer.clone()));
     let admission = opts.admission.build(main_client, Some(expression_authorizer), shutdown.clone())?;
 
-    let (values, encryption) = opts.storage.transformer(&SERVED)?;
+    let served: Vec<&'static ResourceInfo> = SERVED.iter().copied().chain(extra.iter().map(|e| e.resource)).collect();
+    let (values, encryption) = opts.storage.transformer(&served)?;
     super::encryption::wait_for_providers(&values).await;
-    let stores = opts.storage.factory(values.clone()).open(&SERVED).await?;
+    let stores = opts.storage.factory(values.clone()).open(&served).await?;
     let store = stores.get(podset::GROUP).cloned().context("PodSets' store")?;
-    drop(stores);
+    let others: Vec<Arc<dyn Store>> =
+        stores.iter().filter(|(g, _)| *g != podset::GROUP).map(|(_, s)| s.clone()).collect();
     if let (Some(client), true, false) =
         (&controller_client, opts.storage.looks_new(store.as_ref()), opts.storage.allow_empty_store)
     {
@@ -79,9 +109,10 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     let informers = InformerSync::default();
     // SIGTERM fails /readyz at once; serving stops only after --shutdown-delay-duration.
     let shutdown_initiated = CancellationToken::new();
+    let every_store: Vec<Arc<dyn Store>> = std::iter::once(store.clone()).chain(others).collect();
     let mut health = health_checks(
         opts.storage.check_name(),
-        &store,
+        &every_store,
         &authenticator.trust,
         (&informers, &admission),
         &shutdown_initiated,
@@ -112,11 +143,18 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     };
     register_metrics();
     crate::metrics::register_collector(Box::new(crate::metrics::ScrapeGauges(store_gauges(store.clone()))));
+    let admission: Arc<dyn Admission> = Arc::new(admission);
     let registry = Registry::new(store.clone())
-        .with_admission(Arc::new(admission))
+        .with_admission(admission.clone())
         .with_storage_version(opts.storage.storage_version);
+    let mut storages: Vec<Arc<dyn RestStorage>> = vec![Arc::new(registry.clone())];
+    for e in &extra {
+        let store = stores.get(e.resource.group).cloned().context("an extra resource's store")?;
+        storages.push((e.build)(store, admission.clone()));
+    }
+    drop(stores);
     let addr = opts.serving.address();
-    let routes = crate::apiserver::routes::Routes::new(vec![Arc::new(registry.clone())]);
+    let routes = crate::apiserver::routes::Routes::new(storages.clone());
     let server =
         Server::bind(addr, routes, cfg, shutdown.clone()).await.with_context(|| format!("listening on {addr}"))?;
     tracing::info!(
@@ -125,7 +163,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
         "serving demo.k8s.io (v1beta1, v1alpha1) over HTTPS"
     );
     let migrations = Arc::new(tokio::sync::Notify::new());
-    tokio::spawn(migrate_storage(registry.clone(), migrations.clone(), shutdown.clone()));
+    tokio::spawn(migrate_storage(storages, migrations.clone(), shutdown.clone()));
     if let Some(config) = encryption {
         super::encryption::record_config(&config);
         if opts.storage.encryption_provider_config_automatic_reload {
@@ -133,7 +171,7 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
             let interval = opts.storage.encryption_provider_config_reload_interval;
             // A new writing provider: the migration moves every object to it.
             let changed = move || migrations.notify_one();
-            let served = super::encryption::Served { resources: SERVED.to_vec(), timing: opts.storage.kms_timing() };
+            let served = super::encryption::Served { resources: served.clone(), timing: opts.storage.kms_timing() };
             let content = config.content.clone();
             let reload = super::encryption::reload(path, interval, served, values, content, changed, shutdown.clone());
             tokio::spawn(reload);
@@ -161,15 +199,22 @@ pub async fn run(mut opts: Options) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Rewrites PodSets stored in another version (or by another encryption provider) at start and after each
-/// encryption configuration reload (`again`); a pass that fails (the store unavailable) or leaves objects behind
-/// (refused by admission or validation) is tried again a minute later, resuming where the objects left off.
-async fn migrate_storage(registry: Registry, again: Arc<tokio::sync::Notify>, shutdown: CancellationToken) {
+/// Rewrites every resource's objects stored in another version (or by another encryption provider) at start and
+/// after each encryption configuration reload (`again`); a pass that fails (the store unavailable) or leaves
+/// objects behind (refused by admission or validation) is tried again a minute later, resuming where the objects
+/// left off.
+async fn migrate_storage(
+    storages: Vec<Arc<dyn RestStorage>>,
+    again: Arc<tokio::sync::Notify>,
+    shutdown: CancellationToken,
+) {
     loop {
-        let wait = match registry.migrate_storage().await {
-            Ok(pass) if pass.refused == 0 => None,
-            _ => Some(std::time::Duration::from_secs(60)),
-        };
+        let mut wait = None;
+        for s in &storages {
+            if !matches!(s.migrate_storage().await, Ok(pass) if pass.refused == 0) {
+                wait = Some(std::time::Duration::from_secs(60));
+            }
+        }
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = again.notified() => {}
@@ -239,19 +284,25 @@ async fn refuse_if_pods_are_orphaned(client: &kube::Client, place: &str) -> anyh
 /// recover in place; when it cannot, the kubelet restarts the pod.
 fn health_checks(
     storage_check: &'static str,
-    store: &Arc<dyn Store>,
+    stores: &[Arc<dyn Store>],
     trust: &Arc<DynamicTrust>,
     (informers, admission): (&InformerSync, &Chain),
     shutdown_initiated: &CancellationToken,
 ) -> HealthChecks {
     let mut checks = HealthChecks::default();
-    let writable = |store: Arc<dyn Store>| {
+    // One check over every group's store, as kube-apiserver's one `etcd` check covers every resource.
+    let writable = |stores: Vec<Arc<dyn Store>>| {
         named_check(storage_check, move || {
-            let store = store.clone();
-            async move { store.check_writable().await.map_err(|e| e.to_string()) }
+            let stores = stores.clone();
+            async move {
+                for store in stores {
+                    store.check_writable().await.map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            }
         })
     };
-    let alive = store.clone();
+    let alive = stores.to_vec();
     let trust = trust.clone();
     let delegation = named_check("delegation", move || {
         std::future::ready(if trust.is_loaded() {
@@ -262,14 +313,16 @@ fn health_checks(
     });
     checks
         .add(Endpoint::Healthz, health::ping())
-        .add(Endpoint::Healthz, writable(store.clone()))
+        .add(Endpoint::Healthz, writable(stores.to_vec()))
         .add(Endpoint::Livez, health::ping())
         .add(
             Endpoint::Livez,
-            named_check(storage_check, move || std::future::ready(alive.check_alive().map_err(|e| e.to_string()))),
+            named_check(storage_check, move || {
+                std::future::ready(alive.iter().try_for_each(|s| s.check_alive()).map_err(|e| e.to_string()))
+            }),
         )
         .add(Endpoint::Readyz, health::ping())
-        .add(Endpoint::Readyz, writable(store.clone()))
+        .add(Endpoint::Readyz, writable(stores.to_vec()))
         .add(Endpoint::Readyz, {
             // The controller's caches, and admission's namespaces, webhook configurations, policies and quotas.
             let (informers, admission) = (informers.clone(), admission.clone());

@@ -34,8 +34,9 @@ pub use expectations::Expectations;
 pub use queue::Queue;
 
 use crate::api::{Version, KIND};
-use crate::registry::{ListRequest, Notification, PodSetKey, Registry, WatchRequest};
+use crate::registry::{ListRequest, Notification, WatchRequest};
 use crate::resources::podset::PodSetStrategy;
+use crate::resources::podset::{PodSetKey, PodSets as Registry};
 
 /// Controller settings.
 #[derive(Debug, Clone)]

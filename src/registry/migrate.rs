@@ -150,6 +150,8 @@ mod tests {
     use serde_json::{json, Value};
 
     use super::*;
+
+    type Registry = crate::registry::Registry<crate::resources::podset::PodSetStrategy>;
     use crate::admission::{self, Admission, Attributes, Outcome};
     use crate::api::Version;
 

@@ -42,23 +42,22 @@ pub use self::options::{
 pub use self::rest::RestStorage;
 pub use self::scale::ScaleAccessor;
 pub use self::stored::Stored;
+pub use self::strategy::Strategy;
 pub use self::view::admission_attributes;
 pub use self::view::request_object;
 pub use self::watch::{Event, EventType, Notification, Watch, WatchRequest};
 pub use crate::api::resource::{ResourceInfo, Scope};
 pub use crate::api::{Operation, Subresource, UserInfo};
-pub use crate::resources::podset::PodSetKey;
 pub use crate::storage::Revision;
 
 use self::decode::{apply_patch, decode_json_object, decode_object};
 use self::managed::manage_fields_in;
-use self::strategy::{check_identity, typed, Strategy};
+use self::strategy::{check_identity, typed};
 use self::view::ObjectView;
 use self::write::{Change, Outcome, Write};
 use crate::admission::{Admission, Chain, WriteKind};
 use crate::api::resource::ServedVersion;
 use crate::api::validation::FieldError;
-use crate::resources::podset::PodSetStrategy;
 use crate::storage::{ListOptions, Object, StorageError, Store};
 
 /// How long a read "not older than" a revision this server has not reached waits for it before a 504.
@@ -78,8 +77,8 @@ impl From<Outcome> for Written {
 }
 
 /// A resource's registry (kube's generic `Store` with the resource's strategy): the only door to its objects in
-/// storage. PodSet's is the default.
-pub struct Registry<S: Strategy = PodSetStrategy> {
+/// storage.
+pub struct Registry<S: Strategy> {
     store: Arc<dyn Store>,
     /// Runs on every write, whoever makes it.
     admission: Arc<dyn Admission>,

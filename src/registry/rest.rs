@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::error::Result;
 use super::key::ObjectKey;
+use super::migrate::Migration;
 use super::options::{DeleteOptions, Deleted, ListPage, ListRequest, PatchType, ScaleChange, WriteOptions, Written};
 use super::stored::Stored;
 use super::strategy::Strategy;
@@ -28,6 +29,8 @@ pub trait RestStorage: Send + Sync + 'static {
     fn object_count(&self) -> usize;
     /// A create's or update's body as the audit log records it (see [`super::request_object`]).
     fn request_object(&self, body: Value, sub: Subresource) -> Option<Value>;
+    /// One pass of the storage migration ([`Registry::migrate_storage`]).
+    async fn migrate_storage(&self) -> Result<Migration>;
 
     async fn get(&self, key: &ObjectKey, resource_version: Option<Revision>) -> Result<Stored>;
     async fn list(&self, req: ListRequest) -> Result<ListPage>;
@@ -74,6 +77,10 @@ impl<S: Strategy> RestStorage for Registry<S> {
 
     fn request_object(&self, body: Value, sub: Subresource) -> Option<Value> {
         super::view::request_object::<S>(body, sub)
+    }
+
+    async fn migrate_storage(&self) -> Result<Migration> {
+        Registry::migrate_storage(self).await
     }
 
     async fn get(&self, key: &ObjectKey, resource_version: Option<Revision>) -> Result<Stored> {

@@ -169,14 +169,16 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
     use crate::registry::{ListRequest, ObjectKey, Registry, WatchRequest};
+    use crate::resources::podset::PodSets;
     use crate::storage::Draft;
 
     /// One store, two resources: each registry reads and watches its own keys only, a cluster-scoped one by name.
     #[tokio::test]
     async fn a_registry_reads_and_watches_its_own_resource_only() {
         let dir = tempfile::tempdir().unwrap();
-        let podsets: Registry = Registry::on_sled(dir.path()).await;
+        let podsets = PodSets::on_sled(dir.path()).await;
         let widgets: Registry<WidgetStrategy> = Registry::new(podsets.store.clone());
         let put = |key: &'static str, v: Value| {
             let store = podsets.store.clone();
@@ -215,7 +217,7 @@ mod tests {
     async fn a_cluster_scoped_kind_goes_through_every_write() {
         use crate::registry::{DeleteOptions, Error, PatchType, Subresource};
         let dir = tempfile::tempdir().unwrap();
-        let podsets: Registry = Registry::on_sled(dir.path()).await;
+        let podsets = PodSets::on_sled(dir.path()).await;
         let widgets: Registry<WidgetStrategy> = Registry::new(podsets.store.clone());
         let key = ObjectKey::new("", "blue");
         let body = serde_json::json!({"apiVersion": "test.podset.example/v1", "kind": "Widget",

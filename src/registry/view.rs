@@ -15,7 +15,6 @@ use super::strategy::{typed, Strategy};
 use crate::admission::{Attributes, BoxError, ObjectInterfaces, RequestOptions};
 use crate::api::resource::{ServedVersion, VersionInfo};
 use crate::api::{Operation, Subresource, UserInfo};
-use crate::resources::podset::{PodSetStrategy, Version};
 
 /// How admission sees the object of a write, and how what a mutating webhook made of it comes back.
 pub(crate) trait View<S: Strategy>: ObjectInterfaces {
@@ -135,9 +134,10 @@ pub(crate) fn attributes<S: Strategy>(
     }
 }
 
-/// A write to a PodSet or its `status` or `scale` in `v1alpha1`, as this server describes it to admission: for
-/// callers that drive an admission chain themselves (tests comparing it with kube-apiserver's).
-pub fn admission_attributes(
+/// A write to an object of `S` or its `status` or `scale` in `version`, as this server describes it to admission:
+/// for callers that drive an admission chain themselves (tests comparing it with kube-apiserver's).
+pub fn admission_attributes<S: Strategy>(
+    version: S::Version,
     operation: Operation,
     subresource: Subresource,
     namespace: &str,
@@ -145,17 +145,18 @@ pub fn admission_attributes(
     user: UserInfo,
     options: RequestOptions,
 ) -> Attributes {
-    let view = view_of::<PodSetStrategy>(subresource);
+    let view = view_of::<S>(subresource);
     let dry_run = match &options {
         RequestOptions::Write(o) => o.dry_run.is_some(),
         RequestOptions::Delete(o) => o.dry_run.is_some(),
     };
-    attributes(view, Version::V1alpha1, operation, subresource, namespace, name, user, dry_run, options)
+    attributes(view, version, operation, subresource, namespace, name, user, dry_run, options)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resources::podset::PodSetStrategy;
 
     #[test]
     fn a_patched_podset_or_scale_is_decoded_and_defaulted_again() {

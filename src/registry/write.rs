@@ -502,6 +502,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    type Registry = crate::registry::Registry<crate::resources::podset::PodSetStrategy>;
     use crate::api::UserInfo;
     use crate::registry::{PatchType, Written};
     use crate::resources::podset::PodSetStrategy;

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use crate::controller::leader::{self, LeaseConfig};
 use crate::controller::InformerSync;
 use crate::controller::{self, ControllerConfig};
-use crate::registry::Registry;
+use crate::resources::podset::PodSets as Registry;
 
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Controller")]

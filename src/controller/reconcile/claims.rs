@@ -14,7 +14,8 @@ use super::super::{controller_of, Context};
 use super::{is_not_found, owner_reference, Error};
 use crate::api::selector::Selector;
 use crate::api::{PodSet, KIND};
-use crate::registry::{ListRequest, PodSetKey};
+use crate::registry::ListRequest;
+use crate::resources::podset::PodSetKey;
 use crate::resources::podset::PodSetStrategy;
 
 /// `syncReplicaSet`'s terminating Pods: `FilterTerminatingPods`, then `FilterClaimedPods` (ours by UID, selected).

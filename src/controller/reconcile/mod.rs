@@ -22,7 +22,8 @@ use self::status::{status_of, Counted};
 use super::pods::pods_to_delete;
 use super::Context;
 use crate::api::{PodSet, Subresource, UserInfo, API_VERSION, KIND};
-use crate::registry::{self, PodSetKey, Revision, WriteOptions};
+use crate::registry::{self, Revision, WriteOptions};
+use crate::resources::podset::PodSetKey;
 use crate::resources::podset::PodSetStrategy;
 
 #[derive(Debug, thiserror::Error)]

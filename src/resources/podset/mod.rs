@@ -23,6 +23,23 @@ pub use version::Version;
 /// Which PodSet.
 pub type PodSetKey = ObjectKey;
 
+/// PodSets' registry.
+pub type PodSets = crate::registry::Registry<PodSetStrategy>;
+
+/// A write to a PodSet or its `status` or `scale` in `v1alpha1`, as this server describes it to admission: for
+/// callers that drive an admission chain themselves (tests comparing it with kube-apiserver's).
+pub fn admission_attributes(
+    operation: crate::api::Operation,
+    subresource: crate::api::Subresource,
+    namespace: &str,
+    name: &str,
+    user: crate::api::UserInfo,
+    options: crate::admission::RequestOptions,
+) -> crate::admission::Attributes {
+    let v = Version::V1alpha1;
+    crate::registry::admission_attributes::<PodSetStrategy>(v, operation, subresource, namespace, name, user, options)
+}
+
 pub const GROUP: &str = "demo.k8s.io";
 pub const VERSION: &str = "v1alpha1";
 pub const API_VERSION: &str = "demo.k8s.io/v1alpha1";
