@@ -7,6 +7,12 @@
 
 use std::borrow::Cow;
 
+use k8s_openapi::api::autoscaling::v1::Scale;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, Status, WatchEvent};
+use schemars::generate::SchemaSettings;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use super::resource::{ResourceInfo, Scope, VersionIndex};
@@ -424,4 +430,167 @@ pub fn document_v3(published: &[Published], group: &str, version: &str) -> Value
         "paths": paths,
         "components": {"schemas": schemas},
     })
+}
+
+/// A resource's definitions generated from its types, in the shapes kube-apiserver publishes: `Object`, `List`
+/// and what they reference, with the kinds every resource's paths name (Scale, Status, DeleteOptions,
+/// WatchEvent and Patch; DeleteOptions and WatchEvent for `group`/`version`), merge semantics marked on
+/// Kubernetes' own types and on the resource's `list_types`.
+pub fn definitions_of<Object, List>(
+    flavor: Flavor,
+    group: &str,
+    version: &str,
+    list_types: &[ListType],
+) -> Map<String, Value>
+where
+    Object: JsonSchema + Clone + Serialize + DeserializeOwned,
+    List: JsonSchema,
+{
+    let settings = match flavor {
+        Flavor::V2 => SchemaSettings::openapi3().with(|s| s.definitions_path = "/definitions".into()),
+        Flavor::V3 => SchemaSettings::openapi3(),
+    };
+    let mut generator = settings.into_generator();
+    generator.subschema_for::<Object>();
+    generator.subschema_for::<List>();
+    generator.subschema_for::<Scale>();
+    generator.subschema_for::<Status>();
+    generator.subschema_for::<DeleteOptions>();
+    generator.subschema_for::<WatchEvent<Object>>();
+    let mut defs = generator.take_definitions(true);
+    defs.values_mut().for_each(|d| normalize(d, flavor));
+    merge_semantics(&mut defs, list_types);
+    let gvk = |group: &str, version: &str, kind: &str| json!([{"group": group, "version": version, "kind": kind}]);
+    let mut extend = |name: &str, key: &str, value: Value| {
+        if let Some(Value::Object(def)) = defs.get_mut(name) {
+            def.insert(key.into(), value);
+        }
+    };
+    extend(SCALE, "x-kubernetes-group-version-kind", gvk("autoscaling", "v1", "Scale"));
+    extend(STATUS, "x-kubernetes-group-version-kind", gvk("", "v1", "Status"));
+    extend(DELETE_OPTIONS, "x-kubernetes-group-version-kind", gvk(group, version, "DeleteOptions"));
+    extend(WATCH_EVENT, "x-kubernetes-group-version-kind", gvk(group, version, "WatchEvent"));
+    // schemars names the generic WatchEvent after its parameter; publish it under the Kubernetes name.
+    if let Some(key) = defs.keys().find(|k| k.contains("WatchEvent") && *k != WATCH_EVENT).cloned() {
+        let v = defs.remove(&key).expect("present");
+        defs.insert(WATCH_EVENT.into(), v);
+    }
+    defs.insert(
+        PATCH.into(),
+        json!({"type": "object", "description": "Patch is provided to give a concrete name and type to the Kubernetes PATCH request body."}),
+    );
+    defs
+}
+
+/// A list that merges by key (`x-kubernetes-list-type: map` with these keys) or as a set (no keys): a
+/// definition, its property, the keys.
+pub type ListType = (&'static str, &'static str, &'static [&'static str]);
+
+/// How Kubernetes' own lists merge (server-side apply), as Kubernetes 1.37 marks its types: lists named neither
+/// here nor by a resource are atomic, which is also what the absence of a marker means.
+pub const LIST_TYPES: &[ListType] = &[
+    ("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "finalizers", &[]),
+    ("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "ownerReferences", &["uid"]),
+    ("io.k8s.api.core.v1.PodSpec", "containers", &["name"]),
+    ("io.k8s.api.core.v1.PodSpec", "initContainers", &["name"]),
+    ("io.k8s.api.core.v1.PodSpec", "ephemeralContainers", &["name"]),
+    ("io.k8s.api.core.v1.PodSpec", "volumes", &["name"]),
+    ("io.k8s.api.core.v1.PodSpec", "imagePullSecrets", &["name"]),
+    ("io.k8s.api.core.v1.PodSpec", "hostAliases", &["ip"]),
+    ("io.k8s.api.core.v1.PodSpec", "topologySpreadConstraints", &["topologyKey", "whenUnsatisfiable"]),
+    ("io.k8s.api.core.v1.PodSpec", "resourceClaims", &["name"]),
+    ("io.k8s.api.core.v1.PodSpec", "schedulingGates", &["name"]),
+    ("io.k8s.api.core.v1.Container", "ports", &["containerPort", "protocol"]),
+    ("io.k8s.api.core.v1.Container", "env", &["name"]),
+    ("io.k8s.api.core.v1.Container", "volumeMounts", &["mountPath"]),
+    ("io.k8s.api.core.v1.Container", "volumeDevices", &["devicePath"]),
+    ("io.k8s.api.core.v1.EphemeralContainer", "ports", &["containerPort", "protocol"]),
+    ("io.k8s.api.core.v1.EphemeralContainer", "env", &["name"]),
+    ("io.k8s.api.core.v1.EphemeralContainer", "volumeMounts", &["mountPath"]),
+    ("io.k8s.api.core.v1.EphemeralContainer", "volumeDevices", &["devicePath"]),
+    ("io.k8s.api.core.v1.ResourceRequirements", "claims", &["name"]),
+];
+
+/// Structs replaced as a whole, never merged field by field.
+pub const ATOMIC_STRUCTS: &[&str] = &[
+    "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector",
+    "io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference",
+    "io.k8s.api.core.v1.LocalObjectReference",
+    "io.k8s.api.core.v1.ConfigMapKeySelector",
+    "io.k8s.api.core.v1.SecretKeySelector",
+    "io.k8s.api.core.v1.ObjectFieldSelector",
+    "io.k8s.api.core.v1.ResourceFieldSelector",
+    "io.k8s.api.core.v1.NodeSelector",
+    "io.k8s.api.core.v1.TypedLocalObjectReference",
+    "io.k8s.api.core.v1.TypedObjectReference",
+];
+
+/// Publishes the merge semantics as kube-apiserver does (`x-kubernetes-list-type`, `x-kubernetes-list-map-keys`,
+/// `x-kubernetes-map-type`): server-side apply reads them back from here, and so can any client.
+fn merge_semantics(defs: &mut Map<String, Value>, own: &[ListType]) {
+    for (def, prop, keys) in own.iter().chain(LIST_TYPES) {
+        let Some(Value::Object(p)) = defs.get_mut(*def).and_then(|d| d.pointer_mut(&format!("/properties/{prop}")))
+        else {
+            continue;
+        };
+        if keys.is_empty() {
+            p.insert("x-kubernetes-list-type".into(), json!("set"));
+        } else {
+            p.insert("x-kubernetes-list-type".into(), json!("map"));
+            p.insert("x-kubernetes-list-map-keys".into(), json!(keys));
+        }
+    }
+    for def in ATOMIC_STRUCTS {
+        if let Some(Value::Object(d)) = defs.get_mut(*def) {
+            d.insert("x-kubernetes-map-type".into(), json!("atomic"));
+        }
+    }
+    for def in defs.values_mut() {
+        let Some(Value::Object(props)) = def.get_mut("properties") else { continue };
+        for p in props.values_mut() {
+            if let Value::Object(p) = p {
+                if p.contains_key("items") && !p.contains_key("x-kubernetes-list-type") {
+                    p.insert("x-kubernetes-list-type".into(), json!("atomic"));
+                }
+            }
+        }
+    }
+}
+
+/// Rewrites schemars' output into the shapes kube-apiserver publishes: optional fields are plain (no
+/// `anyOf [X, null]`, no `nullable`); a described reference is `allOf: [$ref]` in v3 and `$ref` beside its
+/// description in v2 (Swagger 2.0 has neither `anyOf` nor `nullable`).
+fn normalize(v: &mut Value, flavor: Flavor) {
+    match v {
+        Value::Object(m) => {
+            m.remove("nullable");
+            if let Some(Value::Array(any)) = m.get("anyOf") {
+                let is_null = |s: &Value| s.get("enum").is_some_and(|e| e == &json!([null]));
+                if any.len() == 2 && any.iter().any(is_null) {
+                    let inner = any.iter().find(|s| !is_null(s)).cloned().unwrap_or_default();
+                    m.remove("anyOf");
+                    if inner.get("$ref").is_some() {
+                        m.insert("allOf".into(), json!([inner]));
+                    } else if let Value::Object(fields) = inner {
+                        for (k, val) in fields {
+                            m.entry(k).or_insert(val);
+                        }
+                    }
+                }
+            }
+            if flavor == Flavor::V2 {
+                let single_ref = match m.get("allOf") {
+                    Some(Value::Array(all)) if all.len() == 1 => all[0].get("$ref").cloned(),
+                    _ => None,
+                };
+                if let Some(r) = single_ref {
+                    m.remove("allOf");
+                    m.insert("$ref".into(), r);
+                }
+            }
+            m.values_mut().for_each(|x| normalize(x, flavor));
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| normalize(x, flavor)),
+        _ => {}
+    }
 }

@@ -67,10 +67,10 @@ fn every_list_type_names_a_real_field() {
         defs["io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"]["properties"]["finalizers"]["x-kubernetes-list-type"],
         "set"
     );
-    for (def, prop, _) in crate::api::schema::LIST_TYPES {
+    for (def, prop, _) in crate::api::openapi::LIST_TYPES.iter().chain(crate::api::schema::LIST_TYPES) {
         assert!(defs[*def]["properties"].get(*prop).is_some(), "{def}.{prop} does not exist");
     }
-    for def in crate::api::schema::ATOMIC_STRUCTS {
+    for def in crate::api::openapi::ATOMIC_STRUCTS {
         assert_eq!(defs[*def]["x-kubernetes-map-type"], "atomic", "{def}");
     }
 }

@@ -1,13 +1,10 @@
 //! PodSet's part of the OpenAPI documents (v2 and v3): its definitions, built from the Rust types; the paths and
 //! the documents are every resource's ([`crate::api::openapi`]).
 
-use k8s_openapi::api::autoscaling::v1::Scale;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, Status, WatchEvent};
-use schemars::generate::SchemaSettings;
 use serde_json::{json, Map, Value};
 
 use super::{PodSet, PodSetList, Version, GROUP};
-use crate::api::openapi::{Flavor, DELETE_OPTIONS, PATCH, SCALE, STATUS, WATCH_EVENT};
+use crate::api::openapi::{definitions_of, Flavor, ListType};
 use crate::api::resource::{ServedVersion, VersionIndex};
 
 /// The documents are built for `v1alpha1` from the types (the hub), then retargeted per version ([`retarget`]).
@@ -85,156 +82,17 @@ fn retarget_gvks(v: &mut Value, version: Version) {
         _ => {}
     }
 }
+/// PodSet's definitions as the hub's types give them (v1alpha1's names, retargeted per version by [`retarget`]).
 fn definitions(flavor: Flavor) -> Map<String, Value> {
-    let settings = match flavor {
-        Flavor::V2 => SchemaSettings::openapi3().with(|s| s.definitions_path = "/definitions".into()),
-        Flavor::V3 => SchemaSettings::openapi3(),
-    };
-    let mut generator = settings.into_generator();
-    generator.subschema_for::<PodSet>();
-    generator.subschema_for::<PodSetList>();
-    generator.subschema_for::<Scale>();
-    generator.subschema_for::<Status>();
-    generator.subschema_for::<DeleteOptions>();
-    generator.subschema_for::<WatchEvent<PodSet>>();
-    let mut defs = generator.take_definitions(true);
-    defs.values_mut().for_each(|d| normalize(d, flavor));
-    merge_semantics(&mut defs);
-    let gvk = |group: &str, version: &str, kind: &str| json!([{"group": group, "version": version, "kind": kind}]);
-    let mut extend = |name: &str, key: &str, value: Value| {
-        if let Some(Value::Object(def)) = defs.get_mut(name) {
-            def.insert(key.into(), value);
-        }
-    };
-    extend(SCALE, "x-kubernetes-group-version-kind", gvk("autoscaling", "v1", "Scale"));
-    extend(STATUS, "x-kubernetes-group-version-kind", gvk("", "v1", "Status"));
-    extend(DELETE_OPTIONS, "x-kubernetes-group-version-kind", gvk(GROUP, VERSION, "DeleteOptions"));
-    extend(WATCH_EVENT, "x-kubernetes-group-version-kind", gvk(GROUP, VERSION, "WatchEvent"));
-    // schemars names the generic WatchEvent after its parameter; publish it under the Kubernetes name.
-    if let Some(key) = defs.keys().find(|k| k.contains("WatchEvent") && *k != WATCH_EVENT).cloned() {
-        let v = defs.remove(&key).expect("present");
-        defs.insert(WATCH_EVENT.into(), v);
-    }
-    defs.insert(
-        PATCH.into(),
-        json!({"type": "object", "description": "Patch is provided to give a concrete name and type to the Kubernetes PATCH request body."}),
-    );
-    defs
+    definitions_of::<PodSet, PodSetList>(flavor, GROUP, VERSION, LIST_TYPES)
 }
 
-/// How lists and structs merge (server-side apply), as Kubernetes 1.37 marks its types: lists not named here are
-/// atomic, which is also what the absence of a marker means.
-pub(crate) const LIST_TYPES: &[(&str, &str, &[&str])] = &[
-    ("io.k8s.demo.v1alpha1.PodSetStatus", "conditions", &["type"]),
-    ("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "finalizers", &[]),
-    ("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "ownerReferences", &["uid"]),
-    ("io.k8s.api.core.v1.PodSpec", "containers", &["name"]),
-    ("io.k8s.api.core.v1.PodSpec", "initContainers", &["name"]),
-    ("io.k8s.api.core.v1.PodSpec", "ephemeralContainers", &["name"]),
-    ("io.k8s.api.core.v1.PodSpec", "volumes", &["name"]),
-    ("io.k8s.api.core.v1.PodSpec", "imagePullSecrets", &["name"]),
-    ("io.k8s.api.core.v1.PodSpec", "hostAliases", &["ip"]),
-    ("io.k8s.api.core.v1.PodSpec", "topologySpreadConstraints", &["topologyKey", "whenUnsatisfiable"]),
-    ("io.k8s.api.core.v1.PodSpec", "resourceClaims", &["name"]),
-    ("io.k8s.api.core.v1.PodSpec", "schedulingGates", &["name"]),
-    ("io.k8s.api.core.v1.Container", "ports", &["containerPort", "protocol"]),
-    ("io.k8s.api.core.v1.Container", "env", &["name"]),
-    ("io.k8s.api.core.v1.Container", "volumeMounts", &["mountPath"]),
-    ("io.k8s.api.core.v1.Container", "volumeDevices", &["devicePath"]),
-    ("io.k8s.api.core.v1.EphemeralContainer", "ports", &["containerPort", "protocol"]),
-    ("io.k8s.api.core.v1.EphemeralContainer", "env", &["name"]),
-    ("io.k8s.api.core.v1.EphemeralContainer", "volumeMounts", &["mountPath"]),
-    ("io.k8s.api.core.v1.EphemeralContainer", "volumeDevices", &["devicePath"]),
-    ("io.k8s.api.core.v1.ResourceRequirements", "claims", &["name"]),
-];
-
-/// Structs replaced as a whole, never merged field by field.
-pub(crate) const ATOMIC_STRUCTS: &[&str] = &[
-    "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector",
-    "io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference",
-    "io.k8s.api.core.v1.LocalObjectReference",
-    "io.k8s.api.core.v1.ConfigMapKeySelector",
-    "io.k8s.api.core.v1.SecretKeySelector",
-    "io.k8s.api.core.v1.ObjectFieldSelector",
-    "io.k8s.api.core.v1.ResourceFieldSelector",
-    "io.k8s.api.core.v1.NodeSelector",
-    "io.k8s.api.core.v1.TypedLocalObjectReference",
-    "io.k8s.api.core.v1.TypedObjectReference",
-];
-
-/// Publishes the merge semantics as kube-apiserver does (`x-kubernetes-list-type`, `x-kubernetes-list-map-keys`,
-/// `x-kubernetes-map-type`): server-side apply reads them back from here, and so can any client.
-fn merge_semantics(defs: &mut Map<String, Value>) {
-    for (def, prop, keys) in LIST_TYPES {
-        let Some(Value::Object(p)) = defs.get_mut(*def).and_then(|d| d.pointer_mut(&format!("/properties/{prop}")))
-        else {
-            continue;
-        };
-        if keys.is_empty() {
-            p.insert("x-kubernetes-list-type".into(), json!("set"));
-        } else {
-            p.insert("x-kubernetes-list-type".into(), json!("map"));
-            p.insert("x-kubernetes-list-map-keys".into(), json!(keys));
-        }
-    }
-    for def in ATOMIC_STRUCTS {
-        if let Some(Value::Object(d)) = defs.get_mut(*def) {
-            d.insert("x-kubernetes-map-type".into(), json!("atomic"));
-        }
-    }
-    for def in defs.values_mut() {
-        let Some(Value::Object(props)) = def.get_mut("properties") else { continue };
-        for p in props.values_mut() {
-            if let Value::Object(p) = p {
-                if p.contains_key("items") && !p.contains_key("x-kubernetes-list-type") {
-                    p.insert("x-kubernetes-list-type".into(), json!("atomic"));
-                }
-            }
-        }
-    }
-}
+/// PodSet's own lists that merge by key.
+pub(crate) const LIST_TYPES: &[ListType] = &[("io.k8s.demo.v1alpha1.PodSetStatus", "conditions", &["type"])];
 
 /// The OpenAPI v3 component schemas of `version`, which server-side apply merges by.
 pub fn component_schemas(version: Version) -> Map<String, Value> {
     retarget(definitions(Flavor::V3), version)
-}
-
-/// Rewrites schemars' output into the shapes kube-apiserver publishes: optional fields are plain (no
-/// `anyOf [X, null]`, no `nullable`); a described reference is `allOf: [$ref]` in v3 and `$ref` beside its
-/// description in v2 (Swagger 2.0 has neither `anyOf` nor `nullable`).
-fn normalize(v: &mut Value, flavor: Flavor) {
-    match v {
-        Value::Object(m) => {
-            m.remove("nullable");
-            if let Some(Value::Array(any)) = m.get("anyOf") {
-                let is_null = |s: &Value| s.get("enum").is_some_and(|e| e == &json!([null]));
-                if any.len() == 2 && any.iter().any(is_null) {
-                    let inner = any.iter().find(|s| !is_null(s)).cloned().unwrap_or_default();
-                    m.remove("anyOf");
-                    if inner.get("$ref").is_some() {
-                        m.insert("allOf".into(), json!([inner]));
-                    } else if let Value::Object(fields) = inner {
-                        for (k, val) in fields {
-                            m.entry(k).or_insert(val);
-                        }
-                    }
-                }
-            }
-            if flavor == Flavor::V2 {
-                let single_ref = match m.get("allOf") {
-                    Some(Value::Array(all)) if all.len() == 1 => all[0].get("$ref").cloned(),
-                    _ => None,
-                };
-                if let Some(r) = single_ref {
-                    m.remove("allOf");
-                    m.insert("$ref".into(), r);
-                }
-            }
-            m.values_mut().for_each(|x| normalize(x, flavor));
-        }
-        Value::Array(a) => a.iter_mut().for_each(|x| normalize(x, flavor)),
-        _ => {}
-    }
 }
 
 /// PodSet's definitions in `version`, as the documents every resource's are assembled into take them.
