@@ -113,6 +113,32 @@ impl Cluster {
         }
     }
 
+    /// Registers `version` of another `group` the cluster's servers serve (a test's second kind) as deploy/'s
+    /// APIServices register demo.k8s.io's: through the Service of demo.k8s.io's oldest version, whose Endpoints
+    /// this cluster keeps, with our CA. Returns once kube-apiserver reports it Available and proxies it.
+    pub fn register_group_version(&self, group: &str, version: &str) {
+        let service = &apiservices()[0].service;
+        let doc = format!(
+            "apiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata:\n  name: {version}.{group}\nspec:\n  \
+             group: {group}\n  version: {version}\n  groupPriorityMinimum: 1000\n  versionPriority: 15\n  service:\n    \
+             name: {service}\n    namespace: podset-system\n    port: 443\n  caBundle: {}\n",
+            self.pki.b64("podset-ca.crt")
+        );
+        self.apply_text(&format!("apiservice-{version}.{group}.yaml"), &doc);
+        let name = format!("{version}.{group}");
+        self.wait_for(&format!("the APIService {name} to be Available"), Duration::from_secs(120), |c| {
+            c.apiservice_named_available(&name)
+        });
+        self.wait_for(&format!("kube-apiserver to proxy {group}"), Duration::from_secs(60), |c| {
+            c.kubectl_try(&["get", "--raw", &format!("/apis/{group}/{version}")]).is_ok()
+        });
+    }
+
+    fn apiservice_named_available(&self, name: &str) -> bool {
+        let available = "jsonpath={.status.conditions[?(@.type==\"Available\")].status}";
+        self.kubectl_try(&["get", "apiservice", name, "-o", available]).is_ok_and(|s| s == "True")
+    }
+
     /// The versions registered with the aggregator.
     pub fn registered_versions(&self) -> &[String] {
         &self.registered
@@ -120,16 +146,7 @@ impl Cluster {
 
     /// Whether kube-apiserver reports these versions' APIServices `Available`.
     pub fn apiservices_available(&self, versions: &[&str]) -> bool {
-        versions.iter().all(|v| {
-            self.kubectl_try(&[
-                "get",
-                "apiservice",
-                &apiservice_name(v),
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"Available\")].status}",
-            ])
-            .is_ok_and(|s| s == "True")
-        })
+        versions.iter().all(|v| self.apiservice_named_available(&apiservice_name(v)))
     }
 
     /// Whether kube-apiserver reports our APIServices (one per version) `Available`.
