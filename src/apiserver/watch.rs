@@ -246,7 +246,7 @@ impl Batch {
 struct WatchBody {
     encoder: Encoder,
     /// The initial events, encoded as the connection takes them: encoded up front, 100 watchers opening on 10k
-    /// PodSets would hold a copy of every object each.
+    /// objects would hold a copy of every object each.
     initial: std::vec::IntoIter<Event>,
     /// Sent after the initial events, before any change: the initial-events-end bookmark.
     first: VecDeque<Bytes>,

@@ -88,12 +88,12 @@ pub struct ListRequest {
     pub resource_version: Option<Revision>,
     /// `resourceVersionMatch=Exact`: read at `resource_version`, not at the newest revision not older than it.
     pub exact: bool,
-    /// Leave out PodSets no encryption provider reads (the server's own readers); a client's list fails instead.
+    /// Leave out objects no encryption provider reads (the server's own readers); a client's list fails instead.
     pub skip_unreadable: bool,
 }
 
 impl ListRequest {
-    /// Every PodSet a provider reads, for the server's own readers (the controller, the migration).
+    /// Every object a provider reads, for the server's own readers (the controller, the migration).
     pub fn readable() -> Self {
         Self { skip_unreadable: true, ..Default::default() }
     }

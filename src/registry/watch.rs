@@ -1,4 +1,4 @@
-//! Watching PodSets, with kube-apiserver's watch-cache semantics: where a watch starts, its initial events, and
+//! Watching a resource's objects, with kube-apiserver's watch-cache semantics: where a watch starts, its initial events, and
 //! selector transitions as ADDED/DELETED. Framing, bookmarks and timeouts are the HTTP layer's.
 
 use std::any::Any;

@@ -1,5 +1,5 @@
 //! Field management, as k8s.io/apiserver's fieldmanager over structured-merge-diff: who owns which field of a
-//! PodSet (`metadata.managedFields`), updated on every write, and server-side apply with conflicts.
+//! stored object (`metadata.managedFields`), updated on every write, and server-side apply with conflicts.
 //!
 //! Objects are plain JSON here; the registry decides what a write may change (status vs main, defaults) and
 //! calls [`FieldManager::update`] for every create, update and patch, [`FieldManager::apply`] for an apply patch.
