@@ -144,6 +144,23 @@ fn discovery_and_openapi(c: &Cluster) {
         let subs: Vec<&str> =
             widgets["subresources"].as_array().unwrap().iter().map(|s| s["subresource"].as_str().unwrap()).collect();
         assert_eq!(subs, ["status", "scale"]);
+
+        // The OpenAPI v3 a 1.27+ aggregator serves from an APIService's server: the root names the group version,
+        // whose document has the widget's cluster-scoped paths and its definitions.
+        let get = |path: String| {
+            let req = Request::get(path).header("X-Remote-User", "admin").header("X-Remote-Group", "system:masters");
+            common::raw(&client, req.body(Vec::new()).unwrap())
+        };
+        let (code, _, body) = get("/openapi/v3".into()).await;
+        assert_eq!(code, 200);
+        let root: Value = serde_json::from_slice(&body).unwrap();
+        let url = root["paths"]["apis/test.podset.example/v1"]["serverRelativeURL"].as_str().unwrap().to_owned();
+        let (code, _, body) = get(url).await;
+        assert_eq!(code, 200);
+        let v3: Value = serde_json::from_slice(&body).unwrap();
+        assert!(v3["paths"]["/apis/test.podset.example/v1/widgets/{name}/scale"].is_object(), "{v3}");
+        let spec = &v3["components"]["schemas"]["io.example.podset.test.v1.WidgetSpec"]["properties"];
+        assert_eq!(spec["size"]["type"], "integer");
     });
 
     let v2 = c.kubectl(&["get", "--raw", "/openapi/v2"]);
