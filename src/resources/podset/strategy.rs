@@ -62,7 +62,7 @@ impl Strategy for PodSetStrategy {
     }
 
     fn decodes_directly(version: Version, body: &[u8]) -> bool {
-        version != Version::V1alpha1 || memchr::memmem::find(body, b"\"minReadySeconds\"").is_none()
+        version != Version::V1alpha1 || conversion::version_neutral(body)
     }
 
     fn convert_fields(fields: &mut Value, from: Version, to: Version) {
