@@ -81,36 +81,16 @@ impl Routes {
         &self.routes[index]
     }
 
-    pub fn groups(&self) -> &[Group] {
-        &self.groups
-    }
-
     pub fn group(&self, name: &str) -> Option<&Group> {
         self.groups.iter().find(|g| g.name == name)
     }
 
     /// The resource `plural` of `group` served in `version`.
     pub fn resolve(&self, group: &str, version: &str, plural: &str) -> Option<Resolved> {
-        self.routes.iter().enumerate().find_map(|(route, r)| {
-            let i = r.resource.versions.iter().position(|v| v.name == version)?;
-            (r.resource.group == group && r.resource.plural == plural).then_some(Resolved {
-                route,
-                resource: r.resource,
-                version: VersionIndex(i as u8),
-            })
-        })
-    }
-
-    /// The resources of `group` served in `version`, in the order given.
-    pub fn in_version<'a>(
-        &'a self,
-        group: &'a str,
-        version: &'a str,
-    ) -> impl Iterator<Item = (&'a Route, VersionIndex)> {
-        self.routes.iter().filter(move |r| r.resource.group == group).filter_map(move |r| {
-            let i = r.resource.versions.iter().position(|v| v.name == version)?;
-            Some((r, VersionIndex(i as u8)))
-        })
+        let (route, r) =
+            self.routes.iter().enumerate().find(|(_, r)| r.resource.plural == plural && r.resource.group == group)?;
+        let i = r.resource.versions.iter().position(|v| v.name == version)?;
+        Some(Resolved { route, resource: r.resource, version: VersionIndex(i as u8) })
     }
 }
 

@@ -44,7 +44,6 @@ pub use self::scale::ScaleAccessor;
 pub use self::stored::Stored;
 pub use self::strategy::Strategy;
 pub use self::view::admission_attributes;
-pub use self::view::request_object;
 pub use self::watch::{Event, EventType, Notification, Watch, WatchRequest};
 pub use crate::api::resource::{ResourceInfo, Scope};
 pub use crate::api::{Operation, Subresource, UserInfo};
@@ -268,6 +267,11 @@ impl<S: Strategy> Registry<S> {
         opts.version.map(typed::<S>)
     }
 
+    /// The version a write is made in: the request's, else (an in-process caller's) the storage version.
+    fn write_version(&self, opts: &WriteOptions) -> S::Version {
+        self.request_version(opts).unwrap_or(self.storage_version)
+    }
+
     async fn insert(
         &self,
         namespace: &str,
@@ -322,7 +326,7 @@ impl<S: Strategy> Registry<S> {
             return self.apply(key, patch, sub, opts).await;
         }
         // A patch applies to the object in the request's version.
-        let version = self.request_version(opts).unwrap_or(self.storage_version);
+        let version = self.write_version(opts);
         let view = ObjectView::<S>::NEW;
         let w = Write { op: Operation::Update, sub, key, opts, options: WriteKind::Patch, view, version };
         self.write(&w, |current| {
@@ -394,7 +398,7 @@ impl<S: Strategy> Registry<S> {
             opts,
             options: WriteKind::Update,
             view: ObjectView::<S>::NEW,
-            version: self.request_version(opts).unwrap_or(self.storage_version),
+            version: self.write_version(opts),
         };
         self.write(&w, |current| {
             let Some((old, _)) = current else { return Err(Error::not_found(S::INFO, &key.name)) };
@@ -426,7 +430,7 @@ impl<S: Strategy> Registry<S> {
             opts,
             options: WriteKind::Update,
             view: ObjectView::<S>::NEW,
-            version: self.request_version(opts).unwrap_or(self.storage_version),
+            version: self.write_version(opts),
         };
         match self.write(&w, |_| Ok(Change::Delete { options, collection })).await? {
             Outcome::Deleted { object, said, gone } => {

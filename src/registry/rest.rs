@@ -27,7 +27,7 @@ pub trait RestStorage: Send + Sync + 'static {
     fn storage_version(&self) -> VersionIndex;
     /// Objects stored, for `apiserver_storage_objects`.
     fn object_count(&self) -> usize;
-    /// A create's or update's body as the audit log records it (see [`super::request_object`]).
+    /// A create's or update's body as the audit log records it (kube's `LogRequestObject`).
     fn request_object(&self, body: Value, sub: Subresource) -> Option<Value>;
     /// One pass of the storage migration ([`Registry::migrate_storage`]).
     async fn migrate_storage(&self) -> Result<Migration>;

@@ -12,7 +12,7 @@ use super::decode::{apply_patch, check_type};
 use super::error::{Error, Result};
 use super::key::ObjectKey;
 use super::options::{ScaleChange, WriteOptions};
-use super::strategy::{check_identity, typed, Strategy};
+use super::strategy::{check_identity, Strategy};
 use super::view::View;
 use super::write::{Change, Write};
 use super::{Registry, Revision, Written};
@@ -49,7 +49,7 @@ impl<S: Strategy> Registry<S> {
             ScaleChange::Replace(_) => WriteKind::Update,
             ScaleChange::Patch(..) => WriteKind::Patch,
         };
-        let version = opts.version.map(typed::<S>).unwrap_or(self.storage_version);
+        let version = self.write_version(opts);
         let view = ScaleView::<S>::NEW;
         let w = Write { op: Operation::Update, sub: Subresource::Scale, key, opts, options, view, version };
         let written = self
