@@ -61,7 +61,7 @@ fn widgets_are_served_beside_podsets_on_sled() {
     in_namespace("widgets_are_served_beside_podsets_on_sled", || {
         let dir = tempfile::tempdir().unwrap();
         let c = Cluster::start(server(&[encryption_flag(dir.path())]));
-        exercise(&c);
+        exercise(&c, 1);
         // What sled keeps: widgets in their group's own database, encrypted; PodSets in theirs, plain.
         let data = c.dir.path().join("podset-data");
         let (widgets, podsets) = (data.join("db-test.podset.example"), data.join("db"));
@@ -77,7 +77,7 @@ fn widgets_are_served_beside_podsets_on_etcd() {
     in_namespace("widgets_are_served_beside_podsets_on_etcd", || {
         let dir = tempfile::tempdir().unwrap();
         let c = Cluster::start_replicated(server(&[encryption_flag(dir.path())]), 2);
-        exercise(&c);
+        exercise(&c, 2);
         // What etcd keeps, under kube-apiserver's layout: <prefix>/<group>/<resource>/...
         runtime().block_on(async {
             let mut etcd = etcd_client::Client::connect([c.etcd_url()], None).await.unwrap();
@@ -100,7 +100,7 @@ fn widgets_are_served_beside_podsets_on_etcd() {
 }
 
 /// Everything a user does with widgets through kube-apiserver, and PodSets beside them.
-fn exercise(c: &Cluster) {
+fn exercise(c: &Cluster, replicas: usize) {
     c.register_group_version(GROUP, "v1");
     discovery_and_openapi(c);
     kubectl_crud(c);
@@ -108,8 +108,32 @@ fn exercise(c: &Cluster) {
         let client = c.client().await;
         watch_with_resume(&client).await;
         webhooks(c, &client).await;
+        metrics(c, replicas).await;
     });
     podsets_beside(c);
+}
+
+/// The request metrics name widgets as they name PodSets: objects stored (every replica's cache holds them all),
+/// and watch events sent (by whichever replica served the watch).
+async fn metrics(c: &Cluster, replicas: usize) {
+    let proxy = c.front_proxy_cert();
+    let mut scrapes = Vec::new();
+    for i in 0..replicas {
+        let client = c.replica_client(i, Credential::Cert(&proxy));
+        let req = Request::get("/metrics").header("X-Remote-User", "admin").header("X-Remote-Group", "system:masters");
+        let (code, _, body) = common::raw(&client, req.body(Vec::new()).unwrap()).await;
+        assert_eq!(code, 200);
+        scrapes.push(String::from_utf8(body.to_vec()).unwrap());
+    }
+    let value = |text: &str, series: &str| -> f64 {
+        text.lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok()).unwrap_or(0.0)
+    };
+    // blue, w2, w3 and green (w1 deleted, red refused).
+    let stored = r#"apiserver_storage_objects{resource="widgets.test.podset.example"}"#;
+    assert_eq!(value(&scrapes[0], stored), 4.0, "{}", scrapes[0]);
+    let sent = r#"apiserver_watch_events_total{group="test.podset.example",version="v1",resource="widgets"}"#;
+    let total: f64 = scrapes.iter().map(|s| value(s, sent)).sum();
+    assert_eq!(total, 4.0, "the two watches' events: w1, w2, then w3 and w1's deletion");
 }
 
 fn discovery_and_openapi(c: &Cluster) {
