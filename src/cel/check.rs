@@ -2,7 +2,8 @@
 //! undeclared name, a construct the interpreter cannot evaluate) and so that evaluation can be bounded:
 //! - each comprehension's loop condition becomes `@tick(<step cost>, <condition>)` (see `cost.rs`);
 //! - `variables.<name>` becomes a lazy lookup, evaluated at most once per activation (`variables.rs`);
-//! - `authorizer.requestResource` becomes a call, as the authorizer is an opaque value (`authz.rs`).
+//! - `authorizer.requestResource` becomes a call, as the authorizer is an opaque value (`authz.rs`);
+//! - in a mutation, an object literal becomes a call building it (`objects.rs`).
 
 use kube_cel::cel::common::ast::{CallExpr, EntryExpr, Expr, IdedExpr, LiteralValue};
 use kube_cel::cel::common::types::{CelInt, CelString};
@@ -10,6 +11,7 @@ use kube_cel::cel::common::types::{CelInt, CelString};
 use super::authz::REQUEST_RESOURCE;
 use super::cost::TICK;
 use super::library::{EQUALS, FUNCTIONS, NOT_EQUALS, OPT_SELECT};
+use super::objects;
 use super::variables::VARIABLE;
 
 /// How deep an expression may nest: evaluation recurses once per level, on the caller's stack.
@@ -24,6 +26,8 @@ pub(crate) enum Problem {
     Undeclared(String),
     Unsupported(&'static str),
     TooDeep,
+    /// A mutation's literal that kube's types refuse, in kube's words.
+    Object(String),
 }
 
 impl std::fmt::Display for Problem {
@@ -32,6 +36,7 @@ impl std::fmt::Display for Problem {
             Problem::Undeclared(name) => write!(f, "undeclared reference to '{name}' (in container '')"),
             Problem::Unsupported(what) => write!(f, "{what} is not supported"),
             Problem::TooDeep => write!(f, "expression nested more than {MAX_DEPTH} levels deep"),
+            Problem::Object(message) => f.write_str(message),
         }
     }
 }
@@ -47,9 +52,10 @@ pub(crate) struct Checked {
     pub(crate) paths: Vec<(String, Vec<String>)>,
 }
 
-/// Checks `e` against the declared names and rewrites it (see the module's doc).
-pub(crate) fn check(e: &mut IdedExpr, declared: &[&str]) -> Result<Checked, Problem> {
-    let mut walk = Walk { declared, scope: Vec::new(), checked: Checked::default(), depth: 0 };
+/// Checks `e` against the declared names and rewrites it (see the module's doc); `mutation` declares the types
+/// that build objects and patches, as kube declares them for mutations only.
+pub(crate) fn check(e: &mut IdedExpr, declared: &[&str], mutation: bool) -> Result<Checked, Problem> {
+    let mut walk = Walk { declared, mutation, scope: Vec::new(), checked: Checked::default(), depth: 0 };
     walk.visit(e)?;
     paths(e, declared, &mut Vec::new(), &mut walk.checked.paths);
     Ok(walk.checked)
@@ -155,6 +161,7 @@ pub(crate) fn size(e: &IdedExpr) -> u64 {
 
 struct Walk<'a> {
     declared: &'a [&'a str],
+    mutation: bool,
     /// Names a comprehension binds around the node being visited.
     scope: Vec<String>,
     checked: Checked,
@@ -169,7 +176,30 @@ fn string(s: &str) -> IdedExpr {
     IdedExpr { id: 0, expr: Expr::Literal(LiteralValue::String(CelString::from(s))) }
 }
 
+/// The patch library's one function, declared for mutations only.
+const JSONPATCH_ESCAPE_KEY: &str = "jsonpatch.escapeKey";
+
 impl Walk<'_> {
+    /// A mutation's object literal: a declared type, and each object within it named after its field's path.
+    fn object(&self, s: &kube_cel::cel::common::ast::StructExpr) -> Result<(), Problem> {
+        let name = objects::type_name(&s.type_name);
+        if !objects::declared(name) {
+            return Err(Problem::Undeclared(name.to_owned()));
+        }
+        if name == "JSONPatch" {
+            // A patch's value is an object of its own.
+            return Ok(());
+        }
+        for entry in &s.entries {
+            if let EntryExpr::StructField(f) = &entry.expr {
+                if let Some((got, want)) = objects::misnamed(&f.value, &format!("{name}.{}", f.field)) {
+                    return Err(Problem::Object(objects::mismatch(&got, &want)));
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn bound(&self, name: &str) -> bool {
         self.scope.iter().any(|s| s == name)
     }
@@ -200,6 +230,12 @@ impl Walk<'_> {
                 *e = call(VARIABLE, vec![(*s.operand).clone(), string(&field)]);
             } else if s.field == "requestResource" && self.global(&s.operand, "authorizer") {
                 *e = call(REQUEST_RESOURCE, vec![(*s.operand).clone()]);
+            }
+        }
+        if let Expr::Struct(s) = &e.expr {
+            if self.mutation {
+                self.object(s)?;
+                objects::rewrite(e);
             }
         }
         if let Expr::Call(c) = &mut e.expr {
@@ -236,7 +272,8 @@ impl Walk<'_> {
                 }
                 let operator = c.func_name.starts_with(['_', '@', '!', '-']);
                 let name = qualified.as_deref().unwrap_or(&c.func_name);
-                if !operator && !FUNCTIONS.contains(&name) {
+                let patch_only = name == JSONPATCH_ESCAPE_KEY && !self.mutation;
+                if !operator && (!FUNCTIONS.contains(&name) || patch_only) {
                     return Err(Problem::Undeclared(name.to_owned()));
                 }
                 for a in &mut c.args {

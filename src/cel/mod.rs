@@ -11,6 +11,7 @@ mod authz;
 mod check;
 mod cost;
 mod library;
+mod objects;
 mod projection;
 pub mod value;
 mod variables;
@@ -26,6 +27,7 @@ use kube_cel::KubeCelExt;
 pub use authz::{Authorizer, AuthorizerValue, Check, Decision, ResourceCheck};
 pub use cost::{LIMIT_EXCEEDED, PER_CALL_LIMIT, RUNTIME_BUDGET};
 pub use kube_cel::cel::objects::Value;
+pub use objects::Returns;
 pub use projection::Projection;
 pub use variables::Variables;
 
@@ -92,6 +94,7 @@ static ROOT: LazyLock<Context<'static>> = LazyLock::new(|| {
     let mut ctx = Context::default().with_all();
     ctx.add_function(cost::TICK, cost::tick);
     ctx.add_function(variables::VARIABLE, variables::variable);
+    ctx.add_function(objects::OBJECT, objects::object);
     authz::register(&mut ctx);
     library::register(&mut ctx);
     ctx
@@ -109,6 +112,16 @@ pub struct Program {
 /// name, a construct the interpreter does not have, or nesting too deep for evaluation is an error here rather
 /// than on every request.
 pub fn compile(source: &str, declared: &[&str]) -> Result<Program, CompileError> {
+    compile_as(source, declared, None)
+}
+
+/// [`compile`] for a mutation (a MutatingAdmissionPolicy's ApplyConfiguration or JSONPatch): it may build
+/// `Object{...}` and `JSONPatch{...}` values, and must evaluate to what `returns` says.
+pub fn compile_mutation(source: &str, declared: &[&str], returns: Returns) -> Result<Program, CompileError> {
+    compile_as(source, declared, Some(returns))
+}
+
+fn compile_as(source: &str, declared: &[&str], mutation: Option<Returns>) -> Result<Program, CompileError> {
     if source.chars().count() > MAX_EXPRESSION_LENGTH {
         return Err(CompileError(format!(
             "expression code point size exceeds limit: size: {}, limit {MAX_EXPRESSION_LENGTH}",
@@ -125,8 +138,12 @@ pub fn compile(source: &str, declared: &[&str]) -> Result<Program, CompileError>
             .enable_optional_syntax(true)
             .parse(&source)
             .map_err(|e| CompileError(e.to_string()))?;
+        if let Some(reason) = mutation.and_then(|returns| objects::wrong_result(&expr, returns)) {
+            return Err(CompileError(reason));
+        }
         let names: Vec<&str> = declared.iter().map(String::as_str).collect();
-        let checked = check::check(&mut expr, &names).map_err(|p| CompileError(format!("ERROR: <input>: {p}")))?;
+        let checked = check::check(&mut expr, &names, mutation.is_some())
+            .map_err(|p| CompileError(format!("ERROR: <input>: {p}")))?;
         Ok(Program { source, expr, checked })
     };
     let thread = std::thread::Builder::new().name("cel-compile".into()).stack_size(256 << 20).spawn(move || {
