@@ -215,15 +215,23 @@ pub trait Validating: Send + Sync {
     ) -> Result<(), Error>;
 }
 
-/// k8s.io/apiserver's reinvocation context for one request: which IfNeeded webhooks saw the object before a
-/// later plugin changed it, and so run again in a second round of the mutating phase.
+/// k8s.io/apiserver's reinvocation context for one request: whether this is the second round of the mutating
+/// phase and whether one is needed, and each plugin's own part ([`PluginReinvocation`], under its name, as kube
+/// keeps it), so that one plugin's bookkeeping never reads as another's.
 #[derive(Debug, Default)]
 pub struct Reinvocation {
-    pub(crate) is_reinvoke: bool,
-    pub(crate) should_reinvoke: bool,
-    pub(crate) last_output: Option<Value>,
-    pub(crate) previously_invoked: std::collections::BTreeSet<String>,
-    pub(crate) to_reinvoke: std::collections::BTreeSet<String>,
+    is_reinvoke: bool,
+    should_reinvoke: bool,
+    plugins: BTreeMap<&'static str, PluginReinvocation>,
+}
+
+/// What one plugin remembers across the rounds: its last output, and which of its IfNeeded invocations saw the
+/// object before a later change and so run again.
+#[derive(Debug, Default)]
+pub struct PluginReinvocation {
+    last_output: Option<Value>,
+    previously_invoked: std::collections::BTreeSet<String>,
+    to_reinvoke: std::collections::BTreeSet<String>,
 }
 
 impl Reinvocation {
@@ -236,8 +244,62 @@ impl Reinvocation {
         true
     }
 
-    pub(crate) fn require_reinvoking_previously_invoked(&mut self) {
-        self.to_reinvoke.append(&mut self.previously_invoked);
+    /// The round as the plugin `name` takes part in it.
+    pub fn plugin(&mut self, name: &'static str) -> PluginRound<'_> {
+        PluginRound {
+            is_reinvoke: self.is_reinvoke,
+            should_reinvoke: &mut self.should_reinvoke,
+            state: self.plugins.entry(name).or_default(),
+        }
+    }
+}
+
+/// One plugin's view of the current round.
+pub struct PluginRound<'a> {
+    is_reinvoke: bool,
+    should_reinvoke: &'a mut bool,
+    state: &'a mut PluginReinvocation,
+}
+
+impl PluginRound<'_> {
+    /// Whether this is the second round.
+    pub fn is_reinvoke(&self) -> bool {
+        self.is_reinvoke
+    }
+
+    /// At the start of the plugin's turn: when another plugin changed the object since this one last returned
+    /// it, its IfNeeded invocations run again.
+    pub fn begin(&mut self, object: Option<&Value>) {
+        if self.is_reinvoke && self.state.last_output.as_ref() != object {
+            self.require_reinvoking_previously_invoked();
+        }
+    }
+
+    /// At the end of the plugin's turn: the object it returns.
+    pub fn end(&mut self, object: Option<&Value>) {
+        self.state.last_output = object.cloned();
+    }
+
+    /// Whether the invocation `key` sits out this round: in the second, only those to reinvoke run.
+    pub fn skips(&self, key: &str) -> bool {
+        self.is_reinvoke && !self.state.to_reinvoke.contains(key)
+    }
+
+    /// The invocation `key` ran; `changed` says whether it changed the object, `if_needed` whether it is
+    /// reinvoked when a later one does.
+    pub fn invoked(&mut self, key: &str, changed: bool, if_needed: bool) {
+        if changed {
+            self.require_reinvoking_previously_invoked();
+            *self.should_reinvoke = true;
+        }
+        if if_needed {
+            self.state.previously_invoked.insert(key.to_owned());
+        }
+    }
+
+    fn require_reinvoking_previously_invoked(&mut self) {
+        let s = &mut *self.state;
+        s.to_reinvoke.append(&mut s.previously_invoked);
     }
 }
 

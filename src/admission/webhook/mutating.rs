@@ -9,7 +9,9 @@ use super::dispatch::{call, conditions_hold, fails_open, observe};
 use super::{rules, CallError, Hook, WebhookClients, WebhookConfigurations};
 use crate::admission::activation::{ExpressionAuthorizer, Invocation};
 use crate::admission::namespace::resource_name;
-use crate::admission::{Attributes, Error, Handler, Mutating, Namespaces, Outcome, PluginContext, Reinvocation};
+use crate::admission::{
+    Attributes, Error, Handler, Mutating, Namespaces, Outcome, PluginContext, PluginRound, Reinvocation,
+};
 
 /// How each mutating webhook's call is recorded in the audit event.
 #[derive(Serialize)]
@@ -101,13 +103,11 @@ impl MutatingWebhooks {
             let name = resource_name(a, object.as_deref());
             return Err(Error::NotReady { resource: a.group_resource(), name });
         }
-        if r.is_reinvoke && r.last_output.as_ref() != object.as_deref() {
-            // Another plugin changed the object since the webhooks last saw it.
-            r.require_reinvoking_previously_invoked();
-        }
+        let mut r = r.plugin(Self::NAME);
+        r.begin(object.as_deref());
         let hooks = self.configurations.mutating_hooks();
-        let result = self.round(&hooks, a, &mut object, old, out, r).await;
-        r.last_output = object.as_deref().cloned();
+        let result = self.round(&hooks, a, &mut object, old, out, &mut r).await;
+        r.end(object.as_deref());
         result
     }
 
@@ -118,15 +118,15 @@ impl MutatingWebhooks {
         object: &mut Option<&mut Value>,
         old: Option<&Value>,
         out: &mut Outcome,
-        r: &mut Reinvocation,
+        r: &mut PluginRound<'_>,
     ) -> Result<(), Error> {
-        let round = usize::from(r.is_reinvoke);
+        let round = usize::from(r.is_reinvoke());
         for (i, hook) in hooks.iter().enumerate() {
             let Some(version) = rules::should_call(hook, a, object.as_deref(), old, &self.namespaces).await? else {
                 continue;
             };
             // A webhook skipped in the first round is not called for the first time in the second.
-            if r.is_reinvoke && !r.to_reinvoke.contains(&hook.uid) {
+            if r.skips(&hook.uid) {
                 continue;
             }
             let started = std::time::Instant::now();
@@ -141,13 +141,7 @@ impl MutatingWebhooks {
             let mutation =
                 MutationAnnotation { configuration: &hook.configuration, webhook: &hook.name, mutated: changed };
             out.audit_annotations.insert(key("mutation"), serde_json::to_string(&mutation).unwrap_or_default());
-            if changed {
-                r.require_reinvoking_previously_invoked();
-                r.should_reinvoke = true;
-            }
-            if hook.reinvoke_if_needed {
-                r.previously_invoked.insert(hook.uid.clone());
-            }
+            r.invoked(&hook.uid, changed, hook.reinvoke_if_needed);
             match result {
                 Ok((_, Some(patch))) => {
                     out.audit_annotations.insert(key("patch"), patch);

@@ -45,13 +45,28 @@ fn webhooks_run_in_configuration_name_order_with_unique_uids() {
 }
 
 #[test]
-fn reinvocation_reruns_only_earlier_ifneeded_webhooks_once() {
+fn reinvocation_reruns_only_earlier_ifneeded_invocations_once_and_each_plugin_keeps_its_own() {
     let mut r = Reinvocation::default();
-    r.previously_invoked.insert("a".into());
+    let object = serde_json::json!({"a": 1});
+    let mut p = r.plugin("P");
+    p.begin(Some(&object));
+    p.invoked("a", false, true);
+    p.invoked("b", false, false);
+    p.end(Some(&object));
     assert!(!r.start_next_round(), "nothing changed the object");
-    r.require_reinvoking_previously_invoked();
-    r.should_reinvoke = true;
+    // A later plugin changes it: P's IfNeeded invocation runs again in the second round, once.
+    let mut q = r.plugin("Q");
+    q.begin(Some(&object));
+    q.invoked("a", true, false);
+    let changed = serde_json::json!({"a": 2});
+    q.end(Some(&changed));
     assert!(r.start_next_round());
-    assert!(r.to_reinvoke.contains("a") && r.previously_invoked.is_empty());
+    let mut p = r.plugin("P");
+    assert!(p.is_reinvoke());
+    p.begin(Some(&changed));
+    assert!(!p.skips("a") && p.skips("b"), "only the IfNeeded invocation reruns");
+    // Q's bookkeeping is its own: its "a" is not P's.
+    let q = r.plugin("Q");
+    assert!(q.skips("a"));
     assert!(!r.start_next_round(), "one extra round at most");
 }
