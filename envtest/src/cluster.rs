@@ -87,8 +87,8 @@ impl Cluster {
     }
 
     /// [`Self::start`] with a front for kube-apiserver ([`crate::PolicyApi`]) that also serves
-    /// `admissionregistration.k8s.io/v1` ValidatingAdmissionPolicies and ValidatingAdmissionPolicyBindings from
-    /// memory, as a 1.30+ kube-apiserver would. podset-apiserver's `--kubeconfig` points at the front, so all it asks
+    /// `admissionregistration.k8s.io/v1` Validating- and MutatingAdmissionPolicies and their bindings from memory, as
+    /// a 1.36+ kube-apiserver would. podset-apiserver's `--kubeconfig` points at the front, so all it asks
     /// of the cluster (informers, delegated authentication and authorization) goes through it; tests reach it with
     /// [`Self::policy_api_kubectl`] and [`Self::policy_api_client`]. The aggregator still calls our server directly.
     pub fn start_with_policy_api(server: ServerCommand) -> Self {

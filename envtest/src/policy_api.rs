@@ -1,15 +1,17 @@
-//! A front for kube-apiserver that serves `admissionregistration.k8s.io/v1` ValidatingAdmissionPolicies and
-//! ValidatingAdmissionPolicyBindings itself: the test control plane runs kube-apiserver 1.20, which does not have
-//! them (GA in 1.30), and tests of podset-apiserver's policy admission need a cluster that serves them by their wire
-//! contract. Everything else is forwarded to kube-apiserver unchanged, streaming both ways.
+//! A front for kube-apiserver that serves the `admissionregistration.k8s.io/v1` admission policy resources itself:
+//! ValidatingAdmissionPolicies and their bindings (GA in 1.30), and MutatingAdmissionPolicies and their bindings (GA
+//! in 1.36). The test control plane runs kube-apiserver 1.20, which has none of them, and tests of
+//! podset-apiserver's policy admission need a cluster that serves them by their wire contract. Everything else is
+//! forwarded to kube-apiserver unchanged, streaming both ways.
 //!
-//! The two resources live in memory (lost when the cluster stops) under one resourceVersion counter, as etcd's
+//! The four resources live in memory (lost when the cluster stops) under one resourceVersion counter, as etcd's
 //! revision: create, get, list, watch (from a resourceVersion, bookmarks, streaming lists, and once the change is
 //! forgotten an ERROR event carrying a `410 Gone` Status, reason Expired, as kube-apiserver's watch cache sends
-//! it), update with optimistic concurrency, the policies' `status`, merge / strategic-merge / JSON / apply patches,
-//! delete and deletecollection, kube-apiserver's defaults for matching, Table output for kubectl, errors as
-//! `metav1.Status`. Discovery of `/apis/admissionregistration.k8s.io/v1` is kube-apiserver's with the two resources
-//! added (kubectl 1.37 asks `/apis` for aggregated discovery, gets 1.20's legacy list and reads each group version).
+//! it), update with optimistic concurrency, the ValidatingAdmissionPolicies' `status` (MutatingAdmissionPolicy has
+//! no status subresource in v1), merge / strategic-merge / JSON / apply patches, delete and deletecollection,
+//! kube-apiserver's defaults for matching, Table output for kubectl, errors as `metav1.Status`. Discovery of
+//! `/apis/admissionregistration.k8s.io/v1` is kube-apiserver's with the four resources added (kubectl 1.37 asks
+//! `/apis` for aggregated discovery, gets 1.20's legacy list and reads each group version).
 //! What it leaves out: managedFields (an apply patch creates, or merges onto the object: fields it no longer names
 //! stay), OpenAPI (`kubectl explain`), CEL checks and most field validation (unknown fields are dropped even with
 //! `fieldValidation=Strict`), paging and resourceVersion on lists (a list is whole and current), impersonation on
@@ -22,7 +24,7 @@
 //! same user and groups as if the caller had come straight, with no impersonation rights involved, and
 //! `Impersonate-*` headers a caller sends are judged by kube-apiserver against the caller, as they would be.
 //! For the served resources the front decides with a SubjectAccessReview to kube-apiserver for that identity (a
-//! token's is found with a TokenReview), so RBAC grants decide as they would on a 1.30 kube-apiserver.
+//! token's is found with a TokenReview), so RBAC grants decide as they would on a 1.36 kube-apiserver.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::convert::Infallible;
@@ -38,7 +40,10 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding, ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding,
+};
 use podset_apiserver::api::selector::{FieldSelector, Selector};
 use podset_apiserver::api::table::human_duration;
 use podset_apiserver::api::validation::dns1123_subdomain_errors;
@@ -174,7 +179,7 @@ impl PolicyApi {
         format!("https://{}", self.addr)
     }
 
-    /// The resourceVersion of the last change to either resource.
+    /// The resourceVersion of the last change to any of the resources.
     pub fn resource_version(&self) -> u64 {
         lock(&self.front.store).rv
     }
@@ -460,11 +465,7 @@ impl Front {
             .then(|| serde_json::from_slice::<Value>(&body).ok())
             .flatten()
             .map(|mut list| {
-                if let Some(resources) = list["resources"].as_array_mut() {
-                    resources
-                        .retain(|r| !r["name"].as_str().is_some_and(|n| n.starts_with("validatingadmissionpolic")));
-                    resources.extend(served_resources());
-                }
+                merge_discovery(&mut list);
                 Bytes::from(serde_json::to_vec(&list).expect("JSON"))
             });
         Response::from_parts(head, Full::new(merged.unwrap_or(body)).map_err(BoxError::from).boxed_unsync())
@@ -531,14 +532,7 @@ impl Front {
         if user.groups.iter().any(|g| g == "system:masters") {
             return Ok(());
         }
-        let mut attributes = json!({"verb": verb, "group": GROUP, "version": "v1", "resource": r.kind.resource()});
-        if r.status {
-            attributes["subresource"] = "status".into();
-        }
-        if let Some(name) = &r.name {
-            attributes["name"] = name.as_str().into();
-        }
-        let mut spec = json!({"user": user.name, "groups": user.groups, "resourceAttributes": attributes});
+        let mut spec = json!({"user": user.name, "groups": user.groups, "resourceAttributes": r.attributes(verb)});
         if let Some(uid) = &user.uid {
             spec["uid"] = uid.as_str().into();
         }
@@ -877,49 +871,72 @@ impl Filter {
     }
 }
 
-/// The two resources.
+/// The four resources, all cluster-scoped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Kind {
-    Policy,
-    Binding,
+    ValidatingPolicy,
+    ValidatingBinding,
+    MutatingPolicy,
+    MutatingBinding,
 }
 
 impl Kind {
+    const ALL: [Kind; 4] =
+        [Kind::ValidatingPolicy, Kind::ValidatingBinding, Kind::MutatingPolicy, Kind::MutatingBinding];
+
     fn from_resource(resource: &str) -> Option<Self> {
-        match resource {
-            "validatingadmissionpolicies" => Some(Kind::Policy),
-            "validatingadmissionpolicybindings" => Some(Kind::Binding),
-            _ => None,
-        }
+        Self::ALL.into_iter().find(|k| k.resource() == resource)
     }
 
     fn resource(self) -> &'static str {
         match self {
-            Kind::Policy => "validatingadmissionpolicies",
-            Kind::Binding => "validatingadmissionpolicybindings",
+            Kind::ValidatingPolicy => "validatingadmissionpolicies",
+            Kind::ValidatingBinding => "validatingadmissionpolicybindings",
+            Kind::MutatingPolicy => "mutatingadmissionpolicies",
+            Kind::MutatingBinding => "mutatingadmissionpolicybindings",
         }
     }
 
     fn kind(self) -> &'static str {
         match self {
-            Kind::Policy => "ValidatingAdmissionPolicy",
-            Kind::Binding => "ValidatingAdmissionPolicyBinding",
+            Kind::ValidatingPolicy => "ValidatingAdmissionPolicy",
+            Kind::ValidatingBinding => "ValidatingAdmissionPolicyBinding",
+            Kind::MutatingPolicy => "MutatingAdmissionPolicy",
+            Kind::MutatingBinding => "MutatingAdmissionPolicyBinding",
         }
+    }
+
+    fn is_binding(self) -> bool {
+        matches!(self, Kind::ValidatingBinding | Kind::MutatingBinding)
+    }
+
+    /// Whether it has a `status` and its subresource: only ValidatingAdmissionPolicy does; v1
+    /// MutatingAdmissionPolicy has no status field, and kube-apiserver registers no `/status` for it.
+    fn has_status(self) -> bool {
+        self == Kind::ValidatingPolicy
     }
 
     /// Through k8s-openapi's type: what is not one is refused, unknown fields are dropped (as kube-apiserver does
     /// without strict field validation), and the JSON is the type's.
     fn decode(self, object: Value) -> Result<Value, ApiError> {
-        let typed = match self {
-            Kind::Policy => serde_json::from_value::<ValidatingAdmissionPolicy>(object).and_then(serde_json::to_value),
-            Kind::Binding => {
-                serde_json::from_value::<ValidatingAdmissionPolicyBinding>(object).and_then(serde_json::to_value)
-            }
+        fn typed<T: serde::de::DeserializeOwned + serde::Serialize>(object: Value) -> serde_json::Result<Value> {
+            serde_json::from_value::<T>(object).and_then(serde_json::to_value)
+        }
+        let decoded = match self {
+            Kind::ValidatingPolicy => typed::<ValidatingAdmissionPolicy>(object),
+            Kind::ValidatingBinding => typed::<ValidatingAdmissionPolicyBinding>(object),
+            Kind::MutatingPolicy => typed::<MutatingAdmissionPolicy>(object),
+            Kind::MutatingBinding => typed::<MutatingAdmissionPolicyBinding>(object),
         };
-        typed.map_err(|e| ApiError::bad_request(format!("error decoding {}: {e}", self.kind())))
+        decoded.map_err(|e| ApiError::bad_request(format!("error decoding {}: {e}", self.kind())))
     }
 
-    /// kube-apiserver's defaults for the fields a policy's matching reads.
+    /// kube-apiserver's defaults for the fields a policy's matching reads (kubernetes'
+    /// `pkg/apis/admissionregistration/v1beta1/{defaults,zz_generated.defaults}.go` for the mutating kinds, v1's for
+    /// the validating ones): a policy's failurePolicy Fail (`SetDefaults_*AdmissionPolicySpec`), then
+    /// `SetDefaults_MatchResources` and `SetDefaults_Rule` over its matchConstraints, or over a binding's
+    /// matchResources. Nothing defaults reinvocationPolicy or a paramRef's parameterNotFoundAction: the v1 API
+    /// (k8s-openapi's docs) has both Required, and failurePolicy "Defaults to Fail".
     fn default(self, object: &mut Value) {
         let match_resources = |m: &mut Value| {
             if !m.is_object() {
@@ -941,20 +958,17 @@ impl Kind {
             }
         };
         let spec = &mut object["spec"];
-        match self {
-            Kind::Policy => {
-                if spec.get("failurePolicy").is_none_or(Value::is_null) {
-                    spec["failurePolicy"] = "Fail".into();
-                }
-                if let Some(m) = spec.get_mut("matchConstraints") {
-                    match_resources(m);
-                }
+        if self.is_binding() {
+            if let Some(m) = spec.get_mut("matchResources") {
+                match_resources(m);
             }
-            Kind::Binding => {
-                if let Some(m) = spec.get_mut("matchResources") {
-                    match_resources(m);
-                }
-            }
+            return;
+        }
+        if spec.get("failurePolicy").is_none_or(Value::is_null) {
+            spec["failurePolicy"] = "Fail".into();
+        }
+        if let Some(m) = spec.get_mut("matchConstraints") {
+            match_resources(m);
         }
     }
 
@@ -970,13 +984,15 @@ impl Kind {
         }
         let spec = &object["spec"];
         let empty = |v: &Value| v.is_null() || v.as_array().is_some_and(Vec::is_empty) || v.as_str() == Some("");
+        if !self.is_binding() {
+            if spec["matchConstraints"].is_null() {
+                cause("spec.matchConstraints", "Required value".into());
+            } else if empty(&spec["matchConstraints"]["resourceRules"]) {
+                cause("spec.matchConstraints.resourceRules", "Required value".into());
+            }
+        }
         match self {
-            Kind::Policy => {
-                if spec["matchConstraints"].is_null() {
-                    cause("spec.matchConstraints", "Required value".into());
-                } else if empty(&spec["matchConstraints"]["resourceRules"]) {
-                    cause("spec.matchConstraints.resourceRules", "Required value".into());
-                }
+            Kind::ValidatingPolicy => {
                 if empty(&spec["validations"]) && empty(&spec["auditAnnotations"]) {
                     cause(
                         "spec.validations",
@@ -984,11 +1000,19 @@ impl Kind {
                     );
                 }
             }
-            Kind::Binding => {
+            Kind::MutatingPolicy => {
+                if empty(&spec["mutations"]) {
+                    cause("spec.mutations", "Required value: mutations must contain at least one item".into());
+                }
+                if empty(&spec["reinvocationPolicy"]) {
+                    cause("spec.reinvocationPolicy", "Required value".into());
+                }
+            }
+            Kind::ValidatingBinding | Kind::MutatingBinding => {
                 if empty(&spec["policyName"]) {
                     cause("spec.policyName", "Required value".into());
                 }
-                if empty(&spec["validationActions"]) {
+                if self == Kind::ValidatingBinding && empty(&spec["validationActions"]) {
                     cause(
                         "spec.validationActions",
                         "Required value: at least one validation action is required".into(),
@@ -1003,18 +1027,32 @@ impl Kind {
     }
 }
 
-/// The entries discovery adds to kube-apiserver's list, as a 1.30+ kube-apiserver lists them.
+/// The entries discovery adds to kube-apiserver's list, as a 1.36+ kube-apiserver lists them (categories from each
+/// resource's REST storage; no short names).
 fn served_resources() -> Vec<Value> {
     let verbs = json!(["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]);
-    vec![
-        json!({"name": "validatingadmissionpolicies", "singularName": "validatingadmissionpolicy", "namespaced": false,
-               "kind": "ValidatingAdmissionPolicy", "verbs": verbs, "categories": ["api-extensions"]}),
-        json!({"name": "validatingadmissionpolicies/status", "singularName": "", "namespaced": false,
-               "kind": "ValidatingAdmissionPolicy", "verbs": ["get", "patch", "update"]}),
-        json!({"name": "validatingadmissionpolicybindings", "singularName": "validatingadmissionpolicybinding",
-               "namespaced": false, "kind": "ValidatingAdmissionPolicyBinding", "verbs": verbs,
-               "categories": ["api-extensions"]}),
-    ]
+    let mut resources = Vec::new();
+    for kind in Kind::ALL {
+        resources.push(json!({"name": kind.resource(), "singularName": kind.kind().to_ascii_lowercase(),
+                              "namespaced": false, "kind": kind.kind(), "verbs": verbs,
+                              "categories": ["api-extensions"]}));
+        if kind.has_status() {
+            resources.push(json!({"name": format!("{}/status", kind.resource()), "singularName": "",
+                                  "namespaced": false, "kind": kind.kind(), "verbs": ["get", "patch", "update"]}));
+        }
+    }
+    resources
+}
+
+/// kube-apiserver's APIResourceList for the group version with the served resources in it, in the order
+/// kube-apiserver lists a group version's resources: by name, as its installer registers the sorted paths.
+fn merge_discovery(list: &mut Value) {
+    if let Some(resources) = list["resources"].as_array_mut() {
+        let served = |r: &Value| r["name"].as_str().and_then(|n| n.split('/').next()).and_then(Kind::from_resource);
+        resources.retain(|r| served(r).is_none());
+        resources.extend(served_resources());
+        resources.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    }
 }
 
 /// One change, kept for watches.
@@ -1029,10 +1067,10 @@ struct Change {
     old: Option<Value>,
 }
 
-/// Both resources, and their recent changes.
+/// The four resources, and their recent changes.
 #[derive(Default)]
 struct Store {
-    /// The last resourceVersion given out, shared by both resources as etcd's revision.
+    /// The last resourceVersion given out, shared by all four resources as etcd's revision.
     rv: u64,
     objects: BTreeMap<(Kind, String), Value>,
     history: VecDeque<Change>,
@@ -1054,7 +1092,8 @@ fn now() -> String {
 }
 
 /// Drops a strategic merge patch's directives (`$patch`, `$setElementOrder/...`, `$retainKeys`, ...): the fields of
-/// both resources are atomic lists and plain maps, so what is left applies as a merge patch.
+/// the four resources are plain maps and, but for `matchConditions` (which kube-apiserver merges by name and a merge
+/// patch replaces whole), atomic lists, so what is left applies as a merge patch.
 fn strip_directives(patch: &mut Value) {
     match patch {
         Value::Object(map) => {
@@ -1113,7 +1152,7 @@ impl Store {
         meta.insert("uid".into(), uuid::Uuid::new_v4().to_string().into());
         meta.insert("creationTimestamp".into(), now().into());
         meta.insert("generation".into(), 1.into());
-        if kind == Kind::Policy {
+        if kind.has_status() {
             object["status"] = json!({});
         }
         kind.default(&mut object);
@@ -1155,7 +1194,7 @@ impl Store {
             new["metadata"] = old["metadata"].clone();
             new["spec"] = old["spec"].clone();
         } else {
-            if kind == Kind::Policy {
+            if kind.has_status() {
                 new["status"] = old["status"].clone();
             }
             let meta = new["metadata"].as_object_mut().expect("metadata is an object");
@@ -1292,10 +1331,24 @@ enum Route {
 struct Target {
     kind: Kind,
     name: Option<String>,
-    /// The policy's `status` subresource.
+    /// The `status` subresource (of a kind that has one).
     status: bool,
     /// The deprecated `/watch/` path.
     watch: bool,
+}
+
+impl Target {
+    /// The SubjectAccessReview's resourceAttributes for `verb` on it, as kube-apiserver's authorizer sees the request.
+    fn attributes(&self, verb: &str) -> Value {
+        let mut attributes = json!({"verb": verb, "group": GROUP, "version": "v1", "resource": self.kind.resource()});
+        if self.status {
+            attributes["subresource"] = "status".into();
+        }
+        if let Some(name) = &self.name {
+            attributes["name"] = name.as_str().into();
+        }
+        attributes
+    }
 }
 
 /// None: not served here (kube-apiserver's own resources in the group, and every other path).
@@ -1315,7 +1368,8 @@ fn route(path: &str) -> Option<Route> {
     Some(match segments[1..] {
         [] => target(None, false),
         [name] if !name.is_empty() => target(Some(name), false),
-        [name, "status"] if kind == Kind::Policy && !watch && !name.is_empty() => target(Some(name), true),
+        // Other kinds have no status subresource: 404, as kube-apiserver answers for a path it does not serve.
+        [name, "status"] if kind.has_status() && !watch && !name.is_empty() => target(Some(name), true),
         _ => Route::NotFound,
     })
 }
@@ -1468,8 +1522,9 @@ fn wants_table(headers: &HeaderMap) -> bool {
     headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).any(|v| v.contains("as=Table"))
 }
 
-/// The objects as kube-apiserver's Table for them (`pkg/printers/internalversion`): Name, Validations, ParamKind,
-/// Age for policies; Name, PolicyName, ParamRef, Age for bindings.
+/// The objects as kube-apiserver's Table for them (`pkg/printers/internalversion/printers.go`, `AddHandlers` and
+/// `print*AdmissionPolicy*`): Name, Validations (or Mutations), ParamKind, Age for policies; Name, PolicyName,
+/// ParamRef, Age for bindings.
 fn table_of(kind: Kind, objects: &[Value], include_object: &str, rv: Option<u64>) -> Value {
     let column = |name: &str, typ: &str, format: &str, description: &str| json!({"name": name, "type": typ, "format": format, "description": description, "priority": 0});
     let name_column = column("Name", "string", "name", "Name must be unique within a namespace.");
@@ -1479,24 +1534,29 @@ fn table_of(kind: Kind, objects: &[Value], include_object: &str, rv: Option<u64>
         "",
         "CreationTimestamp is a timestamp representing the server time when this object was created.",
     );
-    let columns = match kind {
-        Kind::Policy => vec![
-            name_column,
+    // The rules a policy counts, with kube's descriptions (typos included).
+    let (rules, rules_column) = match kind {
+        Kind::MutatingPolicy => (
+            "mutations",
+            column(
+                "Mutations",
+                "integer",
+                "",
+                "Mutation indicates the number of mutations rules defined in this configuration",
+            ),
+        ),
+        _ => (
+            "validations",
             column(
                 "Validations",
                 "integer",
                 "",
                 "Validations indicates the number of validation rules defined in this configuration",
             ),
-            column(
-                "ParamKind",
-                "string",
-                "",
-                "ParamKind specifies the kind of resources used to parameterize this policy",
-            ),
-            age_column,
-        ],
-        Kind::Binding => vec![
+        ),
+    };
+    let columns = if kind.is_binding() {
+        vec![
             name_column,
             column(
                 "PolicyName",
@@ -1506,7 +1566,19 @@ fn table_of(kind: Kind, objects: &[Value], include_object: &str, rv: Option<u64>
             ),
             column("ParamRef", "string", "", "ParamRef indicates the param resource which sets the configration param"),
             age_column,
-        ],
+        ]
+    } else {
+        vec![
+            name_column,
+            rules_column,
+            column(
+                "ParamKind",
+                "string",
+                "",
+                "ParamKind specifies the kind of resources used to parameterize this policy",
+            ),
+            age_column,
+        ]
     };
     let rows: Vec<Value> = objects
         .iter()
@@ -1516,28 +1588,24 @@ fn table_of(kind: Kind, objects: &[Value], include_object: &str, rv: Option<u64>
                 .as_str()
                 .and_then(|t| t.parse::<jiff::Timestamp>().ok())
                 .map_or_else(|| "<unknown>".to_owned(), |t| human_duration(jiff::Timestamp::now().as_second() - t.as_second()));
-            let cells = match kind {
-                Kind::Policy => {
-                    let param_kind = match &spec["paramKind"] {
-                        Value::Null => "<unset>".to_owned(),
-                        p => format!("{}/{}", p["apiVersion"].as_str().unwrap_or_default(), p["kind"].as_str().unwrap_or_default()),
-                    };
-                    let validations = spec["validations"].as_array().map_or(0, Vec::len);
-                    json!([name_of(o), validations, param_kind, age])
-                }
-                Kind::Binding => {
-                    let p = &spec["paramRef"];
-                    let param_ref = match (p["name"].as_str().filter(|n| !n.is_empty()), p["namespace"].as_str()) {
-                        _ if p.is_null() => "<unset>".to_owned(),
-                        (Some(name), Some(ns)) if !ns.is_empty() => format!("{ns}/{name}"),
-                        (Some(name), _) => format!("*/{name}"),
-                        (None, _) => serde_json::from_value(p["selector"].clone())
-                            .ok()
-                            .and_then(|s| Selector::from_label_selector(&s).ok())
-                            .map_or_else(|| "<unset>".to_owned(), |s| s.to_string()),
-                    };
-                    json!([name_of(o), spec["policyName"], param_ref, age])
-                }
+            let cells = if kind.is_binding() {
+                let p = &spec["paramRef"];
+                let param_ref = match (p["name"].as_str().filter(|n| !n.is_empty()), p["namespace"].as_str()) {
+                    _ if p.is_null() => "<unset>".to_owned(),
+                    (Some(name), Some(ns)) if !ns.is_empty() => format!("{ns}/{name}"),
+                    (Some(name), _) => format!("*/{name}"),
+                    (None, _) => serde_json::from_value(p["selector"].clone())
+                        .ok()
+                        .and_then(|s| Selector::from_label_selector(&s).ok())
+                        .map_or_else(|| "<unset>".to_owned(), |s| s.to_string()),
+                };
+                json!([name_of(o), spec["policyName"], param_ref, age])
+            } else {
+                let param_kind = match &spec["paramKind"] {
+                    Value::Null => "<unset>".to_owned(),
+                    p => format!("{}/{}", p["apiVersion"].as_str().unwrap_or_default(), p["kind"].as_str().unwrap_or_default()),
+                };
+                json!([name_of(o), spec[rules].as_array().map_or(0, Vec::len), param_kind, age])
             };
             let mut row = json!({"cells": cells});
             match include_object {
@@ -1568,6 +1636,14 @@ mod tests {
                         "validations": [{"expression": "true"}]}})
     }
 
+    fn mutating_policy(name: &str) -> Value {
+        json!({"apiVersion": GROUP_VERSION, "kind": "MutatingAdmissionPolicy", "metadata": {"name": name},
+               "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["deployments"]}]},
+                        "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": "[]"}},
+                                      {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": "Object{}"}}],
+                        "reinvocationPolicy": "Never"}})
+    }
+
     #[test]
     fn routes() {
         assert!(matches!(route("/apis/admissionregistration.k8s.io/v1"), Some(Route::Discovery)));
@@ -1580,13 +1656,13 @@ mod tests {
         else {
             panic!("a status route")
         };
-        assert!(t.kind == Kind::Policy && t.status && t.name.as_deref() == Some("p"));
+        assert!(t.kind == Kind::ValidatingPolicy && t.status && t.name.as_deref() == Some("p"));
         let Some(Route::Resource(t)) =
             route("/apis/admissionregistration.k8s.io/v1/watch/validatingadmissionpolicybindings/b")
         else {
             panic!("a watch route")
         };
-        assert!(t.kind == Kind::Binding && t.watch && !t.status);
+        assert!(t.kind == Kind::ValidatingBinding && t.watch && !t.status);
         assert!(matches!(
             route("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/b/status"),
             Some(Route::NotFound)
@@ -1596,42 +1672,43 @@ mod tests {
     #[test]
     fn create_update_conflict_status_and_delete() {
         let mut s = Store::default();
-        let made = s.create(Kind::Policy, policy("p"), false).unwrap();
+        let made = s.create(Kind::ValidatingPolicy, policy("p"), false).unwrap();
         assert_eq!(made["metadata"]["generation"], 1);
         assert_eq!(made["metadata"]["resourceVersion"], "1");
         assert_eq!(made["spec"]["failurePolicy"], "Fail");
         assert_eq!(made["spec"]["matchConstraints"]["resourceRules"][0]["scope"], "*");
         assert_eq!(made["status"], json!({}));
-        assert_eq!(s.create(Kind::Policy, policy("p"), false).unwrap_err().reason, "AlreadyExists");
+        assert_eq!(s.create(Kind::ValidatingPolicy, policy("p"), false).unwrap_err().reason, "AlreadyExists");
         // A binding of the same name is another object, on the same counter.
         let binding = json!({"metadata": {"name": "p"}, "spec": {"policyName": "p", "validationActions": ["Deny"]}});
-        assert_eq!(s.create(Kind::Binding, binding, false).unwrap()["metadata"]["resourceVersion"], "2");
+        assert_eq!(s.create(Kind::ValidatingBinding, binding, false).unwrap()["metadata"]["resourceVersion"], "2");
 
         let mut stale = made.clone();
         stale["spec"]["validations"][0]["expression"] = "false".into();
-        let updated = s.update(Kind::Policy, "p", stale.clone(), false, false).unwrap();
+        let updated = s.update(Kind::ValidatingPolicy, "p", stale.clone(), false, false).unwrap();
         assert_eq!(
             (updated["metadata"]["generation"].clone(), updated["metadata"]["resourceVersion"].clone()),
             (json!(2), json!("3"))
         );
-        assert_eq!(s.update(Kind::Policy, "p", stale, false, false).unwrap_err().code, 409);
+        assert_eq!(s.update(Kind::ValidatingPolicy, "p", stale, false, false).unwrap_err().code, 409);
         // Nothing changed: no write.
         assert_eq!(
-            s.update(Kind::Policy, "p", updated.clone(), false, false).unwrap()["metadata"]["resourceVersion"],
+            s.update(Kind::ValidatingPolicy, "p", updated.clone(), false, false).unwrap()["metadata"]
+                ["resourceVersion"],
             "3"
         );
 
         let mut with_status = updated.clone();
         with_status["status"] = json!({"observedGeneration": 2});
         with_status["spec"]["validations"] = json!([]);
-        let after = s.update(Kind::Policy, "p", with_status, true, false).unwrap();
+        let after = s.update(Kind::ValidatingPolicy, "p", with_status, true, false).unwrap();
         assert_eq!(after["status"]["observedGeneration"], 2);
         assert_eq!(after["spec"], updated["spec"], "the status subresource keeps the spec");
         assert_eq!(after["metadata"]["generation"], 2);
 
         let merged = s
             .patch(
-                Kind::Policy,
+                Kind::ValidatingPolicy,
                 "p",
                 "application/strategic-merge-patch+json",
                 br#"{"$setElementOrder/validations":[{"expression":"x"}],"metadata":{"labels":{"c":"d"}}}"#,
@@ -1645,7 +1722,7 @@ mod tests {
 
         let applied = s
             .patch(
-                Kind::Policy,
+                Kind::ValidatingPolicy,
                 "q",
                 "application/apply-patch+yaml",
                 serde_yaml::to_string(&policy("q")).unwrap().as_bytes(),
@@ -1656,26 +1733,29 @@ mod tests {
             .unwrap();
         assert_eq!(applied.0, 201);
 
-        let gone = s.delete(Kind::Policy, "p", &json!({"preconditions": {"uid": "nope"}}), false).unwrap_err();
+        let gone =
+            s.delete(Kind::ValidatingPolicy, "p", &json!({"preconditions": {"uid": "nope"}}), false).unwrap_err();
         assert_eq!(gone.code, 409);
-        let gone = s.delete(Kind::Policy, "p", &Value::Null, false).unwrap();
+        let gone = s.delete(Kind::ValidatingPolicy, "p", &Value::Null, false).unwrap();
         assert_eq!(gone["metadata"]["resourceVersion"], s.rv.to_string());
         assert_eq!(s.history.back().unwrap().typ, "DELETED");
-        assert_eq!(s.delete(Kind::Policy, "p", &Value::Null, false).unwrap_err().reason, "NotFound");
+        assert_eq!(s.delete(Kind::ValidatingPolicy, "p", &Value::Null, false).unwrap_err().reason, "NotFound");
     }
 
     #[test]
     fn invalid_objects_are_refused_as_kube_apiserver_words_it() {
         let mut s = Store::default();
         let e = s
-            .create(Kind::Binding, json!({"metadata": {"name": "b"}, "spec": {"policyName": "p"}}), false)
+            .create(Kind::ValidatingBinding, json!({"metadata": {"name": "b"}, "spec": {"policyName": "p"}}), false)
             .unwrap_err();
         assert_eq!((e.code, e.reason), (422, "Invalid"));
         assert_eq!(
             e.message,
             "ValidatingAdmissionPolicyBinding.admissionregistration.k8s.io \"b\" is invalid: spec.validationActions: Required value: at least one validation action is required"
         );
-        let e = s.create(Kind::Policy, json!({"kind": "ConfigMap", "metadata": {"name": "p"}}), false).unwrap_err();
+        let e = s
+            .create(Kind::ValidatingPolicy, json!({"kind": "ConfigMap", "metadata": {"name": "p"}}), false)
+            .unwrap_err();
         assert_eq!(e.code, 400);
     }
 
@@ -1687,7 +1767,7 @@ mod tests {
         new["metadata"]["labels"]["a"] = "c".into();
         let change = |object: &Value, old: &Value| Change {
             rv: 7,
-            kind: Kind::Policy,
+            kind: Kind::ValidatingPolicy,
             typ: "MODIFIED",
             object: object.clone(),
             old: Some(old.clone()),
@@ -1698,5 +1778,172 @@ mod tests {
         assert_eq!(filter.translate(&change(&old, &new)).unwrap().0, "ADDED");
         old["metadata"]["labels"]["a"] = "x".into();
         assert!(filter.translate(&change(&new, &old)).is_none());
+    }
+
+    #[test]
+    fn mutating_policies_and_bindings_are_created_listed_and_defaulted_as_kube_apiserver_does() {
+        let mut s = Store::default();
+        // A status in the body is not a field of v1 MutatingAdmissionPolicy: dropped, and none is added.
+        let mut body = mutating_policy("m");
+        body["status"] = json!({"observedGeneration": 3});
+        let made = s.create(Kind::MutatingPolicy, body, false).unwrap();
+        assert_eq!(made["kind"], "MutatingAdmissionPolicy");
+        assert_eq!(made["metadata"]["generation"], 1);
+        assert!(made.get("status").is_none(), "{made}");
+        let spec = &made["spec"];
+        assert_eq!(spec["failurePolicy"], "Fail");
+        let m = &spec["matchConstraints"];
+        assert_eq!(
+            (&m["matchPolicy"], &m["namespaceSelector"], &m["objectSelector"]),
+            (&json!("Equivalent"), &json!({}), &json!({}))
+        );
+        assert_eq!(m["resourceRules"][0]["scope"], "*");
+        assert_eq!(spec["reinvocationPolicy"], "Never");
+        assert_eq!(s.create(Kind::MutatingPolicy, mutating_policy("m"), false).unwrap_err().reason, "AlreadyExists");
+
+        // The binding: matchResources defaulted; a paramRef's parameterNotFoundAction is not (v1 requires it).
+        let binding = json!({"metadata": {"name": "m"},
+                             "spec": {"policyName": "m", "paramRef": {"name": "limits", "namespace": "default"},
+                                      "matchResources": {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["deployments"]}]}}});
+        let bound = s.create(Kind::MutatingBinding, binding, false).unwrap();
+        assert_eq!(bound["kind"], "MutatingAdmissionPolicyBinding");
+        assert_eq!(bound["metadata"]["resourceVersion"], "2");
+        let r = &bound["spec"]["matchResources"];
+        assert_eq!(
+            (&r["matchPolicy"], &r["namespaceSelector"], &r["objectSelector"]),
+            (&json!("Equivalent"), &json!({}), &json!({}))
+        );
+        assert_eq!(r["resourceRules"][0]["scope"], "*");
+        assert!(bound["spec"]["paramRef"].get("parameterNotFoundAction").is_none(), "{bound}");
+        assert!(bound["spec"].get("validationActions").is_none());
+
+        // Same names, other kinds: other objects, each listed under its own kind only.
+        s.create(Kind::ValidatingPolicy, policy("m"), false).unwrap();
+        assert_eq!(s.objects.get(&(Kind::MutatingPolicy, "m".into())), Some(&made));
+        let listed: Vec<&Value> = s.list(Kind::MutatingPolicy).collect();
+        assert_eq!(listed, [&made]);
+        assert_eq!(s.list(Kind::MutatingBinding).map(name_of).collect::<Vec<_>>(), ["m"]);
+        let list = list_of(Kind::MutatingBinding, s.list(Kind::MutatingBinding).cloned().collect(), s.rv);
+        assert_eq!(
+            (&list["kind"], &list["metadata"]["resourceVersion"]),
+            (&json!("MutatingAdmissionPolicyBindingList"), &json!("3"))
+        );
+
+        // An update keeps the policy without a status, and a spec change bumps the generation.
+        let mut changed = made.clone();
+        changed["spec"]["reinvocationPolicy"] = "IfNeeded".into();
+        let updated = s.update(Kind::MutatingPolicy, "m", changed, false, false).unwrap();
+        assert_eq!((&updated["metadata"]["generation"], updated.get("status")), (&json!(2), None));
+    }
+
+    #[test]
+    fn mutating_kinds_refuse_what_kube_apiserver_requires() {
+        let mut s = Store::default();
+        let mut body = mutating_policy("m");
+        body["spec"].as_object_mut().unwrap().remove("reinvocationPolicy");
+        body["spec"]["mutations"] = json!([]);
+        let e = s.create(Kind::MutatingPolicy, body, false).unwrap_err();
+        assert_eq!((e.code, e.reason), (422, "Invalid"));
+        assert_eq!(
+            e.message,
+            "MutatingAdmissionPolicy.admissionregistration.k8s.io \"m\" is invalid: [spec.mutations: Required value: mutations must contain at least one item, spec.reinvocationPolicy: Required value]"
+        );
+        let e = s.create(Kind::MutatingBinding, json!({"metadata": {"name": "b"}, "spec": {}}), false).unwrap_err();
+        assert_eq!(
+            e.message,
+            "MutatingAdmissionPolicyBinding.admissionregistration.k8s.io \"b\" is invalid: spec.policyName: Required value"
+        );
+        assert!(s.objects.is_empty());
+    }
+
+    #[test]
+    fn a_mutating_policy_has_no_status_subresource() {
+        let path = |rest: &str| format!("{PREFIX}/{rest}");
+        for rest in ["mutatingadmissionpolicies/m/status", "mutatingadmissionpolicybindings/b/status"] {
+            assert!(matches!(route(&path(rest)), Some(Route::NotFound)), "{rest}");
+        }
+        // What the front answers for Route::NotFound: kube-apiserver's 404 for a path it does not serve.
+        let status = ApiError::not_found_path();
+        assert_eq!((status.code, status.reason), (404, "NotFound"));
+        assert_eq!(status.response().status(), StatusCode::NOT_FOUND);
+        assert!(matches!(route(&path("validatingadmissionpolicies/v/status")), Some(Route::Resource(t)) if t.status));
+
+        let Some(Route::Resource(t)) = route(&path("mutatingadmissionpolicies/m")) else { panic!("a MAP route") };
+        assert!(t.kind == Kind::MutatingPolicy && !t.status && t.name.as_deref() == Some("m"));
+        let Some(Route::Resource(t)) = route(&path("watch/mutatingadmissionpolicybindings")) else { panic!("a watch") };
+        assert!(t.kind == Kind::MutatingBinding && t.watch && t.name.is_none());
+        // RBAC is asked about the resource as kube-apiserver's authorizer names it.
+        assert_eq!(
+            t.attributes("watch"),
+            json!({"verb": "watch", "group": GROUP, "version": "v1", "resource": "mutatingadmissionpolicybindings"})
+        );
+    }
+
+    #[test]
+    fn discovery_adds_the_four_resources_where_kube_apiserver_lists_them() {
+        let webhook = |name: &str, kind: &str| json!({"name": name, "singularName": "", "namespaced": false, "kind": kind, "verbs": ["get"]});
+        let mut list = json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": GROUP_VERSION,
+                              "resources": [webhook("mutatingwebhookconfigurations", "MutatingWebhookConfiguration"),
+                                            webhook("validatingwebhookconfigurations", "ValidatingWebhookConfiguration")]});
+        merge_discovery(&mut list);
+        // Merging again (or over a list that has them) gives the same list.
+        let once = list.clone();
+        merge_discovery(&mut list);
+        assert_eq!(list, once);
+        let resources = list["resources"].as_array().unwrap();
+        let names: Vec<&str> = resources.iter().map(|r| r["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            [
+                "mutatingadmissionpolicies",
+                "mutatingadmissionpolicybindings",
+                "mutatingwebhookconfigurations",
+                "validatingadmissionpolicies",
+                "validatingadmissionpolicies/status",
+                "validatingadmissionpolicybindings",
+                "validatingwebhookconfigurations",
+            ]
+        );
+        let map = &resources[0];
+        assert_eq!(
+            map,
+            &json!({"name": "mutatingadmissionpolicies", "singularName": "mutatingadmissionpolicy", "namespaced": false,
+                    "kind": "MutatingAdmissionPolicy", "categories": ["api-extensions"],
+                    "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]})
+        );
+        assert_eq!(
+            (&resources[1]["kind"], &resources[1]["singularName"]),
+            (&json!("MutatingAdmissionPolicyBinding"), &json!("mutatingadmissionpolicybinding"))
+        );
+    }
+
+    #[test]
+    fn tables_have_kube_apiserver_printer_columns() {
+        let columns = |t: &Value| -> Vec<String> {
+            t["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap().to_owned()).collect()
+        };
+        let mut s = Store::default();
+        let mut with_params = mutating_policy("m");
+        with_params["spec"]["paramKind"] = json!({"apiVersion": "v1", "kind": "ConfigMap"});
+        let m = s.create(Kind::MutatingPolicy, with_params, false).unwrap();
+        let table = table_of(Kind::MutatingPolicy, &[m], "", Some(s.rv));
+        assert_eq!(columns(&table), ["Name", "Mutations", "ParamKind", "Age"]);
+        let cells = &table["rows"][0]["cells"];
+        assert_eq!((&cells[0], &cells[1], &cells[2]), (&json!("m"), &json!(2), &json!("v1/ConfigMap")));
+        assert_eq!(table["rows"][0]["object"]["kind"], "PartialObjectMetadata");
+        assert_eq!(table["metadata"]["resourceVersion"], s.rv.to_string());
+
+        let binding = json!({"metadata": {"name": "b"}, "spec": {"policyName": "m", "paramRef": {"name": "limits"}}});
+        let b = s.create(Kind::MutatingBinding, binding, false).unwrap();
+        let table = table_of(Kind::MutatingBinding, &[b], "None", None);
+        assert_eq!(columns(&table), ["Name", "PolicyName", "ParamRef", "Age"]);
+        let cells = &table["rows"][0]["cells"];
+        assert_eq!((&cells[0], &cells[1], &cells[2]), (&json!("b"), &json!("m"), &json!("*/limits")));
+        assert!(table["rows"][0].get("object").is_none());
+
+        let v = s.create(Kind::ValidatingPolicy, policy("v"), false).unwrap();
+        let table = table_of(Kind::ValidatingPolicy, &[v], "", None);
+        assert_eq!(columns(&table), ["Name", "Validations", "ParamKind", "Age"]);
+        assert_eq!(table["rows"][0]["cells"][1], 1);
     }
 }
