@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::core::Status;
-use podset_apiserver::admission::policy::{manifests, VALIDATION_FAILURE_ANNOTATION};
+use podset_apiserver::admission::policy::{manifests, ValidatingKind, VALIDATION_FAILURE_ANNOTATION};
 use podset_apiserver::admission::{
-    recommended, Admission, Attributes, Chain, Error, Namespaces, ObjectReads, Outcome, PluginConfig, Policies,
-    RequestOptions, Sources, WriteKind,
+    recommended, Admission, Attributes, Chain, Error, Namespaces, ObjectReads, Outcome, PluginConfig, RequestOptions,
+    Sources, ValidatingPolicies, WriteKind,
 };
 use podset_apiserver::api::{Operation, Subresource, UserInfo};
 use podset_apiserver::apiserver::error::ApiError;
@@ -56,7 +56,7 @@ impl cel::Authorizer for Recording {
     }
 }
 
-fn chain(policies: Policies, authorizer: Option<Arc<dyn cel::Authorizer>>) -> Chain {
+fn chain(policies: ValidatingPolicies, authorizer: Option<Arc<dyn cel::Authorizer>>) -> Chain {
     let sources = Sources {
         namespaces: namespaces(),
         configurations: None,
@@ -67,7 +67,7 @@ fn chain(policies: Policies, authorizer: Option<Arc<dyn cel::Authorizer>>) -> Ch
 }
 
 fn fixed(p: Vec<ValidatingAdmissionPolicy>, b: Vec<ValidatingAdmissionPolicyBinding>) -> Chain {
-    chain(Policies::fixed(&p, &b), None)
+    chain(ValidatingPolicies::fixed(&p, &b), None)
 }
 
 fn jane() -> UserInfo {
@@ -196,8 +196,10 @@ async fn the_authorizer_asks_for_the_requests_user() {
             "message": "more than 10 replicas needs approve"}]}),
     );
     let recording = Arc::new(Recording::default());
-    let c =
-        chain(Policies::fixed(&[p], &[binding("approval-binding", "approval", &["Deny"])]), Some(recording.clone()));
+    let c = chain(
+        ValidatingPolicies::fixed(&[p], &[binding("approval-binding", "approval", &["Deny"])]),
+        Some(recording.clone()),
+    );
     let alice = UserInfo::named("alice", vec![]);
     admit(&c, &create_as("default", alice), &mut podset(20, false)).await.0.unwrap();
     let e = admit(&c, &create("default"), &mut podset(20, false)).await.0.unwrap_err();
@@ -330,7 +332,7 @@ async fn manifests_are_loaded_refused_with_the_file_and_reason_and_reloaded() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "policy.yaml", &MANIFEST.replace("MAX", "3"));
     write(dir.path(), "notes.txt", "not read");
-    let policies = Policies::default();
+    let policies = ValidatingPolicies::default();
     let stop = tokio_util::sync::CancellationToken::new();
     manifests::start(dir.path().to_owned(), &policies, "test".into(), stop.clone()).unwrap();
     policies.cluster_absent();
@@ -409,7 +411,7 @@ fn bad_manifests_are_refused_with_the_file_and_the_reason() {
     for (text, want) in cases {
         let dir = tempfile::tempdir().unwrap();
         write(dir.path(), "p.yaml", text);
-        let e = manifests::load(dir.path()).unwrap_err();
+        let e = manifests::load::<ValidatingKind>(dir.path()).unwrap_err();
         assert!(e.contains(want), "{e:?} does not say {want:?}");
     }
     // A List, JSON, and two files load together.
@@ -423,7 +425,7 @@ fn bad_manifests_are_refused_with_the_file_and_the_reason() {
         &format!("{{\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [{}]}}", as_json(&policy)),
     );
     write(dir.path(), "b.yml", &binding);
-    let loaded = manifests::load(dir.path()).unwrap();
+    let loaded = manifests::load::<ValidatingKind>(dir.path()).unwrap();
     assert_eq!((loaded.policies, loaded.bindings, loaded.hooks.len()), (1, 1, 1));
     assert!(loaded.hash.starts_with("sha256:"));
     assert!(podset_apiserver::admission::manifest::validate_dir(std::path::Path::new("relative"))

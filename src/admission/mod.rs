@@ -46,7 +46,7 @@ pub use error::{denial_code, policy_reason_code, Error, GroupResource};
 pub use namespace::{NamespaceLifecycle, Namespaces};
 pub use options::{RequestOptions, WriteKind};
 pub use plugins::{recommended, Factory, PluginConfig, PluginContext, Plugins, Sources, WebhookPluginConfig};
-pub use policy::{Policies, ValidatingAdmissionPolicyPlugin};
+pub use policy::{ValidatingAdmissionPolicyPlugin, ValidatingPolicies};
 pub use quota::{LimitedResource, Quotas, ResourceQuota};
 pub use webhook::{MutatingWebhooks, StaticWebhooks, ValidatingWebhooks, WebhookClients, WebhookConfigurations};
 

@@ -8,8 +8,9 @@ use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    policy, webhook, Chain, Handler, LimitedResource, MutatingWebhooks, NamespaceLifecycle, Namespaces, Policies,
-    Quotas, ResourceQuota, ValidatingAdmissionPolicyPlugin, ValidatingWebhooks, WebhookClients, WebhookConfigurations,
+    policy, webhook, Chain, Handler, LimitedResource, MutatingWebhooks, NamespaceLifecycle, Namespaces, Quotas,
+    ResourceQuota, ValidatingAdmissionPolicyPlugin, ValidatingPolicies, ValidatingWebhooks, WebhookClients,
+    WebhookConfigurations,
 };
 
 /// Makes a plugin from what the context holds; None when it cannot run here (a source it reads was not given).
@@ -109,7 +110,7 @@ pub struct PluginConfig {
     /// ValidatingAdmissionPolicy's `staticManifestsDir`.
     pub policy_manifests: Option<std::path::PathBuf>,
     /// ValidatingAdmissionPolicy's policies, with those of its `staticManifestsDir` already loaded.
-    pub policies: Option<Policies>,
+    pub policies: Option<ValidatingPolicies>,
     /// ResourceQuota's `limitedResources`.
     pub limited_resources: Vec<LimitedResource>,
 }
@@ -122,7 +123,7 @@ pub struct Sources {
     pub configurations: Option<WebhookConfigurations>,
     pub quotas: Option<Quotas>,
     /// ValidatingAdmissionPolicy's policies, and the param caches of the cluster's.
-    pub policies: Option<(Policies, policy::Params)>,
+    pub policies: Option<(ValidatingPolicies, policy::Params)>,
 }
 
 /// What the factories read: the plugins' configuration, and the main API server's objects, either given by hand
@@ -133,7 +134,7 @@ pub struct PluginContext {
     main: Option<(kube::Client, CancellationToken)>,
     configurations: OnceLock<Option<WebhookConfigurations>>,
     quotas: OnceLock<Option<Quotas>>,
-    policies: OnceLock<Option<(Policies, policy::Params)>>,
+    policies: OnceLock<Option<(ValidatingPolicies, policy::Params)>>,
 }
 
 impl PluginContext {
@@ -193,7 +194,7 @@ impl PluginContext {
     }
 
     /// ValidatingAdmissionPolicy's policies (those of manifests, then the cluster's), and their param caches.
-    pub(crate) fn policies(&self) -> Option<(Policies, policy::Params)> {
+    pub(crate) fn policies(&self) -> Option<(ValidatingPolicies, policy::Params)> {
         let watch = || {
             let (client, stop) = self.main_api_server()?;
             let policies = self.config.policies.clone().unwrap_or_default();

@@ -1,5 +1,5 @@
-//! The cluster's ValidatingAdmissionPolicies and bindings (`admissionregistration.k8s.io/v1`, GA in 1.30), watched
-//! from the main API server. Before it watches, the source checks that the API is served and that RBAC lets this
+//! The cluster's policies and bindings of a kind (`admissionregistration.k8s.io/v1`: ValidatingAdmissionPolicies GA
+//! in 1.30, MutatingAdmissionPolicies in 1.36), watched from the main API server. Before it watches, the source checks that the API is served and that RBAC lets this
 //! server list and watch both resources (a watch that cannot succeed would only retry and log); where either
 //! fails, it says so once, leaves only manifests in force, keeps the server ready, and checks again every few
 //! minutes, so an upgraded control plane or a late RBAC grant is picked up.
@@ -9,18 +9,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use tokio_util::sync::CancellationToken;
 
-use super::compiled::{Binding, Origin, Policy};
+use kube::Resource;
+
 use super::params::Params;
-use super::{hooks, Policies};
+use super::{hooks, Policy, PolicyKind, PolicySet};
 
 const POLICY_GROUP: &str = "admissionregistration.k8s.io";
-const RESOURCES: [&str; 2] = ["validatingadmissionpolicies", "validatingadmissionpolicybindings"];
 
 /// How long the source waits before it asks again whether the API is served and allowed.
 pub const RECHECK: Duration = Duration::from_secs(180);
@@ -45,22 +44,20 @@ impl State {
     }
 }
 
-fn set_gauge(state: &State) {
+fn set_gauge(plugin: &str, state: &State) {
     let g = &crate::admission::metrics::metrics().policy_source;
     for s in ["watching", "not_served", "forbidden", "unreachable"] {
-        let labels = crate::admission::metrics::PolicySourceLabels {
-            plugin: "ValidatingAdmissionPolicy".into(),
-            state: s.into(),
-        };
+        let labels = crate::admission::metrics::PolicySourceLabels { plugin: plugin.into(), state: s.into() };
         g.get_or_create(&labels).set(i64::from(s == state.label()));
     }
 }
 
 /// Whether the main API server serves both resources, and this server may list and watch them.
-async fn check(client: &kube::Client) -> State {
+async fn check<K: PolicyKind>(client: &kube::Client) -> State {
+    let resources = [K::POLICY.1, K::BINDING.1];
     match client.list_api_group_resources(&format!("{POLICY_GROUP}/v1")).await {
         Ok(list) => {
-            if !RESOURCES.iter().all(|r| list.resources.iter().any(|x| x.name == *r)) {
+            if !resources.iter().all(|r| list.resources.iter().any(|x| x.name == *r)) {
                 return State::NotServed;
             }
         }
@@ -68,7 +65,7 @@ async fn check(client: &kube::Client) -> State {
         Err(e) => return State::Unreachable(e.to_string()),
     }
     let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client.clone());
-    for resource in RESOURCES {
+    for resource in resources {
         for verb in ["list", "watch"] {
             let review = SelfSubjectAccessReview {
                 spec: SelfSubjectAccessReviewSpec {
@@ -93,27 +90,29 @@ async fn check(client: &kube::Client) -> State {
 }
 
 /// Watches the cluster's policies into `policies` until `stop`; `params` resolves their `paramRef`s.
-pub fn watch(client: kube::Client, policies: Policies, params: Params, stop: CancellationToken) {
+pub fn watch<K: PolicyKind>(client: kube::Client, policies: PolicySet<K>, params: Params, stop: CancellationToken) {
+    let (plugin, resource) = (K::PLUGIN, K::POLICY.1);
     tokio::spawn(async move {
         let mut last = None;
         loop {
-            let state = check(&client).await;
-            set_gauge(&state);
+            let state = check::<K>(&client).await;
+            set_gauge(plugin, &state);
             if last.as_ref() != Some(&state) {
                 match &state {
-                    State::Watching => tracing::info!("ValidatingAdmissionPolicy: watching the cluster's policies and bindings"),
+                    State::Watching => tracing::info!("{plugin}: watching the cluster's policies and bindings"),
                     State::NotServed => tracing::warn!(
-                        "ValidatingAdmissionPolicy: the main API server does not serve {POLICY_GROUP}/v1 validatingadmissionpolicies \
-                         (Kubernetes before 1.30): only policies from staticManifestsDir are enforced; checking again every {}s",
+                        "{plugin}: the main API server does not serve {POLICY_GROUP}/v1 {resource} \
+                         (Kubernetes before {}): only policies from staticManifestsDir are enforced; checking again every {}s",
+                        K::SINCE,
                         RECHECK.as_secs()
                     ),
                     State::Forbidden(what) => tracing::warn!(
-                        "ValidatingAdmissionPolicy: RBAC does not allow this server to {what}: only policies from \
+                        "{plugin}: RBAC does not allow this server to {what}: only policies from \
                          staticManifestsDir are enforced (deploy/base/rbac.yaml grants it); checking again every {}s",
                         RECHECK.as_secs()
                     ),
                     State::Unreachable(e) => tracing::warn!(error = %e,
-                        "ValidatingAdmissionPolicy: cannot ask the main API server about validatingadmissionpolicies; checking again"),
+                        "{plugin}: cannot ask the main API server about {resource}; checking again"),
                 }
             }
             last = Some(state.clone());
@@ -125,16 +124,16 @@ pub fn watch(client: kube::Client, policies: Policies, params: Params, stop: Can
                     _ = tokio::time::sleep(wait) => continue,
                 }
             }
-            run(&client, &policies, &params, &stop).await;
+            run::<K>(&client, &policies, &params, &stop).await;
             return;
         }
     });
 }
 
 /// Keeps `policies` equal to what watches of both resources see, compiling only policies that changed.
-async fn run(client: &kube::Client, policies: &Policies, params: &Params, stop: &CancellationToken) {
-    let (policy_store, policy_writer) = reflector::store::<ValidatingAdmissionPolicy>();
-    let (binding_store, binding_writer) = reflector::store::<ValidatingAdmissionPolicyBinding>();
+async fn run<K: PolicyKind>(client: &kube::Client, policies: &PolicySet<K>, params: &Params, stop: &CancellationToken) {
+    let (policy_store, policy_writer) = reflector::store::<K::Policy>();
+    let (binding_store, binding_writer) = reflector::store::<K::Binding>();
     let p = watcher::watcher(kube::Api::all(client.clone()), watcher::Config::default())
         .default_backoff()
         .reflect(policy_writer)
@@ -144,7 +143,7 @@ async fn run(client: &kube::Client, policies: &Policies, params: &Params, stop: 
         .reflect(binding_writer)
         .map(|e| e.map(|_| ()));
     let mut events = std::pin::pin!(futures::stream::select(p, b));
-    let mut compiled: HashMap<String, Arc<Policy>> = HashMap::new();
+    let mut compiled: HashMap<String, Arc<Policy<K::Body>>> = HashMap::new();
     loop {
         let event = tokio::select! {
             _ = stop.cancelled() => return,
@@ -153,7 +152,7 @@ async fn run(client: &kube::Client, policies: &Policies, params: &Params, stop: 
         match event {
             None => return,
             Some(Err(e)) => {
-                tracing::warn!(error = %e, "ValidatingAdmissionPolicy: watching policies and bindings");
+                tracing::warn!(error = %e, "{}: watching policies and bindings", K::PLUGIN);
                 continue;
             }
             Some(Ok(())) => {}
@@ -163,30 +162,30 @@ async fn run(client: &kube::Client, policies: &Policies, params: &Params, stop: 
         if ready(policy_store.wait_until_ready().now_or_never())
             && ready(binding_store.wait_until_ready().now_or_never())
         {
-            rebuild(&policy_store, &binding_store, &mut compiled, policies, params);
+            rebuild::<K>(&policy_store, &binding_store, &mut compiled, policies, params);
         }
     }
 }
 
-fn rebuild(
-    policy_store: &Store<ValidatingAdmissionPolicy>,
-    binding_store: &Store<ValidatingAdmissionPolicyBinding>,
-    compiled: &mut HashMap<String, Arc<Policy>>,
-    policies: &Policies,
+fn rebuild<K: PolicyKind>(
+    policy_store: &Store<K::Policy>,
+    binding_store: &Store<K::Binding>,
+    compiled: &mut HashMap<String, Arc<Policy<K::Body>>>,
+    policies: &PolicySet<K>,
     params: &Params,
 ) {
     let mut now = HashMap::new();
     for p in policy_store.state() {
-        let name = p.metadata.name.clone().unwrap_or_default();
-        let version = p.metadata.resource_version.clone().unwrap_or_default();
+        let name = p.meta().name.clone().unwrap_or_default();
+        let version = p.meta().resource_version.clone().unwrap_or_default();
         let policy = match compiled.get(&name) {
             Some(c) if c.resource_version == version => c.clone(),
-            _ => Arc::new(Policy::compile(&p, Origin::Cluster)),
+            _ => Arc::new(K::compile(&p, super::Origin::Cluster)),
         };
         now.insert(name, policy);
     }
     *compiled = now;
     params.track(compiled.values().filter_map(|p| p.param_kind.clone()));
-    let bindings = binding_store.state().iter().map(|b| Arc::new(Binding::compile(b))).collect();
-    policies.set_cluster(hooks(compiled.values().cloned().collect(), bindings));
+    let bindings = binding_store.state().iter().map(|b| Arc::new(K::binding(b))).collect();
+    policies.set_cluster(hooks::<K>(compiled.values().cloned().collect(), bindings));
 }

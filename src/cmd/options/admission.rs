@@ -10,8 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admission::activation::ExpressionAuthorizer;
 use crate::admission::{
-    recommended, Chain, LimitedResource, MutatingWebhooks, PluginConfig, Policies, ResourceQuota,
-    ValidatingAdmissionPolicyPlugin, ValidatingWebhooks, WebhookClients,
+    recommended, Chain, LimitedResource, MutatingWebhooks, PluginConfig, ResourceQuota,
+    ValidatingAdmissionPolicyPlugin, ValidatingPolicies, ValidatingWebhooks, WebhookClients,
 };
 use crate::cmd::encryption::apiserver_id_hash;
 
@@ -121,7 +121,7 @@ impl AdmissionOptions {
         )
         .map_err(|e| anyhow::anyhow!("--admission-control-config-file: {e}"))?;
         if let (Some(dir), true) = (&config.policy_manifests, on(ValidatingAdmissionPolicyPlugin::NAME)) {
-            let policies = Policies::default();
+            let policies = ValidatingPolicies::default();
             crate::admission::policy::manifests::start(dir.clone(), &policies, apiserver_id_hash(), stop.clone())
                 .map_err(|e| anyhow::anyhow!("--admission-control-config-file: ValidatingAdmissionPolicy: {e}"))?;
             config.policies = Some(policies);

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::compiled::Policy;
+use super::compiled::ValidatingPolicy as Policy;
 use crate::admission::matchconditions::{compile_error, expression_error, Matched};
 use crate::cel::{self, Activation, Budget, EvalError, RUNTIME_BUDGET};
 
@@ -117,8 +117,8 @@ pub(crate) fn evaluate(policy: &Arc<Policy>, input: &Input) -> Result {
     // Validations and their messages share one budget; each phase evaluates the variables afresh, as kube's.
     activation.bind_variables(policy.variables.clone());
     let mut budget = Budget::default();
-    let mut decisions = Vec::with_capacity(policy.validations.len());
-    for (i, v) in policy.validations.iter().enumerate() {
+    let mut decisions = Vec::with_capacity(policy.body.validations.len());
+    for (i, v) in policy.body.validations.iter().enumerate() {
         let began = Instant::now();
         let program = match &v.program {
             Ok(p) => p,
@@ -171,7 +171,7 @@ pub(crate) fn evaluate(policy: &Arc<Policy>, input: &Input) -> Result {
     activation.bind_variables(policy.variables.clone());
     let messages = &activation;
     for i in 0..decisions.len() {
-        let v = &policy.validations[i];
+        let v = &policy.body.validations[i];
         let from_expression = match &v.message_expression {
             Some((_, Ok(p))) => match p.eval(messages, &mut budget) {
                 Ok(value) => usable_message(&value),
@@ -203,13 +203,13 @@ pub(crate) fn evaluate(policy: &Arc<Policy>, input: &Input) -> Result {
 
 /// The audit annotations, on a fresh budget; the authorizer is declared for them but not bound, as in kube.
 fn annotations(policy: &Policy, mut activation: Activation) -> Vec<Annotation> {
-    if policy.audit_annotations.is_empty() {
+    if policy.body.audit_annotations.is_empty() {
         return Vec::new();
     }
     activation.bind("authorizer", cel::Value::Null).bind_variables(policy.variables.clone());
     let mut budget = Budget::new(RUNTIME_BUDGET);
     let mut out = Vec::new();
-    for a in &policy.audit_annotations {
+    for a in &policy.body.audit_annotations {
         let program = match &a.program {
             Ok(p) => p,
             Err(e) if !policy.fail_open => {
