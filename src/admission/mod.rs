@@ -26,6 +26,7 @@ mod error;
 pub mod manifest;
 pub mod matchconditions;
 pub mod metrics;
+pub mod mutation;
 mod namespace;
 mod options;
 mod plugins;
@@ -43,6 +44,7 @@ use serde_json::Value;
 use tracing::Instrument;
 
 pub use error::{denial_code, policy_reason_code, Error, GroupResource};
+pub use mutation::ApplyConfigurationError;
 pub use namespace::{NamespaceLifecycle, Namespaces};
 pub use options::{RequestOptions, WriteKind};
 pub use plugins::{recommended, Factory, PluginConfig, PluginContext, Plugins, Sources, WebhookPluginConfig};
@@ -72,6 +74,15 @@ pub trait ObjectInterfaces: Send + Sync + std::fmt::Debug {
     /// every version of the resource and stays as it is).
     fn convert(&self, _object: &mut Value, _version: &str) -> Result<(), BoxError> {
         Ok(())
+    }
+
+    /// `patch`, a mutating admission policy's apply configuration, merged into `object` (the object under review,
+    /// as JSON) by the schema of the object's kind and version, as k8s.io/apiserver's `ApplyStructuredMergeDiff`:
+    /// refused when it names a field the schema does not declare or sets an atomic list, map or struct. The
+    /// merged object still has to be decoded and defaulted. A kind without a schema answers
+    /// [`ApplyConfigurationError::KindNotFound`], as kube-apiserver does when it has no OpenAPI for the kind.
+    fn apply_configuration(&self, object: &Value, _patch: &Value) -> Result<Value, ApplyConfigurationError> {
+        Err(ApplyConfigurationError::KindNotFound(mutation::gvk_text(object)))
     }
 }
 

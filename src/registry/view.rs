@@ -12,7 +12,7 @@ use super::error::Result;
 use super::key::ObjectKey;
 use super::options::FieldValidation;
 use super::strategy::{typed, Strategy};
-use crate::admission::{Attributes, BoxError, ObjectInterfaces, RequestOptions};
+use crate::admission::{ApplyConfigurationError, Attributes, BoxError, ObjectInterfaces, RequestOptions};
 use crate::api::resource::{ServedVersion, VersionInfo};
 use crate::api::{Operation, Subresource, UserInfo};
 
@@ -82,6 +82,17 @@ impl<S: Strategy> ObjectInterfaces for ObjectView<S> {
             .ok_or_else(|| format!("{version:?} is not a version of {}", S::INFO.group))?;
         S::INFO.convert_value(object, from, crate::api::resource::VersionIndex(to as u8));
         Ok(())
+    }
+
+    /// Merged by the schema the server publishes for the object's version, as kube's type converter reads it
+    /// from the OpenAPI of that group version.
+    fn apply_configuration(
+        &self,
+        object: &Value,
+        patch: &Value,
+    ) -> std::result::Result<Value, ApplyConfigurationError> {
+        let schema = S::field_manager(typed::<S>(S::INFO.version_of_value(object))).schema();
+        super::fieldmanager::apply_configuration(schema, object, patch).map_err(ApplyConfigurationError::Patch)
     }
 }
 
@@ -170,6 +181,63 @@ mod tests {
         assert_eq!(
             scale,
             serde_json::json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "web"}, "spec": {"replicas": 2}})
+        );
+    }
+
+    fn podset(version: &str) -> Value {
+        let mut ps = serde_json::json!({"apiVersion": format!("demo.k8s.io/{version}"), "kind": "PodSet",
+            "metadata": {"name": "web", "labels": {"app": "web"}},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}},
+                     "spec": {"containers": [{"name": "main", "image": "nginx"}]}}}});
+        ObjectView::<PodSetStrategy>::NEW.decode_and_default(&mut ps).unwrap();
+        ps
+    }
+
+    #[test]
+    fn a_podset_merges_an_apply_configuration_by_the_schema_of_its_version() {
+        use crate::admission::mutation::apply_configuration;
+        let view = ObjectView::<PodSetStrategy>::NEW;
+        let live = podset("v1alpha1");
+        let patch = serde_json::json!({"metadata": {"labels": {"team": "a"}}, "spec": {"replicas": 3}});
+        let mut merged = apply_configuration(view, &live, &patch).unwrap();
+        view.decode_and_default(&mut merged).unwrap();
+        assert_eq!(merged["metadata"]["labels"], serde_json::json!({"app": "web", "team": "a"}));
+        assert_eq!(merged["spec"]["replicas"], 3);
+        assert_eq!(merged["spec"]["template"], live["spec"]["template"]);
+        // v1alpha1 keeps minReadySeconds in an annotation; v1beta1 has the field.
+        let min_ready = serde_json::json!({"spec": {"minReadySeconds": 5}});
+        assert_eq!(
+            apply_configuration(view, &live, &min_ready).unwrap_err().to_string(),
+            "error applying patch: failed to convert patch object to typed object: .spec.minReadySeconds: field not \
+             declared in schema"
+        );
+        let beta = apply_configuration(view, &podset("v1beta1"), &min_ready).unwrap();
+        assert_eq!(beta["spec"]["minReadySeconds"], 5);
+        assert_eq!(
+            apply_configuration(view, &live, &serde_json::json!({"spec": {"selector": {"matchLabels": {"a": "b"}}}}))
+                .unwrap_err()
+                .to_string(),
+            "error applying patch: invalid ApplyConfiguration: may not mutate atomic arrays, maps or structs: .spec.selector"
+        );
+        // A scalar of the wrong kind merges, and the decode that follows every merge refuses it.
+        let mut many = apply_configuration(view, &live, &serde_json::json!({"spec": {"replicas": "many"}})).unwrap();
+        assert!(view.decode_and_default(&mut many).is_err());
+    }
+
+    #[test]
+    fn a_scale_takes_no_apply_configuration_as_in_kube_apiserver() {
+        let scale = serde_json::json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "web"},
+                                       "spec": {"replicas": 2}});
+        let e = crate::admission::mutation::apply_configuration(
+            super::super::scale::ScaleView::<PodSetStrategy>::NEW,
+            &scale,
+            &serde_json::json!({"spec": {"replicas": 3}}),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "error applying patch: failed to convert patch object to typed object: no corresponding type for \
+             autoscaling/v1, Kind=Scale"
         );
     }
 }

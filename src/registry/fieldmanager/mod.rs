@@ -3,7 +3,10 @@
 //!
 //! Objects are plain JSON here; the registry decides what a write may change (status vs main, defaults) and
 //! calls [`FieldManager::update`] for every create, update and patch, [`FieldManager::apply`] for an apply patch.
+//! A mutating admission policy's apply configuration merges by the same schema, tracked by nobody
+//! ([`apply_configuration`]).
 
+mod applyconfig;
 pub mod path;
 pub mod schema;
 pub mod set;
@@ -13,6 +16,7 @@ use std::collections::{btree_map, BTreeMap};
 
 use serde_json::{json, Map, Value};
 
+pub use self::applyconfig::apply_configuration;
 use self::path::{Path, PathElement};
 use self::schema::Schema;
 use self::set::Set;

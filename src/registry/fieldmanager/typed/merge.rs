@@ -2,7 +2,8 @@
 
 use super::*;
 
-/// `config` merged into `live`: the configuration wins on every field it sets; lists merge by their kind.
+/// `config` merged into `live`: the configuration wins on every field it sets; lists merge by their kind. A keyed
+/// list of `live` may repeat a key: the repeats stay unless `config` sets that key, which then replaces them all.
 pub fn merge(schema: &Schema, live: &Value, config: &Value) -> Result<Value, SchemaError> {
     let mut w = Walker {
         schema,

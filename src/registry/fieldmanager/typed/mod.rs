@@ -1,7 +1,9 @@
 //! Objects seen through the merge schema — structured-merge-diff's `typed` package, one job a file: the walk of
 //! two objects together (here), their field sets ([`tofieldset`]), the difference of two ([`compare`]), a created
 //! object's field set written straight as FieldsV1 ([`fieldsv1`]), the merge of an applied configuration into a
-//! live object ([`merge`]), removal of fields ([`remove`]) and pruning of undeclared ones ([`prune`]).
+//! live object ([`merge`]), removal of fields ([`remove`]) and pruning of undeclared ones ([`prune`]); and for an
+//! apply configuration a mutating admission policy merges, its check against the schema ([`validate`]) and the
+//! atomic values it sets ([`atomics`]).
 
 use std::collections::HashMap;
 
@@ -11,6 +13,7 @@ use super::path::{Path, PathElement};
 use super::schema::{ListKind, Schema, Type, TypeId, UNTYPED};
 use super::set::Set;
 
+mod atomics;
 mod compare;
 mod fieldsv1;
 mod merge;
@@ -19,13 +22,16 @@ mod remove;
 #[cfg(test)]
 mod tests;
 mod tofieldset;
+mod validate;
 
+pub use atomics::find_atomics;
 pub use compare::{compare, compare_with_skeleton, created_set, Comparison};
 pub use fieldsv1::write_created_fields_v1;
 pub use merge::merge;
 pub use prune::prune_unknown;
 pub use remove::{ensure_named_fields_are_members, remove_items};
 pub use tofieldset::to_field_set;
+pub use validate::{validate, ValidationErrors};
 
 /// A shape the schema cannot take (duplicate list keys, a list item without its key fields, …).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -138,6 +144,26 @@ pub(super) fn index_items<'v>(
     Ok((pes, by_pe))
 }
 
+/// A live list's items by their encoded path element; `None` for a key the list repeats.
+pub(super) type LiveItems<'v> = HashMap<String, Option<&'v Value>>;
+
+/// The items of a live list, as structured-merge-diff's merge indexes its left side: a key may repeat (kube-apiserver
+/// keeps objects with duplicate `env` names, say), and a repeated key stands for no single item (`None`).
+pub(super) fn index_live_items<'v>(
+    kind: &ListKind,
+    items: &'v [Value],
+    path: &Path,
+) -> Result<(Vec<PathElement>, LiveItems<'v>), SchemaError> {
+    let mut pes = Vec::with_capacity(items.len());
+    let mut by_pe = HashMap::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let pe = item_element(kind, item, i, path)?;
+        by_pe.entry(pe.encode()).and_modify(|v| *v = None).or_insert(Some(item));
+        pes.push(pe);
+    }
+    Ok((pes, by_pe))
+}
+
 /// Walks two objects together as structured-merge-diff's merging walker: `leaf` decides scalars and atomic
 /// values; `node` sees every other value after its children.
 pub(super) struct Walker<'s, L, N> {
@@ -195,19 +221,21 @@ where
             }
             Shape::List { element, kind } => {
                 let (l, r) = (as_list(lhs), as_list(rhs));
-                let (lpes, lby) = index_items(kind, l, path)?;
+                let (lpes, lby) = index_live_items(kind, l, path)?;
                 let (rpes, rby) = index_items(kind, r, path)?;
                 let mut out = Vec::with_capacity(l.len().max(r.len()));
-                let mut item = |w: &mut Self, pe: &PathElement, path: &mut Path| -> Result<(), SchemaError> {
-                    let key = pe.encode();
+                // `live`: the live item merged with the applied one of the same key, if any.
+                let mut item = |w: &mut Self, pe: &PathElement, live: Option<&Value>, path: &mut Path| {
                     path.push(pe.clone());
-                    let v = w.walk(element, path, lby.get(&key).copied(), rby.get(&key).copied());
+                    let v = w.walk(element, path, live, rby.get(&pe.encode()).copied());
                     path.pop();
                     if let Some(v) = v? {
                         out.push(v);
                     }
-                    Ok(())
+                    Ok::<(), SchemaError>(())
                 };
+                // A key the live list repeats merges with no live item: the applied one replaces them all.
+                let live = |pe: &PathElement| lby.get(&pe.encode()).copied().flatten();
                 // The order structured-merge-diff keeps: the applied order, with live-only items where they were.
                 let mut shared: std::collections::VecDeque<&PathElement> =
                     rpes.iter().filter(|pe| lby.contains_key(&pe.encode())).collect();
@@ -215,7 +243,7 @@ where
                 while li < lpes.len() || ri < rpes.len() {
                     if li < lpes.len() && ri < rpes.len() {
                         if lpes[li] == rpes[ri] {
-                            item(self, &lpes[li], path)?;
+                            item(self, &lpes[li], live(&lpes[li]), path)?;
                             if shared.front() == Some(&&lpes[li]) {
                                 shared.pop_front();
                             }
@@ -230,12 +258,13 @@ where
                         }
                     }
                     if li < lpes.len() && !rby.contains_key(&lpes[li].encode()) {
-                        item(self, &lpes[li], path)?;
+                        // The item itself: its key may repeat, and each repeat stays as it is.
+                        item(self, &lpes[li], Some(&l[li]), path)?;
                         li += 1;
                         continue;
                     }
                     if ri < rpes.len() {
-                        item(self, &rpes[ri], path)?;
+                        item(self, &rpes[ri], live(&rpes[ri]), path)?;
                         if shared.front() == Some(&&rpes[ri]) {
                             shared.pop_front();
                         }

@@ -172,8 +172,74 @@ fn bad_shapes_are_errors_not_panics() {
     assert!(to_field_set(&s, &keyless).unwrap_err().message.contains("omits key field \"name\""));
     let wrong = json!({"spec": {"containers": "nope", "replicas": {"x": 1}}});
     assert!(to_field_set(&s, &wrong).is_ok());
-    assert!(merge(&s, &dup, &json!({})).is_err());
+    // A live list may repeat a key (structured-merge-diff's merge allows it on its left side); a configuration may not.
+    assert_eq!(merge(&s, &dup, &json!({})).unwrap(), dup);
+    assert!(merge(&s, &json!({}), &dup).is_err());
     let mut unknown = json!({"spec": {"bogus": 1, "containers": [{"name": "a", "nope": true}]}});
     assert_eq!(prune_unknown(&s, &mut unknown), [".spec.bogus", ".spec.containers[0].nope"]);
     assert_eq!(unknown, json!({"spec": {"containers": [{"name": "a"}]}}));
+}
+
+#[test]
+fn a_key_the_live_list_repeats_stays_until_the_config_sets_it() {
+    let s = schema();
+    let live =
+        json!({"spec": {"containers": [{"name": "a", "image": "1"}, {"name": "b"}, {"name": "a", "image": "2"}]}});
+    let mut untouched = live.clone();
+    untouched["spec"]["replicas"] = json!(1);
+    assert_eq!(merge(&s, &live, &json!({"spec": {"replicas": 1}})).unwrap(), untouched);
+    // Set by the configuration, the repeats become its one item, where the first of them was.
+    let merged = merge(&s, &live, &json!({"spec": {"containers": [{"name": "a", "image": "3"}]}})).unwrap();
+    assert_eq!(merged, json!({"spec": {"containers": [{"name": "a", "image": "3"}, {"name": "b"}]}}));
+}
+
+#[test]
+fn validation_names_undeclared_fields_and_wrong_shapes_as_structured_merge_diff_does() {
+    let s = schema();
+    let fine = json!({"metadata": {"labels": {"a": "b"}, "finalizers": ["x"]}, "status": null,
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"a": "b"}},
+                 "containers": [{"name": "a", "ports": [{"containerPort": 80}, {"containerPort": 80, "protocol": "UDP"}]}]}});
+    assert_eq!(validate(&s, &fine), Ok(()));
+    let e = |v: Value| validate(&s, &v).unwrap_err().to_string();
+    assert_eq!(e(json!({"spec": {"replicasx": 1}})), ".spec.replicasx: field not declared in schema");
+    assert_eq!(
+        e(json!({"spec": {"containers": [{"name": "a", "nope": 1}]}})),
+        r#".spec.containers[name="a"].nope: field not declared in schema"#
+    );
+    assert_eq!(
+        e(json!({"spec": {"containers": {"name": "a"}}})),
+        r#".spec.containers: expected list, got {"name":"a"}"#
+    );
+    assert_eq!(e(json!({"spec": {"strategy": [1]}})), ".spec.strategy: expected map, got [1]");
+    assert_eq!(e(json!({"spec": {"replicas": {"x": 1}}})), r#".spec.replicas: expected scalar, got {"x":1}"#);
+    assert_eq!(e(json!([])), "expected map, got []");
+    assert_eq!(
+        e(json!({"spec": {"containers": [{"name": "a"}, {"name": "a"}]}})),
+        r#".spec.containers: duplicate entries for key [name="a"]"#
+    );
+    assert!(e(json!({"spec": {"containers": [{"image": "a"}]}})).contains("omits key field \"name\""));
+    // Several at once, one a line; a map's first undeclared field ends the walk of that map.
+    assert_eq!(
+        e(json!({"metadata": {"bogus": 1, "zzz": 2}, "spec": {"other": 1}})),
+        "errors:\n  .metadata.bogus: field not declared in schema\n  .spec.other: field not declared in schema"
+    );
+    // The schema has no scalar kinds: a string where an integer goes is for the typed decode to refuse.
+    assert_eq!(validate(&s, &json!({"spec": {"replicas": "three"}})), Ok(()));
+}
+
+#[test]
+fn atomics_are_found_by_the_schema_and_printed_as_kube_prints_them() {
+    let s = schema();
+    let patch = json!({"metadata": {"labels": {"a": "b"}, "finalizers": ["x"]}, "bogus": [1],
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"a": "b"}}, "strategy": {"max": 1},
+                 "containers": [{"name": "a", "ports": [{"containerPort": 80}]}, {"name": "b", "args": ["x"]}]}});
+    // Items by index, whatever the list's kind; undeclared fields are not walked.
+    assert_eq!(find_atomics(&s, &patch), [".spec.containers[1].args", ".spec.selector"]);
+    let granular = json!({"metadata": {"labels": {"x": "y"}}, "spec": {"containers": [{"name": "a", "image": "i"}]}});
+    assert!(find_atomics(&s, &granular).is_empty());
+    // Without a schema, a map is walked no further and a list is atomic with all it holds.
+    let defs = json!({"T": {"type": "object", "properties": {"raw": {"type": "object"}}}});
+    let untyped = Schema::from_openapi(defs.as_object().unwrap(), "T");
+    assert!(find_atomics(&untyped, &json!({"raw": {"x": [1, {"y": [2]}]}})).is_empty());
+    assert_eq!(find_atomics(&untyped, &json!({"raw": [{"a": [1]}, [2]]})), [".raw", ".raw[0]", ".raw[1]"]);
 }

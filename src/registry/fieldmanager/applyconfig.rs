@@ -1,0 +1,30 @@
+//! An apply configuration merged into an object as a mutating admission policy merges it (k8s.io/apiserver's
+//! `policy/mutating/patch/smd.go`, `ApplyStructuredMergeDiff`): checked against the schema, refused when it sets
+//! an atomic list, map or struct, then merged. No field is owned for it: a policy's fields are tracked by no
+//! manager, as there.
+
+use serde_json::Value;
+
+use super::schema::Schema;
+use super::typed::{find_atomics, merge, validate};
+use crate::admission::mutation::gvk_text;
+
+/// `patch` merged into `object` by `schema`, or why not in kube's words.
+pub fn apply_configuration(schema: &Schema, object: &Value, patch: &Value) -> Result<Value, String> {
+    let (patch_kind, object_kind) = (gvk_text(patch), gvk_text(object));
+    if patch_kind != object_kind {
+        return Err(format!("patch ({patch_kind}) and original object ({object_kind}) are not of the same gvk"));
+    }
+    validate(schema, patch).map_err(|e| format!("failed to convert patch object to typed object: {e}"))?;
+    let atomics = find_atomics(schema, patch);
+    if !atomics.is_empty() {
+        return Err(format!(
+            "invalid ApplyConfiguration: may not mutate atomic arrays, maps or structs: {}",
+            atomics.join(", ")
+        ));
+    }
+    merge(schema, object, patch).map_err(|e| format!("failed to merge patch: {e}"))
+}
+
+#[cfg(test)]
+mod tests;
