@@ -62,6 +62,7 @@ fn chain(policies: ValidatingPolicies, authorizer: Option<Arc<dyn cel::Authorize
         configurations: None,
         quotas: None,
         policies: Some((policies, Default::default())),
+        mutating_policies: None,
     };
     recommended().with_sources(sources, PluginConfig { authorizer, ..Default::default() }).unwrap()
 }

@@ -74,6 +74,7 @@ fn chain_with(
         configurations: Some(WebhookConfigurations::fixed(&m, &v)),
         quotas: None,
         policies: None,
+        mutating_policies: None,
     };
     recommended().with_sources(sources, PluginConfig { webhooks: clients, ..Default::default() }).unwrap()
 }
@@ -625,8 +626,13 @@ async fn manifest_webhooks_are_called_with_their_match_conditions() {
     let stop = tokio_util::sync::CancellationToken::new();
     manifests::start((None, Some(dir.path().to_owned())), &statics, "test", &stop).unwrap();
     let configurations = WebhookConfigurations::fixed(&[], &[]).with_statics(statics);
-    let sources =
-        Sources { namespaces: namespaces(), configurations: Some(configurations), quotas: None, policies: None };
+    let sources = Sources {
+        namespaces: namespaces(),
+        configurations: Some(configurations),
+        quotas: None,
+        policies: None,
+        mutating_policies: None,
+    };
     let c = recommended().with_sources(sources, PluginConfig::default()).unwrap();
     let (result, out) = admit(&c, &create("default"), &mut podset()).await;
     let status = status_of(&result.unwrap_err());

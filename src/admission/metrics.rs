@@ -65,6 +65,15 @@ pub struct PolicyCheckLabels {
     pub enforcement_action: String,
 }
 
+/// One MutatingAdmissionPolicy mutation (`mutating/metrics`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MutatingPolicyCheckLabels {
+    pub policy: String,
+    pub policy_binding: String,
+    /// `no_error`, `compile_error`, `invalid_error` or `out_of_budget`.
+    pub error_type: String,
+}
+
 /// Whether a policy plugin watches the cluster's policies, or why not (one state of a plugin is 1).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PolicySourceLabels {
@@ -101,6 +110,8 @@ pub struct AdmissionMetrics {
     pub match_condition_duration: HistogramFamily<MatchConditionLabels>,
     pub policy_checks: Family<PolicyCheckLabels, Counter>,
     pub policy_check_duration: HistogramFamily<PolicyCheckLabels>,
+    pub mutating_policy_checks: Family<MutatingPolicyCheckLabels, Counter>,
+    pub mutating_policy_check_duration: HistogramFamily<MutatingPolicyCheckLabels>,
     pub manifest_reloads: Family<ManifestReloadLabels, Counter>,
     pub manifest_reload_last_timestamp: Family<ManifestReloadLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub manifest_config_info: Family<ManifestConfigLabels, Gauge>,
@@ -153,6 +164,10 @@ impl AdmissionMetrics {
             }),
             policy_checks: Family::default(),
             policy_check_duration: Family::new_with_constructor(|| Histogram::new([0.0000005, 0.001, 0.01, 0.1, 1.0])),
+            mutating_policy_checks: Family::default(),
+            mutating_policy_check_duration: Family::new_with_constructor(|| {
+                Histogram::new([0.0000005, 0.001, 0.01, 0.1, 1.0])
+            }),
             manifest_reloads: Family::default(),
             manifest_reload_last_timestamp: Family::default(),
             manifest_config_info: Family::default(),
@@ -223,6 +238,16 @@ impl Families for AdmissionMetrics {
             "Validation admission latency for individual validation expressions in seconds, labeled by policy and \
              further including binding and enforcement action taken.",
             self.policy_check_duration.clone(),
+        );
+        r.register(
+            "apiserver_mutating_admission_policy_check",
+            "Mutation admission policy check total, labeled by policy and further identified by binding.",
+            self.mutating_policy_checks.clone(),
+        );
+        r.register(
+            "apiserver_mutating_admission_policy_check_duration_seconds",
+            "Mutation admission latency for individual mutation expressions in seconds, labeled by policy and binding.",
+            self.mutating_policy_check_duration.clone(),
         );
         r.register(
             "apiserver_manifest_admission_config_controller_automatic_reloads",

@@ -48,7 +48,9 @@ pub use mutation::ApplyConfigurationError;
 pub use namespace::{NamespaceLifecycle, Namespaces};
 pub use options::{RequestOptions, WriteKind};
 pub use plugins::{recommended, Factory, PluginConfig, PluginContext, Plugins, Sources, WebhookPluginConfig};
-pub use policy::{ValidatingAdmissionPolicyPlugin, ValidatingPolicies};
+pub use policy::{
+    MutatingAdmissionPolicyPlugin, MutatingPolicies, ValidatingAdmissionPolicyPlugin, ValidatingPolicies,
+};
 pub use quota::{LimitedResource, Quotas, ResourceQuota};
 pub use webhook::{MutatingWebhooks, StaticWebhooks, ValidatingWebhooks, WebhookClients, WebhookConfigurations};
 

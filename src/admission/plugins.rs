@@ -8,9 +8,9 @@ use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    policy, webhook, Chain, Handler, LimitedResource, MutatingWebhooks, NamespaceLifecycle, Namespaces, Quotas,
-    ResourceQuota, ValidatingAdmissionPolicyPlugin, ValidatingPolicies, ValidatingWebhooks, WebhookClients,
-    WebhookConfigurations,
+    policy, webhook, Chain, Handler, LimitedResource, MutatingAdmissionPolicyPlugin, MutatingPolicies,
+    MutatingWebhooks, NamespaceLifecycle, Namespaces, Quotas, ResourceQuota, ValidatingAdmissionPolicyPlugin,
+    ValidatingPolicies, ValidatingWebhooks, WebhookClients, WebhookConfigurations,
 };
 
 /// Makes a plugin from what the context holds; None when it cannot run here (a source it reads was not given).
@@ -33,6 +33,7 @@ impl std::fmt::Debug for Plugins {
 pub fn recommended() -> Plugins {
     let mut plugins = Plugins::default();
     plugins.register(NamespaceLifecycle::NAME, NamespaceLifecycle::factory);
+    plugins.register(MutatingAdmissionPolicyPlugin::NAME, MutatingAdmissionPolicyPlugin::factory);
     plugins.register(MutatingWebhooks::NAME, MutatingWebhooks::factory);
     plugins.register(ValidatingAdmissionPolicyPlugin::NAME, ValidatingAdmissionPolicyPlugin::factory);
     plugins.register(ValidatingWebhooks::NAME, ValidatingWebhooks::factory);
@@ -111,6 +112,10 @@ pub struct PluginConfig {
     pub policy_manifests: Option<std::path::PathBuf>,
     /// ValidatingAdmissionPolicy's policies, with those of its `staticManifestsDir` already loaded.
     pub policies: Option<ValidatingPolicies>,
+    /// MutatingAdmissionPolicy's `staticManifestsDir`.
+    pub mutating_policy_manifests: Option<std::path::PathBuf>,
+    /// MutatingAdmissionPolicy's policies, with those of its `staticManifestsDir` already loaded.
+    pub mutating_policies: Option<MutatingPolicies>,
     /// ResourceQuota's `limitedResources`.
     pub limited_resources: Vec<LimitedResource>,
 }
@@ -124,6 +129,8 @@ pub struct Sources {
     pub quotas: Option<Quotas>,
     /// ValidatingAdmissionPolicy's policies, and the param caches of the cluster's.
     pub policies: Option<(ValidatingPolicies, policy::Params)>,
+    /// MutatingAdmissionPolicy's policies, and the param caches of the cluster's.
+    pub mutating_policies: Option<(MutatingPolicies, policy::Params)>,
 }
 
 /// What the factories read: the plugins' configuration, and the main API server's objects, either given by hand
@@ -135,6 +142,9 @@ pub struct PluginContext {
     configurations: OnceLock<Option<WebhookConfigurations>>,
     quotas: OnceLock<Option<Quotas>>,
     policies: OnceLock<Option<(ValidatingPolicies, policy::Params)>>,
+    mutating_policies: OnceLock<Option<(MutatingPolicies, policy::Params)>>,
+    /// The param caches both policy plugins share, so a paramKind is watched once.
+    params: OnceLock<policy::Params>,
 }
 
 impl PluginContext {
@@ -148,12 +158,14 @@ impl PluginContext {
             configurations: OnceLock::new(),
             quotas: OnceLock::new(),
             policies: OnceLock::new(),
+            mutating_policies: OnceLock::new(),
+            params: OnceLock::new(),
         }
     }
 
     /// Over sources given by hand, with no main API server behind them.
     pub fn fixed(sources: Sources, config: PluginConfig) -> Self {
-        let Sources { namespaces, configurations, quotas, policies } = sources;
+        let Sources { namespaces, configurations, quotas, policies, mutating_policies } = sources;
         Self {
             config,
             namespaces,
@@ -161,6 +173,8 @@ impl PluginContext {
             configurations: configurations.into(),
             quotas: quotas.into(),
             policies: policies.into(),
+            mutating_policies: mutating_policies.into(),
+            params: OnceLock::new(),
         }
     }
 
@@ -198,11 +212,23 @@ impl PluginContext {
         let watch = || {
             let (client, stop) = self.main_api_server()?;
             let policies = self.config.policies.clone().unwrap_or_default();
-            let params = policy::Params::new(client.clone(), stop.clone());
+            let params = self.params.get_or_init(|| policy::Params::new(client.clone(), stop.clone())).clone();
             policy::cluster::watch(client.clone(), policies.clone(), params.clone(), stop.clone());
             Some((policies, params))
         };
         self.policies.get_or_init(watch).clone()
+    }
+
+    /// MutatingAdmissionPolicy's policies (those of manifests, then the cluster's), and their param caches.
+    pub(crate) fn mutating_policies(&self) -> Option<(MutatingPolicies, policy::Params)> {
+        let watch = || {
+            let (client, stop) = self.main_api_server()?;
+            let policies = self.config.mutating_policies.clone().unwrap_or_default();
+            let params = self.params.get_or_init(|| policy::Params::new(client.clone(), stop.clone())).clone();
+            policy::cluster::watch(client.clone(), policies.clone(), params.clone(), stop.clone());
+            Some((policies, params))
+        };
+        self.mutating_policies.get_or_init(watch).clone()
     }
 }
 
@@ -211,8 +237,13 @@ mod tests {
     use super::*;
 
     fn context() -> PluginContext {
-        let sources =
-            Sources { namespaces: Namespaces::fixed(Vec::new()), configurations: None, quotas: None, policies: None };
+        let sources = Sources {
+            namespaces: Namespaces::fixed(Vec::new()),
+            configurations: None,
+            quotas: None,
+            policies: None,
+            mutating_policies: None,
+        };
         PluginContext::fixed(sources, PluginConfig::default())
     }
 
@@ -223,6 +254,7 @@ mod tests {
             names,
             [
                 "NamespaceLifecycle",
+                "MutatingAdmissionPolicy",
                 "MutatingAdmissionWebhook",
                 "ValidatingAdmissionPolicy",
                 "ValidatingAdmissionWebhook",

@@ -12,6 +12,7 @@ pub mod cluster;
 mod compiled;
 pub mod manifests;
 mod matching;
+pub mod mutating;
 mod params;
 pub mod validating;
 
@@ -24,6 +25,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 pub use compiled::{Binding, Body, Declared, Origin, Policy, Spec};
+pub use mutating::{MutatingAdmissionPolicyPlugin, MutatingKind, MutatingPolicies};
 pub use params::Params;
 pub use validating::{
     ValidatingAdmissionPolicyPlugin, ValidatingKind, ValidatingPolicies, VALIDATION_FAILURE_ANNOTATION,

@@ -10,17 +10,18 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admission::activation::ExpressionAuthorizer;
 use crate::admission::{
-    recommended, Chain, LimitedResource, MutatingWebhooks, PluginConfig, ResourceQuota,
-    ValidatingAdmissionPolicyPlugin, ValidatingPolicies, ValidatingWebhooks, WebhookClients,
+    recommended, Chain, LimitedResource, MutatingAdmissionPolicyPlugin, MutatingPolicies, MutatingWebhooks,
+    PluginConfig, ResourceQuota, ValidatingAdmissionPolicyPlugin, ValidatingPolicies, ValidatingWebhooks,
+    WebhookClients,
 };
 use crate::cmd::encryption::apiserver_id_hash;
 
 #[derive(Debug, Clone, Default, Args)]
 #[command(next_help_heading = "Admission")]
 pub struct AdmissionOptions {
-    /// Admission plugins to enable in addition to the default ones (NamespaceLifecycle, MutatingAdmissionWebhook,
-    /// ValidatingAdmissionPolicy, ValidatingAdmissionWebhook, ResourceQuota, which are all there are). The order
-    /// does not matter.
+    /// Admission plugins to enable in addition to the default ones (NamespaceLifecycle, MutatingAdmissionPolicy,
+    /// MutatingAdmissionWebhook, ValidatingAdmissionPolicy, ValidatingAdmissionWebhook, ResourceQuota, which are all
+    /// there are). The order does not matter.
     #[arg(long, value_delimiter = ',')]
     pub enable_admission_plugins: Vec<String>,
 
@@ -31,8 +32,8 @@ pub struct AdmissionOptions {
     /// File with admission control configuration (an AdmissionConfiguration): for MutatingAdmissionWebhook and
     /// ValidatingAdmissionWebhook, a WebhookAdmissionConfiguration whose kubeConfigFile holds the credentials to
     /// call webhooks with and whose staticManifestsDir holds webhook configurations in force from the start; for
-    /// ValidatingAdmissionPolicy, a ValidatingAdmissionPolicyConfiguration whose staticManifestsDir holds policies
-    /// and bindings; for ResourceQuota, a ResourceQuotaConfiguration's limitedResources.
+    /// ValidatingAdmissionPolicy and MutatingAdmissionPolicy, a ValidatingAdmissionPolicyConfiguration or a
+    /// MutatingAdmissionPolicyConfiguration whose staticManifestsDir holds policies and bindings; for ResourceQuota, a ResourceQuotaConfiguration's limitedResources.
     #[arg(long)]
     pub admission_control_config_file: Option<PathBuf>,
 }
@@ -126,6 +127,12 @@ impl AdmissionOptions {
                 .map_err(|e| anyhow::anyhow!("--admission-control-config-file: ValidatingAdmissionPolicy: {e}"))?;
             config.policies = Some(policies);
         }
+        if let (Some(dir), true) = (&config.mutating_policy_manifests, on(MutatingAdmissionPolicyPlugin::NAME)) {
+            let policies = MutatingPolicies::default();
+            crate::admission::policy::manifests::start(dir.clone(), &policies, apiserver_id_hash(), stop.clone())
+                .map_err(|e| anyhow::anyhow!("--admission-control-config-file: MutatingAdmissionPolicy: {e}"))?;
+            config.mutating_policies = Some(policies);
+        }
         tracing::info!(plugins = ?plugins, "admission");
         recommended().start(&plugins, client, config, stop)
     }
@@ -208,8 +215,13 @@ fn plugin_config(path: &Path) -> anyhow::Result<PluginConfig> {
     let mut out = PluginConfig::default();
     // The plugins that take a configuration (NamespaceLifecycle has none); another name's part is not read, as
     // kube-apiserver reads a plugin's configuration only when it runs it.
-    let configured =
-        [MutatingWebhooks::NAME, ValidatingWebhooks::NAME, ValidatingAdmissionPolicyPlugin::NAME, ResourceQuota::NAME];
+    let configured = [
+        MutatingWebhooks::NAME,
+        ValidatingWebhooks::NAME,
+        ValidatingAdmissionPolicyPlugin::NAME,
+        MutatingAdmissionPolicyPlugin::NAME,
+        ResourceQuota::NAME,
+    ];
     for plugin in config.plugins {
         let Some(which) = configured.into_iter().find(|n| *n == plugin.name) else {
             continue;
@@ -227,15 +239,13 @@ fn plugin_config(path: &Path) -> anyhow::Result<PluginConfig> {
         let slot = match which {
             MutatingWebhooks::NAME => &mut out.webhooks.mutating,
             ValidatingWebhooks::NAME => &mut out.webhooks.validating,
-            ValidatingAdmissionPolicyPlugin::NAME => {
+            ValidatingAdmissionPolicyPlugin::NAME | MutatingAdmissionPolicyPlugin::NAME => {
+                let kind = format!("{which}Configuration");
                 let c: PolicyConfiguration =
                     serde_yaml::from_value(value).with_context(|| format!("{}: {}", what(), plugin.name))?;
-                if (c.api_version.as_str(), c.kind.as_str())
-                    != ("apiserver.config.k8s.io/v1", "ValidatingAdmissionPolicyConfiguration")
-                {
+                if (c.api_version.as_str(), c.kind.as_str()) != ("apiserver.config.k8s.io/v1", kind.as_str()) {
                     anyhow::bail!(
-                        "{}: {}: expected a ValidatingAdmissionPolicyConfiguration of apiserver.config.k8s.io/v1, got \
-                         kind {:?} of {:?}",
+                        "{}: {}: expected a {kind} of apiserver.config.k8s.io/v1, got kind {:?} of {:?}",
                         what(),
                         plugin.name,
                         c.kind,
@@ -246,7 +256,10 @@ fn plugin_config(path: &Path) -> anyhow::Result<PluginConfig> {
                     let dir = PathBuf::from(&c.static_manifests_dir);
                     crate::admission::manifest::validate_dir(&dir)
                         .map_err(|e| anyhow::anyhow!("{}: {}: {e}", what(), plugin.name))?;
-                    out.policy_manifests = Some(dir);
+                    match which {
+                        MutatingAdmissionPolicyPlugin::NAME => out.mutating_policy_manifests = Some(dir),
+                        _ => out.policy_manifests = Some(dir),
+                    }
                 }
                 continue;
             }
@@ -331,7 +344,12 @@ mod tests {
         assert_eq!(parse(&[]).enabled_plugins(), recommended().names());
         let o = parse(&["--disable-admission-plugins=MutatingAdmissionWebhook,NamespaceLifecycle"]);
         o.validate().unwrap();
-        assert_eq!(o.enabled_plugins(), ["ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook", "ResourceQuota"]);
+        assert_eq!(
+            o.enabled_plugins(),
+            ["MutatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook", "ResourceQuota"]
+        );
+        let o = parse(&["--disable-admission-plugins=MutatingAdmissionPolicy"]);
+        assert!(!o.enabled_plugins().contains(&"MutatingAdmissionPolicy"));
         let o = parse(&["--disable-admission-plugins=ValidatingAdmissionPolicy"]);
         assert!(!o.enabled_plugins().contains(&"ValidatingAdmissionPolicy"));
         let o = parse(&["--enable-admission-plugins=NamespaceLifecycle"]);

@@ -1,0 +1,511 @@
+//! MutatingAdmissionPolicy, as k8s.io/apiserver's `admission/plugin/policy/mutating` runs it for its own resources
+//! (`dispatcher.go`): for each policy with a binding that both select the request, and each param, in the version
+//! the policy matched: its matchConditions, then each mutation in order on a fresh cost budget, the object patched
+//! (an ApplyConfiguration merged by the object's schema, or a JSON patch) and defaulted after each.
+//!
+//! - A policy that fails (a CEL error, a patch that does not apply) does not stop the others; under
+//!   `failurePolicy: Fail` the request is refused after all ran, 403 with the first failure's message and every
+//!   failure as a cause. A patched object that no longer decodes is a 500, as kube's is.
+//! - `reinvocationPolicy: IfNeeded`: when a later plugin (a mutating webhook, another policy) changes the object,
+//!   the chain's second round runs the policies that saw it before, once. A policy its matchConditions left out
+//!   in the first round is not run for the first time in the second, as in kube.
+//! - The registry decodes, defaults and validates the object admission returns, as for any write: a mutation that
+//!   makes it invalid is refused with the validation's 422, and validating policies and webhooks see the result.
+//!
+//! Runs in the mutating phase after NamespaceLifecycle and before the mutating webhooks, for creates and updates
+//! (status and scale included) and dry runs.
+
+mod compiled;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::core::response::{StatusCause, StatusDetails};
+use kube::core::Status;
+use serde_json::Value;
+
+pub use compiled::{MutatingKind, MutatingPolicy, Mutations};
+use compiled::{Mutation, PatchType};
+
+use super::{binding_params, binding_selects, namespace_object, Binding, Hook, Params, PolicySet};
+use crate::admission::activation::{self, ExpressionAuthorizer, Invocation, Reads};
+use crate::admission::matchconditions::{compile_error, expression_error, Matched};
+use crate::admission::metrics::MutatingPolicyCheckLabels;
+use crate::admission::mutation::{self, ApplyConfigurationError};
+use crate::admission::namespace::resource_name;
+use crate::admission::{
+    manifest, Attributes, Error, Handler, Mutating, Namespaces, ObjectInterfaces, Outcome, PluginContext, PluginRound,
+    Reinvocation,
+};
+use crate::api::Operation;
+use crate::cel::{self, Activation, Budget, EvalError};
+
+/// The MutatingAdmissionPolicies in force.
+pub type MutatingPolicies = PolicySet<MutatingKind>;
+
+/// The MutatingAdmissionPolicy plugin.
+pub struct MutatingAdmissionPolicyPlugin {
+    policies: MutatingPolicies,
+    params: Params,
+    namespaces: Namespaces,
+    authorizer: ExpressionAuthorizer,
+}
+
+impl MutatingAdmissionPolicyPlugin {
+    pub const NAME: &'static str = "MutatingAdmissionPolicy";
+
+    pub fn new(
+        policies: MutatingPolicies,
+        params: Params,
+        namespaces: Namespaces,
+        authorizer: ExpressionAuthorizer,
+    ) -> Self {
+        Self { policies, params, namespaces, authorizer }
+    }
+
+    pub(crate) fn factory(ctx: &PluginContext) -> anyhow::Result<Option<Arc<dyn Handler>>> {
+        let Some((policies, params)) = ctx.mutating_policies() else { return Ok(None) };
+        let authorizer = ctx.config().authorizer.clone();
+        Ok(Some(Arc::new(Self::new(policies, params, ctx.namespaces().clone(), authorizer))))
+    }
+}
+
+impl Handler for MutatingAdmissionPolicyPlugin {
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
+
+    fn handles(&self, operation: Operation) -> bool {
+        matches!(operation, Operation::Create | Operation::Update)
+    }
+
+    fn mutating(&self) -> Option<&dyn Mutating> {
+        Some(self)
+    }
+
+    fn reads_objects(&self, a: &Attributes) -> bool {
+        self.policies.may_select(a)
+    }
+
+    fn has_synced(&self) -> bool {
+        self.policies.has_synced()
+    }
+}
+
+/// Why one mutation did not apply.
+enum Failure {
+    /// A configuration error of the policy (`addConfigError`): counted under its failure policy.
+    Policy(String),
+    /// The request fails as this, whatever the failure policy (a Status error in kube).
+    Request(Error),
+}
+
+/// What one mutation came to, for the metrics.
+struct Observed {
+    error_type: &'static str,
+    elapsed: Duration,
+}
+
+/// `ErrorType` of `mutating/errors.go`.
+fn error_type(message: &str) -> &'static str {
+    if message.starts_with("compilation") {
+        "compile_error"
+    } else if message.starts_with("validation failed due to running out of cost budget") {
+        "out_of_budget"
+    } else {
+        "invalid_error"
+    }
+}
+
+/// What a policy's expressions see for one binding and param, in the version its rules matched.
+struct Input {
+    object: Option<Value>,
+    old: Option<Value>,
+    request: Option<Value>,
+    namespace: Option<Value>,
+    params: Option<cel::Value>,
+    authorizer: cel::Value,
+}
+
+/// One invocation's result: the object as the policy left it, and each mutation's outcome.
+struct Invoked {
+    /// Whether it ran: its conditions held and the round did not skip it.
+    matched: bool,
+    object: Option<Value>,
+    failures: Vec<Failure>,
+    observed: Vec<Observed>,
+}
+
+#[async_trait::async_trait]
+impl Mutating for MutatingAdmissionPolicyPlugin {
+    async fn admit(
+        &self,
+        a: &Attributes,
+        mut object: Option<&mut Value>,
+        old: Option<&Value>,
+        out: &mut Outcome,
+        reinvocation: &mut Reinvocation,
+    ) -> Result<(), Error> {
+        if self.policies.has_synced() && self.policies.is_empty() {
+            return Ok(());
+        }
+        if !self.policies.wait_for_ready().await || !self.namespaces.wait_for_ready().await {
+            return Err(Error::NotReady { resource: a.group_resource(), name: resource_name(a, object.as_deref()) });
+        }
+        let mut round = reinvocation.plugin(Self::NAME);
+        round.begin(object.as_deref());
+        let (manifest, cluster) = self.policies.current();
+        let mut state = Dispatch::default();
+        let mut result = Ok(());
+        for hook in manifest.iter().chain(cluster.iter()) {
+            result = self.dispatch_hook(hook, (a, &mut object, old), &mut round, &mut state, out).await;
+            if result.is_err() {
+                break;
+            }
+        }
+        round.end(object.as_deref());
+        result?;
+        match state.errors.is_empty() {
+            true => Ok(()),
+            false => Err(refusal(a, object.as_deref(), state.errors)),
+        }
+    }
+}
+
+/// What a request's policies came to so far.
+#[derive(Default)]
+struct Dispatch {
+    /// The failures of policies that fail closed, worded as `generic.PolicyError`.
+    errors: Vec<String>,
+    /// `namespaceObject`, read the first time a policy reads it.
+    namespace: Option<Value>,
+}
+
+impl Dispatch {
+    fn config_error(&mut self, policy: &MutatingPolicy, binding: Option<&Binding>, message: &str) {
+        if policy.fail_open {
+            return;
+        }
+        self.errors.push(match binding {
+            Some(b) => format!("policy '{}' with binding '{}' denied request: {message}", policy.name, b.name),
+            None => format!("policy {:?} denied request: {message}", policy.name),
+        });
+    }
+}
+
+/// kube's refusal when policies that fail closed failed: `NewForbidden` given the first failure's message and
+/// reason (`Invalid`), every failure a cause.
+fn refusal(a: &Attributes, object: Option<&Value>, errors: Vec<String>) -> Error {
+    let causes = errors.iter().map(|m| cause(m)).collect();
+    let status = Status {
+        code: 403,
+        reason: "Invalid".into(),
+        message: errors[0].clone(),
+        details: Some(StatusDetails {
+            name: resource_name(a, object),
+            group: a.resource.group.clone(),
+            kind: a.resource.resource.clone(),
+            uid: String::new(),
+            causes,
+            retry_after_seconds: 0,
+        }),
+        ..Status::failure("", "")
+    };
+    Error::Plugin { plugin: MutatingAdmissionPolicyPlugin::NAME, status: Box::new(status) }
+}
+
+fn cause(message: &str) -> StatusCause {
+    StatusCause { reason: String::new(), message: message.to_owned(), field: String::new() }
+}
+
+/// The key a policy's invocation is reinvoked by: policy, binding and param (`keyFor`).
+fn key(policy: &str, binding: &str, param: Option<&cel::Value>) -> String {
+    let param = param.and_then(cel::value::to_json).unwrap_or_default();
+    let meta = &param["metadata"];
+    let field = |f: &str| meta[f].as_str().unwrap_or_default().to_owned();
+    format!("{policy}\u{0}{binding}\u{0}{}/{}", field("namespace"), field("name"))
+}
+
+impl MutatingAdmissionPolicyPlugin {
+    async fn dispatch_hook(
+        &self,
+        hook: &Hook<MutatingKind>,
+        (a, object, old): (&Attributes, &mut Option<&mut Value>, Option<&Value>),
+        round: &mut PluginRound<'_>,
+        state: &mut Dispatch,
+        out: &mut Outcome,
+    ) -> Result<(), Error> {
+        let policy = &hook.policy;
+        let Some(matcher) = &policy.matcher else {
+            state.config_error(policy, None, "policy contained no match constraints, a required field");
+            return Ok(());
+        };
+        let version = match matcher.matches(a, object.as_deref(), old, &self.namespaces).await {
+            Ok(Some(v)) => v,
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                state.config_error(policy, None, &e);
+                return Ok(());
+            }
+        };
+        for binding in &hook.bindings {
+            match binding_selects(binding, &self.namespaces, (a, object.as_deref(), old)).await {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    state.config_error(policy, Some(binding), &e);
+                    continue;
+                }
+            }
+            let params = match binding_params(&self.params, policy, binding, a).await {
+                Ok(found) => found,
+                Err(e) => {
+                    state.config_error(policy, Some(binding), &e);
+                    continue;
+                }
+            };
+            if policy.origin == super::Origin::Manifest {
+                manifest::record_source(out, manifest::MANIFEST_POLICIES_ANNOTATION, &policy.name);
+            }
+            for params in params {
+                let key = key(&policy.name, &binding.name, params.as_ref());
+                let reads = (a, version.as_str(), &policy.reads);
+                let input = match self.input(reads, (object.as_deref(), old), params, state).await {
+                    Ok(input) => input,
+                    Err(Failure::Policy(e)) => {
+                        state.config_error(policy, Some(binding), &e);
+                        continue;
+                    }
+                    Err(Failure::Request(e)) => return Err(e),
+                };
+                let before = input.object.clone();
+                let (p, interfaces, skip) = (policy.clone(), a.interfaces, round.skips(&key));
+                let invoked = activation::evaluate(
+                    policy.reads.authorizer,
+                    move || invoke(&p, input, skip, interfaces),
+                    || Invoked { matched: false, object: None, failures: Vec::new(), observed: Vec::new() },
+                )
+                .await;
+                for o in &invoked.observed {
+                    observe(&policy.name, &binding.name, o);
+                }
+                for failure in invoked.failures {
+                    match failure {
+                        Failure::Policy(e) => state.config_error(policy, Some(binding), &e),
+                        Failure::Request(e) => return Err(e),
+                    }
+                }
+                if !invoked.matched {
+                    continue;
+                }
+                let changed = invoked.object != before;
+                if changed {
+                    if let (Some(target), Some(mut mutated)) = (object.as_deref_mut(), invoked.object) {
+                        if let Err(source) = a.interfaces.convert(&mut mutated, &a.resource.version) {
+                            return Err(Error::Conversion { version: a.resource.version.clone(), source });
+                        }
+                        *target = mutated;
+                    }
+                }
+                round.invoked(&key, changed, policy.body.reinvoke_if_needed);
+            }
+        }
+        Ok(())
+    }
+
+    /// What the policy's expressions see, in the version its rules matched.
+    async fn input(
+        &self,
+        (a, version, reads): (&Attributes, &str, &Reads),
+        (object, old): (Option<&Value>, Option<&Value>),
+        params: Option<cel::Value>,
+        state: &mut Dispatch,
+    ) -> Result<Input, Failure> {
+        let inv = Invocation::new(a, version, object, old)
+            .map_err(|e| Failure::Policy(format!("failed to convert object version: {e}")))?;
+        let request = reads.request.reads().then(|| Value::Object(activation::request_fields(&inv.attributes, a)));
+        let namespace = match (&state.namespace, reads.namespace.reads()) {
+            (_, false) => None,
+            (Some(ns), true) => Some(ns.clone()),
+            (None, true) => {
+                let ns = namespace_object(&self.namespaces, a).await.map_err(Failure::Request)?;
+                Some(state.namespace.insert(ns).clone())
+            }
+        };
+        Ok(Input {
+            object: inv.object().cloned(),
+            old: inv.old().cloned(),
+            request,
+            namespace,
+            params,
+            authorizer: activation::authorizer_value(&self.authorizer, a),
+        })
+    }
+}
+
+fn observe(policy: &str, binding: &str, o: &Observed) {
+    let labels = MutatingPolicyCheckLabels {
+        policy: policy.to_owned(),
+        policy_binding: binding.to_owned(),
+        error_type: o.error_type.to_owned(),
+    };
+    let m = crate::admission::metrics::metrics();
+    m.mutating_policy_checks.get_or_create(&labels).inc();
+    m.mutating_policy_check_duration.get_or_create(&labels).observe(o.elapsed.as_secs_f64());
+}
+
+/// One invocation: the policy's matchConditions, then, unless this round `skip`s it, its mutations in order on the
+/// object (`dispatchInvocations`' loop body). Synchronous: it runs where the authorizer may block.
+fn invoke(policy: &MutatingPolicy, input: Input, skip: bool, interfaces: &'static dyn ObjectInterfaces) -> Invoked {
+    let reads = &policy.reads;
+    let mut out = Invoked { matched: false, object: input.object, failures: Vec::new(), observed: Vec::new() };
+    let mut activation = Activation::new();
+    activation
+        .bind("oldObject", reads.old.project(input.old.as_ref()))
+        .bind("request", reads.request.project(input.request.as_ref()))
+        .bind("authorizer", input.authorizer)
+        .bind("namespaceObject", cel::Value::Null)
+        .bind("object", reads.object.project(out.object.as_ref()));
+    if let Some(p) = input.params {
+        activation.bind("params", p);
+    }
+    if !policy.match_conditions.is_empty() {
+        // Match conditions see no namespace object, as kube's matcher passes none.
+        activation.bind_variables(policy.variables.clone());
+        match policy.match_conditions.evaluate(&activation) {
+            Matched::Yes => {}
+            Matched::No(_) => return out,
+            Matched::Error(e) => {
+                out.failures.push(Failure::Policy(e));
+                return out;
+            }
+        }
+    }
+    // In the second round, only what a later change asked to run again (after the conditions, as kube checks it).
+    if skip {
+        return out;
+    }
+    out.matched = true;
+    // One activation for the invocation: its variables are evaluated once, as kube's composition context keeps
+    // them; `object` is rebound to what each mutation is given.
+    activation.bind("namespaceObject", reads.namespace.project(input.namespace.as_ref()));
+    activation.bind_variables(policy.variables.clone());
+    for m in &policy.body.mutations {
+        let Some(current) = &out.object else { continue };
+        let started = Instant::now();
+        activation.bind("object", reads.object.project(Some(current)));
+        let result = mutate(m, &activation, current, interfaces);
+        let elapsed = started.elapsed();
+        match result {
+            Ok(object) => {
+                out.observed.push(Observed { error_type: "no_error", elapsed });
+                out.object = Some(object);
+            }
+            Err(Failure::Policy(e)) => {
+                out.observed.push(Observed { error_type: error_type(&e), elapsed });
+                out.failures.push(Failure::Policy(e));
+            }
+            Err(Failure::Request(e)) => {
+                out.observed.push(Observed { error_type: "invalid_error", elapsed });
+                out.failures.push(Failure::Request(e));
+                return out;
+            }
+        }
+    }
+    out
+}
+
+/// One mutation of `object` (`dispatchOne`): evaluated on a budget of its own, applied, defaulted.
+fn mutate(
+    m: &Mutation,
+    activation: &Activation,
+    object: &Value,
+    interfaces: &'static dyn ObjectInterfaces,
+) -> Result<Value, Failure> {
+    let program = m.program.as_ref().map_err(|e| Failure::Policy(compile_error(e)))?;
+    let mut budget = Budget::default();
+    let value = program.eval(activation, &mut budget).map_err(|e| match e {
+        EvalError::OutOfBudget => Failure::Policy(e.to_string()),
+        e => Failure::Policy(expression_error(program.source(), &e)),
+    })?;
+    let mut patched = match m.patch_type {
+        PatchType::ApplyConfiguration => {
+            let patch = match cel::value::to_json(&value) {
+                Some(p @ Value::Object(_)) => p,
+                _ => {
+                    return Err(Failure::Policy(format!(
+                        "unsupported return type from ApplyConfiguration expression: {}",
+                        cel::value::type_name(&value)
+                    )))
+                }
+            };
+            mutation::apply_configuration(interfaces, object, &patch).map_err(|e| match e {
+                ApplyConfigurationError::KindNotFound(_) => Failure::Request(unavailable(&e.to_string())),
+                ApplyConfigurationError::Patch(_) => Failure::Policy(e.to_string()),
+            })?
+        }
+        PatchType::JsonPatch => {
+            let ops = operations(&value).map_err(Failure::Policy)?;
+            let patched = mutation::json_patch(object, &ops).map_err(Failure::Policy)?;
+            // kube decodes the patched object into its type; one that does not decode is an internal error.
+            let mut decoded = patched;
+            interfaces.decode_and_default(&mut decoded).map_err(|e| Failure::Request(internal(&e.to_string())))?;
+            return Ok(decoded);
+        }
+    };
+    interfaces.decode_and_default(&mut patched).map_err(|e| Failure::Policy(format!("error applying patch: {e}")))?;
+    Ok(patched)
+}
+
+/// A JSONPatch expression's value as operations, as `evaluatePatchExpression` builds them.
+fn operations(value: &cel::Value) -> Result<Vec<Value>, String> {
+    let Some(Value::Array(items)) = cel::value::to_json(value) else {
+        return Err("type mismatch: JSONPatchType.expression should evaluate to array".into());
+    };
+    items
+        .into_iter()
+        .map(|item| {
+            let op = item.as_object().filter(|o| o.get("op").is_some_and(Value::is_string));
+            let Some(op) = op else {
+                return Err(format!(
+                    "type mismatch: JSONPatchType.expression should evaluate to array of JSONPatch, got element of {}",
+                    json_type(&item)
+                ));
+            };
+            let text = |f: &str| op.get(f).and_then(Value::as_str).unwrap_or_default();
+            let from = Some(text("from")).filter(|f| !f.is_empty());
+            Ok(mutation::operation(text("op"), text("path"), from, op.get("value").cloned()))
+        })
+        .collect()
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "list",
+        Value::Object(_) => "map",
+    }
+}
+
+fn unavailable(message: &str) -> Error {
+    let status = Status { code: 503, reason: "ServiceUnavailable".into(), ..Status::failure(message, "") };
+    Error::Plugin { plugin: MutatingAdmissionPolicyPlugin::NAME, status: Box::new(status) }
+}
+
+fn internal(message: &str) -> Error {
+    let message = format!("Internal error occurred: {message}");
+    let details = StatusDetails {
+        name: String::new(),
+        group: String::new(),
+        kind: String::new(),
+        uid: String::new(),
+        causes: vec![cause(&message)],
+        retry_after_seconds: 0,
+    };
+    let status =
+        Status { code: 500, reason: "InternalError".into(), details: Some(details), ..Status::failure(&message, "") };
+    Error::Plugin { plugin: MutatingAdmissionPolicyPlugin::NAME, status: Box::new(status) }
+}
