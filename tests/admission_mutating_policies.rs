@@ -2,11 +2,14 @@
 //! `staticManifestsDir` (no main API server): apply configurations merged by PodSet's schema (labels kept,
 //! containers merged by name, atomic lists refused), JSON patches, the version a policy matches in, variables and
 //! match conditions, failure policies, reinvocation, a ValidatingAdmissionPolicy seeing the mutated object,
-//! metrics, and manifests loaded and refused. tests/admission_policy_cluster.rs runs them through kube-apiserver's
+//! reinvocation after a real HTTPS webhook's patch, metrics, and manifests loaded and refused. tests/admission_policy_cluster.rs runs them through kube-apiserver's
 //! aggregator with kubectl.
 
+#[path = "common/webhook.rs"]
+mod webhook;
+
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding, ValidatingAdmissionPolicy,
+    MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding, MutatingWebhookConfiguration, ValidatingAdmissionPolicy,
     ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::core::v1::Namespace;
@@ -14,7 +17,7 @@ use kube::core::Status;
 use podset_apiserver::admission::policy::{manifests, MutatingKind};
 use podset_apiserver::admission::{
     recommended, Admission, Attributes, Chain, Error, MutatingPolicies, Namespaces, Outcome, PluginConfig,
-    RequestOptions, Sources, ValidatingPolicies, WriteKind,
+    RequestOptions, Sources, ValidatingPolicies, WebhookConfigurations, WriteKind,
 };
 use podset_apiserver::api::{Operation, Subresource, UserInfo};
 use podset_apiserver::apiserver::error::ApiError;
@@ -301,6 +304,62 @@ async fn an_ifneeded_policy_runs_once_more_when_a_later_one_changes_the_object()
     let mut object = podset("demo.k8s.io/v1alpha1", 1);
     admit(&c, &create(Version::V1alpha1), &mut object).await.0.unwrap();
     assert_eq!(runs(&object), None);
+}
+
+/// The policy `counting` runs, recording in an annotation what it saw of the webhook's label `mutated`.
+fn seeing(condition: &str) -> MutatingAdmissionPolicy {
+    policy(
+        "seeing",
+        json!({
+            "reinvocationPolicy": "IfNeeded",
+            "matchConditions": [{"name": "when", "expression": condition}],
+            "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+                "Object{metadata: Object.metadata{annotations: {\
+                   'runs': string(int(object.metadata.?annotations['runs'].orValue('0')) + 1), \
+                   'saw': object.metadata.labels.?mutated.orValue('no')}}}"}}],
+        }),
+    )
+}
+
+#[tokio::test]
+async fn a_webhooks_patch_reinvokes_an_ifneeded_policy_once() {
+    let s = webhook::WebhookServer::start(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)).await;
+    use base64::Engine as _;
+    let labeller: MutatingWebhookConfiguration = serde_json::from_value(json!({"metadata": {"name": "labeller"},
+        "webhooks": [{"name": "label.test.io",
+            "clientConfig": {"url": s.url("/label"), "caBundle": base64::engine::general_purpose::STANDARD.encode(&s.ca_pem)},
+            "rules": [{"apiGroups": ["demo.k8s.io"], "apiVersions": ["*"], "resources": ["podsets"],
+                       "operations": ["CREATE"], "scope": "*"}],
+            "failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"]}]}))
+    .unwrap();
+    let chain_for = |p: MutatingAdmissionPolicy| {
+        let sources = Sources {
+            namespaces: namespaces(),
+            configurations: Some(WebhookConfigurations::fixed(std::slice::from_ref(&labeller), &[])),
+            quotas: None,
+            policies: None,
+            mutating_policies: Some((MutatingPolicies::fixed(&[p], &[binding("seeing")]), Default::default())),
+        };
+        recommended().with_sources(sources, PluginConfig::default()).unwrap()
+    };
+
+    // Its conditions hold from the start: it runs, the webhook (after it) adds the label, and it runs once more,
+    // seeing the label. The webhook, not IfNeeded, is called once.
+    let c = chain_for(seeing("has(object.metadata.labels) && 'team' in object.metadata.labels"));
+    let mut object = podset("demo.k8s.io/v1alpha1", 1);
+    admit(&c, &create(Version::V1alpha1), &mut object).await.0.unwrap();
+    assert_eq!(object["metadata"]["annotations"], json!({"runs": "2", "saw": "yes"}));
+    assert_eq!(object["metadata"]["labels"]["mutated"], "yes");
+    assert_eq!(s.received("/label").len(), 1);
+
+    // Its conditions look for the webhook's label: false in the first round, so it is not run for the first time
+    // in the second, as kube's dispatcher checks the conditions before the reinvocation set.
+    s.clear();
+    let c = chain_for(seeing("has(object.metadata.labels) && 'mutated' in object.metadata.labels"));
+    let mut object = podset("demo.k8s.io/v1alpha1", 1);
+    admit(&c, &create(Version::V1alpha1), &mut object).await.0.unwrap();
+    assert!(object["metadata"].get("annotations").is_none(), "{object}");
+    assert_eq!(object["metadata"]["labels"]["mutated"], "yes");
 }
 
 #[tokio::test]

@@ -97,6 +97,8 @@ async fn served_resources(c: &Cluster) {
         "validatingadmissionpolicies",
         "validatingadmissionpolicies/status",
         "validatingadmissionpolicybindings",
+        "mutatingadmissionpolicies",
+        "mutatingadmissionpolicybindings",
     ] {
         assert!(names.contains(&name), "{name} missing from {names:?}");
     }
