@@ -1,9 +1,13 @@
-//! What ValidatingAdmissionPolicy costs a create, and what loaded policies cost in memory: PodSets created through
-//! kube-apiserver's aggregator on the local control plane, our server reading its policies from a
-//! `staticManifestsDir` that the bench rewrites between phases (the server reloads it while serving):
+//! What admission policies cost a create, and what loaded policies cost in memory: PodSets created through
+//! kube-apiserver's aggregator on the local control plane, our server reading its policies from the
+//! `staticManifestsDir`s of ValidatingAdmissionPolicy and MutatingAdmissionPolicy, which the bench rewrites between
+//! phases (the server reloads them while serving):
 //! - no policy;
-//! - 10 policies bound, none matching PodSets (they select ConfigMaps);
+//! - 10 validating policies bound, none matching PodSets (they select ConfigMaps);
 //! - the same 10, one of them matching PodSets with three validations that pass;
+//! - one mutating policy matching PodSets: an ApplyConfiguration adding a label and a sidecar to the template;
+//! - no policy, the PodSets sent as that policy makes them (what the policy itself costs, apart from the larger
+//!   PodSets and Pods it makes);
 //! - 500 policies and 500 bindings, none matching PodSets: the server's resident memory against no policy, in
 //!   cycles of both.
 //!
@@ -55,6 +59,40 @@ spec: {{policyName: bench-{i}.static.k8s.io, validationActions: [Deny]}}
     )
 }
 
+/// A mutating policy adding a label and a sidecar to every PodSet's template, and its binding.
+const MUTATING: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: sidecar.static.k8s.io}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [demo.k8s.io], apiVersions: ["*"], resources: [podsets], operations: [CREATE, UPDATE]}
+  reinvocationPolicy: Never
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: >-
+        Object{
+          metadata: Object.metadata{labels: {"policy.example.com/injected": "true"}},
+          spec: Object.spec{template: Object.spec.template{spec: Object.spec.template.spec{
+            containers: [Object.spec.template.spec.containers{name: "sidecar", image: "registry.example.com/proxy:2"}]}}}}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: sidecar-binding.static.k8s.io}
+spec: {policyName: sidecar.static.k8s.io}
+"#;
+
+/// A PodSet's body as [`MUTATING`] leaves it: with its label and sidecar.
+fn as_mutated(body: &[u8]) -> Vec<u8> {
+    let mut o: serde_json::Value = serde_json::from_slice(body).unwrap();
+    o["metadata"]["labels"]["policy.example.com/injected"] = "true".into();
+    let containers = o["spec"]["template"]["spec"]["containers"].as_array_mut().unwrap();
+    containers.push(serde_json::json!({"name": "sidecar", "image": "registry.example.com/proxy:2"}));
+    serde_json::to_vec(&o).unwrap()
+}
+
 /// Rewrites the manifests to `policies` and waits until the server has reloaded them (its log says so).
 fn set_policies(c: &Cluster, dir: &Path, policies: &str, reloads: &mut usize) {
     let file = dir.join("policies.yaml");
@@ -77,17 +115,25 @@ fn main() {
     reenter_namespace();
     let (creates, rounds) = (env_or("POLICY_CREATES", 2000), env_or("POLICY_ROUNDS", 3));
     let dir = tempfile::tempdir().unwrap();
-    let manifests = dir.path().join("policies");
-    std::fs::create_dir(&manifests).unwrap();
-    std::fs::write(manifests.join("policies.yaml"), "").unwrap();
+    let (manifests, mutating) = (dir.path().join("policies"), dir.path().join("mutating"));
+    for d in [&manifests, &mutating] {
+        std::fs::create_dir(d).unwrap();
+        std::fs::write(d.join("policies.yaml"), "").unwrap();
+    }
     let config = dir.path().join("admission.yaml");
+    let plugin = |name: &str, dir: &Path| {
+        format!(
+            "- name: {name}\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n    kind: {name}Configuration\n    \
+             staticManifestsDir: {}\n",
+            dir.display()
+        )
+    };
     std::fs::write(
         &config,
         format!(
-            "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n- name: ValidatingAdmissionPolicy\n  \
-             configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n    kind: ValidatingAdmissionPolicyConfiguration\n    \
-             staticManifestsDir: {}\n",
-            manifests.display()
+            "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n{}{}",
+            plugin("ValidatingAdmissionPolicy", &manifests),
+            plugin("MutatingAdmissionPolicy", &mutating)
         ),
     )
     .unwrap();
@@ -97,10 +143,14 @@ fn main() {
     let none = String::new();
     let ten_none: String = (0..10).map(|i| policy(i, false)).collect();
     let ten_one: String = (0..9).map(|i| policy(i, false)).chain([policy(9, true)]).collect();
+    let mutating_one = MUTATING.to_owned();
+    // (name, validating policies, mutating policies, PodSets sent with the label and sidecar)
     let phases = [
-        ("no policy", &none),
-        ("10 bound, none matching", &ten_none),
-        ("10 bound, 1 matching (3 validations)", &ten_one),
+        ("no policy", &none, &none, false),
+        ("10 bound, none matching", &ten_none, &none, false),
+        ("10 bound, 1 matching (3 validations)", &ten_one, &none, false),
+        ("1 mutating matching (label + sidecar)", &none, &mutating_one, false),
+        ("no policy, sent with label + sidecar", &none, &none, true),
     ];
     let mut reloads = 0;
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -143,25 +193,27 @@ fn main() {
         let req = Request::post("/api/v1/namespaces").header("content-type", "application/json");
         assert_eq!(send(&client, req.body(ns.to_string().into_bytes()).unwrap()).await.0, 201);
         let path = format!("/apis/demo.k8s.io/v1alpha1/namespaces/{NS}/podsets");
-        let run = |tag: String, n: usize| {
+        let run = |tag: String, n: usize, injected: bool| {
             let (client, path) = (client.clone(), path.clone());
             async move {
                 let make = move |i: usize| {
                     let req = Request::post(path.clone()).header("content-type", "application/json");
-                    req.body(podset("demo.k8s.io/v1alpha1", &format!("{tag}-{i:05}"))).unwrap()
+                    let body = podset("demo.k8s.io/v1alpha1", &format!("{tag}-{i:05}"));
+                    req.body(if injected { as_mutated(&body) } else { body }).unwrap()
                 };
                 throughput(&[client], &[pid], n, make).await
             }
         };
-        run("warm".into(), 300).await;
+        run("warm".into(), 300, false).await;
         for round in 0..rounds {
             // Each round starts at another phase: the objects made so far (and the controller's work on them)
             // weigh on no phase more than on another.
             for p in (0..phases.len()).map(|i| (i + round) % phases.len()) {
-                let policies = phases[p].1;
-                set_policies(&c, &manifests, policies, &mut reloads);
-                run(format!("w{round}-{p}"), 100).await;
-                let (rate, cpu) = run(format!("r{round}-{p}"), creates).await;
+                let (_, validating, mutating_policies, injected) = phases[p];
+                set_policies(&c, &manifests, validating, &mut reloads);
+                set_policies(&c, &mutating, mutating_policies, &mut reloads);
+                run(format!("w{round}-{p}"), 100, injected).await;
+                let (rate, cpu) = run(format!("r{round}-{p}"), creates, injected).await;
                 results[p].0.push(rate);
                 results[p].1.push(cpu);
             }
@@ -172,7 +224,7 @@ fn main() {
         common::workload::CONCURRENCY
     );
     let base = (median(results[0].0.clone()), median(results[0].1.clone()));
-    for ((name, _), (rates, cpus)) in phases.iter().zip(&results) {
+    for ((name, _, _, _), (rates, cpus)) in phases.iter().zip(&results) {
         let (rate, cpu) = (median(rates.clone()), median(cpus.clone()));
         println!(
             "{name:<40} {rate:>7.0} creates/s ({:.2}x)   {cpu:>6.1} us server CPU per create ({:.2}x)",

@@ -248,9 +248,11 @@ pub struct PluginReinvocation {
 }
 
 impl Reinvocation {
-    /// Moves to the second round if one is needed; false when the mutating phase is done.
+    /// Moves to the second round if one is needed; false when the mutating phase is done. A second round in which
+    /// no plugin has an IfNeeded invocation to run again would run nothing, and is not started.
     fn start_next_round(&mut self) -> bool {
-        if self.is_reinvoke || !self.should_reinvoke {
+        let reinvocable = self.plugins.values().any(|p| !p.previously_invoked.is_empty() || !p.to_reinvoke.is_empty());
+        if self.is_reinvoke || !self.should_reinvoke || !reinvocable {
             return false;
         }
         self.is_reinvoke = true;

@@ -69,4 +69,12 @@ fn reinvocation_reruns_only_earlier_ifneeded_invocations_once_and_each_plugin_ke
     let q = r.plugin("Q");
     assert!(q.skips("a"));
     assert!(!r.start_next_round(), "one extra round at most");
+
+    // A change with no IfNeeded invocation anywhere: a second round would run nothing, and is not started.
+    let mut r = Reinvocation::default();
+    let mut q = r.plugin("Q");
+    q.begin(Some(&object));
+    q.invoked("a", true, false);
+    q.end(Some(&changed));
+    assert!(!r.start_next_round());
 }

@@ -131,6 +131,8 @@ struct Input {
 struct Invoked {
     /// Whether it ran: its conditions held and the round did not skip it.
     matched: bool,
+    /// Whether a mutation changed the object.
+    changed: bool,
     object: Option<Value>,
     failures: Vec<Failure>,
     observed: Vec<Observed>,
@@ -269,6 +271,11 @@ impl MutatingAdmissionPolicyPlugin {
             }
             for params in params {
                 let key = key(&policy.name, &binding.name, params.as_ref());
+                let skip = round.skips(&key);
+                // Skipped in this round with no conditions to evaluate first: nothing to build for it.
+                if skip && policy.match_conditions.is_empty() {
+                    continue;
+                }
                 let reads = (a, version.as_str(), &policy.reads);
                 let input = match self.input(reads, (object.as_deref(), old), params, state).await {
                     Ok(input) => input,
@@ -278,12 +285,17 @@ impl MutatingAdmissionPolicyPlugin {
                     }
                     Err(Failure::Request(e)) => return Err(e),
                 };
-                let before = input.object.clone();
-                let (p, interfaces, skip) = (policy.clone(), a.interfaces, round.skips(&key));
+                let (p, interfaces) = (policy.clone(), a.interfaces);
                 let invoked = activation::evaluate(
                     policy.reads.authorizer,
                     move || invoke(&p, input, skip, interfaces),
-                    || Invoked { matched: false, object: None, failures: Vec::new(), observed: Vec::new() },
+                    || Invoked {
+                        matched: false,
+                        changed: false,
+                        object: None,
+                        failures: Vec::new(),
+                        observed: Vec::new(),
+                    },
                 )
                 .await;
                 for o in &invoked.observed {
@@ -298,7 +310,7 @@ impl MutatingAdmissionPolicyPlugin {
                 if !invoked.matched {
                     continue;
                 }
-                let changed = invoked.object != before;
+                let changed = invoked.changed;
                 if changed {
                     if let (Some(target), Some(mut mutated)) = (object.as_deref_mut(), invoked.object) {
                         if let Err(source) = a.interfaces.convert(&mut mutated, &a.resource.version) {
@@ -358,7 +370,8 @@ fn observe(policy: &str, binding: &str, o: &Observed) {
 /// object (`dispatchInvocations`' loop body). Synchronous: it runs where the authorizer may block.
 fn invoke(policy: &MutatingPolicy, input: Input, skip: bool, interfaces: &'static dyn ObjectInterfaces) -> Invoked {
     let reads = &policy.reads;
-    let mut out = Invoked { matched: false, object: input.object, failures: Vec::new(), observed: Vec::new() };
+    let mut out =
+        Invoked { matched: false, changed: false, object: input.object, failures: Vec::new(), observed: Vec::new() };
     let mut activation = Activation::new();
     activation
         .bind("oldObject", reads.old.project(input.old.as_ref()))
@@ -399,6 +412,7 @@ fn invoke(policy: &MutatingPolicy, input: Input, skip: bool, interfaces: &'stati
         match result {
             Ok(object) => {
                 out.observed.push(Observed { error_type: "no_error", elapsed });
+                out.changed |= object != *current;
                 out.object = Some(object);
             }
             Err(Failure::Policy(e)) => {
