@@ -205,6 +205,12 @@ impl Program {
         p
     }
 
+    /// Whether it reads no name of its environment (nor any variable): its value is the same on every
+    /// evaluation.
+    pub fn reads_nothing(&self) -> bool {
+        self.checked.paths.is_empty() && self.checked.variables.is_empty()
+    }
+
     /// The policy variables it reads.
     pub fn variables_read(&self) -> &[String] {
         &self.checked.variables

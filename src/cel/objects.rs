@@ -314,7 +314,15 @@ mod tests {
         let p =
             compile_mutation("Object{spec: Object.spec{replicas: object.spec.replicas}}", DECLARED, Returns::Object);
         let p = p.unwrap();
-        assert!(p.uses("object"));
+        assert!(p.uses("object") && !p.reads_nothing());
+        let constant =
+            compile_mutation("Object{metadata: Object.metadata{labels: {'a': 'b'}}}", DECLARED, Returns::Object);
+        assert!(constant.unwrap().reads_nothing());
+        let through_variable = compile_mutation("Object{spec: variables.spec}", DECLARED, Returns::Object);
+        assert!(!through_variable.unwrap().reads_nothing());
+        let in_comprehension =
+            compile_mutation("[1].map(i, JSONPatch{op: 'add', path: '/x', value: i})", DECLARED, Returns::JsonPatches);
+        assert!(in_comprehension.unwrap().reads_nothing());
         assert_eq!(
             value::to_json(&p.projection("object").project(Some(&json!({"spec": {"replicas": 1, "x": 2}})))).unwrap(),
             json!({"spec": {"replicas": 1}})

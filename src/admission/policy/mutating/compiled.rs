@@ -2,6 +2,8 @@
 //! an ApplyConfiguration or a JSONPatch expression compiled with the mutation library (`Object{...}`,
 //! `JSONPatch{...}`), and its reinvocation policy; and the kind's checks of a policy and binding from manifests.
 
+use std::sync::OnceLock;
+
 use k8s_openapi::api::admissionregistration::v1::{MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding};
 
 use crate::admission::policy::manifests::{check_spec, static_binding};
@@ -17,11 +19,22 @@ pub(crate) enum PatchType {
     JsonPatch,
 }
 
+/// The change a mutation's expression evaluated to.
+#[derive(Debug, Clone)]
+pub(crate) enum Patch {
+    /// An ApplyConfiguration's object.
+    Apply(serde_json::Value),
+    /// JSON patch operations.
+    Operations(Vec<serde_json::Value>),
+}
+
 /// One of `spec.mutations`.
 #[derive(Debug)]
 pub(crate) struct Mutation {
     pub(crate) patch_type: PatchType,
     pub(crate) program: Result<Program, CompileError>,
+    /// For an expression that reads nothing of the request (a sidecar to add), its one outcome, once evaluated.
+    pub(crate) constant: Option<OnceLock<Result<Patch, String>>>,
 }
 
 /// A MutatingAdmissionPolicy's own part.
@@ -93,7 +106,8 @@ impl PolicyKind for MutatingKind {
                     _ => return None,
                 };
                 let program = cel::compile_mutation(expression.unwrap_or_default(), &names.full, returns);
-                Some(Mutation { patch_type, program })
+                let constant = program.as_ref().is_ok_and(Program::reads_nothing).then(OnceLock::new);
+                Some(Mutation { patch_type, program, constant })
             });
             Mutations {
                 mutations: mutations.collect(),

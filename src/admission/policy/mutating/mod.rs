@@ -25,7 +25,7 @@ use kube::core::Status;
 use serde_json::Value;
 
 pub use compiled::{MutatingKind, MutatingPolicy, Mutations};
-use compiled::{Mutation, PatchType};
+use compiled::{Mutation, Patch, PatchType};
 
 use super::{binding_params, binding_selects, namespace_object, Binding, Hook, Params, PolicySet};
 use crate::admission::activation::{self, ExpressionAuthorizer, Invocation, Reads};
@@ -436,39 +436,49 @@ fn mutate(
     object: &Value,
     interfaces: &'static dyn ObjectInterfaces,
 ) -> Result<Value, Failure> {
-    let program = m.program.as_ref().map_err(|e| Failure::Policy(compile_error(e)))?;
-    let mut budget = Budget::default();
-    let value = program.eval(activation, &mut budget).map_err(|e| match e {
-        EvalError::OutOfBudget => Failure::Policy(e.to_string()),
-        e => Failure::Policy(expression_error(program.source(), &e)),
-    })?;
-    let mut patched = match m.patch_type {
-        PatchType::ApplyConfiguration => {
-            let patch = match cel::value::to_json(&value) {
-                Some(p @ Value::Object(_)) => p,
-                _ => {
-                    return Err(Failure::Policy(format!(
-                        "unsupported return type from ApplyConfiguration expression: {}",
-                        cel::value::type_name(&value)
-                    )))
-                }
-            };
-            mutation::apply_configuration(interfaces, object, &patch).map_err(|e| match e {
+    // An expression that reads nothing of the request has one value: it is evaluated once.
+    let patch = match &m.constant {
+        Some(cell) => cell.get_or_init(|| patch_of(m, activation)).clone(),
+        None => patch_of(m, activation),
+    };
+    match patch.map_err(Failure::Policy)? {
+        Patch::Apply(patch) => {
+            let mut patched = mutation::apply_configuration(interfaces, object, &patch).map_err(|e| match e {
                 ApplyConfigurationError::KindNotFound(_) => Failure::Request(unavailable(&e.to_string())),
                 ApplyConfigurationError::Patch(_) => Failure::Policy(e.to_string()),
-            })?
+            })?;
+            interfaces
+                .decode_and_default(&mut patched)
+                .map_err(|e| Failure::Policy(format!("error applying patch: {e}")))?;
+            Ok(patched)
         }
-        PatchType::JsonPatch => {
-            let ops = operations(&value).map_err(Failure::Policy)?;
-            let patched = mutation::json_patch(object, &ops).map_err(Failure::Policy)?;
+        Patch::Operations(ops) => {
+            let mut patched = mutation::json_patch(object, &ops).map_err(Failure::Policy)?;
             // kube decodes the patched object into its type; one that does not decode is an internal error.
-            let mut decoded = patched;
-            interfaces.decode_and_default(&mut decoded).map_err(|e| Failure::Request(internal(&e.to_string())))?;
-            return Ok(decoded);
+            interfaces.decode_and_default(&mut patched).map_err(|e| Failure::Request(internal(&e.to_string())))?;
+            Ok(patched)
         }
-    };
-    interfaces.decode_and_default(&mut patched).map_err(|e| Failure::Policy(format!("error applying patch: {e}")))?;
-    Ok(patched)
+    }
+}
+
+/// What a mutation's expression evaluates to, as the patch it makes; an error is the policy's failure.
+fn patch_of(m: &Mutation, activation: &Activation) -> Result<Patch, String> {
+    let program = m.program.as_ref().map_err(compile_error)?;
+    let mut budget = Budget::default();
+    let value = program.eval(activation, &mut budget).map_err(|e| match e {
+        EvalError::OutOfBudget => e.to_string(),
+        e => expression_error(program.source(), &e),
+    })?;
+    match m.patch_type {
+        PatchType::ApplyConfiguration => match cel::value::to_json(&value) {
+            Some(p @ Value::Object(_)) => Ok(Patch::Apply(p)),
+            _ => Err(format!(
+                "unsupported return type from ApplyConfiguration expression: {}",
+                cel::value::type_name(&value)
+            )),
+        },
+        PatchType::JsonPatch => operations(&value).map(Patch::Operations),
+    }
 }
 
 /// A JSONPatch expression's value as operations, as `evaluatePatchExpression` builds them.
