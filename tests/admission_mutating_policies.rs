@@ -193,6 +193,47 @@ async fn variables_and_match_conditions_as_kube_reads_them() {
 }
 
 #[tokio::test]
+async fn each_mutation_sees_what_the_ones_before_it_made() {
+    // Variables are evaluated afresh for each mutation, on the object as the mutations before it left it.
+    let p = policy(
+        "two-steps",
+        json!({
+            "variables": [{"name": "count", "expression": "size(object.spec.template.spec.containers)"}],
+            "mutations": [
+                {"patchType": "JSONPatch", "jsonPatch": {"expression":
+                    "[JSONPatch{op: 'add', path: '/metadata/annotations', value: {'before': string(variables.count)}}]"}},
+                {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": LABEL_AND_SIDECAR}},
+                {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+                    "Object{metadata: Object.metadata{annotations: {'after': string(variables.count)}}}"}},
+            ],
+        }),
+    );
+    let mut object = podset("demo.k8s.io/v1alpha1", 1);
+    admit(&chain(vec![p]), &create(Version::V1alpha1), &mut object).await.0.unwrap();
+    assert_eq!(object["metadata"]["annotations"], json!({"before": "2", "after": "3"}));
+
+    // Which policies apply is decided on the object as it came, before any of them ran (kube's dispatcher): a
+    // label a first policy adds does not make a second one's objectSelector select the request.
+    let adds = apply("a-adds", "Object{metadata: Object.metadata{labels: {'stage': 'mutated'}}}");
+    let mut selects = apply("b-selects", "Object{metadata: Object.metadata{labels: {'b': 'ran'}}}");
+    selects.spec.as_mut().unwrap().match_constraints.as_mut().unwrap().object_selector =
+        Some(serde_json::from_value(json!({"matchLabels": {"stage": "mutated"}})).unwrap());
+    let mut object = podset("demo.k8s.io/v1alpha1", 1);
+    admit(&chain(vec![adds, selects]), &create(Version::V1alpha1), &mut object).await.0.unwrap();
+    assert_eq!(object["metadata"]["labels"]["stage"], "mutated");
+    assert!(object["metadata"]["labels"].get("b").is_none(), "{object}");
+}
+
+#[tokio::test]
+async fn a_json_patch_that_makes_an_unknown_field_is_an_internal_error() {
+    let c = chain(vec![json_patch("typo", "[JSONPatch{op: 'add', path: '/spec/replica', value: 3}]")]);
+    let e = admit(&c, &create(Version::V1alpha1), &mut podset("demo.k8s.io/v1alpha1", 1)).await.0.unwrap_err();
+    let status = status_of(&e);
+    assert_eq!((status.code, status.reason.as_str()), (500, "InternalError"));
+    assert_eq!(status.message, "Internal error occurred: strict decoding error: unknown field \"spec.replica\"");
+}
+
+#[tokio::test]
 async fn a_failing_policy_follows_its_failure_policy_after_all_ran() {
     let broken = |name: &str, failure: &str| {
         let mut p = apply(name, "Object{metadata: Object.metadata{labels: {'x': object.spec.nope}}}");
@@ -279,11 +320,12 @@ async fn an_ifneeded_policy_runs_once_more_when_a_later_one_changes_the_object()
     let runs = |o: &Value| o["metadata"]["annotations"]["runs"].as_str().map(str::to_owned);
     let later = apply("z-later", "Object{metadata: Object.metadata{labels: {'later': 'yes'}}}");
 
-    // Alone, it changes the object itself: that asks for no second run of it.
+    // Alone: its own change marks the object changed (kube's `Dirty`), and the IfNeeded policies that ran run
+    // again, itself included, once.
     let c = chain(vec![counting("a-count", "IfNeeded", None)]);
     let mut object = podset("demo.k8s.io/v1alpha1", 1);
     admit(&c, &create(Version::V1alpha1), &mut object).await.0.unwrap();
-    assert_eq!(runs(&object).as_deref(), Some("1"));
+    assert_eq!(runs(&object).as_deref(), Some("2"));
 
     // A later policy changes it: exactly one more run.
     let c = chain(vec![counting("a-count", "IfNeeded", None), later.clone()]);

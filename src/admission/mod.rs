@@ -66,6 +66,12 @@ pub trait ObjectInterfaces: Send + Sync + std::fmt::Debug {
     /// `object` decoded into its type and defaulted, written back as JSON.
     fn decode_and_default(&self, object: &mut Value) -> Result<(), BoxError>;
 
+    /// [`ObjectInterfaces::decode_and_default`], a field the type does not have an error (`strict decoding error:
+    /// unknown field "spec.x"`), as kube decodes what a JSON patch made.
+    fn decode_and_default_strict(&self, object: &mut Value) -> Result<(), BoxError> {
+        self.decode_and_default(object)
+    }
+
     /// The versions of the reviewed resource's group that serve it: equivalent resources, for webhooks whose
     /// rules name another one (`matchPolicy: Equivalent`).
     fn versions(&self) -> &'static [crate::api::resource::VersionInfo] {
@@ -310,6 +316,13 @@ impl PluginRound<'_> {
         if if_needed {
             self.state.previously_invoked.insert(key.to_owned());
         }
+    }
+
+    /// The plugin changed the object in this round (kube's `Dirty`): its IfNeeded invocations so far run again,
+    /// and a second round is asked for.
+    pub fn mutated(&mut self) {
+        self.require_reinvoking_previously_invoked();
+        *self.should_reinvoke = true;
     }
 
     fn require_reinvoking_previously_invoked(&mut self) {

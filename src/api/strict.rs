@@ -13,6 +13,12 @@ pub fn decode_strict_value<T: DeserializeOwned>(value: serde_yaml::Value) -> Res
     strictly(value)
 }
 
+/// A JSON value decoded as `T`, strictly (an object a patch made, as kube-apiserver's strict JSON serializer reads
+/// it).
+pub fn decode_strict_json<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, String> {
+    strictly(value)
+}
+
 fn strictly<'de, T: DeserializeOwned, D: serde::Deserializer<'de>>(d: D) -> Result<T, String>
 where
     D::Error: std::fmt::Display,

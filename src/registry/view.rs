@@ -69,6 +69,11 @@ impl<S: Strategy> ObjectInterfaces for ObjectView<S> {
         Ok(())
     }
 
+    fn decode_and_default_strict(&self, object: &mut Value) -> std::result::Result<(), BoxError> {
+        crate::api::strict::decode_strict_json::<S::Object>(object.clone())?;
+        self.decode_and_default(object)
+    }
+
     fn versions(&self) -> &'static [VersionInfo] {
         S::INFO.versions
     }

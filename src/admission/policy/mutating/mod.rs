@@ -1,14 +1,15 @@
 //! MutatingAdmissionPolicy, as k8s.io/apiserver's `admission/plugin/policy/mutating` runs it for its own resources
-//! (`dispatcher.go`): for each policy with a binding that both select the request, and each param, in the version
-//! the policy matched: its matchConditions, then each mutation in order on a fresh cost budget, the object patched
-//! (an ApplyConfiguration merged by the object's schema, or a JSON patch) and defaulted after each.
+//! (`dispatcher.go`): the policies, bindings and params that select the request are found first, on the object as
+//! it came (`policy/generic`'s dispatcher); then for each, in the version the policy matched: its matchConditions,
+//! then each mutation in order on a fresh cost budget and fresh variables, the object patched (an
+//! ApplyConfiguration merged by the object's schema, or a JSON patch) and defaulted after each.
 //!
 //! - A policy that fails (a CEL error, a patch that does not apply) does not stop the others; under
 //!   `failurePolicy: Fail` the request is refused after all ran, 403 with the first failure's message and every
 //!   failure as a cause. A patched object that no longer decodes is a 500, as kube's is.
 //! - `reinvocationPolicy: IfNeeded`: when a later plugin (a mutating webhook, another policy) changes the object,
-//!   the chain's second round runs the policies that saw it before, once. A policy its matchConditions left out
-//!   in the first round is not run for the first time in the second, as in kube.
+//!   or any mutation applied (kube's `Dirty`), the chain's second round runs the policies that saw it before, once.
+//!   A policy its matchConditions left out in the first round is not run for the first time in the second.
 //! - The registry decodes, defaults and validates the object admission returns, as for any write: a mutation that
 //!   makes it invalid is refused with the validation's 422, and validating policies and webhooks see the result.
 //!
@@ -131,11 +132,28 @@ struct Input {
 struct Invoked {
     /// Whether it ran: its conditions held and the round did not skip it.
     matched: bool,
+    /// Whether a mutation applied (kube's `Dirty`, even when it changed nothing).
+    applied: bool,
     /// Whether a mutation changed the object.
     changed: bool,
     object: Option<Value>,
     failures: Vec<Failure>,
     observed: Vec<Observed>,
+}
+
+impl Invoked {
+    fn failed(failure: Failure) -> Self {
+        Self { matched: false, applied: false, changed: false, object: None, failures: vec![failure], observed: vec![] }
+    }
+}
+
+/// One policy × binding × param that selects the request, found before any of them runs (`policy/generic`'s
+/// dispatcher): each is matched on the object as it came to the plugin.
+struct Call<'h> {
+    hook: &'h Hook<MutatingKind>,
+    binding: &'h Binding,
+    version: String,
+    params: Option<cel::Value>,
 }
 
 #[async_trait::async_trait]
@@ -154,66 +172,100 @@ impl Mutating for MutatingAdmissionPolicyPlugin {
         if !self.policies.wait_for_ready().await || !self.namespaces.wait_for_ready().await {
             return Err(Error::NotReady { resource: a.group_resource(), name: resource_name(a, object.as_deref()) });
         }
-        let mut round = reinvocation.plugin(Self::NAME);
-        round.begin(object.as_deref());
         let (manifest, cluster) = self.policies.current();
         let mut state = Dispatch::default();
-        let mut result = Ok(());
+        let mut calls = Vec::new();
         for hook in manifest.iter().chain(cluster.iter()) {
-            result = self.dispatch_hook(hook, (a, &mut object, old), &mut round, &mut state, out).await;
-            if result.is_err() {
-                break;
+            self.collect(hook, (a, object.as_deref(), old), &mut calls, &mut state, out).await;
+        }
+        let mut round = reinvocation.plugin(Self::NAME);
+        round.begin(object.as_deref());
+        let mut result = Ok(());
+        let mut applied = false;
+        for call in calls {
+            match self.call(call, (a, &mut object, old), &mut round, &mut state).await {
+                Ok(a) => applied |= a,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
             }
+        }
+        // Any mutation applied: the IfNeeded policies that ran run again in a second round (kube's `Dirty`).
+        if applied && result.is_ok() {
+            round.mutated();
         }
         round.end(object.as_deref());
         result?;
-        match state.errors.is_empty() {
-            true => Ok(()),
-            false => Err(refusal(a, object.as_deref(), state.errors)),
-        }
+        state.refusal(a, object.as_deref()).map_or(Ok(()), Err)
     }
+}
+
+/// A policy's failure, worded as `generic.PolicyError`.
+struct PolicyError {
+    message: String,
+    /// The Status reason it gives the refusal when it is the first; none for a configuration error.
+    reason: &'static str,
 }
 
 /// What a request's policies came to so far.
 #[derive(Default)]
 struct Dispatch {
-    /// The failures of policies that fail closed, worded as `generic.PolicyError`.
-    errors: Vec<String>,
+    /// The failures of policies that fail closed: those found while matching first, as kube lists them.
+    configuration: Vec<PolicyError>,
+    failures: Vec<PolicyError>,
     /// `namespaceObject`, read the first time a policy reads it.
     namespace: Option<Value>,
 }
 
-impl Dispatch {
-    fn config_error(&mut self, policy: &MutatingPolicy, binding: Option<&Binding>, message: &str) {
-        if policy.fail_open {
-            return;
-        }
-        self.errors.push(match binding {
-            Some(b) => format!("policy '{}' with binding '{}' denied request: {message}", policy.name, b.name),
-            None => format!("policy {:?} denied request: {message}", policy.name),
-        });
+fn denied(policy: &MutatingPolicy, binding: Option<&Binding>, message: &str) -> String {
+    match binding {
+        Some(b) => format!("policy '{}' with binding '{}' denied request: {message}", policy.name, b.name),
+        None => format!("policy {:?} denied request: {message}", policy.name),
     }
 }
 
-/// kube's refusal when policies that fail closed failed: `NewForbidden` given the first failure's message and
-/// reason (`Invalid`), every failure a cause.
-fn refusal(a: &Attributes, object: Option<&Value>, errors: Vec<String>) -> Error {
-    let causes = errors.iter().map(|m| cause(m)).collect();
-    let status = Status {
-        code: 403,
-        reason: "Invalid".into(),
-        message: errors[0].clone(),
-        details: Some(StatusDetails {
-            name: resource_name(a, object),
-            group: a.resource.group.clone(),
-            kind: a.resource.resource.clone(),
-            uid: String::new(),
-            causes,
-            retry_after_seconds: 0,
-        }),
-        ..Status::failure("", "")
-    };
-    Error::Plugin { plugin: MutatingAdmissionPolicyPlugin::NAME, status: Box::new(status) }
+impl Dispatch {
+    /// A policy or binding that cannot be applied (the generic dispatcher's `addConfigError`).
+    fn config_error(&mut self, policy: &MutatingPolicy, binding: Option<&Binding>, e: &str) {
+        if policy.fail_open {
+            return;
+        }
+        let what = if binding.is_some() { "binding" } else { "policy" };
+        let message = denied(policy, binding, &format!("failed to configure {what}: {e}"));
+        self.configuration.push(PolicyError { message, reason: "" });
+    }
+
+    /// An invocation that failed: its conditions or a mutation (the mutating dispatcher's `addConfigError`).
+    fn failure(&mut self, policy: &MutatingPolicy, binding: &Binding, e: &str) {
+        if policy.fail_open {
+            return;
+        }
+        self.failures.push(PolicyError { message: denied(policy, Some(binding), e), reason: "Invalid" });
+    }
+
+    /// kube's refusal when policies that fail closed failed: `NewForbidden` given the first failure's message and
+    /// reason, every failure a cause.
+    fn refusal(self, a: &Attributes, object: Option<&Value>) -> Option<Error> {
+        let errors: Vec<PolicyError> = self.configuration.into_iter().chain(self.failures).collect();
+        let first = errors.first()?;
+        let reason = if first.reason.is_empty() { "Forbidden" } else { first.reason };
+        let status = Status {
+            code: 403,
+            reason: reason.into(),
+            message: first.message.clone(),
+            details: Some(StatusDetails {
+                name: resource_name(a, object),
+                group: a.resource.group.clone(),
+                kind: a.resource.resource.clone(),
+                uid: String::new(),
+                causes: errors.iter().map(|e| cause(&e.message)).collect(),
+                retry_after_seconds: 0,
+            }),
+            ..Status::failure("", "")
+        };
+        Some(Error::Plugin { plugin: MutatingAdmissionPolicyPlugin::NAME, status: Box::new(status) })
+    }
 }
 
 fn cause(message: &str) -> StatusCause {
@@ -229,29 +281,27 @@ fn key(policy: &str, binding: &str, param: Option<&cel::Value>) -> String {
 }
 
 impl MutatingAdmissionPolicyPlugin {
-    async fn dispatch_hook(
+    /// The invocations of `hook` that select the request: its rules, each binding's, and their params.
+    async fn collect<'h>(
         &self,
-        hook: &Hook<MutatingKind>,
-        (a, object, old): (&Attributes, &mut Option<&mut Value>, Option<&Value>),
-        round: &mut PluginRound<'_>,
+        hook: &'h Hook<MutatingKind>,
+        (a, object, old): (&Attributes, Option<&Value>, Option<&Value>),
+        calls: &mut Vec<Call<'h>>,
         state: &mut Dispatch,
         out: &mut Outcome,
-    ) -> Result<(), Error> {
+    ) {
         let policy = &hook.policy;
         let Some(matcher) = &policy.matcher else {
             state.config_error(policy, None, "policy contained no match constraints, a required field");
-            return Ok(());
+            return;
         };
-        let version = match matcher.matches(a, object.as_deref(), old, &self.namespaces).await {
+        let version = match matcher.matches(a, object, old, &self.namespaces).await {
             Ok(Some(v)) => v,
-            Ok(None) => return Ok(()),
-            Err(e) => {
-                state.config_error(policy, None, &e);
-                return Ok(());
-            }
+            Ok(None) => return,
+            Err(e) => return state.config_error(policy, None, &e),
         };
         for binding in &hook.bindings {
-            match binding_selects(binding, &self.namespaces, (a, object.as_deref(), old)).await {
+            match binding_selects(binding, &self.namespaces, (a, object, old)).await {
                 Ok(true) => {}
                 Ok(false) => continue,
                 Err(e) => {
@@ -270,59 +320,65 @@ impl MutatingAdmissionPolicyPlugin {
                 manifest::record_source(out, manifest::MANIFEST_POLICIES_ANNOTATION, &policy.name);
             }
             for params in params {
-                let key = key(&policy.name, &binding.name, params.as_ref());
-                let skip = round.skips(&key);
-                // Skipped in this round with no conditions to evaluate first: nothing to build for it.
-                if skip && policy.match_conditions.is_empty() {
-                    continue;
-                }
-                let reads = (a, version.as_str(), &policy.reads);
-                let input = match self.input(reads, (object.as_deref(), old), params, state).await {
-                    Ok(input) => input,
-                    Err(Failure::Policy(e)) => {
-                        state.config_error(policy, Some(binding), &e);
-                        continue;
-                    }
-                    Err(Failure::Request(e)) => return Err(e),
-                };
-                let (p, interfaces) = (policy.clone(), a.interfaces);
-                let invoked = activation::evaluate(
-                    policy.reads.authorizer,
-                    move || invoke(&p, input, skip, interfaces),
-                    || Invoked {
-                        matched: false,
-                        changed: false,
-                        object: None,
-                        failures: Vec::new(),
-                        observed: Vec::new(),
-                    },
-                )
-                .await;
-                for o in &invoked.observed {
-                    observe(&policy.name, &binding.name, o);
-                }
-                for failure in invoked.failures {
-                    match failure {
-                        Failure::Policy(e) => state.config_error(policy, Some(binding), &e),
-                        Failure::Request(e) => return Err(e),
-                    }
-                }
-                if !invoked.matched {
-                    continue;
-                }
-                let changed = invoked.changed;
-                if changed {
-                    if let (Some(target), Some(mut mutated)) = (object.as_deref_mut(), invoked.object) {
-                        if let Err(source) = a.interfaces.convert(&mut mutated, &a.resource.version) {
-                            return Err(Error::Conversion { version: a.resource.version.clone(), source });
-                        }
-                        *target = mutated;
-                    }
-                }
-                round.invoked(&key, changed, policy.body.reinvoke_if_needed);
+                calls.push(Call { hook, binding, version: version.clone(), params });
             }
         }
-        Ok(())
+    }
+
+    /// One invocation on the object as the policies before it left it (`dispatchInvocations`' loop body); whether
+    /// a mutation applied.
+    async fn call(
+        &self,
+        Call { hook, binding, version, params }: Call<'_>,
+        (a, object, old): (&Attributes, &mut Option<&mut Value>, Option<&Value>),
+        round: &mut PluginRound<'_>,
+        state: &mut Dispatch,
+    ) -> Result<bool, Error> {
+        let policy = &hook.policy;
+        let key = key(&policy.name, &binding.name, params.as_ref());
+        let skip = round.skips(&key);
+        // Skipped in this round with no conditions to evaluate first: nothing to build for it.
+        if skip && policy.match_conditions.is_empty() {
+            return Ok(false);
+        }
+        let reads = (a, version.as_str(), &policy.reads);
+        let input = match self.input(reads, (object.as_deref(), old), params, state).await {
+            Ok(input) => input,
+            Err(Failure::Policy(e)) => {
+                state.config_error(policy, None, &e);
+                return Ok(false);
+            }
+            Err(Failure::Request(e)) => return Err(e),
+        };
+        let (p, interfaces) = (policy.clone(), a.interfaces);
+        let invoked = activation::evaluate(
+            policy.reads.authorizer,
+            move || invoke(&p, input, skip, interfaces),
+            || Invoked::failed(Failure::Request(internal("the policy's evaluation failed"))),
+        )
+        .await;
+        for o in &invoked.observed {
+            observe(&policy.name, &binding.name, o);
+        }
+        for failure in invoked.failures {
+            match failure {
+                Failure::Policy(e) => state.failure(policy, binding, &e),
+                Failure::Request(e) => return Err(e),
+            }
+        }
+        if !invoked.matched {
+            return Ok(false);
+        }
+        if invoked.changed {
+            if let (Some(target), Some(mut mutated)) = (object.as_deref_mut(), invoked.object) {
+                if let Err(source) = a.interfaces.convert(&mut mutated, &a.resource.version) {
+                    return Err(Error::Conversion { version: a.resource.version.clone(), source });
+                }
+                *target = mutated;
+            }
+        }
+        round.invoked(&key, invoked.changed, policy.body.reinvoke_if_needed);
+        Ok(invoked.applied)
     }
 
     /// What the policy's expressions see, in the version its rules matched.
@@ -370,8 +426,14 @@ fn observe(policy: &str, binding: &str, o: &Observed) {
 /// object (`dispatchInvocations`' loop body). Synchronous: it runs where the authorizer may block.
 fn invoke(policy: &MutatingPolicy, input: Input, skip: bool, interfaces: &'static dyn ObjectInterfaces) -> Invoked {
     let reads = &policy.reads;
-    let mut out =
-        Invoked { matched: false, changed: false, object: input.object, failures: Vec::new(), observed: Vec::new() };
+    let mut out = Invoked {
+        matched: false,
+        applied: false,
+        changed: false,
+        object: input.object,
+        failures: Vec::new(),
+        observed: Vec::new(),
+    };
     let mut activation = Activation::new();
     activation
         .bind("oldObject", reads.old.project(input.old.as_ref()))
@@ -399,19 +461,20 @@ fn invoke(policy: &MutatingPolicy, input: Input, skip: bool, interfaces: &'stati
         return out;
     }
     out.matched = true;
-    // One activation for the invocation: its variables are evaluated once, as kube's composition context keeps
-    // them; `object` is rebound to what each mutation is given.
+    // Each mutation sees the object as the ones before it left it, and variables evaluated afresh on it, as kube
+    // builds an activation per mutation.
     activation.bind("namespaceObject", reads.namespace.project(input.namespace.as_ref()));
-    activation.bind_variables(policy.variables.clone());
     for m in &policy.body.mutations {
         let Some(current) = &out.object else { continue };
         let started = Instant::now();
         activation.bind("object", reads.object.project(Some(current)));
+        activation.bind_variables(policy.variables.clone());
         let result = mutate(m, &activation, current, interfaces);
         let elapsed = started.elapsed();
         match result {
             Ok(object) => {
                 out.observed.push(Observed { error_type: "no_error", elapsed });
+                out.applied = true;
                 out.changed |= object != *current;
                 out.object = Some(object);
             }
@@ -454,8 +517,10 @@ fn mutate(
         }
         Patch::Operations(ops) => {
             let mut patched = mutation::json_patch(object, &ops).map_err(Failure::Policy)?;
-            // kube decodes the patched object into its type; one that does not decode is an internal error.
-            interfaces.decode_and_default(&mut patched).map_err(|e| Failure::Request(internal(&e.to_string())))?;
+            // kube decodes the patched object into its type, strictly; one that does not is an internal error.
+            interfaces
+                .decode_and_default_strict(&mut patched)
+                .map_err(|e| Failure::Request(internal(&e.to_string())))?;
             Ok(patched)
         }
     }
@@ -520,16 +585,17 @@ fn unavailable(message: &str) -> Error {
 }
 
 fn internal(message: &str) -> Error {
-    let message = format!("Internal error occurred: {message}");
+    // `apierrors.NewInternalError`: the error as the cause, and in the message after kube's words.
     let details = StatusDetails {
         name: String::new(),
         group: String::new(),
         kind: String::new(),
         uid: String::new(),
-        causes: vec![cause(&message)],
+        causes: vec![cause(message)],
         retry_after_seconds: 0,
     };
+    let text = format!("Internal error occurred: {message}");
     let status =
-        Status { code: 500, reason: "InternalError".into(), details: Some(details), ..Status::failure(&message, "") };
+        Status { code: 500, reason: "InternalError".into(), details: Some(details), ..Status::failure(&text, "") };
     Error::Plugin { plugin: MutatingAdmissionPolicyPlugin::NAME, status: Box::new(status) }
 }
