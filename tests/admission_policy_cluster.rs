@@ -625,5 +625,27 @@ spec:
             let (name, o) = next(serde_json::json!({}));
             create(c, &o, None).is_ok() && team_of(c, &name).is_null()
         });
+
+        // The manifests' policies, created through the API instead: the same label, sidecar and cap.
+        let file = c.dir.path().join("cluster-mutating-policies.yaml");
+        std::fs::write(&file, MUTATING_POLICIES.replace(".static.k8s.io", "").replace("FAILURE", "Fail")).unwrap();
+        c.policy_api_kubectl(&["apply", "-f", file.to_str().unwrap()]);
+        let mut m = 0;
+        c.wait_for("the sidecar and cap applied", Duration::from_secs(10), |c| {
+            m += 1;
+            let name = format!("api-{m}");
+            let o = podset("demo.k8s.io/v1beta1", &name, "default", 20, false, serde_json::json!({"team": "a"}));
+            if create(c, &o, None).is_err() {
+                return false;
+            }
+            let got = get(c, &name, "demo.k8s.io/v1beta1");
+            got["spec"]["replicas"] == 5
+                && got["metadata"]["labels"]["policy.example.com/injected"] == "true"
+                && containers(&got)
+                    == [
+                        ("main".to_owned(), "registry.example.com/web:1".to_owned()),
+                        ("sidecar".to_owned(), "registry.example.com/proxy:2".to_owned()),
+                    ]
+        });
     });
 }
