@@ -252,6 +252,17 @@ fn rand_suffix() -> u32 {
     N.fetch_add(1, Ordering::Relaxed)
 }
 
+/// A control plane whose policy API envtest's front serves, once `plugin` of the server watches it.
+fn with_policy_api(plugin: &str) -> Cluster {
+    let c =
+        Cluster::start_with_policy_api(podset_envtest::ServerCommand { program: common::BIN.into(), args: Vec::new() });
+    let said = format!("{plugin}: watching the cluster's policies and bindings");
+    c.wait_for(&format!("{plugin} watching the cluster's policies"), Duration::from_secs(30), |c| {
+        c.podset_log().contains(&said)
+    });
+    c
+}
+
 /// The cluster's own policies (`admissionregistration.k8s.io/v1`, served by envtest's front for kube-apiserver 1.20
 /// by its wire contract, as a 1.30+ kube-apiserver serves them): a policy created while serving is enforced, a
 /// `paramRef` to a ConfigMap of the real 1.20 cluster supplies the limit (and a changed ConfigMap a new one), and
@@ -259,13 +270,7 @@ fn rand_suffix() -> u32 {
 #[test]
 fn the_clusters_policies_hold_for_podsets() {
     in_namespace("the_clusters_policies_hold_for_podsets", || {
-        let c = Cluster::start_with_policy_api(podset_envtest::ServerCommand {
-            program: common::BIN.into(),
-            args: Vec::new(),
-        });
-        c.wait_for("the server watching the cluster's policies", Duration::from_secs(30), |c| {
-            c.podset_log().contains("watching the cluster's policies and bindings")
-        });
+        let c = with_policy_api("ValidatingAdmissionPolicy");
         c.kubectl(&["create", "configmap", "podset-limits", "-n", "default", "--from-literal=maxReplicas=3"]);
         let policy = r#"
 apiVersion: admissionregistration.k8s.io/v1
@@ -552,13 +557,7 @@ fn manifest_mutating_policies_hold_for_podsets_through_the_aggregator() {
 #[test]
 fn the_clusters_mutating_policies_hold_for_podsets() {
     in_namespace("the_clusters_mutating_policies_hold_for_podsets", || {
-        let c = Cluster::start_with_policy_api(podset_envtest::ServerCommand {
-            program: common::BIN.into(),
-            args: Vec::new(),
-        });
-        c.wait_for("the server watching the cluster's mutating policies", Duration::from_secs(30), |c| {
-            c.podset_log().contains("MutatingAdmissionPolicy: watching the cluster's policies and bindings")
-        });
+        let c = with_policy_api("MutatingAdmissionPolicy");
         c.kubectl(&["create", "configmap", "podset-defaults", "-n", "default", "--from-literal=team=platform"]);
         let policy = r#"
 apiVersion: admissionregistration.k8s.io/v1
