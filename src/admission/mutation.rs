@@ -239,18 +239,17 @@ fn invalid_index(i: i64) -> String {
 
 /// An index of a list of `len` items; a negative one counts from the end.
 fn index(key: &str, len: usize) -> Result<usize, String> {
-    let mut i = atoi(key)?;
+    position(atoi(key)?, len)
+}
+
+/// `i` as a position among `len`, a negative one counted from the end.
+fn position(i: i64, len: usize) -> Result<usize, String> {
     let len = len as i64;
-    if i < 0 {
-        if i < -len {
-            return Err(invalid_index(i));
-        }
-        i += len;
-    }
-    if i >= len {
+    let at = if i < 0 { i + len } else { i };
+    if at < 0 || at >= len {
         return Err(invalid_index(i));
     }
-    Ok(i as usize)
+    Ok(at as usize)
 }
 
 /// What `key` names in `con`: `None` when it is an absent object key, or null.
@@ -288,19 +287,10 @@ fn add(con: &mut Value, key: &str, v: Value) -> Result<(), String> {
         }
         Value::Array(a) if key == "-" => a.push(v),
         Value::Array(a) => {
-            let mut i = atoi(key).map_err(|e| format!("value was not a proper array index: '{key}': {e}"))?;
+            let i = atoi(key).map_err(|e| format!("value was not a proper array index: '{key}': {e}"))?;
             // One past the end is the end.
-            let len = a.len() as i64 + 1;
-            if i >= len {
-                return Err(invalid_index(i));
-            }
-            if i < 0 {
-                if i < -len {
-                    return Err(invalid_index(i));
-                }
-                i += len;
-            }
-            a.insert(i as usize, v);
+            let at = position(i, a.len() + 1)?;
+            a.insert(at, v);
         }
         _ => return Err(format!("{MISSING}: not an object or a list")),
     }
@@ -310,20 +300,7 @@ fn add(con: &mut Value, key: &str, v: Value) -> Result<(), String> {
 fn remove(con: &mut Value, key: &str) -> Result<Value, String> {
     match con {
         Value::Object(m) => m.remove(key).ok_or_else(|| format!("Unable to remove nonexistent key: {key}: {MISSING}")),
-        Value::Array(a) => {
-            let mut i = atoi(key)?;
-            let len = a.len() as i64;
-            if i >= len {
-                return Err(invalid_index(i));
-            }
-            if i < 0 {
-                if i < -len {
-                    return Err(invalid_index(i));
-                }
-                i += len;
-            }
-            Ok(a.remove(i as usize))
-        }
+        Value::Array(a) => Ok(a.remove(index(key, a.len())?)),
         _ => Err(format!("{MISSING}: not an object or a list")),
     }
 }
