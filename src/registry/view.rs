@@ -58,20 +58,25 @@ impl<S> std::fmt::Debug for ObjectView<S> {
     }
 }
 
+/// `o`, decoded from `object`, defaulted in its version and written back into `object`.
+fn defaulted<S: Strategy>(mut o: S::Object, object: &mut Value) -> std::result::Result<(), BoxError> {
+    let version = typed::<S>(S::INFO.version_of_value(object));
+    S::to_hub(&mut o, version);
+    S::default(&mut o, version);
+    S::from_hub(&mut o, version);
+    *object = serde_json::to_value(o)?;
+    Ok(())
+}
+
 impl<S: Strategy> ObjectInterfaces for ObjectView<S> {
     fn decode_and_default(&self, object: &mut Value) -> std::result::Result<(), BoxError> {
-        let version = typed::<S>(S::INFO.version_of_value(object));
-        let mut o: S::Object = serde_json::from_value(object.clone())?;
-        S::to_hub(&mut o, version);
-        S::default(&mut o, version);
-        S::from_hub(&mut o, version);
-        *object = serde_json::to_value(o)?;
-        Ok(())
+        let o: S::Object = serde_json::from_value(object.clone())?;
+        defaulted::<S>(o, object)
     }
 
     fn decode_and_default_strict(&self, object: &mut Value) -> std::result::Result<(), BoxError> {
-        crate::api::strict::decode_strict_json::<S::Object>(object.clone())?;
-        self.decode_and_default(object)
+        let o: S::Object = crate::api::strict::decode_strict_json(object.clone())?;
+        defaulted::<S>(o, object)
     }
 
     fn versions(&self) -> &'static [VersionInfo] {
