@@ -174,6 +174,24 @@ impl<K: PolicyKind> PolicySet<K> {
         let ready = matches!(tokio::time::timeout(READY_WAIT, rx.wait_for(|s| *s)).await, Ok(Ok(_)));
         ready
     }
+
+    /// The policies a request of `a` is dispatched to, manifests' then the cluster's, once the sources and the
+    /// namespaces have their first lists; None when there are none, without waiting.
+    async fn in_force(
+        &self,
+        namespaces: &Namespaces,
+        a: &Attributes,
+        object: Option<&Value>,
+    ) -> Result<Option<(Hooks<K>, Hooks<K>)>, Error> {
+        if self.has_synced() && self.is_empty() {
+            return Ok(None);
+        }
+        if !self.wait_for_ready().await || !namespaces.wait_for_ready().await {
+            let name = super::namespace::resource_name(a, object);
+            return Err(Error::NotReady { resource: a.group_resource(), name });
+        }
+        Ok(Some(self.current()))
+    }
 }
 
 /// The request in one version, converted once and shared by every policy that selects it there; its `request`

@@ -166,13 +166,9 @@ impl Mutating for MutatingAdmissionPolicyPlugin {
         out: &mut Outcome,
         reinvocation: &mut Reinvocation,
     ) -> Result<(), Error> {
-        if self.policies.has_synced() && self.policies.is_empty() {
+        let Some((manifest, cluster)) = self.policies.in_force(&self.namespaces, a, object.as_deref()).await? else {
             return Ok(());
-        }
-        if !self.policies.wait_for_ready().await || !self.namespaces.wait_for_ready().await {
-            return Err(Error::NotReady { resource: a.group_resource(), name: resource_name(a, object.as_deref()) });
-        }
-        let (manifest, cluster) = self.policies.current();
+        };
         let mut state = Dispatch::default();
         let mut calls = Vec::new();
         for hook in manifest.iter().chain(cluster.iter()) {

@@ -360,13 +360,9 @@ impl Validating for ValidatingAdmissionPolicyPlugin {
         old: Option<&Value>,
         out: &mut Outcome,
     ) -> Result<(), Error> {
-        if self.policies.has_synced() && self.policies.is_empty() {
+        let Some((manifest, cluster)) = self.policies.in_force(&self.namespaces, a, object).await? else {
             return Ok(());
-        }
-        if !self.policies.wait_for_ready().await || !self.namespaces.wait_for_ready().await {
-            return Err(Error::NotReady { resource: a.group_resource(), name: resource_name(a, object) });
-        }
-        let (manifest, cluster) = self.policies.current();
+        };
         let mut cache = Vec::new();
         let mut state = Dispatch::default();
         for hook in manifest.iter().chain(cluster.iter()) {
