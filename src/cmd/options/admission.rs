@@ -486,5 +486,22 @@ mod tests {
                 .into(),
         );
         assert!(format!("{:#}", plugin_config(&file).unwrap_err()).contains("unknown field `staticManifestDir`"));
+
+        // MutatingAdmissionPolicy's directory is its own; its configuration's kind is its own too.
+        let plugin = |kind: &str| {
+            format!(
+                "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n\
+                 - name: MutatingAdmissionPolicy\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n    \
+                 kind: {kind}\n    staticManifestsDir: {m}\n",
+                m = manifests.display()
+            )
+        };
+        write(plugin("MutatingAdmissionPolicyConfiguration"));
+        let config = plugin_config(&file).unwrap();
+        assert_eq!(config.mutating_policy_manifests.as_deref(), Some(manifests.as_path()));
+        assert_eq!(config.policy_manifests, None);
+        write(plugin("ValidatingAdmissionPolicyConfiguration"));
+        let e = format!("{:#}", plugin_config(&file).unwrap_err());
+        assert!(e.contains("expected a MutatingAdmissionPolicyConfiguration of apiserver.config.k8s.io/v1"), "{e}");
     }
 }
