@@ -5,6 +5,7 @@
 use std::marker::PhantomData;
 
 use kube::core::{GroupVersionKind, GroupVersionResource};
+use serde::Deserialize as _;
 use serde_json::Value;
 
 use super::decode::decode_object;
@@ -70,7 +71,8 @@ fn defaulted<S: Strategy>(mut o: S::Object, object: &mut Value) -> std::result::
 
 impl<S: Strategy> ObjectInterfaces for ObjectView<S> {
     fn decode_and_default(&self, object: &mut Value) -> std::result::Result<(), BoxError> {
-        let o: S::Object = serde_json::from_value(object.clone())?;
+        // Read from the tree as it is: the object is replaced by its defaulted self after.
+        let o = S::Object::deserialize(&*object)?;
         defaulted::<S>(o, object)
     }
 

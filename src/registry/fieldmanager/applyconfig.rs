@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use super::schema::Schema;
-use super::typed::{find_atomics, merge, validate};
+use super::typed::{find_atomics, merge_into, validate};
 use crate::admission::mutation::gvk_text;
 
 /// `patch` merged into `object` by `schema`, or why not in kube's words.
@@ -23,7 +23,10 @@ pub fn apply_configuration(schema: &Schema, object: &Value, patch: &Value) -> Re
             atomics.join(", ")
         ));
     }
-    merge(schema, object, patch).map_err(|e| format!("failed to merge patch: {e}"))
+    // The object went through its type: only what the configuration sets needs walking.
+    let mut merged = object.clone();
+    merge_into(schema, &mut merged, patch).map_err(|e| format!("failed to merge patch: {e}"))?;
+    Ok(merged)
 }
 
 #[cfg(test)]

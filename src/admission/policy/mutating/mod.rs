@@ -338,7 +338,7 @@ impl MutatingAdmissionPolicyPlugin {
             return Ok(false);
         }
         let reads = (a, version.as_str(), &policy.reads);
-        let input = match self.input(reads, (object.as_deref(), old), params, state).await {
+        let mut input = match self.input(reads, (object.as_deref(), old), params, state).await {
             Ok(input) => input,
             Err(Failure::Policy(e)) => {
                 state.config_error(policy, None, &e);
@@ -346,13 +346,23 @@ impl MutatingAdmissionPolicyPlugin {
             }
             Err(Failure::Request(e)) => return Err(e),
         };
+        // In the request's own version the object itself goes to the policy and comes back, not a copy.
+        let in_place = version == a.resource.version;
+        if in_place {
+            input.object = object.as_deref_mut().map(std::mem::take);
+        }
         let (p, interfaces) = (policy.clone(), a.interfaces);
-        let invoked = activation::evaluate(
+        let mut invoked = activation::evaluate(
             policy.reads.authorizer,
             move || invoke(&p, input, skip, interfaces),
             || Invoked::failed(Failure::Request(internal("the policy's evaluation failed"))),
         )
         .await;
+        if let (Some(target), Some(back)) = (object.as_deref_mut(), invoked.object.take()) {
+            if in_place || invoked.changed {
+                *target = back;
+            }
+        }
         for o in &invoked.observed {
             observe(&policy.name, &binding.name, o);
         }
@@ -366,11 +376,10 @@ impl MutatingAdmissionPolicyPlugin {
             return Ok(false);
         }
         if invoked.changed {
-            if let (Some(target), Some(mut mutated)) = (object.as_deref_mut(), invoked.object) {
-                if let Err(source) = a.interfaces.convert(&mut mutated, &a.resource.version) {
+            if let Some(target) = object.as_deref_mut() {
+                if let Err(source) = a.interfaces.convert(target, &a.resource.version) {
                     return Err(Error::Conversion { version: a.resource.version.clone(), source });
                 }
-                *target = mutated;
             }
         }
         round.invoked(&key, invoked.changed, policy.body.reinvoke_if_needed);
@@ -397,7 +406,8 @@ impl MutatingAdmissionPolicyPlugin {
             }
         };
         Ok(Input {
-            object: inv.object().cloned(),
+            // In the request's version the caller hands over the object itself.
+            object: (version != a.resource.version).then(|| inv.object().cloned()).flatten(),
             old: inv.old().cloned(),
             request,
             namespace,

@@ -27,7 +27,7 @@ mod validate;
 pub use atomics::find_atomics;
 pub use compare::{compare, compare_with_skeleton, created_set, Comparison};
 pub use fieldsv1::write_created_fields_v1;
-pub use merge::merge;
+pub use merge::{merge, merge_into};
 pub use prune::prune_unknown;
 pub use remove::{ensure_named_fields_are_members, remove_items};
 pub use tofieldset::to_field_set;

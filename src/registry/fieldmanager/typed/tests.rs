@@ -243,3 +243,44 @@ fn atomics_are_found_by_the_schema_and_printed_as_kube_prints_them() {
     assert!(find_atomics(&untyped, &json!({"raw": {"x": [1, {"y": [2]}]}})).is_empty());
     assert_eq!(find_atomics(&untyped, &json!({"raw": [{"a": [1]}, [2]]})), [".raw", ".raw[0]", ".raw[1]"]);
 }
+
+#[test]
+fn merge_in_place_is_the_merge_for_a_valid_configuration() {
+    let s = schema();
+    let lives = [
+        json!({"spec": {"replicas": 1, "selector": {"matchLabels": {"a": "1", "b": "2"}},
+            "containers": [{"name": "a", "image": "x", "args": ["1", "2"], "ports": [{"containerPort": 80}]},
+                           {"name": "b", "image": "y"}]},
+            "metadata": {"labels": {"keep": "1"}, "finalizers": ["f1"]}, "status": {"n": 1}}),
+        json!({"spec": {"containers": [{"name": "a", "image": "1"}, {"name": "b"}, {"name": "a", "image": "2"}]}}),
+        json!({"metadata": null, "spec": {"containers": [], "strategy": {}}, "extra": {"x": [1, {"y": 2}]}}),
+        json!({"spec": {"replicas": "one", "strategy": 3}}),
+        json!({}),
+    ];
+    let configs = [
+        json!({"spec": {"replicas": 3, "selector": {"matchLabels": {"a": "1"}},
+            "containers": [{"name": "b", "image": "z"}, {"name": "c", "image": "w"}]},
+            "metadata": {"labels": {"new": "2"}, "finalizers": ["f2"]}}),
+        json!({"spec": {"containers": [{"name": "a", "image": "3", "ports": [{"containerPort": 80, "protocol": "UDP"}]}]}}),
+        json!({"metadata": {"labels": {"keep": "2"}}, "spec": {"strategy": {"max": 1}}}),
+        json!({"metadata": null, "spec": {"containers": null, "strategy": {}}, "status": {}}),
+        json!({"spec": {"containers": [], "replicas": null}, "extra": {"x": {"z": 1}, "w": []}}),
+        json!({"metadata": {"finalizers": ["f1", "f3"], "labels": {}}, "spec": {"strategy": {"min": 2}}}),
+        json!({}),
+    ];
+    for live in &lives {
+        for config in &configs {
+            let Ok(merged) = merge(&s, live, config) else { continue };
+            let mut in_place = live.clone();
+            merge_into(&s, &mut in_place, config).unwrap();
+            assert_eq!(in_place, merged, "{config} into {live}");
+        }
+    }
+    // What the configuration leaves alone is not walked: a repeated key there stays, as the merge keeps it.
+    let mut dup = lives[1].clone();
+    merge_into(&s, &mut dup, &json!({"spec": {"replicas": 2}})).unwrap();
+    assert_eq!(dup["spec"]["containers"], lives[1]["spec"]["containers"]);
+    // A keyed list the configuration sets is merged, and checked, as the merge does.
+    let keyless = json!({"spec": {"containers": [{"image": "a"}]}});
+    assert!(merge_into(&s, &mut lives[0].clone(), &keyless).is_err());
+}
