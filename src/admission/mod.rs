@@ -296,9 +296,11 @@ impl PluginRound<'_> {
         }
     }
 
-    /// At the end of the plugin's turn: the object it returns.
+    /// At the end of the plugin's turn: the object it returns, kept only where the second round compares it (the
+    /// first round's, when the plugin has IfNeeded invocations to run again): no copy of every object otherwise.
     pub fn end(&mut self, object: Option<&Value>) {
-        self.state.last_output = object.cloned();
+        let compared = !self.is_reinvoke && !self.state.previously_invoked.is_empty();
+        self.state.last_output = compared.then(|| object.cloned()).flatten();
     }
 
     /// Whether the invocation `key` sits out this round: in the second, only those to reinvoke run.

@@ -6,6 +6,7 @@ use super::*;
 #[allow(clippy::type_complexity)]
 fn walker(
     schema: &Schema,
+    keep_live_only: bool,
 ) -> Walker<
     '_,
     impl FnMut(&Path, Option<&Value>, Option<&Value>) -> Option<Value>,
@@ -15,13 +16,14 @@ fn walker(
         schema,
         leaf: |_: &Path, l: Option<&Value>, r: Option<&Value>| r.or(l).cloned(),
         node: |_: &Path, _: Option<&Value>, _: Option<&Value>| {},
+        keep_live_only,
     }
 }
 
 /// `config` merged into `live`: the configuration wins on every field it sets; lists merge by their kind. A keyed
 /// list of `live` may repeat a key: the repeats stay unless `config` sets that key, which then replaces them all.
 pub fn merge(schema: &Schema, live: &Value, config: &Value) -> Result<Value, SchemaError> {
-    let merged = walker(schema).walk(schema.root(), &mut Vec::new(), Some(live), Some(config))?;
+    let merged = walker(schema, false).walk(schema.root(), &mut Vec::new(), Some(live), Some(config))?;
     Ok(merged.unwrap_or_else(|| Value::Object(Map::new())))
 }
 
@@ -80,9 +82,10 @@ fn merge_at(
             }
             Ok(true)
         }
-        // A keyed list or a set: merged item by item as the walker merges them.
+        // A keyed list or a set: merged item by item as the walker merges them, the live items the configuration
+        // does not set kept as they are.
         Shape::List { kind, .. } if *kind != ListKind::Atomic && !(empty(live) && empty(config)) => {
-            match walker(schema).walk(t, path, Some(live), Some(config))? {
+            match walker(schema, true).walk(t, path, Some(live), Some(config))? {
                 Some(v) => {
                     *live = v;
                     Ok(true)

@@ -170,6 +170,8 @@ pub(super) struct Walker<'s, L, N> {
     schema: &'s Schema,
     leaf: L,
     node: N,
+    /// A value only the live side has is kept as it is, not walked (see [`merge_into`]).
+    keep_live_only: bool,
 }
 
 impl<L, N> Walker<'_, L, N>
@@ -184,6 +186,9 @@ where
         lhs: Option<&Value>,
         rhs: Option<&Value>,
     ) -> Result<Option<Value>, SchemaError> {
+        if self.keep_live_only && rhs.is_none() {
+            return Ok(lhs.cloned());
+        }
         let empty = |v: Option<&Value>| match v {
             None | Some(Value::Null) => true,
             Some(Value::Object(m)) => m.is_empty(),
