@@ -1,7 +1,6 @@
 //! An apply configuration merged into an object as a mutating admission policy merges it (k8s.io/apiserver's
 //! `policy/mutating/patch/smd.go`, `ApplyStructuredMergeDiff`): checked against the schema, refused when it sets
-//! an atomic list, map or struct, then merged. No field is owned for it: a policy's fields are tracked by no
-//! manager, as there.
+//! an atomic list, map or struct, then merged. The merge itself records no field ownership, as there.
 
 use serde_json::Value;
 
