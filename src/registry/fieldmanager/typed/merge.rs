@@ -2,28 +2,11 @@
 
 use super::*;
 
-/// The merge's walker: the configuration wins on every scalar and atomic value it sets.
-#[allow(clippy::type_complexity)]
-fn walker(
-    schema: &Schema,
-    keep_live_only: bool,
-) -> Walker<
-    '_,
-    impl FnMut(&Path, Option<&Value>, Option<&Value>) -> Option<Value>,
-    impl FnMut(&Path, Option<&Value>, Option<&Value>),
-> {
-    Walker {
-        schema,
-        leaf: |_: &Path, l: Option<&Value>, r: Option<&Value>| r.or(l).cloned(),
-        node: |_: &Path, _: Option<&Value>, _: Option<&Value>| {},
-        keep_live_only,
-    }
-}
-
 /// `config` merged into `live`: the configuration wins on every field it sets; lists merge by their kind. A keyed
 /// list of `live` may repeat a key: the repeats stay unless `config` sets that key, which then replaces them all.
 pub fn merge(schema: &Schema, live: &Value, config: &Value) -> Result<Value, SchemaError> {
-    let merged = walker(schema, false).walk(schema.root(), &mut Vec::new(), Some(live), Some(config))?;
+    let merged =
+        Walker { schema, keep_live_only: false }.walk(schema.root(), &mut Vec::new(), Some(live), Some(config))?;
     Ok(merged.unwrap_or_else(|| Value::Object(Map::new())))
 }
 
@@ -46,12 +29,7 @@ fn merge_at(
     live: &mut Value,
     config: &Value,
 ) -> Result<bool, SchemaError> {
-    let empty = |v: &Value| match v {
-        Value::Null => true,
-        Value::Object(m) => m.is_empty(),
-        Value::Array(a) => a.is_empty(),
-        _ => false,
-    };
+    let empty = |v: &Value| empty(Some(v));
     match shape(schema, t, Some(live), Some(config)) {
         Shape::Map { atomic: false, schema_map } if !(empty(live) && empty(config)) => {
             let comparable = |v: &Value| v.is_object() || empty(v);
@@ -85,7 +63,8 @@ fn merge_at(
         // A keyed list or a set: merged item by item as the walker merges them, the live items the configuration
         // does not set kept as they are.
         Shape::List { kind, .. } if *kind != ListKind::Atomic && !(empty(live) && empty(config)) => {
-            match walker(schema, true).walk(t, path, Some(live), Some(config))? {
+            let mut walker = Walker { schema, keep_live_only: true };
+            match walker.walk(t, path, Some(live), Some(config))? {
                 Some(v) => {
                     *live = v;
                     Ok(true)
@@ -97,5 +76,128 @@ fn merge_at(
             *live = config.clone();
             Ok(true)
         }
+    }
+}
+
+/// Walks a live object and a configuration together as structured-merge-diff's merging walker: the configuration
+/// wins on every scalar and atomic value it sets.
+struct Walker<'s> {
+    schema: &'s Schema,
+    /// A value only the live side has is kept as it is, not walked (see [`merge_into`]).
+    keep_live_only: bool,
+}
+
+/// A scalar or atomic value: the configuration's, else the live one.
+fn leaf(lhs: Option<&Value>, rhs: Option<&Value>) -> Option<Value> {
+    rhs.or(lhs).cloned()
+}
+
+/// Null, or a map or list with nothing in it.
+fn empty(v: Option<&Value>) -> bool {
+    match v {
+        None | Some(Value::Null) => true,
+        Some(Value::Object(m)) => m.is_empty(),
+        Some(Value::Array(a)) => a.is_empty(),
+        _ => false,
+    }
+}
+
+impl Walker<'_> {
+    fn walk(
+        &mut self,
+        t: TypeId,
+        path: &mut Path,
+        lhs: Option<&Value>,
+        rhs: Option<&Value>,
+    ) -> Result<Option<Value>, SchemaError> {
+        if self.keep_live_only && rhs.is_none() {
+            return Ok(lhs.cloned());
+        }
+        let out = match shape(self.schema, t, lhs, rhs) {
+            Shape::Scalar => return Ok(leaf(lhs, rhs)),
+            Shape::Map { atomic: true, .. } | Shape::List { kind: ListKind::Atomic, .. } => return Ok(leaf(lhs, rhs)),
+            _ if empty(lhs) && empty(rhs) => return Ok(leaf(lhs, rhs)),
+            Shape::Map { schema_map, .. } => {
+                let (l, r) = (as_map(lhs), as_map(rhs));
+                if (lhs.is_some() && l.is_none() && !empty(lhs)) || (rhs.is_some() && r.is_none() && !empty(rhs)) {
+                    // One side is not a map: the values are not comparable field by field.
+                    return Ok(leaf(lhs, rhs));
+                }
+                let mut out = Map::new();
+                let keys = l.into_iter().flat_map(|m| m.keys()).chain(r.into_iter().flat_map(|m| m.keys()));
+                let mut seen = std::collections::HashSet::new();
+                for k in keys {
+                    if !seen.insert(k.as_str()) {
+                        continue;
+                    }
+                    let ct = child_type(t, schema_map, k);
+                    path.push(PathElement::Field(k.clone()));
+                    let v = self.walk(ct, path, l.and_then(|m| m.get(k)), r.and_then(|m| m.get(k)));
+                    path.pop();
+                    if let Some(v) = v? {
+                        out.insert(k.clone(), v);
+                    }
+                }
+                (!out.is_empty()).then_some(Value::Object(out))
+            }
+            Shape::List { element, kind } => {
+                let (l, r) = (as_list(lhs), as_list(rhs));
+                let (lpes, lby) = index_live_items(kind, l, path)?;
+                let (rpes, rby) = index_items(kind, r, path)?;
+                let mut out = Vec::with_capacity(l.len().max(r.len()));
+                // `live`: the live item merged with the applied one of the same key, if any.
+                let mut item = |w: &mut Self, pe: &PathElement, live: Option<&Value>, path: &mut Path| {
+                    path.push(pe.clone());
+                    let v = w.walk(element, path, live, rby.get(&pe.encode()).copied());
+                    path.pop();
+                    if let Some(v) = v? {
+                        out.push(v);
+                    }
+                    Ok::<(), SchemaError>(())
+                };
+                // A key the live list repeats merges with no live item: the applied one replaces them all.
+                let live = |pe: &PathElement| lby.get(&pe.encode()).copied().flatten();
+                // The order structured-merge-diff keeps: the applied order, with live-only items where they were.
+                let mut shared: std::collections::VecDeque<&PathElement> =
+                    rpes.iter().filter(|pe| lby.contains_key(&pe.encode())).collect();
+                let (mut li, mut ri) = (0, 0);
+                while li < lpes.len() || ri < rpes.len() {
+                    if li < lpes.len() && ri < rpes.len() {
+                        if lpes[li] == rpes[ri] {
+                            item(self, &lpes[li], live(&lpes[li]), path)?;
+                            if shared.front() == Some(&&lpes[li]) {
+                                shared.pop_front();
+                            }
+                            li += 1;
+                            ri += 1;
+                            continue;
+                        }
+                        let in_rhs = rby.contains_key(&lpes[li].encode());
+                        if in_rhs && shared.front().is_some_and(|n| **n != lpes[li]) {
+                            li += 1;
+                            continue;
+                        }
+                    }
+                    if li < lpes.len() && !rby.contains_key(&lpes[li].encode()) {
+                        // The item itself: its key may repeat, and each repeat stays as it is.
+                        item(self, &lpes[li], Some(&l[li]), path)?;
+                        li += 1;
+                        continue;
+                    }
+                    if ri < rpes.len() {
+                        item(self, &rpes[ri], live(&rpes[ri]), path)?;
+                        if shared.front() == Some(&&rpes[ri]) {
+                            shared.pop_front();
+                        }
+                        ri += 1;
+                    } else {
+                        // Only live items already merged remain.
+                        li += 1;
+                    }
+                }
+                (!out.is_empty()).then_some(Value::Array(out))
+            }
+        };
+        Ok(out)
     }
 }
