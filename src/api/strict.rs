@@ -15,7 +15,7 @@ pub fn decode_strict_value<T: DeserializeOwned>(value: serde_yaml::Value) -> Res
 
 /// A JSON value decoded as `T`, strictly (an object a patch made, as kube-apiserver's strict JSON serializer reads
 /// it).
-pub fn decode_strict_json<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, String> {
+pub fn decode_strict_json<T: DeserializeOwned>(value: &serde_json::Value) -> Result<T, String> {
     strictly(value)
 }
 
@@ -31,6 +31,7 @@ where
     }
     Ok(decoded)
 }
+
 /// A field's path as kube reports it (`resources[0].providers[1].kms.pandas`).
 fn field_path(path: &serde_ignored::Path<'_>) -> String {
     use serde_ignored::Path;

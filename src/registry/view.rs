@@ -71,13 +71,13 @@ fn defaulted<S: Strategy>(mut o: S::Object, object: &mut Value) -> std::result::
 
 impl<S: Strategy> ObjectInterfaces for ObjectView<S> {
     fn decode_and_default(&self, object: &mut Value) -> std::result::Result<(), BoxError> {
-        // Read from the tree as it is: the object is replaced by its defaulted self after.
+        // Read in place, not from a copy: the object is replaced by its defaulted self after.
         let o = S::Object::deserialize(&*object)?;
         defaulted::<S>(o, object)
     }
 
     fn decode_and_default_strict(&self, object: &mut Value) -> std::result::Result<(), BoxError> {
-        let o: S::Object = crate::api::strict::decode_strict_json(object.clone())?;
+        let o: S::Object = crate::api::strict::decode_strict_json(object)?;
         defaulted::<S>(o, object)
     }
 
