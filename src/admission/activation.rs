@@ -177,4 +177,12 @@ impl<'a> Invocation<'a> {
     pub(crate) fn old(&self) -> Option<&Value> {
         self.old.as_deref()
     }
+
+    /// The object converted to the invocation's version, owned; None when it is the request's own, borrowed.
+    pub(crate) fn into_converted_object(self) -> Option<Value> {
+        match self.object? {
+            Cow::Owned(v) => Some(v),
+            Cow::Borrowed(_) => None,
+        }
+    }
 }

@@ -346,8 +346,8 @@ impl MutatingAdmissionPolicyPlugin {
             }
             Err(Failure::Request(e)) => return Err(e),
         };
-        // In the request's own version the object itself goes to the policy and comes back, not a copy.
-        let in_place = version == a.resource.version;
+        // Not converted for the policy, the object itself goes to it and comes back, not a copy.
+        let in_place = input.object.is_none();
         if in_place {
             input.object = object.as_deref_mut().map(std::mem::take);
         }
@@ -405,15 +405,9 @@ impl MutatingAdmissionPolicyPlugin {
                 Some(state.namespace.insert(ns).clone())
             }
         };
-        Ok(Input {
-            // In the request's version the caller hands over the object itself.
-            object: (version != a.resource.version).then(|| inv.object().cloned()).flatten(),
-            old: inv.old().cloned(),
-            request,
-            namespace,
-            params,
-            authorizer: activation::authorizer_value(&self.authorizer, a),
-        })
+        let (old, authorizer) = (inv.old().cloned(), activation::authorizer_value(&self.authorizer, a));
+        // The object in the request's own version is the caller's to hand over.
+        Ok(Input { object: inv.into_converted_object(), old, request, namespace, params, authorizer })
     }
 }
 
