@@ -70,6 +70,22 @@ fn reinvocation_reruns_only_earlier_ifneeded_invocations_once_and_each_plugin_ke
     assert!(q.skips("a"));
     assert!(!r.start_next_round(), "one extra round at most");
 
+    // A plugin whose own output nothing changed after it sits the second round out, though another plugin's
+    // change started it: the first round's output is what its turn compares.
+    let mut r = Reinvocation::default();
+    let mut q = r.plugin("Q");
+    q.begin(Some(&object));
+    q.invoked("a", true, false);
+    q.end(Some(&changed));
+    let mut p = r.plugin("P");
+    p.begin(Some(&changed));
+    p.invoked("a", false, true);
+    p.end(Some(&changed));
+    assert!(r.start_next_round());
+    let mut p = r.plugin("P");
+    p.begin(Some(&changed));
+    assert!(p.skips("a"), "nothing changed the object since P returned it");
+
     // A change with no IfNeeded invocation anywhere: a second round would run nothing, and is not started.
     let mut r = Reinvocation::default();
     let mut q = r.plugin("Q");
