@@ -179,9 +179,8 @@ fn main() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mut results = vec![(Vec::new(), Vec::new()); phases.len()];
     let client = rt.block_on(c.client());
-    // Memory first, while the server holds no PodSet:
-    // cycles of no policy, then the 500, each settled (after reads and past the allocator's decay of freed pages);
-    // the median of the cycles' differences is the figure.
+    // Memory first, while the server holds no PodSet: cycles of no policy, then the 500, each settled (after reads
+    // and past the allocator's decay of freed pages); the median of the cycles' differences is the figure.
     let reads = || {
         rt.block_on(async {
             for _ in 0..200 {
@@ -229,8 +228,7 @@ fn main() {
         };
         run("warm".into(), 300, false).await;
         for round in 0..rounds {
-            // Each round starts at another phase: the objects made so far
-            // weigh on no phase more than on another.
+            // Each round starts at another phase: the objects made so far weigh on no phase more than another.
             for p in (0..phases.len()).map(|i| (i + round) % phases.len()) {
                 let (_, validating, mutating_policies, injected) = phases[p];
                 set_policies(&c, &manifests, validating, &mut reloads);
